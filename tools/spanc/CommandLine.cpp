@@ -1,0 +1,55 @@
+//===- CommandLine.cpp - Shared option parsing for spanc subcommands ------===//
+
+#include "tools/spanc/CommandLine.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace spanc::cli {
+
+ParsedCommandLine
+parseCommandLine(const char *command, const char *usage, const char *about,
+                 const po::options_description &options,
+                 const po::positional_options_description &positional,
+                 const std::vector<std::string> &args) {
+  po::options_description all;
+  po::options_description help("General");
+  help.add_options()("help,h", "show this help and exit");
+  all.add(options).add(help);
+
+  ParsedCommandLine result;
+  try {
+    po::store(po::command_line_parser(args)
+                  .options(all)
+                  .positional(positional)
+                  .run(),
+              result.values);
+    if (result.values.count("help")) {
+      llvm::outs() << "usage: " << usage << "\n\n" << about << "\n\n";
+      std::ostringstream text;
+      text << all;
+      llvm::outs() << text.str();
+      result.exitCode = 0;
+      return result;
+    }
+    po::notify(result.values);
+  } catch (const po::error &error) {
+    result.exitCode = reportError(command, error.what());
+    llvm::errs() << "usage: " << usage << " (see 'spanc " << command
+                 << " --help')\n";
+  }
+  return result;
+}
+
+int notYetImplemented(const char *command, const char *issue) {
+  llvm::errs() << "spanc " << command
+               << ": not implemented yet; it is built by issue " << issue
+               << ". Nothing was run.\n";
+  return 2;
+}
+
+int reportError(const char *command, const std::string &message) {
+  llvm::errs() << "spanc " << command << ": error: " << message << "\n";
+  return 1;
+}
+
+} // namespace spanc::cli

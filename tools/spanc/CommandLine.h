@@ -1,0 +1,57 @@
+//===- CommandLine.h - Shared option parsing for spanc subcommands --------===//
+//
+// Each subcommand declares its Boost.Program_options description and calls
+// parseCommandLine(), which handles --help and reports bad options the same
+// way everywhere: "spanc SUB: error: ..." and exit code 1.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_TOOLS_SPANC_COMMANDLINE_H
+#define SPANC_TOOLS_SPANC_COMMANDLINE_H
+
+#include <boost/program_options.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spanc::cli {
+
+namespace po = boost::program_options;
+
+/// A subcommand: its name, a one-line summary for `spanc --help`, and its
+/// entry point, which receives the arguments after the subcommand name.
+struct Subcommand {
+  const char *name;
+  const char *summary;
+  int (*run)(const std::vector<std::string> &args);
+};
+
+/// All subcommands, in the order `spanc --help` lists them.
+const std::vector<Subcommand> &subcommands();
+
+/// What parseCommandLine() decided.
+struct ParsedCommandLine {
+  po::variables_map values;
+  /// Set when the command line was handled already (--help printed, or an
+  /// error reported); the subcommand returns this exit code.
+  std::optional<int> exitCode;
+};
+
+/// Parses `args` against `options` (plus --help) with `positional` names.
+/// `usage` is the synopsis line, e.g. "spanc compile FILE [options]".
+ParsedCommandLine
+parseCommandLine(const char *command, const char *usage, const char *about,
+                 const po::options_description &options,
+                 const po::positional_options_description &positional,
+                 const std::vector<std::string> &args);
+
+/// Reports that `command` is specified but not built yet, naming the issue
+/// that builds it, and returns the exit code for that (2).
+int notYetImplemented(const char *command, const char *issue);
+
+/// Prints "spanc COMMAND: error: MESSAGE" to stderr and returns 1.
+int reportError(const char *command, const std::string &message);
+
+} // namespace spanc::cli
+
+#endif // SPANC_TOOLS_SPANC_COMMANDLINE_H

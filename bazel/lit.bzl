@@ -21,5 +21,6 @@ def lit_tests(dirs, data = [], tags = []):
                 "lit.cfg.py",
                 "//tools/spanc",
             ],
+            size = "small",
             tags = tags,
         )

@@ -1,19 +1,69 @@
-//===- IndexCommand.cpp - spanc index ---===//
+//===- IndexCommand.cpp - spanc index -------------------------------------===//
 
+#include "runtime/retrieval/CorpusIndex.h"
 #include "tools/spanc/CommandLine.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace spanc::cli {
 
 int runIndex(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()("input", po::value<std::string>()->required(), "corpus folder");
+  options.add_options()                                                   //
+      ("input", po::value<std::string>()->required(), "corpus folder")    //
+      ("query,q", po::value<std::string>(),                               //
+       "after refreshing, print the fragments that best match this text") //
+      ("top,k", po::value<unsigned>()->default_value(4),                  //
+       "how many fragments --query prints");
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed =
-      parseCommandLine("index", "spanc index DIR", "Chunks the .txt/.md files of a corpus into fragments and indexes them with SQLite FTS5 (BM25).", options, positional, args);
+  ParsedCommandLine parsed = parseCommandLine(
+      "index", "spanc index DIR [--query TEXT [-k N]]",
+      "Chunks the .txt/.md files of a corpus folder into fragments (by\n"
+      "paragraph, with a size cap and overlap) and indexes them with SQLite\n"
+      "FTS5 (BM25) in DIR/.spanc-index.sqlite. Only files whose content\n"
+      "changed are re-chunked; fragments of deleted files are removed.\n"
+      "With --query, prints the top fragments for that text, best first.",
+      options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("index", "#3");
+
+  std::string directory = parsed.values["input"].as<std::string>();
+  auto index = retrieval::CorpusIndex::open(directory);
+  if (!index)
+    return reportError("index", llvm::toString(index.takeError()));
+  auto stats = (*index)->refresh();
+  if (!stats)
+    return reportError("index", llvm::toString(stats.takeError()));
+
+  llvm::outs() << "indexed " << directory << ": " << stats->filesAdded
+               << " added, " << stats->filesChanged << " changed, "
+               << stats->filesUnchanged << " unchanged, " << stats->filesRemoved
+               << " removed; " << stats->fragmentsWritten
+               << " fragments written, " << stats->fragmentsTotal << " in "
+               << (*index)->indexPath() << "\n";
+
+  if (!parsed.values.count("query"))
+    return 0;
+  std::string query = parsed.values["query"].as<std::string>();
+  auto fragments =
+      (*index)->retrieve(query, parsed.values["top"].as<unsigned>());
+  if (!fragments)
+    return reportError("index", llvm::toString(fragments.takeError()));
+  unsigned rank = 0;
+  for (const retrieval::Fragment &fragment : *fragments) {
+    llvm::outs() << ++rank << ". " << fragment.path << ":" << fragment.offset
+                 << "+" << fragment.length
+                 << llvm::format(" score=%.4f", fragment.score) << "\n";
+    llvm::StringRef rest = fragment.text;
+    while (!rest.empty()) {
+      auto [line, next] = rest.split('\n');
+      llvm::outs() << "   " << line << "\n";
+      rest = next;
+    }
+  }
+  return 0;
 }
 
 } // namespace spanc::cli

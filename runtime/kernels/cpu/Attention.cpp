@@ -1,0 +1,453 @@
+//===- Attention.cpp - Paged causal attention on the CPU ------------------===//
+//
+// A tile is up to kMaxRows query rows (token x head-in-group pairs) of one
+// sequence and KV head. For each visible page the tile computes its scores
+// against the block's (up to 16) keys, folds them into per-row online
+// softmax states (running max, running sum, accumulator), and never
+// materializes a score row. The AVX-512 path needs blockSize 16 and
+// headDim % 16 == 0; the scalar path takes any shape and is the reference
+// the fast path is tested against.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/cpu/Attention.h"
+
+#include "runtime/kernels/cpu/CpuFeatures.h"
+
+// GCC 12 reports its own _mm512_reduce_* intrinsics (which start from an
+// "undefined" vector on purpose) as maybe-uninitialized under -Werror.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace spanc::cpu {
+
+namespace {
+
+constexpr int kMaxRows = 16;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxBlockSize = 64;
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+/// What every tile of one call shares.
+struct CallContext {
+  const PagedAttentionShape *shape;
+  const PagedKvView *kv;
+  const PagedAttentionOptions *options;
+  const PagedAttentionBatch *batch;
+  const int64_t *pageStarts;
+  const float *queries;
+};
+
+/// The per-row online softmax state of one tile, plus its scaled queries.
+struct TileState {
+  int rows = 0;
+  int64_t limit[kMaxRows];  ///< last visible logical key index per row
+  float maxScore[kMaxRows]; ///< running max (-inf before any key)
+  float sum[kMaxRows];      ///< running sum of exp(score - max)
+  alignas(64) float query[kMaxRows * kMaxHeadDim];
+  alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
+};
+
+/// Copies the block's K for one head into `out` (same dimension-major
+/// layout) with each valid slot rotated to its logical index.
+void rotateKeyBlock(const CallContext &context, const float *keyBlock,
+                    int valid, int64_t logicalStart, float *out) {
+  const PagedKvView &kv = *context.kv;
+  const RopeTable &table = *context.options->keyRope;
+  const int headDim = context.shape->headDim;
+  std::memcpy(out, keyBlock, sizeof(float) * size_t(headDim) * kv.blockSize);
+  for (int slot = 0; slot < valid; ++slot)
+    rotateHead(table.config().order, table.config().rotaryDim,
+               table.row(logicalStart + slot), out + slot, kv.blockSize);
+}
+
+/// The scalar tile step: folds one block's keys into the tile state.
+void foldBlockScalar(const CallContext &context, TileState &tile,
+                     const float *keyBlock, const float *valueBlock, int valid,
+                     int64_t logicalStart) {
+  const int headDim = context.shape->headDim;
+  const int blockSize = context.kv->blockSize;
+  float scores[kMaxBlockSize];
+  for (int row = 0; row < tile.rows; ++row) {
+    int64_t count =
+        std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1);
+    if (count <= 0)
+      continue;
+    const float *query = tile.query + row * headDim;
+    float blockMax = kNegativeInfinity;
+    for (int slot = 0; slot < count; ++slot) {
+      float dot = 0;
+      for (int dim = 0; dim < headDim; ++dim)
+        dot += query[dim] * keyBlock[dim * blockSize + slot];
+      scores[slot] = dot;
+      blockMax = std::max(blockMax, dot);
+    }
+    float newMax = std::max(tile.maxScore[row], blockMax);
+    float correction = std::exp(tile.maxScore[row] - newMax);
+    float *accumulator = tile.accumulator + row * headDim;
+    for (int dim = 0; dim < headDim; ++dim)
+      accumulator[dim] *= correction;
+    float blockSum = 0;
+    for (int slot = 0; slot < count; ++slot) {
+      float weight = std::exp(scores[slot] - newMax);
+      blockSum += weight;
+      const float *value = valueBlock + slot * headDim;
+      for (int dim = 0; dim < headDim; ++dim)
+        accumulator[dim] += weight * value[dim];
+    }
+    tile.sum[row] = tile.sum[row] * correction + blockSum;
+    tile.maxScore[row] = newMax;
+  }
+}
+
+#define SPANC_AVX512                                                           \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+/// e^x for 16 lanes: 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, p a
+/// degree-7 Taylor polynomial (relative error below 1e-7 on that range).
+SPANC_AVX512 inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
+  __m512 n = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/// Scores of `Rows` query rows against the 16 slots of one block:
+/// out[r][slot] = sum_d query[r][d] * key[d][slot].
+template <int Rows>
+SPANC_AVX512 inline void scoreRows(const float *query, int headDim,
+                                   const float *keyBlock, float *out) {
+  __m512 accumulators[Rows];
+  for (int row = 0; row < Rows; ++row)
+    accumulators[row] = _mm512_setzero_ps();
+  for (int dim = 0; dim < headDim; ++dim) {
+    __m512 keys = _mm512_loadu_ps(keyBlock + dim * 16);
+    for (int row = 0; row < Rows; ++row)
+      accumulators[row] = _mm512_fmadd_ps(
+          _mm512_set1_ps(query[row * headDim + dim]), keys, accumulators[row]);
+  }
+  for (int row = 0; row < Rows; ++row)
+    _mm512_storeu_ps(out + row * 16, accumulators[row]);
+}
+
+SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
+                            const float *keyBlock, float *out) {
+  int row = 0;
+  for (; row + 8 <= rows; row += 8)
+    scoreRows<8>(query + row * headDim, headDim, keyBlock, out + row * 16);
+  switch (rows - row) {
+  case 7:
+    scoreRows<7>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 6:
+    scoreRows<6>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 5:
+    scoreRows<5>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 4:
+    scoreRows<4>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 3:
+    scoreRows<3>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 2:
+    scoreRows<2>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 1:
+    scoreRows<1>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  default:
+    break;
+  }
+}
+
+/// The AVX-512 tile step (blockSize 16, headDim % 16 == 0).
+SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
+                                  const float *keyBlock,
+                                  const float *valueBlock, int valid,
+                                  int64_t logicalStart) {
+  const int headDim = context.shape->headDim;
+  const int chunks = headDim / 16;
+  alignas(64) float scores[kMaxRows * 16];
+  // Rows whose causal limit ends before this block see none of it.
+  int firstRow = 0;
+  while (firstRow < tile.rows && tile.limit[firstRow] < logicalStart)
+    ++firstRow;
+  if (firstRow == tile.rows)
+    return;
+  scoreTile(tile.query + firstRow * headDim, tile.rows - firstRow, headDim,
+            keyBlock, scores + firstRow * 16);
+  for (int row = firstRow; row < tile.rows; ++row) {
+    int64_t count =
+        std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1);
+    if (count <= 0)
+      continue;
+    __mmask16 mask = __mmask16((1u << count) - 1);
+    __m512 rowScores = _mm512_mask_loadu_ps(_mm512_set1_ps(kNegativeInfinity),
+                                            mask, scores + row * 16);
+    float blockMax = _mm512_reduce_max_ps(rowScores);
+    float newMax = std::max(tile.maxScore[row], blockMax);
+    float correction = std::exp(tile.maxScore[row] - newMax);
+    __m512 weights = _mm512_maskz_mov_ps(
+        mask, exp512(_mm512_sub_ps(rowScores, _mm512_set1_ps(newMax))));
+    tile.sum[row] = tile.sum[row] * correction + _mm512_reduce_add_ps(weights);
+    tile.maxScore[row] = newMax;
+    alignas(64) float weightValues[16];
+    _mm512_store_ps(weightValues, weights);
+    float *accumulator = tile.accumulator + row * headDim;
+    __m512 scale = _mm512_set1_ps(correction);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      __m512 sum =
+          _mm512_mul_ps(_mm512_loadu_ps(accumulator + chunk * 16), scale);
+      const float *value = valueBlock + chunk * 16;
+      for (int slot = 0; slot < count; ++slot)
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(weightValues[slot]),
+                              _mm512_loadu_ps(value + slot * headDim), sum);
+      _mm512_storeu_ps(accumulator + chunk * 16, sum);
+    }
+  }
+}
+
+/// Runs one work item: a tile of rows against a range of its pages.
+void runItem(const CallContext &context, const AttentionWorkItem &item,
+             bool useAvx512, float *partial, float *output) {
+  const PagedAttentionShape &shape = *context.shape;
+  const PagedAttentionBatch &batch = *context.batch;
+  const PagedKvView &kv = *context.kv;
+  const int headDim = shape.headDim;
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int32_t firstQueryRow = batch.queryOffsets[item.sequence];
+  const int64_t numQueries =
+      batch.queryOffsets[item.sequence + 1] - firstQueryRow;
+  const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
+  const int64_t length = context.pageStarts[sequencePages - 1] +
+                         batch.validTokens[sequencePages - 1];
+
+  TileState tile;
+  tile.rows = item.numRows;
+  for (int row = 0; row < tile.rows; ++row) {
+    int tileRow = item.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = item.kvHead * groupSize + tileRow % groupSize;
+    tile.limit[row] = length - numQueries + token;
+    tile.maxScore[row] = kNegativeInfinity;
+    tile.sum[row] = 0;
+    const float *query = context.queries +
+                         (firstQueryRow + token) * shape.queryRowStride +
+                         int64_t(head) * headDim;
+    for (int dim = 0; dim < headDim; ++dim)
+      tile.query[row * headDim + dim] = query[dim] * shape.scale;
+    std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
+  }
+  const int64_t lastLimit = tile.limit[tile.rows - 1];
+  alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
+    int valid = batch.validTokens[page];
+    int64_t logicalStart = context.pageStarts[page];
+    if (logicalStart > lastLimit)
+      break;
+    if (valid == 0)
+      continue;
+    int64_t block = batch.blockIds[page];
+    const float *keyBlock =
+        kv.keys + block * kv.blockStride + item.kvHead * kv.headStride;
+    const float *valueBlock =
+        kv.values + block * kv.blockStride + item.kvHead * kv.headStride;
+    if (context.options->keyRope) {
+      rotateKeyBlock(context, keyBlock, valid, logicalStart, rotatedKeys);
+      keyBlock = rotatedKeys;
+    }
+    if (useAvx512)
+      foldBlockAvx512(context, tile, keyBlock, valueBlock, valid, logicalStart);
+    else
+      foldBlockScalar(context, tile, keyBlock, valueBlock, valid, logicalStart);
+  }
+
+  if (partial) {
+    // Split state per row: max, sum, then headDim accumulator floats.
+    for (int row = 0; row < tile.rows; ++row) {
+      float *state = partial + row * (2 + headDim);
+      state[0] = tile.maxScore[row];
+      state[1] = tile.sum[row];
+      std::memcpy(state + 2, tile.accumulator + row * headDim,
+                  sizeof(float) * headDim);
+    }
+    return;
+  }
+  for (int row = 0; row < tile.rows; ++row) {
+    int tileRow = item.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = item.kvHead * groupSize + tileRow % groupSize;
+    float *out = output + (firstQueryRow + token) * shape.outputRowStride +
+                 int64_t(head) * headDim;
+    float inverse = tile.sum[row] > 0 ? 1.0f / tile.sum[row] : 0.0f;
+    for (int dim = 0; dim < headDim; ++dim)
+      out[dim] = tile.accumulator[row * headDim + dim] * inverse;
+  }
+}
+
+/// Combines the split states of one group into its output rows.
+void mergeGroup(const CallContext &context, const AttentionWorkItem *splits,
+                const float *partials, float *output) {
+  const PagedAttentionShape &shape = *context.shape;
+  const int headDim = shape.headDim;
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const AttentionWorkItem &first = splits[0];
+  const int32_t firstQueryRow = context.batch->queryOffsets[first.sequence];
+  const int64_t stateFloats = int64_t(kMaxRows) * (2 + headDim);
+  for (int row = 0; row < first.numRows; ++row) {
+    float globalMax = kNegativeInfinity;
+    for (int split = 0; split < first.numSplits; ++split)
+      globalMax = std::max(
+          globalMax,
+          partials[splits[split].partial * stateFloats + row * (2 + headDim)]);
+    int tileRow = first.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = first.kvHead * groupSize + tileRow % groupSize;
+    float *out = output + (firstQueryRow + token) * shape.outputRowStride +
+                 int64_t(head) * headDim;
+    std::fill(out, out + headDim, 0.0f);
+    float total = 0;
+    for (int split = 0; split < first.numSplits; ++split) {
+      const float *state =
+          partials + splits[split].partial * stateFloats + row * (2 + headDim);
+      if (state[1] == 0)
+        continue;
+      float weight = std::exp(state[0] - globalMax);
+      total += state[1] * weight;
+      for (int dim = 0; dim < headDim; ++dim)
+        out[dim] += state[2 + dim] * weight;
+    }
+    float inverse = total > 0 ? 1.0f / total : 0.0f;
+    for (int dim = 0; dim < headDim; ++dim)
+      out[dim] *= inverse;
+  }
+}
+
+} // namespace
+
+void pagedAttention(const PagedAttentionShape &shape,
+                    const PagedAttentionBatch &batch, const PagedKvView &kv,
+                    const float *queries, float *output,
+                    const PagedAttentionOptions &options,
+                    AttentionWorkspace &workspace) {
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
+                         kv.blockSize == 16 && shape.headDim % 16 == 0;
+  const int minPages =
+      options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
+
+  // Logical start of every page: a prefix sum of valid tokens per sequence.
+  const int32_t totalPages = batch.pageOffsets[batch.numSequences];
+  workspace.pageStarts.resize(size_t(totalPages));
+  for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
+    int64_t start = 0;
+    for (int32_t page = batch.pageOffsets[sequence];
+         page < batch.pageOffsets[sequence + 1]; ++page) {
+      workspace.pageStarts[size_t(page)] = start;
+      start += batch.validTokens[page];
+    }
+  }
+
+  // Tiles first; then, if they are too few to keep every thread busy, split
+  // each tile's visible pages into ranges (flash-decoding style).
+  const int threads = omp_get_max_threads();
+  int64_t numTiles = 0;
+  for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
+    int64_t rows = int64_t(batch.queryOffsets[sequence + 1] -
+                           batch.queryOffsets[sequence]) *
+                   groupSize;
+    numTiles += shape.numKvHeads * ((rows + kMaxRows - 1) / kMaxRows);
+  }
+  const int64_t splitTarget =
+      numTiles >= 2 * threads ? 1 : (4 * threads + numTiles - 1) / numTiles;
+
+  workspace.items.clear();
+  workspace.groups.clear();
+  int32_t numPartials = 0;
+  for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
+    const int32_t pageBegin = batch.pageOffsets[sequence];
+    const int32_t pageEnd = batch.pageOffsets[sequence + 1];
+    if (pageEnd == pageBegin)
+      continue;
+    const int64_t numQueries =
+        batch.queryOffsets[sequence + 1] - batch.queryOffsets[sequence];
+    const int64_t length = workspace.pageStarts[size_t(pageEnd - 1)] +
+                           batch.validTokens[pageEnd - 1];
+    const int64_t rows = numQueries * groupSize;
+    for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
+      for (int64_t firstRow = 0; firstRow < rows; firstRow += kMaxRows) {
+        int numRows = int(std::min<int64_t>(kMaxRows, rows - firstRow));
+        int64_t lastLimit =
+            length - numQueries + (firstRow + numRows - 1) / groupSize;
+        int32_t visibleEnd = pageBegin;
+        while (visibleEnd < pageEnd &&
+               workspace.pageStarts[size_t(visibleEnd)] <= lastLimit)
+          ++visibleEnd;
+        int64_t visiblePages = visibleEnd - pageBegin;
+        int64_t splits = std::max<int64_t>(
+            1, std::min<int64_t>(splitTarget, visiblePages / minPages));
+        workspace.groups.push_back(int32_t(workspace.items.size()));
+        for (int64_t split = 0; split < splits; ++split) {
+          AttentionWorkItem item;
+          item.sequence = sequence;
+          item.kvHead = kvHead;
+          item.firstRow = int32_t(firstRow);
+          item.numRows = numRows;
+          item.pageBegin = int32_t(pageBegin + visiblePages * split / splits);
+          item.pageEnd =
+              int32_t(pageBegin + visiblePages * (split + 1) / splits);
+          item.partial = splits > 1 ? numPartials++ : -1;
+          item.numSplits = split == 0 ? int32_t(splits) : 0;
+          workspace.items.push_back(item);
+        }
+      }
+    }
+  }
+  const int64_t stateFloats = int64_t(kMaxRows) * (2 + shape.headDim);
+  if (workspace.partials.size() < size_t(numPartials * stateFloats))
+    workspace.partials.resize(size_t(numPartials * stateFloats));
+
+  CallContext context{
+      &shape, &kv, &options, &batch, workspace.pageStarts.data(), queries};
+  const int64_t numItems = int64_t(workspace.items.size());
+  float *partials = workspace.partials.data();
+#pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
+  for (int64_t index = 0; index < numItems; ++index) {
+    const AttentionWorkItem &item = workspace.items[size_t(index)];
+    runItem(context, item, useAvx512,
+            item.partial >= 0 ? partials + item.partial * stateFloats : nullptr,
+            output);
+  }
+  if (numPartials == 0)
+    return;
+  const int64_t numGroups = int64_t(workspace.groups.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t group = 0; group < numGroups; ++group) {
+    const AttentionWorkItem *first =
+        workspace.items.data() + workspace.groups[size_t(group)];
+    if (first->numSplits > 1)
+      mergeGroup(context, first, partials, output);
+  }
+}
+
+} // namespace spanc::cpu

@@ -1,0 +1,99 @@
+//===- Attention.h - Paged causal attention on the CPU --------------------===//
+//
+// One kernel serves prefill and decode, plain sequences and span queries:
+// every sequence of a batch is a *page list* (block ids + the number of
+// valid tokens in each block) over the physical KV blocks, i.e. a virtual
+// sequence whose logical tokens are the valid slots in page order. Padding
+// slots are skipped and take no logical index. A sequence's queries are its
+// last n logical tokens; query i sees logical keys 0 .. (len - n + i).
+//
+// Heads are grouped (GQA): the query heads h*g .. h*g+g-1 share KV head h and
+// are processed together so each K/V block is read once per group. Work is
+// split over (sequence, KV head, tile of query rows) and, when that gives the
+// threads too little to do (a short query after a long context: decode),
+// also over ranges of pages whose partial softmax states are merged after.
+// Scores use an online softmax, so no row of the score matrix is ever held.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H
+#define SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H
+
+#include "runtime/kernels/cpu/Rope.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::cpu {
+
+/// One layer of physical KV memory as the kernel reads it (f32).
+///   K of (block b, head h): keys + b*blockStride + h*headStride, stored
+///     dimension-major: element (slot s, dim d) at [d * blockSize + s], so
+///     the 16 slots of one dimension are one AVX-512 vector.
+///   V of (block b, head h): values + b*blockStride + h*headStride, stored
+///     slot-major: element (slot s, dim d) at [s * headDim + d].
+struct PagedKvView {
+  const float *keys = nullptr;
+  const float *values = nullptr;
+  int64_t blockStride = 0; ///< floats between consecutive blocks
+  int64_t headStride = 0;  ///< floats between KV heads inside one block
+  int blockSize = 16;
+};
+
+struct PagedAttentionShape {
+  int numQueryHeads = 0;
+  int numKvHeads = 0;
+  int headDim = 0;
+  float scale = 0;             ///< usually 1/sqrt(headDim)
+  int64_t queryRowStride = 0;  ///< floats between query rows (tokens)
+  int64_t outputRowStride = 0; ///< floats between output rows
+};
+
+/// The sequences of one call. Sequence s owns query/output rows
+/// [queryOffsets[s], queryOffsets[s+1]) and pages
+/// [pageOffsets[s], pageOffsets[s+1]) of blockIds/validTokens. Its number of
+/// queries must not exceed its number of valid tokens.
+struct PagedAttentionBatch {
+  int numSequences = 0;
+  const int32_t *queryOffsets = nullptr;
+  const int32_t *pageOffsets = nullptr;
+  const int32_t *blockIds = nullptr;
+  const int32_t *validTokens = nullptr;
+};
+
+struct PagedAttentionOptions {
+  /// When set, K is stored unrotated and the kernel rotates each key at its
+  /// logical index with this table (rope-in-kernel); it must cover the
+  /// longest page list. When null, K is stored already rotated.
+  const RopeTable *keyRope = nullptr;
+  /// Use the portable scalar path even where AVX-512 is available (tests).
+  bool forceScalar = false;
+  /// Minimum pages per key split; 0 picks the default (8 pages).
+  int minPagesPerSplit = 0;
+};
+
+/// Scratch memory the kernel reuses from call to call; it grows to the
+/// largest batch seen and is never shrunk, so steady-state calls allocate
+/// nothing.
+struct AttentionWorkItem {
+  int32_t sequence, kvHead, firstRow, numRows, pageBegin, pageEnd;
+  int32_t partial;   ///< index of this split's partial state, or -1
+  int32_t numSplits; ///< on a group's first split: splits in the group
+};
+struct AttentionWorkspace {
+  std::vector<int64_t> pageStarts; ///< logical index of each page's slot 0
+  std::vector<AttentionWorkItem> items;
+  std::vector<int32_t> groups; ///< first item of each split group
+  std::vector<float> partials; ///< split states: max, sum, accumulator
+};
+
+/// output[row][head*headDim + d] = softmax(q k^T * scale) v, causal over
+/// logical indices, for every sequence of `batch`.
+void pagedAttention(const PagedAttentionShape &shape,
+                    const PagedAttentionBatch &batch, const PagedKvView &kv,
+                    const float *queries, float *output,
+                    const PagedAttentionOptions &options,
+                    AttentionWorkspace &workspace);
+
+} // namespace spanc::cpu
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H

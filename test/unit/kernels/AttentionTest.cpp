@@ -1,0 +1,267 @@
+//===- AttentionTest.cpp - Paged attention against dense masked softmax ---===//
+//
+// Every case builds page lists over a KvStorage, runs the kernel (AVX-512
+// and scalar paths) and compares each output row with a dense reference in
+// double precision that sees only the logical tokens of its sequence,
+// causally, with GQA head sharing.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kv/KvStorage.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace spanc;
+using namespace spanc::cpu;
+
+struct TestSequence {
+  std::vector<int32_t> blockIds;
+  std::vector<int32_t> validTokens;
+  int numQueries = 0;
+};
+
+struct Case {
+  int numQueryHeads = 6;
+  int numKvHeads = 2;
+  int headDim = 64;
+  int blockSize = 16;
+  int64_t numBlocks = 64;
+  bool ropeInKernel = false;
+  std::vector<TestSequence> sequences;
+};
+
+/// Fills every slot of every block with random K/V and runs the kernel and
+/// the reference on the case's sequences.
+void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
+  kv::KvStorageConfig config;
+  config.numLayers = 2;
+  config.numKvHeads = testCase.numKvHeads;
+  config.headDim = testCase.headDim;
+  config.blockSize = testCase.blockSize;
+  config.numBlocks = testCase.numBlocks;
+  config.keysRotated = !testCase.ropeInKernel;
+  auto storageOrError = kv::KvStorage::create(config);
+  ASSERT_TRUE(bool(storageOrError))
+      << llvm::toString(storageOrError.takeError());
+  kv::KvStorage &storage = **storageOrError;
+  const int layer = 1;
+  const int kvWidth = testCase.numKvHeads * testCase.headDim;
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // keyOf[block][slot] / valueOf: the token-major copy the reference reads.
+  std::vector<std::vector<float>> keyOf(
+      size_t(testCase.numBlocks * testCase.blockSize)),
+      valueOf(keyOf.size());
+  for (int64_t block = 0; block < testCase.numBlocks; ++block)
+    for (int slot = 0; slot < testCase.blockSize; ++slot) {
+      std::vector<float> key(static_cast<size_t>(kvWidth)),
+          value(static_cast<size_t>(kvWidth));
+      for (float &x : key)
+        x = normal(rng);
+      for (float &x : value)
+        x = normal(rng);
+      storage.writeToken(layer, block, slot, key.data(), value.data());
+      keyOf[size_t(block * testCase.blockSize + slot)] = key;
+      valueOf[size_t(block * testCase.blockSize + slot)] = value;
+    }
+
+  RopeConfig ropeConfig;
+  ropeConfig.headDim = ropeConfig.rotaryDim = testCase.headDim;
+  ropeConfig.theta = 10000.0f;
+  RopeTable ropeTable(ropeConfig, 1024);
+
+  std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
+                       validTokens;
+  for (const TestSequence &sequence : testCase.sequences) {
+    queryOffsets.push_back(queryOffsets.back() + sequence.numQueries);
+    pageOffsets.push_back(pageOffsets.back() +
+                          int32_t(sequence.blockIds.size()));
+    blockIds.insert(blockIds.end(), sequence.blockIds.begin(),
+                    sequence.blockIds.end());
+    validTokens.insert(validTokens.end(), sequence.validTokens.begin(),
+                       sequence.validTokens.end());
+  }
+  const int64_t queryWidth = int64_t(testCase.numQueryHeads) * testCase.headDim;
+  const int64_t queryStride = queryWidth + 3, outputStride = queryWidth + 5;
+  const int totalQueries = queryOffsets.back();
+  std::vector<float> queries(size_t(totalQueries * queryStride));
+  for (float &x : queries)
+    x = normal(rng);
+  std::vector<float> output(size_t(totalQueries * outputStride), 0.0f);
+
+  PagedAttentionShape shape;
+  shape.numQueryHeads = testCase.numQueryHeads;
+  shape.numKvHeads = testCase.numKvHeads;
+  shape.headDim = testCase.headDim;
+  shape.scale = 1.0f / std::sqrt(float(testCase.headDim));
+  shape.queryRowStride = queryStride;
+  shape.outputRowStride = outputStride;
+  PagedAttentionBatch batch;
+  batch.numSequences = int(testCase.sequences.size());
+  batch.queryOffsets = queryOffsets.data();
+  batch.pageOffsets = pageOffsets.data();
+  batch.blockIds = blockIds.data();
+  batch.validTokens = validTokens.data();
+  PagedAttentionOptions options;
+  options.forceScalar = forceScalar;
+  options.minPagesPerSplit = minPagesPerSplit;
+  options.keyRope = testCase.ropeInKernel ? &ropeTable : nullptr;
+  AttentionWorkspace workspace;
+  // Twice: a reused workspace must give the same answer.
+  for (int round = 0; round < 2; ++round)
+    pagedAttention(shape, batch, storage.layerView(layer), queries.data(),
+                   output.data(), options, workspace);
+
+  const int groupSize = testCase.numQueryHeads / testCase.numKvHeads;
+  for (size_t index = 0; index < testCase.sequences.size(); ++index) {
+    const TestSequence &sequence = testCase.sequences[index];
+    // The logical tokens: valid slots in page order.
+    std::vector<const std::vector<float> *> keys, values;
+    for (size_t page = 0; page < sequence.blockIds.size(); ++page)
+      for (int slot = 0; slot < sequence.validTokens[page]; ++slot) {
+        size_t flat =
+            size_t(sequence.blockIds[page] * testCase.blockSize + slot);
+        keys.push_back(&keyOf[flat]);
+        values.push_back(&valueOf[flat]);
+      }
+    const int64_t length = int64_t(keys.size());
+    for (int query = 0; query < sequence.numQueries; ++query) {
+      int64_t limit = length - sequence.numQueries + query;
+      int64_t row = queryOffsets[index] + query;
+      for (int head = 0; head < testCase.numQueryHeads; ++head) {
+        int kvHead = head / groupSize;
+        const float *q =
+            queries.data() + row * queryStride + head * testCase.headDim;
+        std::vector<double> scores(size_t(limit + 1));
+        double maxScore = -1e300;
+        for (int64_t key = 0; key <= limit; ++key) {
+          std::vector<float> k(
+              keys[size_t(key)]->begin() + kvHead * testCase.headDim,
+              keys[size_t(key)]->begin() + (kvHead + 1) * testCase.headDim);
+          if (testCase.ropeInKernel)
+            rotateHead(ropeConfig.order, ropeConfig.rotaryDim,
+                       ropeTable.row(key), k.data(), 1);
+          double dot = 0;
+          for (int dim = 0; dim < testCase.headDim; ++dim)
+            dot += double(q[dim]) * k[size_t(dim)];
+          scores[size_t(key)] = dot * shape.scale;
+          maxScore = std::max(maxScore, scores[size_t(key)]);
+        }
+        double total = 0;
+        for (double &score : scores)
+          total += (score = std::exp(score - maxScore));
+        for (int dim = 0; dim < testCase.headDim; ++dim) {
+          double expected = 0;
+          for (int64_t key = 0; key <= limit; ++key)
+            expected +=
+                scores[size_t(key)] *
+                (*values[size_t(key)])[size_t(kvHead * testCase.headDim + dim)];
+          expected /= total;
+          ASSERT_NEAR(output[size_t(row * outputStride +
+                                    head * testCase.headDim + dim)],
+                      expected, 2e-5)
+              << "sequence " << index << " query " << query << " head " << head
+              << " dim " << dim << (forceScalar ? " (scalar)" : " (avx512)");
+        }
+      }
+    }
+  }
+}
+
+TestSequence contiguous(int firstBlock, int numTokens, int numQueries,
+                        int blockSize = 16) {
+  TestSequence sequence;
+  for (int start = 0; start < numTokens; start += blockSize) {
+    sequence.blockIds.push_back(firstBlock++);
+    sequence.validTokens.push_back(std::min(blockSize, numTokens - start));
+  }
+  sequence.numQueries = numQueries;
+  return sequence;
+}
+
+TEST(PagedAttention, PrefillOfOneContiguousSequenceIsCausal) {
+  Case testCase;
+  testCase.sequences = {contiguous(0, 77, 77)};
+  runCase(testCase, false);
+  runCase(testCase, true);
+}
+
+TEST(PagedAttention, DecodeBatchOfSeveralSequencesWithGqa) {
+  Case testCase;
+  testCase.numQueryHeads = 9;
+  testCase.numKvHeads = 3;
+  testCase.sequences = {contiguous(0, 40, 1), contiguous(3, 1, 1),
+                        contiguous(4, 130, 1)};
+  runCase(testCase, false);
+  runCase(testCase, true);
+}
+
+TEST(PagedAttention, PaddingSlotsTakeNoPositionAndBlocksAreShared) {
+  // Span-style page lists: partial blocks in the middle (padding) and one
+  // block read by two sequences at different logical offsets.
+  Case testCase;
+  TestSequence first;
+  first.blockIds = {5, 2, 9, 11};
+  first.validTokens = {16, 7, 3, 12};
+  first.numQueries = 12;
+  TestSequence second;
+  second.blockIds = {9, 2, 0};
+  second.validTokens = {3, 7, 5};
+  second.numQueries = 5;
+  TestSequence third;
+  third.blockIds = {1, 4, 6};
+  third.validTokens = {0, 16, 16}; // an empty page is skipped too
+  third.numQueries = 20;
+  testCase.sequences = {first, second, third};
+  runCase(testCase, false);
+  runCase(testCase, true);
+}
+
+TEST(PagedAttention, ShortQueryAfterLongContextSplitsKeysAndMerges) {
+  Case testCase;
+  testCase.numBlocks = 300;
+  testCase.sequences = {contiguous(0, 4000, 18), contiguous(251, 700, 1)};
+  runCase(testCase, false, 4);
+  runCase(testCase, true, 4);
+}
+
+TEST(PagedAttention, RopeInKernelRotatesKeysAtTheirLogicalIndex) {
+  Case testCase;
+  testCase.ropeInKernel = true;
+  TestSequence sequence;
+  sequence.blockIds = {7, 3, 8};
+  sequence.validTokens = {5, 16, 9};
+  sequence.numQueries = 9;
+  testCase.sequences = {sequence, contiguous(20, 300, 1)};
+  runCase(testCase, false, 2);
+  runCase(testCase, true, 2);
+}
+
+TEST(PagedAttention, ScalarPathTakesOddShapes) {
+  Case testCase;
+  testCase.numQueryHeads = 4;
+  testCase.numKvHeads = 4;
+  testCase.headDim = 40;
+  testCase.blockSize = 8;
+  testCase.sequences = {contiguous(0, 29, 29, 8), contiguous(10, 50, 3, 8)};
+  runCase(testCase, false); // no AVX-512 shape: scalar either way
+}
+
+TEST(PagedAttention, WideGroupsSpanSeveralTiles) {
+  // 32 query heads on one KV head: one token's rows exceed a 16-row tile.
+  Case testCase;
+  testCase.numQueryHeads = 32;
+  testCase.numKvHeads = 1;
+  testCase.sequences = {contiguous(0, 33, 3)};
+  runCase(testCase, false);
+  runCase(testCase, true);
+}
+
+} // namespace

@@ -1,0 +1,116 @@
+//===- ElementwiseTest.cpp - CPU row kernels against scalar references ----===//
+
+#include "runtime/kernels/cpu/Elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace spanc::cpu;
+
+std::vector<float> randomVector(size_t count, unsigned seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = normal(rng);
+  return values;
+}
+
+TEST(CpuRmsNorm, MatchesDoublePrecisionReferenceWithStrides) {
+  const int64_t rows = 5, cols = 576, inStride = 600, outStride = 580;
+  std::vector<float> x = randomVector(rows * inStride, 1, 3.0f);
+  std::vector<float> weight = randomVector(cols, 2);
+  std::vector<float> out(rows * outStride, -7.0f);
+  RowShape shape{rows, cols, inStride, outStride};
+  rmsNorm(shape, x.data(), weight.data(), 1e-5f, out.data());
+  for (int64_t row = 0; row < rows; ++row) {
+    double sum = 0;
+    for (int64_t col = 0; col < cols; ++col)
+      sum += double(x[row * inStride + col]) * x[row * inStride + col];
+    double scale = 1.0 / std::sqrt(sum / cols + 1e-5);
+    for (int64_t col = 0; col < cols; ++col)
+      EXPECT_NEAR(out[row * outStride + col],
+                  x[row * inStride + col] * scale * weight[col], 1e-5)
+          << "row " << row << " col " << col;
+    // The gap between rows stays untouched.
+    for (int64_t col = cols; col < outStride && row + 1 < rows; ++col)
+      EXPECT_EQ(out[row * outStride + col], -7.0f);
+  }
+}
+
+TEST(CpuSwiGlu, IsSiluOfGateTimesUp) {
+  const int64_t rows = 3, cols = 1536;
+  std::vector<float> fused = randomVector(rows * 2 * cols, 3, 4.0f);
+  std::vector<float> out(rows * cols);
+  RowShape shape{rows, cols, 2 * cols, cols};
+  swiGlu(shape, fused.data(), fused.data() + cols, out.data());
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t col = 0; col < cols; ++col) {
+      double gate = fused[row * 2 * cols + col];
+      double up = fused[row * 2 * cols + cols + col];
+      double expected = gate / (1.0 + std::exp(-gate)) * up;
+      EXPECT_NEAR(out[row * cols + col], expected,
+                  1e-5 * std::max(1.0, std::abs(expected)));
+    }
+}
+
+TEST(CpuAddInPlace, AddsTheResidual) {
+  std::vector<float> x = randomVector(2 * 10, 4), y = randomVector(2 * 10, 5);
+  std::vector<float> expected = x;
+  for (size_t i = 0; i < x.size(); ++i)
+    expected[i] += y[i];
+  addInPlace(RowShape{2, 10, 10, 10}, x.data(), y.data());
+  EXPECT_EQ(x, expected);
+}
+
+/// A toy 2-bit decoder that proves the table's decoder and row stride are
+/// used, not just memcpy of f32 rows.
+void decodeNibbles(const void *row, float *out, int64_t count,
+                   const void *context) {
+  const uint8_t *bytes = static_cast<const uint8_t *>(row);
+  float scale = *static_cast<const float *>(context);
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = float((bytes[i / 2] >> (4 * (i % 2))) & 0xf) * scale;
+}
+
+TEST(CpuEmbeddingLookup, GathersDecodedRowsByTokenId) {
+  const int64_t numRows = 7, dim = 6, rowBytes = 4; // 3 bytes used + 1 pad
+  std::vector<uint8_t> table(numRows * rowBytes);
+  for (size_t i = 0; i < table.size(); ++i)
+    table[i] = uint8_t(i * 37 + 11);
+  float scale = 0.5f;
+  EmbeddingTable embedding{table.data(), numRows,       dim,
+                           rowBytes,     decodeNibbles, &scale};
+  std::vector<int32_t> ids = {3, 0, 6, 3};
+  const int64_t stride = 8;
+  std::vector<float> out(ids.size() * stride, -1.0f);
+  embeddingLookup(embedding, ids.data(), int64_t(ids.size()), out.data(),
+                  stride);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t col = 0; col < dim; ++col) {
+      uint8_t byte = table[size_t(ids[i] * rowBytes + col / 2)];
+      EXPECT_EQ(out[i * stride + col],
+                float((byte >> (4 * (col % 2))) & 0xf) * 0.5f);
+    }
+
+  std::vector<float> floats = randomVector(numRows * dim, 6);
+  EmbeddingTable f32Table{reinterpret_cast<const uint8_t *>(floats.data()),
+                          numRows,
+                          dim,
+                          int64_t(dim * sizeof(float)),
+                          decodeF32Row,
+                          nullptr};
+  std::vector<float> gathered(ids.size() * dim);
+  embeddingLookup(f32Table, ids.data(), int64_t(ids.size()), gathered.data(),
+                  dim);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t col = 0; col < dim; ++col)
+      EXPECT_EQ(gathered[i * dim + col], floats[ids[i] * dim + col]);
+}
+
+} // namespace

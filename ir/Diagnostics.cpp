@@ -1,0 +1,82 @@
+//===- Diagnostics.cpp - Located errors for IR locations ------------------===//
+
+#include "ir/Diagnostics.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace spanc::ir {
+
+void DiagnosticEngine::registerBuffer(llvm::StringRef name, unsigned bufferId) {
+  buffers[name] = static_cast<int>(bufferId);
+}
+
+Location DiagnosticEngine::getLocation(llvm::SMLoc loc) const {
+  if (!loc.isValid())
+    return {};
+  unsigned bufferId = sourceMgr.FindBufferContainingLoc(loc);
+  if (!bufferId)
+    return {};
+  auto [line, column] = sourceMgr.getLineAndColumn(loc, bufferId);
+  return {internFileName(
+              sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier()),
+          line, column};
+}
+
+llvm::SMLoc DiagnosticEngine::getSMLoc(Location loc) {
+  if (!loc.isKnown())
+    return {};
+  auto [it, inserted] = buffers.try_emplace(loc.file, -1);
+  if (inserted) {
+    auto buffer = llvm::MemoryBuffer::getFile(loc.file, /*IsText=*/true);
+    if (buffer)
+      it->second = static_cast<int>(
+          sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc()));
+  }
+  if (it->second < 0)
+    return {};
+  unsigned bufferId = static_cast<unsigned>(it->second);
+  llvm::StringRef text = sourceMgr.getMemoryBuffer(bufferId)->getBuffer();
+  // FindLocForLineAndColumn asserts on columns past the line; clamp first.
+  llvm::SMLoc lineStart =
+      sourceMgr.FindLocForLineAndColumn(bufferId, loc.line, 1);
+  if (!lineStart.isValid())
+    return {};
+  size_t offset = lineStart.getPointer() - text.data();
+  size_t lineEnd = text.find_first_of("\r\n", offset);
+  if (lineEnd == llvm::StringRef::npos)
+    lineEnd = text.size();
+  size_t column = loc.column ? loc.column - 1 : 0;
+  if (offset + column > lineEnd)
+    column = lineEnd - offset;
+  return llvm::SMLoc::getFromPointer(text.data() + offset + column);
+}
+
+void DiagnosticEngine::emit(Location loc, llvm::SourceMgr::DiagKind kind,
+                            const llvm::Twine &message) {
+  if (kind == llvm::SourceMgr::DK_Error)
+    ++numErrors;
+  if (muted)
+    return;
+  llvm::SMLoc smLoc = getSMLoc(loc);
+  if (smLoc.isValid()) {
+    sourceMgr.PrintMessage(smLoc, kind, message);
+    return;
+  }
+  // No source text: still say where, in the usual form.
+  llvm::SMDiagnostic diagnostic(
+      sourceMgr, llvm::SMLoc(), loc.isKnown() ? loc.file : "<unknown>",
+      loc.isKnown() ? int(loc.line) : -1,
+      loc.isKnown() ? int(loc.column) - 1 : -1, kind, message.str(), "", {});
+  diagnostic.print(nullptr, llvm::errs());
+}
+
+void DiagnosticEngine::emit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,
+                            const llvm::Twine &message) {
+  if (kind == llvm::SourceMgr::DK_Error)
+    ++numErrors;
+  if (!muted)
+    sourceMgr.PrintMessage(loc, kind, message);
+}
+
+} // namespace spanc::ir

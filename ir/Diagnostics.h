@@ -1,0 +1,67 @@
+//===- Diagnostics.h - Located errors for IR locations --------------------===//
+//
+// Prints `file:line:col: error: message`, the source line and a caret for an
+// ir::Location through llvm::SourceMgr. Buffers the frontend already loaded
+// are registered by name; other files named by a location (e.g. a `loc(...)`
+// in a .ir file) are loaded on first use, and when a file cannot be read the
+// message is printed without the source line.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_IR_DIAGNOSTICS_H
+#define SPANC_IR_DIAGNOSTICS_H
+
+#include "ir/IR.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/SourceMgr.h"
+
+namespace spanc::ir {
+
+class DiagnosticEngine {
+public:
+  explicit DiagnosticEngine(llvm::SourceMgr &sourceMgr)
+      : sourceMgr(sourceMgr) {}
+
+  llvm::SourceMgr &getSourceMgr() { return sourceMgr; }
+
+  /// Makes locations in file `name` resolve to buffer `bufferId`.
+  void registerBuffer(llvm::StringRef name, unsigned bufferId);
+
+  /// The location of `loc` in `bufferId` as file, line, column.
+  Location getLocation(llvm::SMLoc loc) const;
+  /// The SourceMgr location for `loc`, loading its file if needed; an
+  /// invalid SMLoc when the file cannot be read.
+  llvm::SMLoc getSMLoc(Location loc);
+
+  void error(Location loc, const llvm::Twine &message) {
+    emit(loc, llvm::SourceMgr::DK_Error, message);
+  }
+  void warning(Location loc, const llvm::Twine &message) {
+    emit(loc, llvm::SourceMgr::DK_Warning, message);
+  }
+  void note(Location loc, const llvm::Twine &message) {
+    emit(loc, llvm::SourceMgr::DK_Note, message);
+  }
+  void emit(Location loc, llvm::SourceMgr::DiagKind kind,
+            const llvm::Twine &message);
+  /// For problems that have an SMLoc but no op (the IR parser).
+  void emit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,
+            const llvm::Twine &message);
+
+  unsigned getNumErrors() const { return numErrors; }
+  /// While muted, messages are counted but not printed (the frontend
+  /// checks each `let` once and inlines it quietly afterwards).
+  void setMuted(bool muted) { this->muted = muted; }
+  bool isMuted() const { return muted; }
+
+private:
+  llvm::SourceMgr &sourceMgr;
+  llvm::StringMap<int> buffers; // name -> buffer id, or -1 if unreadable
+  unsigned numErrors = 0;
+  bool muted = false;
+};
+
+} // namespace spanc::ir
+
+#endif // SPANC_IR_DIAGNOSTICS_H

@@ -1,0 +1,25 @@
+//===- Verifier.h - Check that span IR is well formed ---------------------===//
+//
+// Checks what the op schemas of ir/IR.h promise: operand counts, that every
+// operand is a result defined earlier in the same query (not a yield), that
+// attributes are known, of the right type and in range, that leaves and
+// retrieve have text, and that each query ends with exactly one span.yield.
+// Every problem is reported at the op's location; all are reported.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_IR_VERIFIER_H
+#define SPANC_IR_VERIFIER_H
+
+#include "ir/Diagnostics.h"
+#include "ir/IR.h"
+
+namespace spanc::ir {
+
+/// Returns true if `module` is well formed; otherwise reports every problem
+/// through `diagnostics` and returns false.
+bool verify(const Module &module, DiagnosticEngine &diagnostics);
+bool verify(const Query &query, DiagnosticEngine &diagnostics);
+
+} // namespace spanc::ir
+
+#endif // SPANC_IR_VERIFIER_H

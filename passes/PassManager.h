@@ -1,0 +1,132 @@
+//===- PassManager.h - Registered passes and the pipeline that runs them --===//
+//
+// A pass is one file under passes/ with a factory `createXPass()` and a
+// static registration:
+//
+//   static spanc::passes::PassRegistration registration(
+//       "plus-simplify", "flatten nested joins, drop empty spans, unwrap "
+//       "singletons", createPlusSimplifyPass);
+//
+// (its cc_library needs `alwayslink = True` and a place in the deps of
+// //passes:all, so that the registration is linked into spanc). The manager
+// runs a list of passes, verifies the IR after each one, and prints it when
+// asked (--print-ir-after-all, --print-ir-after=NAME).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_PASSES_PASSMANAGER_H
+#define SPANC_PASSES_PASSMANAGER_H
+
+#include "ir/Diagnostics.h"
+#include "ir/IR.h"
+#include "ir/Printer.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spanc::passes {
+
+/// Options the command line hands to passes.
+struct PassOptions {
+  /// --tree-reduce=k: the fan-in for tree-reduce where a gen has no
+  /// `reduce` attribute (0: only gens with `reduce` are reduced).
+  unsigned treeReduce = 0;
+  /// --prepare-fragments: desugar-retrieve adds G¹ warm-up calls.
+  bool prepareFragments = false;
+};
+
+/// What a pass gets besides the module: options and a place for located
+/// errors.
+class PassContext {
+public:
+  PassContext(ir::DiagnosticEngine &diagnostics, const PassOptions &options)
+      : diagnostics(diagnostics), options(options) {}
+
+  ir::DiagnosticEngine &getDiagnostics() { return diagnostics; }
+  const PassOptions &getOptions() const { return options; }
+
+private:
+  ir::DiagnosticEngine &diagnostics;
+  const PassOptions &options;
+};
+
+class Pass {
+public:
+  virtual ~Pass() = default;
+  /// Rewrites `module` in place. Returns false after reporting what went
+  /// wrong through context.getDiagnostics() (at an op's location when
+  /// there is one).
+  virtual bool run(ir::Module &module, PassContext &context) = 0;
+};
+
+using PassFactory = std::function<std::unique_ptr<Pass>()>;
+
+struct PassInfo {
+  std::string name;
+  std::string description;
+  PassFactory factory;
+};
+
+/// Registers a pass when its object file is loaded (file-scope static).
+struct PassRegistration {
+  PassRegistration(llvm::StringRef name, llvm::StringRef description,
+                   PassFactory factory);
+};
+
+/// The registered pass called `name`, or null.
+const PassInfo *lookupPass(llvm::StringRef name);
+/// All registered passes, sorted by name.
+std::vector<const PassInfo *> registeredPasses();
+
+/// The default pipeline, in order. It may name passes that are not built
+/// yet; those are skipped (and marked in `spanc opt --help`).
+llvm::ArrayRef<const char *> defaultPipeline();
+
+/// Describes the default pipeline and all registered passes, for --help.
+std::string describePasses();
+
+class PassManager {
+public:
+  explicit PassManager(PassContext &context) : context(context) {}
+
+  /// Adds the passes of "a,b,c" (empty: none). An unknown name is an error
+  /// that lists the registered passes.
+  llvm::Error addPipeline(llvm::StringRef commaSeparated);
+  /// Adds the registered passes of defaultPipeline().
+  void addDefaultPipeline();
+  void addPass(llvm::StringRef name, std::unique_ptr<Pass> pass);
+  /// The names of the passes that will run, in order.
+  std::vector<std::string> getPassNames() const;
+
+  /// Print the IR to `stream` after every pass / after passes named so.
+  void setPrintAfterAll(bool enable) { printAfterAll = enable; }
+  /// Unknown names are an error, so a typo does not silently print nothing.
+  llvm::Error addPrintAfter(llvm::StringRef passName);
+  void setPrintStream(llvm::raw_ostream &stream) { printStream = &stream; }
+  void setPrintOptions(const ir::PrintOptions &options) {
+    printOptions = options;
+  }
+
+  /// Runs the passes in order, verifying after each. Fails when a pass
+  /// fails or leaves ill-formed IR (the diagnostics say where).
+  llvm::Error run(ir::Module &module);
+
+private:
+  PassContext &context;
+  std::vector<std::pair<std::string, std::unique_ptr<Pass>>> passes;
+  bool printAfterAll = false;
+  llvm::StringSet<> printAfter;
+  llvm::raw_ostream *printStream = &llvm::errs();
+  ir::PrintOptions printOptions;
+};
+
+} // namespace spanc::passes
+
+#endif // SPANC_PASSES_PASSMANAGER_H

@@ -1,0 +1,84 @@
+//===- Rerope.h - ReRoPE relocation of stored K blocks --------------------===//
+//
+// A span's K is stored rotated at the positions it was computed at. Reusing
+// it `delta` positions later needs each rotating pair turned by delta*f_i:
+// RoPE is a rotation per pair, so rotation(p + delta) = rotation(delta) *
+// rotation(p) and one rotation by the delta relocates a block exactly (no
+// inverse-then-forward pass). V carries no position and is only copied when
+// the destination is another block. The kernel is a free function over raw
+// per-layer pointers and strides, so it serves any block layout (token-major
+// or dimension-major heads) without knowing KvStorage. It computes cos/sin
+// once per operation into one table per call, never per token.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KV_REROPE_H
+#define SPANC_RUNTIME_KV_REROPE_H
+
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::kv {
+
+/// Which dimensions form a rotating pair: Normal pairs (2i, 2i+1) (Llama),
+/// NeoX pairs (i, i + rotaryDim/2) (Qwen2, GPT-NeoX).
+enum class RopePairing { Normal, NeoX };
+
+/// The rotation RoPE applies per position step: pair i turns by
+/// `frequencies[i]` radians per position (theta^(-2i/rotaryDim), times any
+/// scaling the model uses; YaRN's mixed frequencies go here as they are).
+struct RopeRotation {
+  RopePairing pairing = RopePairing::Normal;
+  int rotaryDim = 0;                   ///< leading head dims that rotate
+  const double *frequencies = nullptr; ///< rotaryDim/2 values
+};
+
+/// theta^(-2i/rotaryDim) * frequencyScale for i in [0, rotaryDim/2).
+std::vector<double> ropeFrequencies(double theta, int rotaryDim,
+                                    double frequencyScale = 1.0);
+
+/// Where element (block, layer, head, token, dim) of K lies: at
+/// `keyLayers[layer][block * blockStride + head * headStride + token *
+/// tokenStride + dim * dimStride]`; V the same through `valueLayers`.
+/// All strides are in floats.
+struct KvBlockLayout {
+  int numLayers = 0;
+  int numKvHeads = 0;
+  int headDim = 0;
+  int blockSize = 0;
+  int64_t blockStride = 0;
+  int64_t headStride = 0;
+  int64_t tokenStride = 0;
+  int64_t dimStride = 0;
+};
+
+/// One relocation: destination's K = source's K turned by `delta`
+/// positions; when destination != source, V is copied too (a duplicate).
+struct RelocationOp {
+  uint32_t source = 0;
+  uint32_t destination = 0;
+  int64_t delta = 0;
+};
+
+/// Applies `ops` (one batch: no op may write a block another op of the batch
+/// reads or writes, other than an in-place op on its own block), threaded
+/// with OpenMP over ops x layers. Uses AVX-512 when the CPU has it and the
+/// layout allows (token-major or dimension-major heads).
+void relocateBlocks(const KvBlockLayout &layout, const RopeRotation &rotation,
+                    float *const *keyLayers, float *const *valueLayers,
+                    llvm::ArrayRef<RelocationOp> ops);
+
+/// The same without AVX-512 (the scalar reference; also for benchmarks).
+void relocateBlocksScalar(const KvBlockLayout &layout,
+                          const RopeRotation &rotation, float *const *keyLayers,
+                          float *const *valueLayers,
+                          llvm::ArrayRef<RelocationOp> ops);
+
+/// Whether relocateBlocks takes its AVX-512 path on this CPU and `layout`.
+bool relocationUsesAvx512(const KvBlockLayout &layout,
+                          const RopeRotation &rotation);
+
+} // namespace spanc::kv
+
+#endif // SPANC_RUNTIME_KV_REROPE_H

@@ -1,0 +1,254 @@
+//===- ReropeTest.cpp - ReRoPE relocation against direct rotation ---------===//
+//
+// Stored K is made by rotating random head vectors at their stored positions
+// in double; relocation must give what rotating the same vectors directly at
+// the target positions gives (again in double), to 1e-4, for both pair
+// orders, both head layouts, partial rotary dims, in-place and copying ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kv/Rerope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace spanc::kv;
+
+namespace {
+
+struct Case {
+  RopePairing pairing;
+  bool dimMajor;
+  int rotaryDim;
+};
+
+/// A little pool of blocks (all layers in one vector per layer).
+struct Fixture {
+  KvBlockLayout layout;
+  int numBlocks;
+  std::vector<std::vector<float>> keys, values;
+  std::vector<float *> keyPointers, valuePointers;
+
+  Fixture(int numLayers, int numHeads, int headDim, int blockSize,
+          int numBlocks, bool dimMajor, int64_t padding)
+      : numBlocks(numBlocks) {
+    layout.numLayers = numLayers;
+    layout.numKvHeads = numHeads;
+    layout.headDim = headDim;
+    layout.blockSize = blockSize;
+    if (dimMajor) {
+      layout.tokenStride = 1;
+      layout.dimStride = blockSize;
+    } else {
+      layout.dimStride = 1;
+      layout.tokenStride = headDim;
+    }
+    // `padding` floats after each head make a non-compact layout.
+    layout.headStride = int64_t(headDim) * blockSize + padding;
+    layout.blockStride = layout.headStride * numHeads;
+    for (int layer = 0; layer < numLayers; ++layer) {
+      keys.emplace_back(size_t(layout.blockStride) * numBlocks, 0.0f);
+      values.emplace_back(size_t(layout.blockStride) * numBlocks, 0.0f);
+    }
+    for (int layer = 0; layer < numLayers; ++layer) {
+      keyPointers.push_back(keys[layer].data());
+      valuePointers.push_back(values[layer].data());
+    }
+  }
+
+  size_t at(int block, int head, int token, int dim) const {
+    return size_t(block * layout.blockStride + head * layout.headStride +
+                  token * layout.tokenStride + dim * layout.dimStride);
+  }
+};
+
+/// `x` rotated at `position` in double (the reference RoPE).
+std::vector<double> rotateReference(const std::vector<double> &x,
+                                    RopePairing pairing, int rotaryDim,
+                                    double theta, double position) {
+  std::vector<double> y = x;
+  const int half = rotaryDim / 2;
+  for (int pair = 0; pair < half; ++pair) {
+    double angle = position * std::pow(theta, -2.0 * pair / rotaryDim);
+    int first = pairing == RopePairing::Normal ? 2 * pair : pair;
+    int second = pairing == RopePairing::Normal ? 2 * pair + 1 : pair + half;
+    y[first] = x[first] * std::cos(angle) - x[second] * std::sin(angle);
+    y[second] = x[first] * std::sin(angle) + x[second] * std::cos(angle);
+  }
+  return y;
+}
+
+/// Fills block `block` with K = raw vectors rotated at stored positions and
+/// random V; returns the raw vectors, indexed [layer][head][token][dim].
+std::vector<double> fillBlock(Fixture &fixture, int block, const Case &c,
+                              double theta, int64_t storedPosition,
+                              std::mt19937 &random) {
+  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
+  const KvBlockLayout &layout = fixture.layout;
+  std::vector<double> raw;
+  for (int layer = 0; layer < layout.numLayers; ++layer)
+    for (int head = 0; head < layout.numKvHeads; ++head)
+      for (int token = 0; token < layout.blockSize; ++token) {
+        std::vector<double> x(size_t(layout.headDim));
+        for (double &value : x)
+          value = uniform(random);
+        raw.insert(raw.end(), x.begin(), x.end());
+        std::vector<double> y = rotateReference(
+            x, c.pairing, c.rotaryDim, theta, double(storedPosition + token));
+        for (int dim = 0; dim < layout.headDim; ++dim) {
+          fixture.keys[layer][fixture.at(block, head, token, dim)] =
+              float(y[dim]);
+          fixture.values[layer][fixture.at(block, head, token, dim)] =
+              float(uniform(random));
+        }
+      }
+  return raw;
+}
+
+/// Max |K(block) - raw rotated at target positions|.
+double maxKeyError(const Fixture &fixture, int block,
+                   const std::vector<double> &raw, const Case &c, double theta,
+                   int64_t targetPosition) {
+  const KvBlockLayout &layout = fixture.layout;
+  double worst = 0;
+  size_t offset = 0;
+  for (int layer = 0; layer < layout.numLayers; ++layer)
+    for (int head = 0; head < layout.numKvHeads; ++head)
+      for (int token = 0; token < layout.blockSize; ++token) {
+        std::vector<double> x(raw.begin() + long(offset),
+                              raw.begin() + long(offset) + layout.headDim);
+        offset += size_t(layout.headDim);
+        std::vector<double> expected = rotateReference(
+            x, c.pairing, c.rotaryDim, theta, double(targetPosition + token));
+        for (int dim = 0; dim < layout.headDim; ++dim)
+          worst =
+              std::max(worst, std::abs(double(fixture.keys[layer][fixture.at(
+                                           block, head, token, dim)]) -
+                                       expected[dim]));
+      }
+  return worst;
+}
+
+class Relocation : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(Relocation, MatchesDirectRotationAtTargetPositions) {
+  const Case c = std::get<0>(GetParam());
+  const bool vector = std::get<1>(GetParam());
+  const double theta = 10000.0;
+  const int headDim = 64;
+  // Block size 16 and a ragged 12 (masked vector tails).
+  for (int blockSize : {16, 12}) {
+    for (int64_t padding : {0, 3}) {
+      Fixture fixture(3, 2, headDim, blockSize, 6, c.dimMajor, padding);
+      std::mt19937 random(1234 + blockSize + int(padding));
+      // Block 0 in place by +37; block 1 in place by -4096 (to an earlier
+      // position); block 2 copied to 3 by +8000; block 4 copied to 5 by -17.
+      struct Move {
+        int source, destination;
+        int64_t stored, target;
+      };
+      const Move moves[] = {
+          {0, 0, 16, 53}, {1, 1, 4112, 16}, {2, 3, 0, 8000}, {4, 5, 48, 31}};
+      std::vector<std::vector<double>> raw(6);
+      for (const Move &move : moves)
+        raw[move.source] =
+            fillBlock(fixture, move.source, c, theta, move.stored, random);
+      std::vector<RelocationOp> ops;
+      for (const Move &move : moves)
+        ops.push_back({uint32_t(move.source), uint32_t(move.destination),
+                       move.target - move.stored});
+      std::vector<double> frequencies = ropeFrequencies(theta, c.rotaryDim);
+      RopeRotation rotation{c.pairing, c.rotaryDim, frequencies.data()};
+      if (vector)
+        relocateBlocks(fixture.layout, rotation, fixture.keyPointers.data(),
+                       fixture.valuePointers.data(), ops);
+      else
+        relocateBlocksScalar(fixture.layout, rotation,
+                             fixture.keyPointers.data(),
+                             fixture.valuePointers.data(), ops);
+      for (const Move &move : moves) {
+        SCOPED_TRACE("block " + std::to_string(move.source) + " -> " +
+                     std::to_string(move.destination) + ", block size " +
+                     std::to_string(blockSize) + ", padding " +
+                     std::to_string(padding));
+        EXPECT_LE(maxKeyError(fixture, move.destination, raw[move.source], c,
+                              theta, move.target),
+                  1e-4);
+        if (move.source == move.destination)
+          continue;
+        EXPECT_LE(maxKeyError(fixture, move.source, raw[move.source], c, theta,
+                              move.stored),
+                  1e-4)
+            << "the source of a copy changed";
+        for (int layer = 0; layer < 3; ++layer)
+          for (int head = 0; head < 2; ++head)
+            for (int token = 0; token < blockSize; ++token)
+              for (int dim = 0; dim < headDim; ++dim)
+                ASSERT_EQ(fixture.values[layer][fixture.at(move.destination,
+                                                           head, token, dim)],
+                          fixture.values[layer][fixture.at(move.source, head,
+                                                           token, dim)]);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLayouts, Relocation,
+    ::testing::Combine(
+        ::testing::Values(Case{RopePairing::Normal, false, 64},
+                          Case{RopePairing::NeoX, false, 64},
+                          Case{RopePairing::Normal, true, 64},
+                          Case{RopePairing::NeoX, true, 64},
+                          // Partial rotary dims: the rest is only copied.
+                          Case{RopePairing::Normal, false, 32},
+                          Case{RopePairing::NeoX, true, 48}),
+        ::testing::Bool()));
+
+TEST(Relocation, ZeroDeltaCopyIsExact) {
+  Fixture fixture(2, 3, 64, 16, 2, false, 0);
+  std::mt19937 random(7);
+  Case c{RopePairing::Normal, false, 64};
+  fillBlock(fixture, 0, c, 10000.0, 32, random);
+  std::vector<double> frequencies = ropeFrequencies(10000.0, 64);
+  RopeRotation rotation{c.pairing, 64, frequencies.data()};
+  RelocationOp op{0, 1, 0};
+  relocateBlocks(fixture.layout, rotation, fixture.keyPointers.data(),
+                 fixture.valuePointers.data(), op);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int64_t i = 0; i < fixture.layout.blockStride; ++i) {
+      ASSERT_EQ(fixture.keys[layer][size_t(fixture.layout.blockStride + i)],
+                fixture.keys[layer][size_t(i)]);
+      ASSERT_EQ(fixture.values[layer][size_t(fixture.layout.blockStride + i)],
+                fixture.values[layer][size_t(i)]);
+    }
+}
+
+TEST(Relocation, FrequenciesFollowTheta) {
+  std::vector<double> frequencies = ropeFrequencies(500000.0, 64, 0.25);
+  ASSERT_EQ(frequencies.size(), 32u);
+  EXPECT_DOUBLE_EQ(frequencies[0], 0.25);
+  EXPECT_NEAR(frequencies[31], 0.25 * std::pow(500000.0, -62.0 / 64), 1e-18);
+}
+
+} // namespace
+
+namespace {
+
+TEST(Relocation, TakesTheVectorPathWhereTheCpuHasAvx512) {
+  if (!__builtin_cpu_supports("avx512f"))
+    GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path runs";
+  std::vector<double> frequencies = ropeFrequencies(10000.0, 64);
+  KvBlockLayout tokenMajor{30, 3, 64, 16, 3 * 64 * 16, 64 * 16, 64, 1};
+  KvBlockLayout dimMajor{30, 3, 64, 16, 3 * 64 * 16, 64 * 16, 1, 16};
+  for (RopePairing pairing : {RopePairing::Normal, RopePairing::NeoX}) {
+    RopeRotation rotation{pairing, 64, frequencies.data()};
+    EXPECT_TRUE(relocationUsesAvx512(tokenMajor, rotation));
+    EXPECT_TRUE(relocationUsesAvx512(dimMajor, rotation));
+  }
+}
+
+} // namespace

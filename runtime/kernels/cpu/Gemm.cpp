@@ -1,0 +1,199 @@
+//===- Gemm.cpp - Weight GEMMs through oneDNN matmul ----------------------===//
+
+#include "runtime/kernels/cpu/Gemm.h"
+
+#include "runtime/kernels/cpu/CpuFeatures.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <dnnl.hpp>
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+namespace spanc::cpu {
+
+namespace {
+
+using Tag = dnnl::memory::format_tag;
+using DataType = dnnl::memory::data_type;
+
+/// The M for which the weight layout is chosen. oneDNN's AMX/AVX-512
+/// brgemm accepts that blocked layout for every other M as well, so one
+/// copy of each weight serves prefill and decode.
+constexpr int64_t kLayoutRows = 256;
+
+DataType dataType(GemmPrecision precision) {
+  return precision == GemmPrecision::Bf16 ? DataType::bf16 : DataType::f32;
+}
+
+llvm::Error dnnlError(const dnnl::error &error, const char *what) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "oneDNN %s: %s", what, error.what());
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) void
+convertToBf16Native(const float *source, uint16_t *destination, int64_t count) {
+  int64_t index = 0;
+  for (; index + 16 <= count; index += 16) {
+    __m256bh packed = _mm512_cvtneps_pbh(_mm512_loadu_ps(source + index));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(destination + index),
+                        reinterpret_cast<__m256i &>(packed));
+  }
+  for (; index < count; ++index) {
+    uint32_t bits;
+    std::memcpy(&bits, source + index, sizeof(bits));
+    bits += 0x7fff + ((bits >> 16) & 1);
+    destination[index] = uint16_t(bits >> 16);
+  }
+}
+
+} // namespace
+
+void convertToBf16(const float *source, uint16_t *destination, int64_t count) {
+  if (cpuFeatures().avx512bf16) {
+    convertToBf16Native(source, destination, count);
+    return;
+  }
+  for (int64_t index = 0; index < count; ++index) {
+    uint32_t bits;
+    std::memcpy(&bits, source + index, sizeof(bits));
+    if ((bits & 0x7fffffff) > 0x7f800000) { // NaN stays a quiet NaN
+      destination[index] = uint16_t((bits >> 16) | 0x40);
+      continue;
+    }
+    bits += 0x7fff + ((bits >> 16) & 1);
+    destination[index] = uint16_t(bits >> 16);
+  }
+}
+
+GemmPrecision defaultGemmPrecision() {
+  return cpuFeatures().hasNativeBf16() ? GemmPrecision::Bf16
+                                       : GemmPrecision::F32;
+}
+
+const char *gemmPrecisionName(GemmPrecision precision) {
+  return precision == GemmPrecision::Bf16 ? "bf16" : "f32";
+}
+
+struct GemmWeights::Storage {
+  dnnl::memory::desc desc;
+  dnnl::memory memory;
+};
+
+GemmWeights::GemmWeights() = default;
+GemmWeights::~GemmWeights() = default;
+GemmWeights::GemmWeights(GemmWeights &&) noexcept = default;
+GemmWeights &GemmWeights::operator=(GemmWeights &&) noexcept = default;
+
+int64_t GemmWeights::sizeInBytes() const {
+  return storage ? int64_t(storage->desc.get_size()) : 0;
+}
+
+struct GemmEngine::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  struct Entry {
+    dnnl::matmul primitive;
+    dnnl::memory::desc sourceDesc;
+    dnnl::memory::desc destinationDesc;
+  };
+  /// (M, N, K) -> primitive; the precision is the engine's.
+  llvm::DenseMap<std::tuple<int64_t, int64_t, int64_t>, Entry> primitives;
+  std::vector<uint16_t> activations; ///< bf16 copy of x
+
+  dnnl::matmul::primitive_desc describe(const dnnl::memory::desc &weights,
+                                        int64_t m, int64_t k, int64_t n,
+                                        GemmPrecision precision) {
+    dnnl::memory::desc source({m, k}, dataType(precision), Tag::ab);
+    dnnl::memory::desc destination({m, n}, DataType::f32, Tag::ab);
+    return dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(source, weights, destination), engine);
+  }
+};
+
+GemmEngine::GemmEngine(GemmPrecision precision)
+    : impl(std::make_unique<Impl>()), enginePrecision(precision) {}
+GemmEngine::~GemmEngine() = default;
+
+llvm::Expected<GemmWeights>
+GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
+  GemmWeights weights;
+  weights.numRows = rows;
+  weights.numColumns = columns;
+  weights.weightPrecision = enginePrecision;
+  weights.storage = std::make_unique<GemmWeights::Storage>();
+  try {
+    // W^T as a {K, N} matrix; the source rows of W make it N-major ("ba").
+    dnnl::memory::desc any({columns, rows}, dataType(enginePrecision),
+                           Tag::any);
+    auto primitiveDesc =
+        impl->describe(any, kLayoutRows, columns, rows, enginePrecision);
+    weights.storage->desc = primitiveDesc.weights_desc();
+    weights.storage->memory = dnnl::memory(weights.storage->desc, impl->engine);
+    std::vector<uint16_t> bf16;
+    dnnl::memory::desc plainDesc({columns, rows}, dataType(enginePrecision),
+                                 Tag::ba);
+    void *plainData = const_cast<float *>(matrix);
+    if (enginePrecision == GemmPrecision::Bf16) {
+      bf16.resize(size_t(rows * columns));
+      convertToBf16(matrix, bf16.data(), rows * columns);
+      plainData = bf16.data();
+    }
+    dnnl::memory plain(plainDesc, impl->engine, plainData);
+    dnnl::reorder(plain, weights.storage->memory)
+        .execute(impl->stream, plain, weights.storage->memory);
+    impl->stream.wait();
+  } catch (const dnnl::error &error) {
+    return dnnlError(error, "weight packing");
+  }
+  return weights;
+}
+
+llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
+                                 int64_t m, float *y) {
+  const int64_t n = weights.numRows, k = weights.numColumns;
+  try {
+    auto key = std::make_tuple(m, n, k);
+    auto found = impl->primitives.find(key);
+    if (found == impl->primitives.end()) {
+      auto primitiveDesc =
+          impl->describe(weights.storage->desc, m, k, n, enginePrecision);
+      Impl::Entry entry{dnnl::matmul(primitiveDesc), primitiveDesc.src_desc(),
+                        primitiveDesc.dst_desc()};
+      found = impl->primitives.try_emplace(key, std::move(entry)).first;
+    }
+    void *sourceData = const_cast<float *>(x);
+    if (enginePrecision == GemmPrecision::Bf16) {
+      if (impl->activations.size() < size_t(m * k))
+        impl->activations.resize(size_t(m * k));
+      convertToBf16(x, impl->activations.data(), m * k);
+      sourceData = impl->activations.data();
+    }
+    dnnl::memory source(found->second.sourceDesc, impl->engine, sourceData);
+    dnnl::memory destination(found->second.destinationDesc, impl->engine, y);
+    found->second.primitive.execute(
+        impl->stream, {{DNNL_ARG_SRC, source},
+                       {DNNL_ARG_WEIGHTS, weights.storage->memory},
+                       {DNNL_ARG_DST, destination}});
+    impl->stream.wait();
+  } catch (const dnnl::error &error) {
+    return dnnlError(error, "matmul");
+  }
+  return llvm::Error::success();
+}
+
+std::string GemmEngine::implementationName(const GemmWeights &weights,
+                                           int64_t m) {
+  try {
+    return impl
+        ->describe(weights.storage->desc, m, weights.numColumns,
+                   weights.numRows, enginePrecision)
+        .impl_info_str();
+  } catch (const dnnl::error &error) {
+    return std::string("error: ") + error.what();
+  }
+}
+
+} // namespace spanc::cpu

@@ -1,0 +1,87 @@
+//===- Gemm.h - Weight GEMMs through oneDNN matmul ------------------------===//
+//
+// y[M][N] = x[M][K] * W^T for a weight W of N rows of K (the GGUF layout).
+// Weights are converted once, at load time, into the blocked layout oneDNN
+// picks for this CPU, in bf16 where the CPU multiplies bf16 natively
+// (AVX-512-BF16 or AMX) and in f32 otherwise (or when forced, for
+// debugging). Matmul primitives are created once per (M, N, K, precision)
+// and cached; activations are converted to bf16 per call when the weights
+// are bf16. oneDNN is hidden behind this header.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_GEMM_H
+#define SPANC_RUNTIME_KERNELS_CPU_GEMM_H
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace spanc::cpu {
+
+enum class GemmPrecision { F32, Bf16 };
+
+/// bf16 where the CPU has native bf16 GEMM, else f32.
+GemmPrecision defaultGemmPrecision();
+const char *gemmPrecisionName(GemmPrecision precision);
+
+class GemmEngine;
+
+/// One weight matrix in oneDNN's layout for this CPU.
+class GemmWeights {
+public:
+  ~GemmWeights();
+  GemmWeights(GemmWeights &&) noexcept;
+  GemmWeights &operator=(GemmWeights &&) noexcept;
+
+  int64_t rows() const { return numRows; }       ///< N (outputs)
+  int64_t columns() const { return numColumns; } ///< K (inputs)
+  GemmPrecision precision() const { return weightPrecision; }
+  int64_t sizeInBytes() const;
+
+private:
+  friend class GemmEngine;
+  GemmWeights();
+  struct Storage;
+  std::unique_ptr<Storage> storage;
+  int64_t numRows = 0;
+  int64_t numColumns = 0;
+  GemmPrecision weightPrecision = GemmPrecision::F32;
+};
+
+/// The oneDNN engine, stream, primitive cache and activation scratch.
+/// Not thread-safe: one forward pass at a time (it threads internally).
+class GemmEngine {
+public:
+  explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision());
+  ~GemmEngine();
+  GemmEngine(const GemmEngine &) = delete;
+  GemmEngine &operator=(const GemmEngine &) = delete;
+
+  GemmPrecision precision() const { return enginePrecision; }
+
+  /// Converts a row-major [rows][columns] f32 matrix into weights.
+  llvm::Expected<GemmWeights> packWeights(const float *matrix, int64_t rows,
+                                          int64_t columns);
+
+  /// y[M][N] = x[M][K] * W^T; x and y are dense row-major (x: K floats per
+  /// row, y: N floats per row).
+  llvm::Error multiply(const GemmWeights &weights, const float *x, int64_t m,
+                       float *y);
+
+  /// The implementation oneDNN chose for a shape (for logs and benches).
+  std::string implementationName(const GemmWeights &weights, int64_t m);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+  GemmPrecision enginePrecision;
+};
+
+/// Rounds f32 to bf16 (nearest even) for `count` values.
+void convertToBf16(const float *source, uint16_t *destination, int64_t count);
+
+} // namespace spanc::cpu
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_GEMM_H

@@ -1,0 +1,90 @@
+//===- GemmTest.cpp - oneDNN weight GEMMs against a double reference ------===//
+
+#include "runtime/kernels/cpu/Gemm.h"
+
+#include "runtime/kernels/cpu/CpuFeatures.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace spanc::cpu;
+
+void checkGemm(GemmPrecision precision, int64_t n, int64_t k,
+               std::vector<int64_t> ms) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal;
+  std::vector<float> weights(size_t(n * k));
+  for (float &value : weights)
+    value = normal(rng);
+  GemmEngine engine(precision);
+  auto packed = engine.packWeights(weights.data(), n, k);
+  ASSERT_TRUE(bool(packed)) << llvm::toString(packed.takeError());
+  // Twice over the shapes: the second round reuses cached primitives.
+  for (int round = 0; round < 2; ++round)
+    for (int64_t m : ms) {
+      std::vector<float> x(size_t(m * k)), y(size_t(m * n), 0.0f);
+      for (float &value : x)
+        value = normal(rng);
+      ASSERT_FALSE(bool(engine.multiply(*packed, x.data(), m, y.data())));
+      for (int64_t row = 0; row < m; ++row)
+        for (int64_t col = 0; col < n; ++col) {
+          double expected = 0, magnitude = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            double term =
+                double(x[size_t(row * k + i)]) * weights[size_t(col * k + i)];
+            expected += term;
+            magnitude += std::abs(term);
+          }
+          // bf16 rounds both operands to 8 significant bits.
+          double tolerance = precision == GemmPrecision::Bf16
+                                 ? 1e-2 * magnitude
+                                 : 1e-5 * magnitude;
+          ASSERT_NEAR(y[size_t(row * n + col)], expected, tolerance)
+              << "m " << m << " row " << row << " col " << col;
+        }
+    }
+}
+
+TEST(CpuGemm, F32MatchesReferenceForDecodeAndPrefillShapes) {
+  checkGemm(GemmPrecision::F32, 192, 576, {1, 3, 17, 300});
+}
+
+TEST(CpuGemm, Bf16MatchesReferenceWithinBf16Rounding) {
+  if (!cpuFeatures().hasNativeBf16())
+    GTEST_SKIP() << "no native bf16 on this CPU (" << cpuFeatures().describe()
+                 << ")";
+  EXPECT_EQ(defaultGemmPrecision(), GemmPrecision::Bf16);
+  checkGemm(GemmPrecision::Bf16, 192, 576, {1, 2, 16, 257});
+}
+
+TEST(CpuGemm, OddShapesWork) {
+  checkGemm(defaultGemmPrecision(), 37, 40, {1, 5});
+}
+
+TEST(CpuGemm, Bf16ConversionRoundsToNearestEven) {
+  std::vector<float> values = {1.0f, 1.00390625f /* tie: stays 1 */,
+                               1.01171875f /* tie: rounds up */, -2.5f,
+                               3.14159265f};
+  for (int i = 0; i < 20; ++i)
+    values.push_back(float(i) * 0.1f); // past the 16-wide vector path
+  std::vector<uint16_t> bits(values.size());
+  convertToBf16(values.data(), bits.data(), int64_t(values.size()));
+  EXPECT_EQ(bits[0], 0x3f80);
+  EXPECT_EQ(bits[1], 0x3f80);
+  EXPECT_EQ(bits[2], 0x3f82);
+  EXPECT_EQ(bits[3], 0xc020);
+  EXPECT_EQ(bits[4], 0x4049);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t word = uint32_t(bits[i]) << 16;
+    float back;
+    std::memcpy(&back, &word, sizeof(back));
+    EXPECT_NEAR(back, values[i], std::abs(values[i]) / 256) << i;
+  }
+}
+
+} // namespace

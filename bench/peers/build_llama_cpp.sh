@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the reference peer (llama.cpp, from the llama-cpp-python sdist) in a
+# cache outside the repository; idempotent: a finished build is reused.
+#
+#   bench/peers/build_llama_cpp.sh            # build (or reuse) the peer
+#   LLAMA_CPP_PYTHON_VERSION=0.3.36 ...       # pin another sdist version
+#
+# Prints the build folder (holding bin/llama-*) on its last line of stdout.
+# See ../../../shared/PEERS.md for why each flag is here. Nothing built here
+# is ever committed.
+set -euo pipefail
+
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+cache="${SPANC_PEERS_DIR:-$HOME/.cache/spanc/peers}"
+source_dir="$cache/llama.cpp"
+build_dir="$source_dir/build"
+jobs="${JOBS:-2}"
+targets=(llama-tokenize llama-bench llama-server llama-perplexity)
+
+mkdir -p "$cache"
+
+# 1. Source: the sdist carries llama.cpp under vendor/llama.cpp.
+if [[ ! -f "$source_dir/.spanc-version" ||
+      "$(cat "$source_dir/.spanc-version")" != "$version" ]]; then
+  download="$cache/sdist"
+  rm -rf "$download" "$source_dir"
+  mkdir -p "$download"
+  pip download --quiet --no-deps --no-binary :all: \
+    --dest "$download" "llama-cpp-python==$version"
+  tar -xzf "$download"/llama_cpp_python-"$version".tar.gz -C "$download"
+  mv "$download/llama_cpp_python-$version/vendor/llama.cpp" "$source_dir"
+  rm -rf "$download"
+  echo "$version" >"$source_dir/.spanc-version"
+fi
+
+# 2. The AMX tile-configuration fix (PEERS.md): gcc 12 drops the stores that
+#    fill the tile config before _tile_loadconfig. Add a compiler memory
+#    barrier before each call unless the vendored source already has one.
+mmq="$source_dir/ggml/src/ggml-cpu/amx/mmq.cpp"
+if [[ -f "$mmq" ]] && ! grep -q 'spanc: AMX tile config barrier' "$mmq"; then
+  if grep -q '_tile_loadconfig' "$mmq" &&
+     ! grep -B2 '_tile_loadconfig' "$mmq" | grep -q 'asm volatile'; then
+    python3 - "$mmq" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+def patch(match):
+    indent, argument = match.group(1), match.group(2)
+    return (f'{indent}/* spanc: AMX tile config barrier (upstream PR #26954) */\n'
+            f'{indent}asm volatile("" : : "r"({argument}) : "memory");\n'
+            f'{match.group(0)}')
+text, count = re.subn(r'^([ \t]*)_tile_loadconfig\(([^;]*)\);', patch, text,
+                      flags=re.M)
+open(path, 'w').write(text)
+print(f'build_llama_cpp.sh: applied the AMX barrier at {count} call(s)',
+      file=sys.stderr)
+PY
+  else
+    echo "build_llama_cpp.sh: AMX barrier already present upstream" >&2
+  fi
+fi
+
+# 3. Configure offline and build only what the benchmarks and tests use.
+if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+  cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF >&2
+fi
+nice -n 10 cmake --build "$build_dir" -j"$jobs" --target "${targets[@]}" >&2
+echo "$build_dir"

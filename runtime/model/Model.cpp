@@ -1,0 +1,376 @@
+//===- Model.cpp - A Llama-family decoder and its batched CPU forward pass ===//
+
+#include "runtime/model/Model.h"
+
+#include "runtime/kernels/cpu/Elementwise.h"
+
+#include "llvm/ADT/Twine.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace spanc::model {
+
+namespace {
+
+llvm::Error batchError(size_t sequence, const llvm::Twine &message) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      ("forward: sequence " + llvm::Twine(sequence) + ": " + message).str());
+}
+
+/// Adds the elapsed time since construction to a profile counter.
+class OpTimer {
+public:
+  OpTimer(bool enabled, double &counter)
+      : counter(enabled ? &counter : nullptr),
+        start(enabled ? std::chrono::steady_clock::now()
+                      : std::chrono::steady_clock::time_point()) {}
+  ~OpTimer() {
+    if (counter)
+      *counter += std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  }
+
+private:
+  double *counter;
+  std::chrono::steady_clock::time_point start;
+};
+
+cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
+                             const std::vector<float> &frequencyFactors) {
+  cpu::RopeConfig rope;
+  rope.headDim = int(config.headDim);
+  rope.rotaryDim = int(config.rotaryDim);
+  rope.order = config.ropeOrder == RopeOrder::NeoX ? cpu::RopeOrder::NeoX
+                                                   : cpu::RopeOrder::Normal;
+  rope.theta = config.ropeTheta;
+  switch (config.ropeScaling) {
+  case RopeScalingType::None:
+    rope.scaling = cpu::RopeScaling::None;
+    break;
+  case RopeScalingType::Linear:
+    rope.scaling = cpu::RopeScaling::Linear;
+    break;
+  case RopeScalingType::Yarn:
+    rope.scaling = cpu::RopeScaling::Yarn;
+    break;
+  }
+  rope.factor = config.ropeScalingFactor;
+  rope.originalContext = int(config.ropeOriginalContext);
+  rope.freqFactors = frequencyFactors;
+  return rope;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Model>>
+Model::load(llvm::StringRef path, const ModelOptions &options) {
+  std::unique_ptr<Model> model(new Model());
+  auto file = GgufFile::open(path);
+  if (!file)
+    return file.takeError();
+  model->gguf = std::move(*file);
+  auto config = ModelConfig::fromGguf(*model->gguf);
+  if (!config)
+    return config.takeError();
+  model->modelConfig = std::move(*config);
+  const ModelConfig &modelConfig = model->modelConfig;
+  if (modelConfig.numHeads % modelConfig.numKvHeads != 0)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "%s: %u attention heads are not a multiple of %u KV heads",
+        path.str().c_str(), modelConfig.numHeads, modelConfig.numKvHeads);
+  model->gemm = std::make_unique<cpu::GemmEngine>(
+      options.forceF32 ? cpu::GemmPrecision::F32 : cpu::defaultGemmPrecision());
+  auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm);
+  if (!weights)
+    return weights.takeError();
+  model->modelWeights = std::move(*weights);
+  int64_t positions = options.maxPositions > 0
+                          ? options.maxPositions
+                          : std::max<int64_t>(modelConfig.contextLength, 4096);
+  model->ropeTable = cpu::RopeTable(
+      ropeConfigOf(modelConfig, model->modelWeights->ropeFrequencyFactors()),
+      positions);
+  return model;
+}
+
+kv::KvStorageConfig Model::kvStorageConfig(int64_t numBlocks, int blockSize,
+                                           bool keysRotated) const {
+  kv::KvStorageConfig config;
+  config.numLayers = int(modelConfig.numLayers);
+  config.numKvHeads = int(modelConfig.numKvHeads);
+  config.headDim = int(modelConfig.headDim);
+  config.blockSize = blockSize;
+  config.numBlocks = numBlocks;
+  config.keysRotated = keysRotated;
+  return config;
+}
+
+void Model::reserve(int64_t numTokens) {
+  if (numTokens <= capacity)
+    return;
+  capacity = numTokens;
+  const int64_t dim = modelConfig.embeddingDim;
+  const int64_t queryDim = int64_t(modelConfig.numHeads) * modelConfig.headDim;
+  const int64_t kvDim = int64_t(modelConfig.numKvHeads) * modelConfig.headDim;
+  hidden.resize(size_t(numTokens * dim));
+  normed.resize(size_t(numTokens * dim));
+  queryKeyValue.resize(size_t(numTokens * (queryDim + 2 * kvDim)));
+  attention.resize(size_t(numTokens * queryDim));
+  projected.resize(size_t(numTokens * dim));
+  gateUp.resize(size_t(numTokens * 2 * modelConfig.feedForwardDim));
+  feedForward.resize(size_t(numTokens * modelConfig.feedForwardDim));
+  selected.resize(size_t(numTokens * dim));
+}
+
+llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
+                           kv::KvStorage &storage, ForwardOutput &output) {
+  const ModelConfig &config = modelConfig;
+  const kv::KvStorageConfig &kvConfig = storage.config();
+  if (kvConfig.numLayers != int(config.numLayers) ||
+      kvConfig.numKvHeads != int(config.numKvHeads) ||
+      kvConfig.headDim != int(config.headDim))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: KV storage shape (%d layers, %d KV heads, head dim %d) does "
+        "not match the model (%u, %u, %u)",
+        kvConfig.numLayers, kvConfig.numKvHeads, kvConfig.headDim,
+        config.numLayers, config.numKvHeads, config.headDim);
+  const bool ropeInKernel = !storage.keysRotated();
+
+  // Validate everything and lay out the batch before touching the cache.
+  tokenIds.clear();
+  ropePositions.clear();
+  queryOffsets.assign(1, 0);
+  pageOffsets.assign(1, 0);
+  blockIds.clear();
+  validTokens.clear();
+  slotBlocks.clear();
+  slotIndices.clear();
+  output.rowOffsets.assign(1, 0);
+  for (size_t index = 0; index < batch.size(); ++index) {
+    const ForwardSequence &sequence = batch[index];
+    const int64_t count = int64_t(sequence.tokens.size());
+    if (count == 0)
+      return batchError(index, "no new tokens");
+    if (!ropeInKernel && sequence.positions.size() != sequence.tokens.size())
+      return batchError(index, llvm::Twine(sequence.positions.size()) +
+                                   " positions for " + llvm::Twine(count) +
+                                   " tokens");
+    if (sequence.blockIds.size() != sequence.validTokens.size())
+      return batchError(
+          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
+                     " blocks but " + llvm::Twine(sequence.validTokens.size()) +
+                     " valid-token counts");
+    int64_t length = 0;
+    for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
+      int32_t block = sequence.blockIds[page];
+      int32_t valid = sequence.validTokens[page];
+      if (block < 0 || block >= storage.numBlocks())
+        return batchError(index, "block id " + llvm::Twine(block) +
+                                     " outside the storage's " +
+                                     llvm::Twine(storage.numBlocks()) +
+                                     " blocks");
+      if (valid < 0 || valid > storage.blockSize())
+        return batchError(index, "page " + llvm::Twine(page) + " has " +
+                                     llvm::Twine(valid) +
+                                     " valid tokens (block size " +
+                                     llvm::Twine(storage.blockSize()) + ")");
+      length += valid;
+    }
+    if (length < count)
+      return batchError(index, "page list holds " + llvm::Twine(length) +
+                                   " tokens, fewer than the " +
+                                   llvm::Twine(count) + " new ones");
+    if (length > ropeTable.numPositions())
+      return batchError(
+          index, "length " + llvm::Twine(length) + " exceeds the RoPE table (" +
+                     llvm::Twine(ropeTable.numPositions()) + " positions)");
+    for (int64_t token = 0; token < count; ++token) {
+      int32_t id = sequence.tokens[size_t(token)];
+      if (id < 0 || uint32_t(id) >= config.vocabSize)
+        return batchError(index, "token " + llvm::Twine(token) + " has id " +
+                                     llvm::Twine(id) + ", vocabulary is " +
+                                     llvm::Twine(config.vocabSize));
+      int32_t position = ropeInKernel ? int32_t(length - count + token)
+                                      : sequence.positions[size_t(token)];
+      if (position < 0 || position >= ropeTable.numPositions())
+        return batchError(
+            index, "position " + llvm::Twine(position) + " outside [0, " +
+                       llvm::Twine(ropeTable.numPositions()) + ")");
+      tokenIds.push_back(id);
+      ropePositions.push_back(position);
+    }
+    // The slots of the last `count` logical tokens, walking pages backwards.
+    size_t firstSlot = slotBlocks.size();
+    slotBlocks.resize(firstSlot + size_t(count));
+    slotIndices.resize(firstSlot + size_t(count));
+    int64_t remaining = count;
+    for (size_t page = sequence.blockIds.size(); page-- > 0 && remaining > 0;) {
+      for (int32_t slot = sequence.validTokens[page];
+           slot-- > 0 && remaining > 0;) {
+        --remaining;
+        slotBlocks[firstSlot + size_t(remaining)] = sequence.blockIds[page];
+        slotIndices[firstSlot + size_t(remaining)] = slot;
+      }
+    }
+    queryOffsets.push_back(queryOffsets.back() + int32_t(count));
+    pageOffsets.push_back(pageOffsets.back() +
+                          int32_t(sequence.blockIds.size()));
+    blockIds.insert(blockIds.end(), sequence.blockIds.begin(),
+                    sequence.blockIds.end());
+    validTokens.insert(validTokens.end(), sequence.validTokens.begin(),
+                       sequence.validTokens.end());
+    int64_t logitRows = sequence.logits == LogitsRequest::All    ? count
+                        : sequence.logits == LogitsRequest::Last ? 1
+                                                                 : 0;
+    output.rowOffsets.push_back(output.rowOffsets.back() + logitRows);
+  }
+
+  const int64_t numTokens = int64_t(tokenIds.size());
+  reserve(numTokens);
+  const int64_t dim = config.embeddingDim;
+  const int64_t headDim = config.headDim;
+  const int64_t queryDim = int64_t(config.numHeads) * headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * headDim;
+  const int64_t qkvDim = queryDim + 2 * kvDim;
+  const int64_t ffnDim = config.feedForwardDim;
+  const cpu::RowShape dimRows{numTokens, dim, dim, dim};
+  opProfile.tokens += numTokens;
+
+  {
+    OpTimer timer(profiling, opProfile.embeddingSeconds);
+    cpu::embeddingLookup(modelWeights->tokenEmbedding(), tokenIds.data(),
+                         numTokens, hidden.data(), dim);
+  }
+
+  cpu::PagedAttentionShape attentionShape;
+  attentionShape.numQueryHeads = int(config.numHeads);
+  attentionShape.numKvHeads = int(config.numKvHeads);
+  attentionShape.headDim = int(headDim);
+  attentionShape.scale = 1.0f / std::sqrt(float(headDim));
+  attentionShape.queryRowStride = qkvDim;
+  attentionShape.outputRowStride = queryDim;
+  cpu::PagedAttentionBatch attentionBatch;
+  attentionBatch.numSequences = int(batch.size());
+  attentionBatch.queryOffsets = queryOffsets.data();
+  attentionBatch.pageOffsets = pageOffsets.data();
+  attentionBatch.blockIds = blockIds.data();
+  attentionBatch.validTokens = validTokens.data();
+  cpu::PagedAttentionOptions attentionOptions;
+  attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
+
+  for (uint32_t layerIndex = 0; layerIndex < config.numLayers; ++layerIndex) {
+    const LayerWeights &layer = modelWeights->layers()[layerIndex];
+    {
+      OpTimer timer(profiling, opProfile.normSeconds);
+      cpu::rmsNorm(dimRows, hidden.data(), layer.attentionNorm.data(),
+                   config.rmsEpsilon, normed.data());
+    }
+    {
+      OpTimer timer(profiling, opProfile.qkvSeconds);
+      if (llvm::Error error = gemm->multiply(layer.queryKeyValue, normed.data(),
+                                             numTokens, queryKeyValue.data()))
+        return error;
+      if (!layer.queryKeyValueBias.empty()) {
+        const float *bias = layer.queryKeyValueBias.data();
+#pragma omp parallel for schedule(static)
+        for (int64_t token = 0; token < numTokens; ++token)
+          for (int64_t col = 0; col < qkvDim; ++col)
+            queryKeyValue[size_t(token * qkvDim + col)] += bias[col];
+      }
+    }
+    {
+      OpTimer timer(profiling, opProfile.ropeSeconds);
+      cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
+                     ropeTable, ropePositions.data(), queryKeyValue.data());
+      if (!ropeInKernel)
+        cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
+                       ropeTable, ropePositions.data(),
+                       queryKeyValue.data() + queryDim);
+    }
+    {
+      OpTimer timer(profiling, opProfile.kvWriteSeconds);
+      for (int64_t token = 0; token < numTokens; ++token) {
+        const float *row = queryKeyValue.data() + token * qkvDim;
+        storage.writeToken(int(layerIndex), slotBlocks[size_t(token)],
+                           slotIndices[size_t(token)], row + queryDim,
+                           row + queryDim + kvDim);
+      }
+    }
+    {
+      OpTimer timer(profiling, opProfile.attentionSeconds);
+      cpu::pagedAttention(attentionShape, attentionBatch,
+                          storage.layerView(int(layerIndex)),
+                          queryKeyValue.data(), attention.data(),
+                          attentionOptions, attentionWorkspace);
+    }
+    {
+      OpTimer timer(profiling, opProfile.attentionOutputSeconds);
+      if (llvm::Error error =
+              gemm->multiply(layer.attentionOutput, attention.data(), numTokens,
+                             projected.data()))
+        return error;
+    }
+    {
+      OpTimer timer(profiling, opProfile.residualSeconds);
+      cpu::addInPlace(dimRows, hidden.data(), projected.data());
+    }
+    {
+      OpTimer timer(profiling, opProfile.normSeconds);
+      cpu::rmsNorm(dimRows, hidden.data(), layer.feedForwardNorm.data(),
+                   config.rmsEpsilon, normed.data());
+    }
+    {
+      OpTimer timer(profiling, opProfile.gateUpSeconds);
+      if (llvm::Error error = gemm->multiply(layer.gateUp, normed.data(),
+                                             numTokens, gateUp.data()))
+        return error;
+    }
+    {
+      OpTimer timer(profiling, opProfile.swiGluSeconds);
+      cpu::swiGlu(cpu::RowShape{numTokens, ffnDim, 2 * ffnDim, ffnDim},
+                  gateUp.data(), gateUp.data() + ffnDim, feedForward.data());
+    }
+    {
+      OpTimer timer(profiling, opProfile.downSeconds);
+      if (llvm::Error error = gemm->multiply(layer.down, feedForward.data(),
+                                             numTokens, projected.data()))
+        return error;
+    }
+    {
+      OpTimer timer(profiling, opProfile.residualSeconds);
+      cpu::addInPlace(dimRows, hidden.data(), projected.data());
+    }
+  }
+
+  // Gather the rows whose logits were asked for, then norm and project them.
+  OpTimer timer(profiling, opProfile.outputHeadSeconds);
+  const int64_t numRows = output.rowOffsets.back();
+  output.vocabSize = config.vocabSize;
+  output.logits.resize(size_t(numRows * config.vocabSize));
+  if (numRows == 0)
+    return llvm::Error::success();
+  int64_t row = 0;
+  for (size_t index = 0; index < batch.size(); ++index) {
+    int64_t first = queryOffsets[index], end = queryOffsets[index + 1];
+    if (batch[index].logits == LogitsRequest::None)
+      continue;
+    if (batch[index].logits == LogitsRequest::Last)
+      first = end - 1;
+    for (int64_t token = first; token < end; ++token, ++row)
+      std::memcpy(selected.data() + row * dim, hidden.data() + token * dim,
+                  sizeof(float) * size_t(dim));
+  }
+  cpu::rmsNorm(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
+               modelWeights->outputNorm().data(), config.rmsEpsilon,
+               selected.data());
+  return gemm->multiply(modelWeights->output(), selected.data(), numRows,
+                        output.logits.data());
+}
+
+} // namespace spanc::model

@@ -1,0 +1,133 @@
+//===- Model.h - A Llama-family decoder and its batched CPU forward pass --===//
+//
+// Model::load opens a GGUF file, reads its configuration and packs its
+// weights; Model::forward runs one step for a batch of sequences. Each
+// sequence brings its new tokens, their RoPE positions and its page list
+// (block ids + valid tokens per block) over a KvStorage: the new tokens are
+// the last tokens.size() logical tokens of that page list, their K/V are
+// written into those slots, and they attend causally to everything before
+// them in the list. So one call serves chunked prefill (many tokens of one
+// sequence), batched decode (one token each of several sequences) and span
+// queries (page lists that skip other spans' blocks).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_MODEL_MODEL_H
+#define SPANC_RUNTIME_MODEL_MODEL_H
+
+#include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/Rope.h"
+#include "runtime/kv/KvStorage.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/ModelConfig.h"
+#include "runtime/model/Weights.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <vector>
+
+namespace spanc::model {
+
+struct ModelOptions {
+  /// Force f32 GEMMs (debugging, bit-closer comparisons); otherwise bf16
+  /// where the CPU multiplies bf16 natively.
+  bool forceF32 = false;
+  /// Positions the RoPE table covers; 0 = the model's context length.
+  int64_t maxPositions = 0;
+};
+
+/// Which logits a sequence wants back.
+enum class LogitsRequest { None, Last, All };
+
+/// One sequence of a forward step.
+struct ForwardSequence {
+  llvm::ArrayRef<int32_t> tokens;      ///< the new tokens
+  llvm::ArrayRef<int32_t> positions;   ///< their RoPE positions
+  llvm::ArrayRef<int32_t> blockIds;    ///< the page list, in logical order
+  llvm::ArrayRef<int32_t> validTokens; ///< valid leading slots per page
+  LogitsRequest logits = LogitsRequest::Last;
+};
+
+/// What forward() returns: logits rows, vocabSize floats each, in sequence
+/// order; sequence s owns rows [rowOffsets[s], rowOffsets[s+1]).
+struct ForwardOutput {
+  std::vector<float> logits;
+  llvm::SmallVector<int64_t, 8> rowOffsets;
+  int64_t vocabSize = 0;
+  const float *row(int64_t index) const {
+    return logits.data() + index * vocabSize;
+  }
+};
+
+/// Wall time per kind of op, summed over forward() calls (for profiles).
+struct ForwardProfile {
+  double embeddingSeconds = 0, normSeconds = 0, qkvSeconds = 0, ropeSeconds = 0,
+         kvWriteSeconds = 0, attentionSeconds = 0, attentionOutputSeconds = 0,
+         gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
+         residualSeconds = 0, outputHeadSeconds = 0;
+  int64_t tokens = 0;
+  double total() const {
+    return embeddingSeconds + normSeconds + qkvSeconds + ropeSeconds +
+           kvWriteSeconds + attentionSeconds + attentionOutputSeconds +
+           gateUpSeconds + swiGluSeconds + downSeconds + residualSeconds +
+           outputHeadSeconds;
+  }
+};
+
+class Model {
+public:
+  static llvm::Expected<std::unique_ptr<Model>>
+  load(llvm::StringRef path, const ModelOptions &options = {});
+
+  const ModelConfig &config() const { return modelConfig; }
+  const GgufFile &file() const { return *gguf; }
+  cpu::GemmPrecision gemmPrecision() const { return gemm->precision(); }
+  const ModelWeights &weights() const { return *modelWeights; }
+
+  /// The KV storage shape this model needs (callers pick numBlocks,
+  /// blockSize and whether K is stored rotated).
+  kv::KvStorageConfig kvStorageConfig(int64_t numBlocks, int blockSize = 16,
+                                      bool keysRotated = true) const;
+
+  /// Runs one step. Checks every sequence (token ids, positions within the
+  /// RoPE table, block ids within the storage, enough valid slots) and
+  /// fails with the sequence index before touching the cache. With
+  /// rope-in-kernel storage (keys unrotated) queries are rotated at their
+  /// logical index and `positions` are ignored.
+  llvm::Error forward(llvm::ArrayRef<ForwardSequence> batch,
+                      kv::KvStorage &storage, ForwardOutput &output);
+
+  /// Turns the per-op timers on (a small cost per op) and reads them.
+  void enableProfile(bool enabled) { profiling = enabled; }
+  const ForwardProfile &profile() const { return opProfile; }
+  void resetProfile() { opProfile = ForwardProfile(); }
+
+private:
+  Model() = default;
+  void reserve(int64_t numTokens);
+
+  std::unique_ptr<GgufFile> gguf;
+  ModelConfig modelConfig;
+  std::unique_ptr<cpu::GemmEngine> gemm;
+  std::unique_ptr<ModelWeights> modelWeights;
+  cpu::RopeTable ropeTable;
+  cpu::AttentionWorkspace attentionWorkspace;
+
+  // Activations, sized for the largest step so far.
+  int64_t capacity = 0;
+  std::vector<float> hidden, normed, queryKeyValue, attention, projected,
+      gateUp, feedForward, selected;
+  std::vector<int32_t> tokenIds, ropePositions, queryOffsets, pageOffsets,
+      blockIds, validTokens;
+  std::vector<int32_t> slotBlocks, slotIndices; ///< where each new token goes
+
+  bool profiling = false;
+  ForwardProfile opProfile;
+};
+
+} // namespace spanc::model
+
+#endif // SPANC_RUNTIME_MODEL_MODEL_H

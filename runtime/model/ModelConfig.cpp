@@ -1,0 +1,225 @@
+//===- ModelConfig.cpp - Decoder hyperparameters from GGUF metadata -------===//
+
+#include "runtime/model/ModelConfig.h"
+
+#include "runtime/model/Gguf.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/Twine.h"
+
+#include <limits>
+#include <optional>
+
+using llvm::Error;
+using llvm::Expected;
+using llvm::StringRef;
+using llvm::Twine;
+
+namespace spanc::model {
+
+namespace {
+
+Error configError(const GgufFile &file, const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 (Twine(file.name()) + ": " + message).str());
+}
+
+/// Reads `<arch>.<suffix>` as a uint32 (with a default when `fallback` is
+/// set), rejecting values that do not fit.
+Error readCount(const GgufFile &file, StringRef arch, StringRef suffix,
+                uint32_t &out, std::optional<uint32_t> fallback = {}) {
+  std::string key = (arch + "." + suffix).str();
+  Expected<uint64_t> value =
+      fallback ? file.getUnsigned(key, *fallback) : file.getUnsigned(key);
+  if (!value)
+    return value.takeError();
+  if (*value > std::numeric_limits<uint32_t>::max())
+    return configError(file, "metadata key '" + key + "' is " + Twine(*value) +
+                                 ", too large");
+  out = static_cast<uint32_t>(*value);
+  return Error::success();
+}
+
+Error readFloat(const GgufFile &file, StringRef arch, StringRef suffix,
+                float &out, std::optional<float> fallback = {}) {
+  std::string key = (arch + "." + suffix).str();
+  Expected<double> value =
+      fallback ? file.getFloat(key, *fallback) : file.getFloat(key);
+  if (!value)
+    return value.takeError();
+  out = static_cast<float>(*value);
+  return Error::success();
+}
+
+} // namespace
+
+Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
+  ModelConfig config;
+  Expected<StringRef> architecture = file.getString("general.architecture");
+  if (!architecture)
+    return architecture.takeError();
+  config.architecture = architecture->str();
+  Expected<StringRef> name = file.getString("general.name", "");
+  if (!name)
+    return name.takeError();
+  config.name = name->str();
+
+  std::optional<ModelFamily> family =
+      llvm::StringSwitch<std::optional<ModelFamily>>(*architecture)
+          .Case("llama", ModelFamily::Llama)
+          .Case("mistral", ModelFamily::Mistral)
+          .Case("qwen2", ModelFamily::Qwen2)
+          .Default(std::nullopt);
+  if (!family)
+    return configError(file, "unsupported architecture '" + *architecture +
+                                 "' (supported: llama, mistral, qwen2)");
+  config.family = *family;
+  // llama.cpp's rope type per architecture: Qwen2 rotates halves.
+  config.ropeOrder =
+      *family == ModelFamily::Qwen2 ? RopeOrder::NeoX : RopeOrder::Normal;
+
+  StringRef arch = *architecture;
+  if (Error error = readCount(file, arch, "block_count", config.numLayers))
+    return error;
+  if (Error error =
+          readCount(file, arch, "embedding_length", config.embeddingDim))
+    return error;
+  if (Error error =
+          readCount(file, arch, "feed_forward_length", config.feedForwardDim))
+    return error;
+  if (Error error =
+          readCount(file, arch, "attention.head_count", config.numHeads))
+    return error;
+  if (Error error = readCount(file, arch, "attention.head_count_kv",
+                              config.numKvHeads, config.numHeads))
+    return error;
+  if (Error error =
+          readCount(file, arch, "context_length", config.contextLength))
+    return error;
+  if (Error error = readFloat(file, arch, "attention.layer_norm_rms_epsilon",
+                              config.rmsEpsilon, 1e-5f))
+    return error;
+  if (Error error =
+          readFloat(file, arch, "rope.freq_base", config.ropeTheta, 10000.0f))
+    return error;
+
+  if (config.numLayers == 0 || config.embeddingDim == 0 ||
+      config.numHeads == 0 || config.numKvHeads == 0 ||
+      config.feedForwardDim == 0)
+    return configError(file, "block_count, embedding_length, "
+                             "feed_forward_length and the head counts must "
+                             "be positive");
+  if (config.numHeads % config.numKvHeads != 0)
+    return configError(file, "attention.head_count " + Twine(config.numHeads) +
+                                 " is not a multiple of head_count_kv " +
+                                 Twine(config.numKvHeads));
+  uint32_t defaultHeadDim = config.embeddingDim / config.numHeads;
+  if (Error error = readCount(file, arch, "attention.key_length",
+                              config.headDim, defaultHeadDim))
+    return error;
+  if (config.headDim == 0 || config.headDim % 2 != 0)
+    return configError(file, "head dimension " + Twine(config.headDim) +
+                                 " must be positive and even");
+  if (Error error = readCount(file, arch, "rope.dimension_count",
+                              config.rotaryDim, config.headDim))
+    return error;
+  if (config.rotaryDim > config.headDim || config.rotaryDim % 2 != 0)
+    return configError(file, "rope.dimension_count " + Twine(config.rotaryDim) +
+                                 " must be even and at most the head "
+                                 "dimension " +
+                                 Twine(config.headDim));
+  if (!(config.ropeTheta > 0.0f) || !(config.rmsEpsilon > 0.0f))
+    return configError(file, "rope.freq_base and "
+                             "attention.layer_norm_rms_epsilon must be "
+                             "positive");
+
+  // RoPE scaling: `rope.scaling.type` (with `rope.scaling.factor`), or the
+  // older `rope.scale_linear`.
+  std::string scalingKey = (arch + ".rope.scaling.type").str();
+  Expected<StringRef> scaling = file.getString(scalingKey, "none");
+  if (!scaling)
+    return scaling.takeError();
+  std::optional<RopeScalingType> scalingType =
+      llvm::StringSwitch<std::optional<RopeScalingType>>(*scaling)
+          .Case("none", RopeScalingType::None)
+          .Case("linear", RopeScalingType::Linear)
+          .Case("yarn", RopeScalingType::Yarn)
+          .Default(std::nullopt);
+  if (!scalingType)
+    return configError(file, "metadata key '" + scalingKey + "' is '" +
+                                 *scaling +
+                                 "' (supported: none, linear, yarn)");
+  config.ropeScaling = *scalingType;
+  if (Error error = readFloat(file, arch, "rope.scaling.factor",
+                              config.ropeScalingFactor, 1.0f))
+    return error;
+  if (config.ropeScaling == RopeScalingType::None &&
+      file.contains((arch + ".rope.scale_linear").str())) {
+    if (Error error = readFloat(file, arch, "rope.scale_linear",
+                                config.ropeScalingFactor))
+      return error;
+    config.ropeScaling = RopeScalingType::Linear;
+  }
+  if (config.ropeScaling == RopeScalingType::None)
+    config.ropeScalingFactor = 1.0f;
+  if (!(config.ropeScalingFactor > 0.0f))
+    return configError(file, "rope.scaling.factor must be positive");
+  if (Error error =
+          readCount(file, arch, "rope.scaling.original_context_length",
+                    config.ropeOriginalContext, config.contextLength))
+    return error;
+  config.hasRopeFrequencyFactors = file.findTensor("rope_freqs.weight");
+
+  // The vocabulary: token_embd.weight is [embedding, vocab].
+  Expected<const GgufTensor *> embedding = file.getTensor("token_embd.weight");
+  if (!embedding)
+    return embedding.takeError();
+  const GgufTensor &tokenEmbedding = **embedding;
+  if (tokenEmbedding.shape.size() != 2 ||
+      tokenEmbedding.shape[0] != config.embeddingDim ||
+      tokenEmbedding.shape[1] > std::numeric_limits<uint32_t>::max())
+    return configError(file, "tensor 'token_embd.weight' must have shape "
+                             "[" +
+                                 Twine(config.embeddingDim) + ", vocab]");
+  config.vocabSize = static_cast<uint32_t>(tokenEmbedding.shape[1]);
+  if (const GgufValue *tokens = file.find("tokenizer.ggml.tokens"))
+    if (tokens->arraySize() != config.vocabSize)
+      return configError(file, "tokenizer.ggml.tokens has " +
+                                   Twine(tokens->arraySize()) +
+                                   " entries but token_embd.weight has " +
+                                   Twine(config.vocabSize) + " rows");
+
+  config.tiedOutput = !file.findTensor("output.weight");
+  config.qkvBias = file.findTensor("blk.0.attn_q.bias") != nullptr;
+  return config;
+}
+
+const char *modelFamilyName(ModelFamily family) {
+  switch (family) {
+  case ModelFamily::Llama:
+    return "llama";
+  case ModelFamily::Mistral:
+    return "mistral";
+  case ModelFamily::Qwen2:
+    return "qwen2";
+  }
+  return "unknown";
+}
+
+const char *ropeOrderName(RopeOrder order) {
+  return order == RopeOrder::NeoX ? "neox" : "normal";
+}
+
+const char *ropeScalingName(RopeScalingType scaling) {
+  switch (scaling) {
+  case RopeScalingType::None:
+    return "none";
+  case RopeScalingType::Linear:
+    return "linear";
+  case RopeScalingType::Yarn:
+    return "yarn";
+  }
+  return "unknown";
+}
+
+} // namespace spanc::model

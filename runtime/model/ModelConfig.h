@@ -1,0 +1,67 @@
+//===- ModelConfig.h - Decoder hyperparameters from GGUF metadata ---------===//
+//
+// Everything the forward pass needs to know about a Llama-family decoder
+// (Llama 2/3, SmolLM2 — which GGUF calls "llama" —, Mistral, Qwen2), read
+// from the `<arch>.*` metadata keys and checked for consistency, plus the
+// facts only the tensor list tells (tied output head, QKV bias).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_MODEL_MODELCONFIG_H
+#define SPANC_RUNTIME_MODEL_MODELCONFIG_H
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace spanc::model {
+
+class GgufFile;
+
+enum class ModelFamily { Llama, Mistral, Qwen2 };
+
+/// Normal: rotate adjacent pairs (x[2i], x[2i+1]); NeoX: rotate halves
+/// (x[i], x[i + d/2]).
+enum class RopeOrder { Normal, NeoX };
+enum class RopeScalingType { None, Linear, Yarn };
+
+struct ModelConfig {
+  std::string architecture; ///< general.architecture ("llama", "qwen2", ...)
+  std::string name;         ///< general.name, or "" when absent
+  ModelFamily family = ModelFamily::Llama;
+
+  uint32_t numLayers = 0;
+  uint32_t embeddingDim = 0;
+  uint32_t feedForwardDim = 0;
+  uint32_t numHeads = 0;
+  uint32_t numKvHeads = 0;
+  uint32_t headDim = 0;
+  uint32_t vocabSize = 0;
+  uint32_t contextLength = 0;
+  float rmsEpsilon = 1e-5f;
+
+  RopeOrder ropeOrder = RopeOrder::Normal;
+  uint32_t rotaryDim = 0; ///< leading head dims that rotate
+  float ropeTheta = 10000.0f;
+  RopeScalingType ropeScaling = RopeScalingType::None;
+  float ropeScalingFactor = 1.0f;
+  uint32_t ropeOriginalContext = 0; ///< YaRN: the trained context length
+  /// Llama 3.1-style per-frequency factors in tensor `rope_freqs.weight`.
+  bool hasRopeFrequencyFactors = false;
+
+  /// No `output.weight`: logits reuse `token_embd.weight`.
+  bool tiedOutput = false;
+  /// `blk.N.attn_{q,k,v}.bias` present (Qwen2).
+  bool qkvBias = false;
+
+  /// Reads and validates the configuration; errors name the key at fault.
+  static llvm::Expected<ModelConfig> fromGguf(const GgufFile &file);
+};
+
+const char *modelFamilyName(ModelFamily family);
+const char *ropeOrderName(RopeOrder order);
+const char *ropeScalingName(RopeScalingType scaling);
+
+} // namespace spanc::model
+
+#endif // SPANC_RUNTIME_MODEL_MODELCONFIG_H

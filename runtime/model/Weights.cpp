@@ -1,0 +1,211 @@
+//===- Weights.cpp - A decoder's weights, converted once for the CPU ------===//
+
+#include "runtime/model/Weights.h"
+
+#include "runtime/model/Gguf.h"
+
+#include "llvm/ADT/Twine.h"
+
+namespace spanc::model {
+
+namespace {
+
+llvm::Error tensorError(const GgufFile &file, llvm::StringRef name,
+                        const llvm::Twine &message) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      (llvm::Twine(file.name()) + ": tensor '" + name + "': " + message).str());
+}
+
+/// Finds `name` and checks it is a [columns, rows] (GGUF order) matrix, or a
+/// [columns] vector when rows == 0, of a type we can dequantize.
+llvm::Expected<const GgufTensor *> findChecked(const GgufFile &file,
+                                               llvm::StringRef name,
+                                               uint64_t columns,
+                                               uint64_t rows) {
+  const GgufTensor *tensor = file.findTensor(name);
+  if (!tensor)
+    return tensorError(file, name, "missing");
+  bool shapeOk =
+      rows == 0 ? tensor->shape.size() == 1 && tensor->shape[0] == columns
+                : tensor->shape.size() == 2 && tensor->shape[0] == columns &&
+                      tensor->shape[1] == rows;
+  if (!shapeOk) {
+    std::string shape;
+    for (uint64_t dim : tensor->shape)
+      shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+    return tensorError(file, name,
+                       "shape [" + shape + "], expected [" +
+                           llvm::Twine(columns) +
+                           (rows ? ", " + std::to_string(rows) : "") + "]");
+  }
+  if (llvm::Error error =
+          checkDequantizable(tensor->type, int64_t(tensor->shape[0])))
+    return tensorError(file, name, llvm::toString(std::move(error)));
+  return tensor;
+}
+
+/// Dequantizes a whole tensor's rows into `out` starting at row `firstRow`
+/// (out holds rows of tensor->shape[0] floats).
+void dequantizeInto(const GgufTensor &tensor, std::vector<float> &out,
+                    int64_t firstRow) {
+  const int64_t columns = int64_t(tensor.shape[0]);
+  const int64_t rows = int64_t(tensor.numRows());
+  const uint64_t rowBytes = tensor.rowBytes();
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row)
+    dequantizeRow(tensor.type, tensor.data + uint64_t(row) * rowBytes,
+                  out.data() + (firstRow + row) * columns, columns);
+}
+
+llvm::Expected<std::vector<float>>
+loadVector(const GgufFile &file, llvm::StringRef name, uint64_t size) {
+  auto tensor = findChecked(file, name, size, 0);
+  if (!tensor)
+    return tensor.takeError();
+  std::vector<float> values(size);
+  dequantizeInto(**tensor, values, 0);
+  return values;
+}
+
+/// Loads the named matrices (each [columns, rows_i]) stacked by rows and
+/// packs them as one GEMM weight.
+llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
+                                             cpu::GemmEngine &engine,
+                                             llvm::ArrayRef<std::string> names,
+                                             llvm::ArrayRef<uint64_t> rows,
+                                             uint64_t columns) {
+  uint64_t totalRows = 0;
+  for (uint64_t count : rows)
+    totalRows += count;
+  std::vector<float> matrix(totalRows * columns);
+  uint64_t firstRow = 0;
+  for (size_t index = 0; index < names.size(); ++index) {
+    auto tensor = findChecked(file, names[index], columns, rows[index]);
+    if (!tensor)
+      return tensor.takeError();
+    dequantizeInto(**tensor, matrix, int64_t(firstRow));
+    firstRow += rows[index];
+  }
+  auto packed =
+      engine.packWeights(matrix.data(), int64_t(totalRows), int64_t(columns));
+  if (!packed)
+    return tensorError(file, names[0], llvm::toString(packed.takeError()));
+  return packed;
+}
+
+void decodeGgmlRow(const void *row, float *out, int64_t count,
+                   const void *context) {
+  dequantizeRow(*static_cast<const GgmlType *>(context), row, out, count);
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<ModelWeights>>
+ModelWeights::load(const GgufFile &file, const ModelConfig &config,
+                   cpu::GemmEngine &engine) {
+  std::unique_ptr<ModelWeights> weights(new ModelWeights());
+  const uint64_t dim = config.embeddingDim;
+  const uint64_t queryDim = uint64_t(config.numHeads) * config.headDim;
+  const uint64_t kvDim = uint64_t(config.numKvHeads) * config.headDim;
+  const uint64_t ffnDim = config.feedForwardDim;
+
+  auto embedding =
+      findChecked(file, "token_embd.weight", dim, config.vocabSize);
+  if (!embedding)
+    return embedding.takeError();
+  weights->embeddingType = (*embedding)->type;
+  weights->embedding.data = (*embedding)->data;
+  weights->embedding.numRows = config.vocabSize;
+  weights->embedding.dim = int64_t(dim);
+  weights->embedding.rowBytes = int64_t((*embedding)->rowBytes());
+  weights->embedding.decode = decodeGgmlRow;
+  weights->embedding.context = &weights->embeddingType;
+
+  for (uint32_t layer = 0; layer < config.numLayers; ++layer) {
+    std::string prefix = "blk." + std::to_string(layer) + ".";
+    LayerWeights layerWeights;
+    auto attentionNorm = loadVector(file, prefix + "attn_norm.weight", dim);
+    if (!attentionNorm)
+      return attentionNorm.takeError();
+    layerWeights.attentionNorm = std::move(*attentionNorm);
+    auto feedForwardNorm = loadVector(file, prefix + "ffn_norm.weight", dim);
+    if (!feedForwardNorm)
+      return feedForwardNorm.takeError();
+    layerWeights.feedForwardNorm = std::move(*feedForwardNorm);
+
+    std::string qkvNames[] = {prefix + "attn_q.weight",
+                              prefix + "attn_k.weight",
+                              prefix + "attn_v.weight"};
+    uint64_t qkvRows[] = {queryDim, kvDim, kvDim};
+    auto qkv = loadStacked(file, engine, qkvNames, qkvRows, dim);
+    if (!qkv)
+      return qkv.takeError();
+    layerWeights.queryKeyValue = std::move(*qkv);
+    if (config.qkvBias) {
+      const char *biasNames[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+      for (int part = 0; part < 3; ++part) {
+        auto bias = loadVector(file, prefix + biasNames[part], qkvRows[part]);
+        if (!bias)
+          return bias.takeError();
+        layerWeights.queryKeyValueBias.insert(
+            layerWeights.queryKeyValueBias.end(), bias->begin(), bias->end());
+      }
+    }
+
+    std::string outputName[] = {prefix + "attn_output.weight"};
+    uint64_t outputRows[] = {dim};
+    auto attentionOutput =
+        loadStacked(file, engine, outputName, outputRows, queryDim);
+    if (!attentionOutput)
+      return attentionOutput.takeError();
+    layerWeights.attentionOutput = std::move(*attentionOutput);
+
+    std::string gateUpNames[] = {prefix + "ffn_gate.weight",
+                                 prefix + "ffn_up.weight"};
+    uint64_t gateUpRows[] = {ffnDim, ffnDim};
+    auto gateUp = loadStacked(file, engine, gateUpNames, gateUpRows, dim);
+    if (!gateUp)
+      return gateUp.takeError();
+    layerWeights.gateUp = std::move(*gateUp);
+
+    std::string downName[] = {prefix + "ffn_down.weight"};
+    uint64_t downRows[] = {dim};
+    auto down = loadStacked(file, engine, downName, downRows, ffnDim);
+    if (!down)
+      return down.takeError();
+    layerWeights.down = std::move(*down);
+    weights->layerWeights.push_back(std::move(layerWeights));
+  }
+
+  auto finalNorm = loadVector(file, "output_norm.weight", dim);
+  if (!finalNorm)
+    return finalNorm.takeError();
+  weights->finalNorm = std::move(*finalNorm);
+  std::string headName[] = {config.tiedOutput ? "token_embd.weight"
+                                              : "output.weight"};
+  uint64_t headRows[] = {config.vocabSize};
+  auto head = loadStacked(file, engine, headName, headRows, dim);
+  if (!head)
+    return head.takeError();
+  weights->outputHead = std::move(*head);
+
+  if (config.hasRopeFrequencyFactors) {
+    auto factors = loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);
+    if (!factors)
+      return factors.takeError();
+    weights->ropeFreqs = std::move(*factors);
+  }
+  return weights;
+}
+
+int64_t ModelWeights::packedBytes() const {
+  int64_t total = outputHead.sizeInBytes();
+  for (const LayerWeights &layer : layerWeights)
+    total += layer.queryKeyValue.sizeInBytes() +
+             layer.attentionOutput.sizeInBytes() + layer.gateUp.sizeInBytes() +
+             layer.down.sizeInBytes();
+  return total;
+}
+
+} // namespace spanc::model

@@ -1,0 +1,71 @@
+//===- Weights.h - A decoder's weights, converted once for the CPU --------===//
+//
+// Loads the tensors of a Llama-family GGUF model into the form the CPU
+// forward pass multiplies with: each projection dequantized and packed once
+// into oneDNN's layout (bf16 or f32, GemmEngine decides), Q|K|V fused into
+// one matrix and gate|up into another so a layer runs four GEMMs, norms as
+// f32 vectors. The token embedding stays in the mapped file in its GGUF type
+// and is dequantized row by row on lookup. Every tensor's presence, type and
+// shape is checked; errors name the tensor.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_MODEL_WEIGHTS_H
+#define SPANC_RUNTIME_MODEL_WEIGHTS_H
+
+#include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/model/ModelConfig.h"
+#include "runtime/model/Quantization.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <vector>
+
+namespace spanc::model {
+
+class GgufFile;
+
+struct LayerWeights {
+  std::vector<float> attentionNorm; ///< [embeddingDim]
+  std::vector<float> feedForwardNorm;
+  /// Rows: numHeads*headDim of Q, then numKvHeads*headDim of K, then of V.
+  cpu::GemmWeights queryKeyValue;
+  std::vector<float> queryKeyValueBias; ///< same rows; empty without bias
+  cpu::GemmWeights attentionOutput;     ///< [embeddingDim][numHeads*headDim]
+  /// Rows: feedForwardDim of gate, then feedForwardDim of up.
+  cpu::GemmWeights gateUp;
+  cpu::GemmWeights down; ///< [embeddingDim][feedForwardDim]
+};
+
+class ModelWeights {
+public:
+  /// Reads every tensor the configuration calls for from `file` (which must
+  /// outlive the weights: the embedding is read from its mapping).
+  static llvm::Expected<std::unique_ptr<ModelWeights>>
+  load(const GgufFile &file, const ModelConfig &config,
+       cpu::GemmEngine &engine);
+
+  const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
+  llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }
+  const std::vector<float> &outputNorm() const { return finalNorm; }
+  const cpu::GemmWeights &output() const { return outputHead; }
+  /// Per-pair RoPE frequency divisors (Llama 3.1), or empty.
+  const std::vector<float> &ropeFrequencyFactors() const { return ropeFreqs; }
+  /// Bytes of packed weights (not counting the mapped file).
+  int64_t packedBytes() const;
+
+private:
+  ModelWeights() = default;
+
+  GgmlType embeddingType = GgmlType::F32; ///< the decoder's context
+  cpu::EmbeddingTable embedding;
+  std::vector<LayerWeights> layerWeights;
+  std::vector<float> finalNorm;
+  cpu::GemmWeights outputHead;
+  std::vector<float> ropeFreqs;
+};
+
+} // namespace spanc::model
+
+#endif // SPANC_RUNTIME_MODEL_WEIGHTS_H

@@ -1,0 +1,268 @@
+//===- ForwardTest.cpp - The forward pass agrees with itself across batching
+//===//
+//
+// With the real SmolLM2 model (skipped when absent) and arbitrary token ids:
+// one prefill, chunked prefill and token-by-token decode give the same
+// logits; several sequences batched give what each gives alone; a page list
+// with padding slots and scattered blocks gives what a contiguous one does
+// (padding takes no position); rope-in-kernel storage gives what rotated
+// storage does. Agreement with llama.cpp is tested in ReferenceTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/model/Model.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+using namespace spanc;
+using namespace spanc::model;
+
+std::string modelPath() {
+  const char *root = std::getenv("SPANC_ROOT");
+  return std::string(root ? root : ".") +
+         "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+/// One model for the whole suite (loading packs 135M weights).
+Model *sharedModel() {
+  static std::unique_ptr<Model> model = [] {
+    std::unique_ptr<Model> loaded;
+    if (!llvm::sys::fs::exists(modelPath()))
+      return loaded;
+    auto result = Model::load(modelPath());
+    if (!result) {
+      ADD_FAILURE() << llvm::toString(result.takeError());
+      return loaded;
+    }
+    return std::move(*result);
+  }();
+  return model.get();
+}
+
+#define REQUIRE_MODEL()                                                        \
+  Model *model = sharedModel();                                                \
+  if (!model)                                                                  \
+    GTEST_SKIP() << "model not found at " << modelPath();
+
+std::vector<int32_t> someTokens(int count, int salt) {
+  std::vector<int32_t> tokens;
+  for (int index = 0; index < count; ++index)
+    tokens.push_back(
+        int32_t((index * 7919 + salt * 104729 + 17) % 49000 + 100));
+  return tokens;
+}
+
+std::vector<int32_t> iota(int64_t first, int64_t count) {
+  std::vector<int32_t> values;
+  for (int64_t index = 0; index < count; ++index)
+    values.push_back(int32_t(first + index));
+  return values;
+}
+
+/// A contiguous page list over blocks [firstBlock, ...) for `length` tokens.
+struct Pages {
+  std::vector<int32_t> blockIds, validTokens;
+  Pages(int32_t firstBlock, int64_t length, int blockSize = 16) {
+    for (int64_t start = 0; start < length; start += blockSize) {
+      blockIds.push_back(firstBlock++);
+      validTokens.push_back(
+          int32_t(std::min<int64_t>(blockSize, length - start)));
+    }
+  }
+};
+
+std::unique_ptr<kv::KvStorage> makeStorage(const Model &model,
+                                           bool keysRotated = true) {
+  auto storage =
+      kv::KvStorage::create(model.kvStorageConfig(256, 16, keysRotated));
+  EXPECT_TRUE(bool(storage));
+  return std::move(*storage);
+}
+
+float maxDifference(const float *a, const float *b, int64_t count) {
+  float worst = 0;
+  for (int64_t index = 0; index < count; ++index)
+    worst = std::max(worst, std::abs(a[index] - b[index]));
+  return worst;
+}
+
+// bf16 GEMMs may pick other kernels (another summation order) for other
+// row counts; logits are O(10), so this is far below a token flip.
+constexpr float kTolerance = 0.05f;
+
+TEST(Forward, ChunkedPrefillAndDecodeMatchOnePrefill) {
+  REQUIRE_MODEL();
+  const int length = 40;
+  std::vector<int32_t> tokens = someTokens(length, 1);
+  std::vector<int32_t> positions = iota(0, length);
+  auto storage = makeStorage(*model);
+  Pages pages(0, length);
+  ForwardSequence all{tokens, positions, pages.blockIds, pages.validTokens,
+                      LogitsRequest::All};
+  ForwardOutput reference;
+  ASSERT_FALSE(bool(model->forward(all, *storage, reference)));
+  ASSERT_EQ(reference.rowOffsets.back(), length);
+  for (int64_t index = 0; index < reference.vocabSize * length; ++index)
+    ASSERT_TRUE(std::isfinite(reference.logits[size_t(index)]));
+
+  // The same tokens in chunks of 17, 16 and then one at a time, into other
+  // blocks.
+  auto chunked = makeStorage(*model);
+  int done = 0;
+  for (int chunk : {17, 16, 1, 1, 1, 1, 1, 1, 1}) {
+    Pages prefix(100, done + chunk);
+    std::vector<int32_t> chunkTokens(tokens.begin() + done,
+                                     tokens.begin() + done + chunk);
+    std::vector<int32_t> chunkPositions = iota(done, chunk);
+    ForwardSequence step{chunkTokens, chunkPositions, prefix.blockIds,
+                         prefix.validTokens, LogitsRequest::All};
+    ForwardOutput output;
+    ASSERT_FALSE(bool(model->forward(step, *chunked, output)));
+    for (int row = 0; row < chunk; ++row)
+      EXPECT_LT(maxDifference(output.row(row), reference.row(done + row),
+                              reference.vocabSize),
+                kTolerance)
+          << "token " << done + row;
+    done += chunk;
+  }
+}
+
+TEST(Forward, BatchedSequencesMatchEachAlone) {
+  REQUIRE_MODEL();
+  std::vector<int32_t> first = someTokens(23, 2), second = someTokens(5, 3);
+  std::vector<int32_t> firstPositions = iota(0, 23),
+                       secondPositions = iota(0, 5);
+  Pages firstPages(0, 23), secondPages(10, 5);
+  auto storage = makeStorage(*model);
+  ForwardSequence batch[] = {{first, firstPositions, firstPages.blockIds,
+                              firstPages.validTokens, LogitsRequest::Last},
+                             {second, secondPositions, secondPages.blockIds,
+                              secondPages.validTokens, LogitsRequest::All}};
+  ForwardOutput together;
+  ASSERT_FALSE(bool(model->forward(batch, *storage, together)));
+  ASSERT_EQ(together.rowOffsets.back(), 1 + 5);
+  for (int index = 0; index < 2; ++index) {
+    auto alone = makeStorage(*model);
+    ForwardOutput output;
+    ASSERT_FALSE(bool(model->forward(batch[index], *alone, output)));
+    for (int64_t row = 0; row < output.rowOffsets.back(); ++row)
+      EXPECT_LT(
+          maxDifference(output.row(row),
+                        together.row(together.rowOffsets[size_t(index)] + row),
+                        output.vocabSize),
+          kTolerance)
+          << "sequence " << index << " row " << row;
+  }
+  // Then one decode step for both at once, against each alone.
+  int32_t nextFirst = 321, nextSecond = 4321;
+  Pages firstAfter(0, 24), secondAfter(10, 6);
+  int32_t firstNextPosition = 23, secondNextPosition = 5;
+  ForwardSequence decode[] = {
+      {nextFirst, firstNextPosition, firstAfter.blockIds,
+       firstAfter.validTokens, LogitsRequest::Last},
+      {nextSecond, secondNextPosition, secondAfter.blockIds,
+       secondAfter.validTokens, LogitsRequest::Last}};
+  ForwardOutput decoded;
+  ASSERT_FALSE(bool(model->forward(decode, *storage, decoded)));
+  for (int index = 0; index < 2; ++index) {
+    ForwardOutput alone;
+    ASSERT_FALSE(bool(model->forward(decode[index], *storage, alone)));
+    EXPECT_LT(maxDifference(alone.row(0), decoded.row(index), alone.vocabSize),
+              kTolerance);
+  }
+}
+
+TEST(Forward, PaddingSlotsTakeNoPosition) {
+  REQUIRE_MODEL();
+  // 10 tokens of a "span" in a block padded to 16, then 20 more tokens: the
+  // same logits as 30 contiguous tokens.
+  std::vector<int32_t> tokens = someTokens(30, 4), positions = iota(0, 30);
+  auto contiguousStorage = makeStorage(*model);
+  Pages contiguous(0, 30);
+  ForwardOutput reference;
+  ASSERT_FALSE(bool(model->forward(
+      ForwardSequence{tokens, positions, contiguous.blockIds,
+                      contiguous.validTokens, LogitsRequest::All},
+      *contiguousStorage, reference)));
+
+  auto storage = makeStorage(*model);
+  std::vector<int32_t> spanTokens(tokens.begin(), tokens.begin() + 10);
+  std::vector<int32_t> spanPositions = iota(0, 10);
+  std::vector<int32_t> spanBlocks = {37}, spanValid = {10};
+  ForwardOutput spanOutput;
+  ASSERT_FALSE(
+      bool(model->forward(ForwardSequence{spanTokens, spanPositions, spanBlocks,
+                                          spanValid, LogitsRequest::All},
+                          *storage, spanOutput)));
+  std::vector<int32_t> tailTokens(tokens.begin() + 10, tokens.end());
+  std::vector<int32_t> tailPositions = iota(10, 20);
+  std::vector<int32_t> blocks = {37, 5, 90}, valid = {10, 16, 4};
+  ForwardOutput tailOutput;
+  ASSERT_FALSE(
+      bool(model->forward(ForwardSequence{tailTokens, tailPositions, blocks,
+                                          valid, LogitsRequest::All},
+                          *storage, tailOutput)));
+  for (int row = 0; row < 10; ++row)
+    EXPECT_LT(maxDifference(spanOutput.row(row), reference.row(row),
+                            reference.vocabSize),
+              kTolerance);
+  for (int row = 0; row < 20; ++row)
+    EXPECT_LT(maxDifference(tailOutput.row(row), reference.row(10 + row),
+                            reference.vocabSize),
+              kTolerance)
+        << "tail row " << row;
+}
+
+TEST(Forward, RopeInKernelMatchesRotatedKeys) {
+  REQUIRE_MODEL();
+  std::vector<int32_t> tokens = someTokens(33, 5), positions = iota(0, 33);
+  Pages pages(3, 33);
+  ForwardSequence sequence{tokens, positions, pages.blockIds, pages.validTokens,
+                           LogitsRequest::All};
+  auto rotated = makeStorage(*model, true);
+  auto unrotated = makeStorage(*model, false);
+  ForwardOutput reference, output;
+  ASSERT_FALSE(bool(model->forward(sequence, *rotated, reference)));
+  ASSERT_FALSE(bool(model->forward(sequence, *unrotated, output)));
+  for (int row = 0; row < 33; ++row)
+    EXPECT_LT(
+        maxDifference(output.row(row), reference.row(row), reference.vocabSize),
+        kTolerance)
+        << "row " << row;
+}
+
+TEST(Forward, BadBatchesAreErrorsNotCrashes) {
+  REQUIRE_MODEL();
+  auto storage = makeStorage(*model);
+  std::vector<int32_t> tokens = {1, 2, 3}, positions = iota(0, 3);
+  std::vector<int32_t> blocks = {0}, valid = {2};
+  ForwardOutput output;
+  llvm::Error tooShort = model->forward(
+      ForwardSequence{tokens, positions, blocks, valid}, *storage, output);
+  ASSERT_TRUE(bool(tooShort));
+  EXPECT_NE(llvm::toString(std::move(tooShort)).find("fewer than the 3 new"),
+            std::string::npos);
+  std::vector<int32_t> badTokens = {1, 99999, 3};
+  valid = {3};
+  llvm::Error badId = model->forward(
+      ForwardSequence{badTokens, positions, blocks, valid}, *storage, output);
+  ASSERT_TRUE(bool(badId));
+  EXPECT_NE(llvm::toString(std::move(badId)).find("id 99999"),
+            std::string::npos);
+  std::vector<int32_t> badBlocks = {100000};
+  llvm::Error badBlock = model->forward(
+      ForwardSequence{tokens, positions, badBlocks, valid}, *storage, output);
+  ASSERT_TRUE(bool(badBlock));
+  EXPECT_NE(llvm::toString(std::move(badBlock)).find("block id 100000"),
+            std::string::npos);
+}
+
+} // namespace

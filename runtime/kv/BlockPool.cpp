@@ -160,6 +160,19 @@ bool BlockPool::cacheBlock(BlockId block, const BlockHash &hash) {
   return true;
 }
 
+void BlockPool::uncache(BlockId block) {
+  if (!cached_[block])
+    return;
+  index_.erase(hashes_[block]);
+  cached_[block] = 0;
+  hashes_[block] = BlockHash();
+  // An unreferenced block that lost its hash is worth nothing: reuse first.
+  if (refCounts_[block] == 0) {
+    unlink(block);
+    pushFront(block);
+  }
+}
+
 std::optional<BlockId> BlockPool::lookup(const BlockHash &hash) const {
   auto found = index_.find(hash);
   if (found == index_.end())

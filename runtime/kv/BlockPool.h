@@ -69,6 +69,9 @@ public:
   /// hash, or the block is already cached under another hash.
   bool cacheBlock(BlockId block, const BlockHash &hash);
 
+  /// Removes a block from the index (its contents are about to change).
+  void uncache(BlockId block);
+
   /// The cached block holding `hash`, if any. Does not add a reference.
   std::optional<BlockId> lookup(const BlockHash &hash) const;
 

@@ -31,6 +31,8 @@ class GemmEngine;
 /// One weight matrix in oneDNN's layout for this CPU.
 class GemmWeights {
 public:
+  /// Empty weights (packWeights() makes real ones).
+  GemmWeights();
   ~GemmWeights();
   GemmWeights(GemmWeights &&) noexcept;
   GemmWeights &operator=(GemmWeights &&) noexcept;
@@ -42,7 +44,6 @@ public:
 
 private:
   friend class GemmEngine;
-  GemmWeights();
   struct Storage;
   std::unique_ptr<Storage> storage;
   int64_t numRows = 0;

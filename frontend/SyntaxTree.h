@@ -14,6 +14,7 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <memory>
+#include <vector>
 
 namespace spanc::frontend {
 
@@ -27,11 +28,21 @@ public:
                                            unsigned bufferId);
   ~SyntaxTree();
 
+  /// The parse tree; null when the input was rejected before parsing
+  /// (invalid UTF-8, nesting too deep), which counts as a syntax error.
   grammar::SpanParser::ModuleContext *module() const { return moduleContext; }
   unsigned numSyntaxErrors() const { return syntaxErrors; }
 
-  /// The SourceMgr location of a token (ANTLR columns count code points).
+  /// The SourceMgr location of a token (ANTLR counts code points; this maps
+  /// them to bytes without rescanning the buffer).
   llvm::SMLoc locationOf(const antlr4::Token *token) const;
+  /// The location of a 1-based line and a 0-based code-point column.
+  llvm::SMLoc locationOf(size_t line, size_t codePointColumn) const;
+  unsigned getBufferId() const { return bufferId; }
+
+  /// Blocks and parentheses nested deeper than this are rejected with a
+  /// located error: the parser and the lowering recurse on nesting.
+  static constexpr unsigned kMaxNesting = 256;
 
   /// Prints the tree in LISP form, for `spanc compile --emit=ast`.
   std::string toStringTree() const;
@@ -48,6 +59,10 @@ private:
   std::unique_ptr<antlr4::ANTLRErrorListener> errorListener;
   grammar::SpanParser::ModuleContext *moduleContext = nullptr;
   unsigned syntaxErrors = 0;
+  /// Byte offset of each line start (index 0 is line 1).
+  std::vector<size_t> lineStarts;
+  /// Byte offset of each code point; empty when the text is ASCII.
+  std::vector<uint32_t> codePointOffsets;
 
   friend class SyntaxErrorListener;
 };

@@ -65,7 +65,7 @@ void DiagnosticEngine::emit(Location loc, llvm::SourceMgr::DiagKind kind,
   }
   // No source text: still say where, in the usual form.
   llvm::SMDiagnostic diagnostic(
-      sourceMgr, llvm::SMLoc(), loc.isKnown() ? loc.file : "<unknown>",
+      sourceMgr, llvm::SMLoc(), loc.isKnown() ? loc.file : "spanc",
       loc.isKnown() ? int(loc.line) : -1,
       loc.isKnown() ? int(loc.column) - 1 : -1, kind, message.str(), "", {});
   diagnostic.print(nullptr, llvm::errs());

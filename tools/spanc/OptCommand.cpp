@@ -1,19 +1,108 @@
-//===- OptCommand.cpp - spanc opt ---===//
+//===- OptCommand.cpp - spanc opt -----------------------------------------===//
 
+#include "frontend/Load.h"
+#include "ir/Printer.h"
+#include "passes/PassManager.h"
 #include "tools/spanc/CommandLine.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace spanc::cli {
 
 int runOpt(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()("input", po::value<std::string>()->required(), "IR file")("passes", po::value<std::string>(), "comma-separated passes; empty: parse and print only")("print-ir-after-all", "print the IR after every pass")("output,o", po::value<std::string>(), "output file (default: stdout)");
+  options.add_options()                                                      //
+      ("input", po::value<std::string>()->required(),                        //
+       "a .ir file (or a .span program or spnl .json query)")                //
+      ("passes", po::value<std::string>(),                                   //
+       "comma-separated passes to run in order; without --passes the "       //
+       "default pipeline runs; --passes= (empty) only parses, verifies "     //
+       "and prints")                                                         //
+      ("print-ir-after-all", "print the IR to stderr after every pass")      //
+      ("print-ir-after", po::value<std::vector<std::string>>()->composing(), //
+       "NAME: print the IR to stderr after pass NAME (repeatable)")          //
+      ("output,o", po::value<std::string>(),                                 //
+       "write the output here instead of stdout")                            //
+      ("set", po::value<std::vector<std::string>>()->composing(),            //
+       "NAME=VALUE: override `param NAME` of a .span input")                 //
+      ("print-loc", "print each op's source location as loc(...)")           //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),               //
+       "fan-in for tree-reduce on gens without reduce= (0: off)")            //
+      ("prepare-fragments",                                                  //
+       "desugar-retrieve adds a max_tokens=1 warm-up gen per fragment");
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed =
-      parseCommandLine("opt", "spanc opt FILE.ir [--passes=a,b]", "Runs optimizer passes over textual span IR.", options, positional, args);
+  std::string about =
+      "Runs optimizer passes over span IR and prints the result. The IR is\n"
+      "verified after every pass; a pass that leaves ill-formed IR is named.\n"
+      "IR dumps (--print-ir-after*) go to stderr, the result to stdout.\n\n" +
+      passes::describePasses();
+  ParsedCommandLine parsed = parseCommandLine(
+      "opt",
+      "spanc opt FILE.ir [--passes=a,b] [--print-ir-after-all] "
+      "[--print-ir-after=NAME] [-o OUT]",
+      about.c_str(), options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("opt", "#3");
+  const po::variables_map &values = parsed.values;
+
+  frontend::FrontendOptions frontendOptions;
+  if (values.count("set"))
+    for (const std::string &text :
+         values["set"].as<std::vector<std::string>>()) {
+      std::pair<std::string, std::string> override;
+      if (!frontend::parseParamOverride(text, override))
+        return reportError("opt", "--set takes NAME=VALUE, got '" + text + "'");
+      frontendOptions.paramOverrides.push_back(std::move(override));
+    }
+
+  passes::PassOptions passOptions;
+  passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
+  passOptions.prepareFragments = values.count("prepare-fragments") != 0;
+  llvm::SourceMgr sourceMgr;
+  ir::DiagnosticEngine diagnostics(sourceMgr);
+  passes::PassContext context(diagnostics, passOptions);
+  passes::PassManager manager(context);
+  // Pipeline problems are reported before reading the input.
+  if (values.count("passes")) {
+    if (llvm::Error error =
+            manager.addPipeline(values["passes"].as<std::string>()))
+      return reportError("opt", llvm::toString(std::move(error)));
+  } else {
+    manager.addDefaultPipeline();
+  }
+  manager.setPrintAfterAll(values.count("print-ir-after-all") != 0);
+  if (values.count("print-ir-after"))
+    for (const std::string &name :
+         values["print-ir-after"].as<std::vector<std::string>>())
+      if (llvm::Error error = manager.addPrintAfter(name))
+        return reportError("opt", llvm::toString(std::move(error)));
+  ir::PrintOptions printOptions;
+  printOptions.printLocations = values.count("print-loc") != 0;
+  manager.setPrintOptions(printOptions);
+
+  std::string path = values["input"].as<std::string>();
+  std::unique_ptr<ir::Module> module =
+      frontend::loadModule(path, diagnostics, frontendOptions);
+  if (!module)
+    return 1;
+  if (llvm::Error error = manager.run(*module))
+    return reportError("opt", llvm::toString(std::move(error)));
+
+  std::string text = ir::toString(*module, printOptions);
+  if (!values.count("output") || values["output"].as<std::string>() == "-") {
+    llvm::outs() << text;
+    return 0;
+  }
+  std::string output = values["output"].as<std::string>();
+  std::error_code error;
+  llvm::raw_fd_ostream out(output, error, llvm::sys::fs::OF_Text);
+  if (error)
+    return reportError("opt",
+                       "cannot write '" + output + "': " + error.message());
+  out << text;
+  return 0;
 }
 
 } // namespace spanc::cli

@@ -1,0 +1,705 @@
+//===- Lowering.cpp - Lower a .span parse tree to span IR -----------------===//
+
+#include "frontend/Lowering.h"
+
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace spanc::frontend {
+
+using grammar::SpanParser;
+
+bool parseParamOverride(llvm::StringRef text,
+                        std::pair<std::string, std::string> &result) {
+  auto [name, value] = text.split('=');
+  if (name.empty() || name.size() == text.size())
+    return false;
+  result = {name.trim().str(), value.str()};
+  return true;
+}
+
+namespace {
+
+/// Lowering stops making ops past this many (lets that use each other
+/// twice per level grow exponentially when inlined).
+constexpr size_t kMaxOps = 4'000'000;
+
+std::string formatNumber(double value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (std::fabs(value) < 1e15 && value == std::floor(value))
+    os << static_cast<int64_t>(value);
+  else
+    os << value;
+  return os.str();
+}
+
+const char *typeName(ir::Attribute::Kind kind) {
+  switch (kind) {
+  case ir::Attribute::Kind::Int:
+    return "an integer";
+  case ir::Attribute::Kind::Float:
+    return "a float";
+  case ir::Attribute::Kind::String:
+    return "a string";
+  }
+  return "?";
+}
+
+class Lowering {
+public:
+  Lowering(const SyntaxTree &tree, ir::DiagnosticEngine &diagnostics,
+           const FrontendOptions &options)
+      : tree(tree), diagnostics(diagnostics), options(options) {
+    llvm::StringRef identifier = diagnostics.getSourceMgr()
+                                     .getMemoryBuffer(tree.getBufferId())
+                                     ->getBufferIdentifier();
+    directory = llvm::sys::path::parent_path(identifier).str();
+  }
+
+  std::unique_ptr<ir::Module> run() {
+    collectDeclarations();
+    applyOverrides();
+    checkLets();
+    auto module = std::make_unique<ir::Module>();
+    for (SpanParser::DeclContext *decl : tree.module()->decl()) {
+      auto *queryDecl = dynamic_cast<SpanParser::QueryDeclContext *>(decl);
+      if (!queryDecl)
+        continue;
+      ir::Query *query = module->addQuery(queryDecl->ID()->getText(),
+                                          locate(queryDecl->getStart()));
+      builder.setInsertionPointToEnd(query);
+      ir::Op *result = lowerBody(queryDecl->block());
+      if (result) {
+        builder.setLoc(query->getLoc());
+        builder.createYield(result);
+      }
+    }
+    if (diagnostics.getNumErrors() != errorsBefore)
+      return nullptr;
+    return module;
+  }
+
+private:
+  struct Param {
+    ir::Attribute value;
+    antlr4::Token *name;
+  };
+  struct Let {
+    SpanParser::ExprContext *expr;
+    antlr4::Token *name;
+    bool inProgress = false;
+  };
+
+  //===--------------------------------------------------------------------===//
+  // Locations and errors
+  //===--------------------------------------------------------------------===//
+
+  ir::Location locate(const antlr4::Token *token) {
+    return diagnostics.getLocation(tree.locationOf(token));
+  }
+  void error(const antlr4::Token *token, const llvm::Twine &message) {
+    diagnostics.emit(tree.locationOf(token), llvm::SourceMgr::DK_Error,
+                     message);
+  }
+  void note(const antlr4::Token *token, const llvm::Twine &message) {
+    diagnostics.emit(tree.locationOf(token), llvm::SourceMgr::DK_Note, message);
+  }
+  /// An error without a place in the source (a bad --set).
+  void error(const llvm::Twine &message) {
+    diagnostics.error(ir::Location(), message);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Declarations
+  //===--------------------------------------------------------------------===//
+
+  void collectDeclarations() {
+    // One namespace for params, lets and queries: a name means one thing.
+    llvm::StringMap<antlr4::Token *> declared;
+    for (SpanParser::DeclContext *decl : tree.module()->decl()) {
+      antlr4::Token *name = nullptr;
+      if (auto *param = dynamic_cast<SpanParser::ParamDeclContext *>(decl))
+        name = param->ID()->getSymbol();
+      else if (auto *let = dynamic_cast<SpanParser::LetDeclContext *>(decl))
+        name = let->ID()->getSymbol();
+      else if (auto *query = dynamic_cast<SpanParser::QueryDeclContext *>(decl))
+        name = query->ID()->getSymbol();
+      if (!name)
+        continue;
+      auto [it, inserted] = declared.try_emplace(name->getText(), name);
+      if (!inserted) {
+        error(name, "duplicate name '" + name->getText() + "'");
+        note(it->second, "'" + name->getText() + "' is first declared here");
+        continue;
+      }
+      if (auto *let = dynamic_cast<SpanParser::LetDeclContext *>(decl))
+        lets.try_emplace(name->getText(), Let{let->expr(), name});
+    }
+    // Params may name params declared before them.
+    for (SpanParser::DeclContext *decl : tree.module()->decl()) {
+      auto *param = dynamic_cast<SpanParser::ParamDeclContext *>(decl);
+      if (!param)
+        continue;
+      antlr4::Token *name = param->ID()->getSymbol();
+      if (params.count(name->getText()) || lets.count(name->getText()))
+        continue; // a duplicate, reported above
+      std::optional<ir::Attribute> value = evaluateLiteral(param->literal());
+      if (value)
+        params.try_emplace(name->getText(), Param{*value, name});
+      else
+        failedNames.insert(name->getText());
+    }
+  }
+
+  void applyOverrides() {
+    for (const auto &[name, text] : options.paramOverrides) {
+      auto it = params.find(name);
+      if (it == params.end()) {
+        if (!failedNames.count(name))
+          error("--set " + name + "=" + text + ": no param named '" + name +
+                "' in this program");
+        continue;
+      }
+      Param &param = it->second;
+      llvm::StringRef value(text);
+      switch (param.value.kind()) {
+      case ir::Attribute::Kind::String:
+        param.value = ir::Attribute(value);
+        break;
+      case ir::Attribute::Kind::Int: {
+        int64_t number = 0;
+        if (value.trim().getAsInteger(10, number)) {
+          error("--set " + name + "=" + text + ": param '" + name +
+                "' is an integer");
+          note(param.name, "'" + name + "' is declared here");
+          break;
+        }
+        param.value = ir::Attribute(number);
+        break;
+      }
+      case ir::Attribute::Kind::Float: {
+        std::string copy = value.trim().str();
+        char *end = nullptr;
+        errno = 0;
+        double number = std::strtod(copy.c_str(), &end);
+        if (copy.empty() || end != copy.c_str() + copy.size() ||
+            errno == ERANGE || !std::isfinite(number)) {
+          error("--set " + name + "=" + text + ": param '" + name +
+                "' is a number");
+          note(param.name, "'" + name + "' is declared here");
+          break;
+        }
+        param.value = ir::Attribute(number);
+        break;
+      }
+      }
+    }
+  }
+
+  /// Lowers each let once where it is declared, so that its errors are
+  /// reported once; uses inline it again with messages muted.
+  void checkLets() {
+    ir::Module scratch;
+    ir::Query *query = scratch.addQuery("let", {});
+    for (SpanParser::DeclContext *decl : tree.module()->decl()) {
+      auto *let = dynamic_cast<SpanParser::LetDeclContext *>(decl);
+      if (!let)
+        continue;
+      auto it = lets.find(let->ID()->getText());
+      if (it == lets.end() || it->second.name != let->ID()->getSymbol())
+        continue;
+      // A let bound to a string is text, used in text positions only.
+      if (dynamic_cast<SpanParser::StringExprContext *>(let->expr())) {
+        std::string text;
+        decodeString(dynamic_cast<SpanParser::StringExprContext *>(let->expr())
+                         ->STRING()
+                         ->getSymbol(),
+                     text);
+        continue;
+      }
+      builder.setInsertionPointToEnd(query);
+      it->second.inProgress = true;
+      lowerExpr(let->expr());
+      it->second.inProgress = false;
+    }
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Literals and text
+  //===--------------------------------------------------------------------===//
+
+  /// Decodes a STRING token: escapes in "...", none in """...""".
+  bool decodeString(antlr4::Token *token, std::string &result) {
+    std::string text = token->getText();
+    llvm::StringRef spelling = text;
+    if (spelling.startswith("\"\"\"") && spelling.size() >= 6) {
+      result = spelling.drop_front(3).drop_back(3).str();
+      return true;
+    }
+    size_t errorOffset = 0;
+    if (!ir::unescapeString(spelling.drop_front().drop_back(), result,
+                            errorOffset)) {
+      error(token, "invalid escape sequence in string");
+      return false;
+    }
+    return true;
+  }
+
+  /// The value of a literal: a string, an int, a float, or a param's value.
+  std::optional<ir::Attribute>
+  evaluateLiteral(SpanParser::LiteralContext *literal) {
+    if (auto *string = literal->STRING()) {
+      std::string text;
+      if (!decodeString(string->getSymbol(), text))
+        return std::nullopt;
+      return ir::Attribute(std::move(text));
+    }
+    if (auto *integer = literal->INT()) {
+      int64_t value = 0;
+      if (llvm::StringRef(integer->getText()).getAsInteger(10, value)) {
+        error(integer->getSymbol(),
+              "integer '" + integer->getText() + "' is out of range");
+        return std::nullopt;
+      }
+      return ir::Attribute(value);
+    }
+    if (auto *number = literal->FLOAT()) {
+      std::string text = number->getText();
+      errno = 0;
+      double value = std::strtod(text.c_str(), nullptr);
+      if (errno == ERANGE || !std::isfinite(value)) {
+        error(number->getSymbol(), "number '" + text + "' is out of range");
+        return std::nullopt;
+      }
+      return ir::Attribute(value);
+    }
+    antlr4::Token *name = literal->ID()->getSymbol();
+    return resolveValueName(name);
+  }
+
+  /// A name used as a value: a param, or a let bound to a string.
+  std::optional<ir::Attribute> resolveValueName(antlr4::Token *name) {
+    std::string key = name->getText();
+    if (auto it = params.find(key); it != params.end())
+      return it->second.value;
+    if (auto it = lets.find(key); it != lets.end()) {
+      if (auto *string =
+              dynamic_cast<SpanParser::StringExprContext *>(it->second.expr)) {
+        std::string text;
+        if (!decodeString(string->STRING()->getSymbol(), text))
+          return std::nullopt;
+        return ir::Attribute(std::move(text));
+      }
+      error(name, "'" + key + "' is a span, not a value");
+      return std::nullopt;
+    }
+    if (failedNames.count(key))
+      return std::nullopt; // its own error was reported where it is declared
+    error(name, "unknown name '" + key + "'");
+    return std::nullopt;
+  }
+
+  /// Text of a message or fragment: a string, a string param or let, or the
+  /// contents of file("...").
+  std::optional<std::string> lowerText(SpanParser::TextContext *text) {
+    if (auto *string = dynamic_cast<SpanParser::StringTextContext *>(text)) {
+      std::string result;
+      if (!decodeString(string->STRING()->getSymbol(), result))
+        return std::nullopt;
+      return result;
+    }
+    if (auto *name = dynamic_cast<SpanParser::NameTextContext *>(text)) {
+      std::optional<ir::Attribute> value =
+          resolveValueName(name->ID()->getSymbol());
+      if (!value)
+        return std::nullopt;
+      if (!value->isString()) {
+        error(name->ID()->getSymbol(), "'" + name->ID()->getText() + "' is " +
+                                           typeName(value->kind()) +
+                                           ", not text");
+        return std::nullopt;
+      }
+      return value->getString().str();
+    }
+    auto *file = dynamic_cast<SpanParser::FileTextContext *>(text);
+    std::string path;
+    if (!decodeString(file->STRING()->getSymbol(), path))
+      return std::nullopt;
+    return readFile(path, file->getStart());
+  }
+
+  std::optional<std::string> readFile(const std::string &path,
+                                      antlr4::Token *at) {
+    llvm::SmallString<256> fullPath(path);
+    if (!llvm::sys::path::is_absolute(fullPath) && !directory.empty()) {
+      fullPath = directory;
+      llvm::sys::path::append(fullPath, path);
+    }
+    auto cached = fileContents.find(fullPath);
+    if (cached != fileContents.end())
+      return cached->second;
+    auto buffer = llvm::MemoryBuffer::getFile(fullPath, /*IsText=*/true);
+    if (!buffer) {
+      error(at, "cannot read file '" + fullPath +
+                    "': " + buffer.getError().message());
+      return std::nullopt;
+    }
+    std::string contents = (*buffer)->getBuffer().str();
+    fileContents.try_emplace(fullPath, contents);
+    return contents;
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Options
+  //===--------------------------------------------------------------------===//
+
+  /// Checks and converts `gen`/`chat` options against the op's schema.
+  llvm::SmallVector<ir::NamedAttribute, 4>
+  lowerModelOptions(SpanParser::OptsContext *opts, const char *opName,
+                    bool &ok) {
+    llvm::SmallVector<ir::NamedAttribute, 4> result;
+    if (!opts)
+      return result;
+    const ir::OpInfo &info = ir::getOpInfo(ir::OpKind::Gen);
+    llvm::StringSet<> seen;
+    for (SpanParser::OptContext *opt : opts->opt()) {
+      antlr4::Token *key = opt->key->getStart();
+      std::string name = key->getText();
+      const ir::AttrSpec *spec = info.findAttribute(name);
+      if (!spec) {
+        std::string known;
+        for (const ir::AttrSpec &candidate : info.attributes)
+          known += (known.empty() ? "" : ", ") + std::string(candidate.name);
+        error(key, "unknown option '" + name + "' for " + opName +
+                       "; expected one of " + known);
+        ok = false;
+        continue;
+      }
+      if (!seen.insert(name).second) {
+        error(key, "duplicate option '" + name + "'");
+        ok = false;
+        continue;
+      }
+      std::optional<ir::Attribute> value = convertOption(opt, *spec);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      result.push_back({name, std::move(*value)});
+    }
+    return result;
+  }
+
+  /// An option's literal, converted to the spec's type and range-checked.
+  std::optional<ir::Attribute> convertOption(SpanParser::OptContext *opt,
+                                             const ir::AttrSpec &spec) {
+    antlr4::Token *at = opt->literal()->getStart();
+    std::string name = opt->key->getText();
+    std::optional<ir::Attribute> value = evaluateLiteral(opt->literal());
+    if (!value)
+      return std::nullopt;
+    switch (spec.type) {
+    case ir::AttrType::String:
+      if (!value->isString()) {
+        error(at, "option '" + name + "' takes a string, not " +
+                      typeName(value->kind()));
+        return std::nullopt;
+      }
+      return value;
+    case ir::AttrType::Int:
+      if (!value->isInt()) {
+        error(at, "option '" + name + "' takes an integer, not " +
+                      typeName(value->kind()));
+        return std::nullopt;
+      }
+      break;
+    case ir::AttrType::Float:
+      if (value->isString()) {
+        error(at, "option '" + name + "' takes a number, not a string");
+        return std::nullopt;
+      }
+      value = ir::Attribute(value->getNumber());
+      break;
+    }
+    double number = value->getNumber();
+    if (number < spec.min || number > spec.max) {
+      std::string shown = formatNumber(number);
+      if (spec.min == 0 && number < 0)
+        error(at, "option '" + name + "' must not be negative, got " + shown);
+      else if (spec.max >= 1e9)
+        error(at, "option '" + name + "' must be at least " +
+                      formatNumber(spec.min) + ", got " + shown);
+      else
+        error(at, "option '" + name + "' must be in [" +
+                      formatNumber(spec.min) + ", " + formatNumber(spec.max) +
+                      "], got " + shown);
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Expressions
+  //===--------------------------------------------------------------------===//
+
+  /// Creates an op at `at`, unless the op budget is spent.
+  ir::Op *create(antlr4::Token *at, ir::OpKind kind,
+                 llvm::ArrayRef<ir::Op *> operands,
+                 llvm::ArrayRef<ir::NamedAttribute> attributes = {},
+                 llvm::StringRef text = {}) {
+    if (++numOps > kMaxOps) {
+      if (!budgetReported)
+        error(at, "the program is too large: more than " +
+                      llvm::Twine(kMaxOps) + " ops after inlining lets");
+      budgetReported = true;
+      return nullptr;
+    }
+    builder.setLoc(locate(at));
+    return builder.create(kind, operands, attributes, text);
+  }
+
+  /// The children of a block; false if any failed (the others are still
+  /// lowered, to report their errors too).
+  bool lowerChildren(SpanParser::BlockContext *block,
+                     llvm::SmallVectorImpl<ir::Op *> &children) {
+    bool ok = true;
+    for (SpanParser::ExprContext *expr : block->expr()) {
+      ir::Op *child = lowerExpr(expr);
+      if (child)
+        children.push_back(child);
+      else
+        ok = false;
+    }
+    return ok;
+  }
+
+  /// A query or repeat body: its only expression, or a cross of several.
+  ir::Op *lowerBody(SpanParser::BlockContext *block) {
+    llvm::SmallVector<ir::Op *, 8> children;
+    if (!lowerChildren(block, children))
+      return nullptr;
+    if (children.size() == 1)
+      return children.front();
+    return create(block->getStart(), ir::OpKind::Cross, children);
+  }
+
+  ir::Op *lowerJoin(SpanParser::BlockContext *block, antlr4::Token *at,
+                    ir::OpKind kind) {
+    llvm::SmallVector<ir::Op *, 8> children;
+    if (!lowerChildren(block, children))
+      return nullptr;
+    return create(at, kind, children);
+  }
+
+  ir::Op *lowerExpr(SpanParser::ExprContext *expr) {
+    antlr4::Token *start = expr->getStart();
+    if (auto *block = dynamic_cast<SpanParser::CrossBlockExprContext *>(expr))
+      return lowerJoin(block->block(), start, ir::OpKind::Cross);
+    if (auto *cross = dynamic_cast<SpanParser::CrossExprContext *>(expr))
+      return lowerJoin(cross->block(), start, ir::OpKind::Cross);
+    if (auto *plus = dynamic_cast<SpanParser::PlusExprContext *>(expr))
+      return lowerJoin(plus->block(), start, ir::OpKind::Plus);
+    if (auto *message = dynamic_cast<SpanParser::MessageExprContext *>(expr)) {
+      std::optional<std::string> text = lowerText(message->text());
+      if (!text)
+        return nullptr;
+      std::string role = message->role->getText();
+      ir::OpKind kind = role == "system" ? ir::OpKind::System
+                        : role == "user" ? ir::OpKind::User
+                                         : ir::OpKind::Assistant;
+      return create(start, kind, {}, {}, *text);
+    }
+    if (auto *fragment =
+            dynamic_cast<SpanParser::FragmentExprContext *>(expr)) {
+      std::optional<std::string> text = lowerText(fragment->text());
+      if (!text)
+        return nullptr;
+      return create(start, ir::OpKind::Fragment, {}, {}, *text);
+    }
+    if (auto *gen = dynamic_cast<SpanParser::GenExprContext *>(expr)) {
+      bool ok = true;
+      auto options = lowerModelOptions(gen->opts(), "gen", ok);
+      ir::Op *input =
+          lowerJoin(gen->block(), gen->block()->getStart(), ir::OpKind::Cross);
+      if (!ok || !input)
+        return nullptr;
+      return create(start, ir::OpKind::Gen, {input}, options);
+    }
+    if (auto *chat = dynamic_cast<SpanParser::ChatExprContext *>(expr)) {
+      bool ok = true;
+      auto options = lowerModelOptions(chat->opts(), "chat", ok);
+      llvm::SmallVector<ir::Op *, 8> messages;
+      ok &= lowerChildren(chat->block(), messages);
+      if (!ok)
+        return nullptr;
+      return create(start, ir::OpKind::Chat, messages, options);
+    }
+    if (auto *repeat = dynamic_cast<SpanParser::RepeatExprContext *>(expr))
+      return lowerRepeat(repeat);
+    if (auto *retrieve = dynamic_cast<SpanParser::RetrieveExprContext *>(expr))
+      return lowerRetrieve(retrieve);
+    if (dynamic_cast<SpanParser::StringExprContext *>(expr)) {
+      error(start, "a string needs a role here: write user \"...\" (or "
+                   "system, assistant, fragment)");
+      return nullptr;
+    }
+    auto *name = dynamic_cast<SpanParser::NameExprContext *>(expr);
+    return lowerName(name->ID()->getSymbol());
+  }
+
+  ir::Op *lowerName(antlr4::Token *name) {
+    std::string key = name->getText();
+    auto it = lets.find(key);
+    if (it == lets.end()) {
+      if (params.count(key))
+        error(name, "param '" + key +
+                        "' is a value, not a span; give it a "
+                        "role (user " +
+                        key + ")");
+      else if (!failedNames.count(key))
+        error(name, "unknown name '" + key + "'");
+      return nullptr;
+    }
+    Let &let = it->second;
+    if (dynamic_cast<SpanParser::StringExprContext *>(let.expr)) {
+      error(name, "'" + key + "' is text; give it a role (user " + key + ")");
+      return nullptr;
+    }
+    if (let.inProgress) {
+      // Reported once per place, even from inside a muted inlining.
+      bool wasMuted = diagnostics.isMuted();
+      diagnostics.setMuted(!reportedCycles.insert(name).second);
+      error(name, "let '" + key + "' refers to itself");
+      diagnostics.setMuted(wasMuted);
+      return nullptr;
+    }
+    // Inline quietly: checkLets() reports each let's own errors once.
+    bool wasMuted = diagnostics.isMuted();
+    diagnostics.setMuted(true);
+    let.inProgress = true;
+    ir::Op *result = lowerExpr(let.expr);
+    let.inProgress = false;
+    diagnostics.setMuted(wasMuted);
+    return result;
+  }
+
+  ir::Op *lowerRepeat(SpanParser::RepeatExprContext *repeat) {
+    antlr4::Token *count = repeat->count;
+    std::optional<int64_t> n;
+    if (repeat->INT()) {
+      int64_t value = 0;
+      if (llvm::StringRef(count->getText()).getAsInteger(10, value))
+        error(count, "repeat count '" + count->getText() + "' is out of range");
+      else
+        n = value;
+    } else if (std::optional<ir::Attribute> value = resolveValueName(count)) {
+      if (value->isInt())
+        n = value->getInt();
+      else
+        error(count, "repeat count '" + count->getText() + "' is " +
+                         typeName(value->kind()) + "; expected an integer");
+    }
+    const ir::AttrSpec &spec = ir::getOpInfo(ir::OpKind::Repeat).attributes[0];
+    if (n && (*n < spec.min || double(*n) > spec.max)) {
+      error(count, "repeat count must be in [1, " + formatNumber(spec.max) +
+                       "], got " + llvm::Twine(*n));
+      n.reset();
+    }
+    ir::Op *body = lowerBody(repeat->block());
+    if (!n || !body)
+      return nullptr;
+    return create(repeat->getStart(), ir::OpKind::Repeat, {body},
+                  {{"n", ir::Attribute(*n)}});
+  }
+
+  ir::Op *lowerRetrieve(SpanParser::RetrieveExprContext *retrieve) {
+    antlr4::Token *start = retrieve->getStart();
+    const ir::OpInfo &info = ir::getOpInfo(ir::OpKind::Retrieve);
+    static const ir::AttrSpec queryOption = {"query", ir::AttrType::String,
+                                             true, 0, 0};
+    llvm::SmallVector<ir::NamedAttribute, 2> attributes;
+    std::optional<std::string> queryText;
+    llvm::StringSet<> seen;
+    bool ok = true;
+    for (SpanParser::OptContext *opt : retrieve->opts()->opt()) {
+      antlr4::Token *key = opt->key->getStart();
+      std::string name = key->getText();
+      const ir::AttrSpec *spec =
+          name == "query" ? &queryOption : info.findAttribute(name);
+      if (!spec) {
+        error(key, "unknown option '" + name +
+                       "' for retrieve; expected one of corpus, query, k");
+        ok = false;
+        continue;
+      }
+      if (!seen.insert(name).second) {
+        error(key, "duplicate option '" + name + "'");
+        ok = false;
+        continue;
+      }
+      std::optional<ir::Attribute> value = convertOption(opt, *spec);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      if (name == "query")
+        queryText = value->getString().str();
+      else
+        attributes.push_back({name, std::move(*value)});
+    }
+    for (const char *required : {"corpus", "query", "k"})
+      if (!seen.count(required)) {
+        error(start, llvm::Twine("retrieve needs option '") + required + "'");
+        ok = false;
+      }
+    if (ok && queryText->empty()) {
+      error(start, "retrieve needs a non-empty query");
+      ok = false;
+    }
+    if (!ok)
+      return nullptr;
+    return create(start, ir::OpKind::Retrieve, {}, attributes, *queryText);
+  }
+
+  const SyntaxTree &tree;
+  ir::DiagnosticEngine &diagnostics;
+  const FrontendOptions &options;
+  unsigned errorsBefore = diagnostics.getNumErrors();
+  std::string directory;
+  llvm::StringMap<Param> params;
+  llvm::StringMap<Let> lets;
+  /// Names whose declaration had an error: uses stay quiet.
+  llvm::StringSet<> failedNames;
+  llvm::StringMap<std::string> fileContents;
+  ir::Builder builder;
+  llvm::SmallPtrSet<antlr4::Token *, 4> reportedCycles;
+  size_t numOps = 0;
+  bool budgetReported = false;
+};
+
+} // namespace
+
+std::unique_ptr<ir::Module> lowerToIR(const SyntaxTree &tree,
+                                      ir::DiagnosticEngine &diagnostics,
+                                      const FrontendOptions &options) {
+  if (!tree.module() || tree.numSyntaxErrors())
+    return nullptr;
+  Lowering lowering(tree, diagnostics, options);
+  return lowering.run();
+}
+
+} // namespace spanc::frontend

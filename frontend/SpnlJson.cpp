@@ -1,0 +1,501 @@
+//===- SpnlJson.cpp - Import IBM spnl's JSON query form into span IR ------===//
+
+#include "frontend/SpnlJson.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <nlohmann/json.hpp>
+
+namespace spanc::frontend {
+
+namespace {
+
+// Ordered, so that a walk over the document meets objects in text order
+// (which is how nodes get their locations).
+using Json = nlohmann::ordered_json;
+
+/// Nesting limit for the recursive import (the JSON parser itself is not
+/// recursive, the walk over its result is).
+constexpr unsigned kMaxDepth = 256;
+
+const char *kindName(const Json &value) {
+  switch (value.type()) {
+  case Json::value_t::null:
+    return "null";
+  case Json::value_t::boolean:
+    return "a boolean";
+  case Json::value_t::string:
+    return "a string";
+  case Json::value_t::array:
+    return "an array";
+  case Json::value_t::object:
+    return "an object";
+  case Json::value_t::number_integer:
+  case Json::value_t::number_unsigned:
+    return "an integer";
+  case Json::value_t::number_float:
+    return "a number";
+  default:
+    return "a value";
+  }
+}
+
+/// A JSON Pointer segment: '~' and '/' escaped as RFC 6901 says.
+std::string pointerSegment(llvm::StringRef key) {
+  std::string result;
+  for (char c : key) {
+    if (c == '~')
+      result += "~0";
+    else if (c == '/')
+      result += "~1";
+    else
+      result += c;
+  }
+  return result;
+}
+
+/// What lowering a node gave: an op, nothing (a dropped `print`), or an
+/// error (already reported).
+struct Lowered {
+  ir::Op *op = nullptr;
+  bool ok = true;
+  static Lowered failure() { return {nullptr, false}; }
+};
+
+class Importer {
+public:
+  Importer(unsigned bufferId, ir::DiagnosticEngine &diagnostics)
+      : diagnostics(diagnostics),
+        buffer(diagnostics.getSourceMgr().getMemoryBuffer(bufferId)) {}
+
+  std::unique_ptr<ir::Module> run() {
+    unsigned errorsBefore = diagnostics.getNumErrors();
+    llvm::StringRef text = buffer->getBuffer();
+    Json document;
+    try {
+      document = Json::parse(text.begin(), text.end());
+    } catch (const Json::parse_error &error) {
+      // `byte` is 1-based and may point one past the end.
+      size_t offset = error.byte ? error.byte - 1 : 0;
+      diagnostics.emit(at(std::min(offset, text.size())),
+                       llvm::SourceMgr::DK_Error,
+                       "invalid JSON: " + cleanMessage(error.what()));
+      return nullptr;
+    }
+    locateNodes(text, document);
+
+    auto module = std::make_unique<ir::Module>();
+    std::string name =
+        llvm::sys::path::stem(buffer->getBufferIdentifier()).str();
+    if (name.empty() || name == "-")
+      name = "query";
+    ir::Query *query = module->addQuery(name, locate(document));
+    builder.setInsertionPointToEnd(query);
+    Lowered root = lowerNode(document, "", 0);
+    if (root.ok) {
+      ir::Op *result = root.op;
+      if (!result) {
+        builder.setLoc(query->getLoc());
+        result = builder.createCross({});
+      }
+      builder.setLoc(query->getLoc());
+      builder.createYield(result);
+    }
+    if (diagnostics.getNumErrors() != errorsBefore)
+      return nullptr;
+    return module;
+  }
+
+private:
+  llvm::SMLoc at(size_t offset) const {
+    return llvm::SMLoc::getFromPointer(buffer->getBufferStart() + offset);
+  }
+
+  static std::string cleanMessage(llvm::StringRef message) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2:
+    // syntax error ..." -> keep what follows the position.
+    size_t colon = message.find(": ");
+    if (message.startswith("[json.exception") && colon != llvm::StringRef::npos)
+      return message.substr(colon + 2).str();
+    return message.str();
+  }
+
+  /// Records the offset of each object and array: the n-th '{' outside
+  /// strings is the n-th object of a pre-order walk.
+  void locateNodes(llvm::StringRef text, const Json &document) {
+    std::vector<uint32_t> objectOffsets, arrayOffsets;
+    bool inString = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if (inString) {
+        if (c == '\\')
+          ++i;
+        else if (c == '"')
+          inString = false;
+      } else if (c == '"') {
+        inString = true;
+      } else if (c == '{') {
+        objectOffsets.push_back(static_cast<uint32_t>(i));
+      } else if (c == '[') {
+        arrayOffsets.push_back(static_cast<uint32_t>(i));
+      }
+    }
+    size_t nextObject = 0, nextArray = 0;
+    // Iterative pre-order walk (children pushed in reverse).
+    std::vector<const Json *> stack = {&document};
+    while (!stack.empty()) {
+      const Json *node = stack.back();
+      stack.pop_back();
+      if (node->is_object() && nextObject < objectOffsets.size())
+        offsets[node] = objectOffsets[nextObject++];
+      else if (node->is_array() && nextArray < arrayOffsets.size())
+        offsets[node] = arrayOffsets[nextArray++];
+      if (node->is_structured()) {
+        std::vector<const Json *> children;
+        for (const Json &child : *node)
+          children.push_back(&child);
+        stack.insert(stack.end(), children.rbegin(), children.rend());
+      }
+    }
+  }
+
+  ir::Location locate(const Json &node) {
+    auto it = offsets.find(&node);
+    return diagnostics.getLocation(at(it == offsets.end() ? 0 : it->second));
+  }
+
+  Lowered error(const Json &node, const std::string &path,
+                const llvm::Twine &message) {
+    diagnostics.error(locate(node),
+                      message + " (at " + (path.empty() ? "/" : path) + ")");
+    return Lowered::failure();
+  }
+
+  ir::Op *create(const Json &node, ir::OpKind kind,
+                 llvm::ArrayRef<ir::Op *> operands,
+                 llvm::ArrayRef<ir::NamedAttribute> attributes = {},
+                 llvm::StringRef text = {}) {
+    builder.setLoc(locate(node));
+    return builder.create(kind, operands, attributes, text);
+  }
+
+  Lowered lowerList(const Json &list, const std::string &path, unsigned depth,
+                    ir::OpKind kind, const Json &at) {
+    if (!list.is_array())
+      return error(at, path,
+                   llvm::Twine("expected an array of nodes, found ") +
+                       kindName(list));
+    llvm::SmallVector<ir::Op *, 8> children;
+    bool ok = true;
+    for (size_t i = 0; i < list.size(); ++i) {
+      Lowered child =
+          lowerNode(list[i], path + "/" + std::to_string(i), depth + 1);
+      ok &= child.ok;
+      if (child.op)
+        children.push_back(child.op);
+    }
+    if (!ok)
+      return Lowered::failure();
+    return {create(at, kind, children)};
+  }
+
+  Lowered lowerNode(const Json &node, const std::string &path, unsigned depth) {
+    if (depth > kMaxDepth)
+      return error(node, path,
+                   "nesting deeper than " + llvm::Twine(kMaxDepth) +
+                       " levels is not supported");
+    if (node.is_array())
+      return lowerList(node, path, depth, ir::OpKind::Cross, node);
+    if (!node.is_object())
+      return error(node, path,
+                   llvm::Twine("expected a query node (an object such as "
+                               "{\"user\": \"...\"}), found ") +
+                       kindName(node));
+    if (node.size() != 1) {
+      std::string keys;
+      for (const auto &item : node.items())
+        keys += (keys.empty() ? "" : ", ") + item.key();
+      return error(node, path,
+                   "a query node has exactly one key (its kind), found " +
+                       llvm::Twine(node.size()) +
+                       (keys.empty() ? "" : ": " + keys));
+    }
+    const std::string &kind = node.begin().key();
+    const Json &body = node.begin().value();
+    std::string bodyPath = path + "/" + pointerSegment(kind);
+
+    if (kind == "user" || kind == "system" || kind == "assistant") {
+      if (!body.is_string())
+        return error(node, bodyPath,
+                     "'" + kind + "' takes a string, found " + kindName(body));
+      ir::OpKind opKind = kind == "user"     ? ir::OpKind::User
+                          : kind == "system" ? ir::OpKind::System
+                                             : ir::OpKind::Assistant;
+      return {create(node, opKind, {}, {}, body.get<std::string>())};
+    }
+    if (kind == "print") {
+      if (!body.is_string())
+        return error(node, bodyPath,
+                     llvm::Twine("'print' takes a string, found ") +
+                         kindName(body));
+      diagnostics.note(locate(node), "'print' is dropped from the model "
+                                     "input (at " +
+                                         bodyPath + ")");
+      return {};
+    }
+    if (kind == "plus")
+      return lowerList(body, bodyPath, depth, ir::OpKind::Plus, node);
+    if (kind == "cross")
+      return lowerList(body, bodyPath, depth, ir::OpKind::Cross, node);
+    if (kind == "seq")
+      return lowerList(body, bodyPath, depth, ir::OpKind::Seq, node);
+    if (kind == "par")
+      return lowerList(body, bodyPath, depth, ir::OpKind::Par, node);
+    if (kind == "g")
+      return lowerGenerate(body, bodyPath, depth, node);
+    if (kind == "repeat")
+      return lowerRepeat(body, bodyPath, depth, node);
+    if (kind == "map")
+      return lowerMap(body, bodyPath, node);
+    if (kind == "monad") {
+      Lowered inner = lowerNode(body, bodyPath, depth + 1);
+      if (!inner.ok || !inner.op)
+        return inner;
+      return {create(node, ir::OpKind::Monad, {inner.op})};
+    }
+    return error(node, path,
+                 "unknown key '" + kind +
+                     "'; a query node is one of g, plus, cross, seq, par, "
+                     "repeat, map, user, system, assistant, print, monad");
+  }
+
+  /// Converts generate options (model, max_tokens, temperature, ...) of
+  /// `object` into attributes, skipping the keys in `skip`.
+  bool lowerOptions(const Json &object, const std::string &path,
+                    llvm::ArrayRef<const char *> skip,
+                    llvm::SmallVectorImpl<ir::NamedAttribute> &result) {
+    const ir::OpInfo &info = ir::getOpInfo(ir::OpKind::Gen);
+    bool ok = true;
+    for (const auto &item : object.items()) {
+      const std::string &key = item.key();
+      if (llvm::is_contained(skip, key))
+        continue;
+      const Json &value = item.value();
+      std::string keyPath = path + "/" + pointerSegment(key);
+      const ir::AttrSpec *spec = info.findAttribute(key);
+      if (!spec || key == "reduce") {
+        std::string known;
+        for (const char *name : skip)
+          known += std::string(known.empty() ? "" : ", ") + name;
+        for (const char *name : {"model", "max_tokens", "temperature", "top_p",
+                                 "top_k", "seed", "stop"})
+          known += std::string(", ") + name;
+        error(object, keyPath,
+              "unknown key '" + key + "'; expected one of " + known);
+        ok = false;
+        continue;
+      }
+      std::optional<ir::Attribute> attr;
+      switch (spec->type) {
+      case ir::AttrType::String:
+        if (value.is_string())
+          attr = ir::Attribute(value.get<std::string>());
+        break;
+      case ir::AttrType::Int:
+        if (value.is_number_integer() &&
+            !(value.is_number_unsigned() &&
+              value.get<uint64_t>() > uint64_t(INT64_MAX)))
+          attr = ir::Attribute(value.get<int64_t>());
+        break;
+      case ir::AttrType::Float:
+        if (value.is_number())
+          attr = ir::Attribute(value.get<double>());
+        break;
+      }
+      if (!attr) {
+        error(object, keyPath,
+              "'" + key + "' takes " +
+                  (spec->type == ir::AttrType::String ? "a string"
+                   : spec->type == ir::AttrType::Int  ? "an integer"
+                                                      : "a number") +
+                  ", found " + kindName(value));
+        ok = false;
+        continue;
+      }
+      if (spec->type != ir::AttrType::String) {
+        double number = attr->getNumber();
+        // spnl writes max_tokens = 0 for "the model's default".
+        if (key == "max_tokens" && number == 0)
+          continue;
+        if (number < spec->min || number > spec->max) {
+          error(object, keyPath,
+                spec->min == 0 && number < 0
+                    ? "'" + key + "' must not be negative"
+                    : "'" + key + "' is out of range [" +
+                          llvm::Twine(int64_t(spec->min)) + ", " +
+                          llvm::Twine(int64_t(spec->max)) + "]");
+          ok = false;
+          continue;
+        }
+      }
+      result.push_back({key, std::move(*attr)});
+    }
+    return ok;
+  }
+
+  Lowered lowerGenerate(const Json &body, const std::string &path,
+                        unsigned depth, const Json &node) {
+    if (!body.is_object())
+      return error(node, path,
+                   llvm::Twine("'g' takes an object with 'input', found ") +
+                       kindName(body));
+    llvm::SmallVector<ir::NamedAttribute, 4> options;
+    bool ok = lowerOptions(body, path, {"input"}, options);
+    auto input = body.find("input");
+    if (input == body.end())
+      return error(node, path, "'g' needs an 'input'");
+    Lowered inner = lowerNode(*input, path + "/input", depth + 1);
+    if (!ok || !inner.ok)
+      return Lowered::failure();
+    ir::Op *operand = inner.op;
+    if (!operand)
+      operand = create(node, ir::OpKind::Cross, {});
+    return {create(node, ir::OpKind::Gen, {operand}, options)};
+  }
+
+  Lowered lowerRepeat(const Json &body, const std::string &path, unsigned depth,
+                      const Json &node) {
+    if (!body.is_object())
+      return error(node, path,
+                   llvm::Twine("'repeat' takes an object with 'n' and "
+                               "'query' (or 'g'), found ") +
+                       kindName(body));
+    std::optional<int64_t> n;
+    Lowered inner = Lowered::failure();
+    bool ok = true, haveBody = false;
+    for (const auto &item : body.items()) {
+      const std::string &key = item.key();
+      std::string keyPath = path + "/" + pointerSegment(key);
+      if (key == "n") {
+        const Json &value = item.value();
+        if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+            (value.is_number_unsigned() &&
+             value.get<uint64_t>() > uint64_t(INT64_MAX))) {
+          error(body, keyPath,
+                "'n' must be an integer of at least 1, found " +
+                    (value.is_number_integer()
+                         ? std::to_string(value.get<int64_t>())
+                         : std::string(kindName(value))));
+          ok = false;
+        } else {
+          n = value.get<int64_t>();
+        }
+      } else if (key == "query" || key == "g" || key == "generate") {
+        if (haveBody) {
+          error(body, keyPath, "'repeat' takes one of 'query', 'g'");
+          ok = false;
+          continue;
+        }
+        haveBody = true;
+        inner = key == "query"
+                    ? lowerNode(item.value(), keyPath, depth + 1)
+                    : lowerGenerate(item.value(), keyPath, depth + 1, body);
+      } else {
+        error(body, keyPath,
+              "unknown key '" + key + "'; 'repeat' takes n and query (or g)");
+        ok = false;
+      }
+    }
+    if (!n && ok) {
+      error(node, path, "'repeat' needs 'n'");
+      ok = false;
+    }
+    if (!haveBody) {
+      error(node, path, "'repeat' needs a 'query' (or 'g')");
+      ok = false;
+    }
+    if (!ok || !inner.ok)
+      return Lowered::failure();
+    if (!inner.op)
+      return {};
+    return {create(node, ir::OpKind::Repeat, {inner.op},
+                   {{"n", ir::Attribute(*n)}})};
+  }
+
+  Lowered lowerMap(const Json &body, const std::string &path,
+                   const Json &node) {
+    if (!body.is_object())
+      return error(node, path,
+                   llvm::Twine("'map' takes an object with 'metadata' and "
+                               "'inputs', found ") +
+                       kindName(body));
+    llvm::SmallVector<ir::NamedAttribute, 4> options;
+    bool ok = true;
+    const Json *inputs = nullptr;
+    for (const auto &item : body.items()) {
+      const std::string &key = item.key();
+      std::string keyPath = path + "/" + pointerSegment(key);
+      if (key == "metadata") {
+        if (!item.value().is_object()) {
+          error(body, keyPath,
+                llvm::Twine("'metadata' takes an object, found ") +
+                    kindName(item.value()));
+          ok = false;
+          continue;
+        }
+        ok &= lowerOptions(item.value(), keyPath, {}, options);
+      } else if (key == "inputs") {
+        inputs = &item.value();
+      } else {
+        error(body, keyPath,
+              "unknown key '" + key + "'; 'map' takes metadata and inputs");
+        ok = false;
+      }
+    }
+    if (!inputs)
+      return error(node, path, "'map' needs 'inputs'");
+    if (!inputs->is_array())
+      return error(body, path + "/inputs",
+                   llvm::Twine("'inputs' takes an array of strings, found ") +
+                       kindName(*inputs));
+    for (size_t i = 0; i < inputs->size(); ++i)
+      if (!(*inputs)[i].is_string()) {
+        error(body, path + "/inputs/" + std::to_string(i),
+              llvm::Twine("'inputs' takes strings, found ") +
+                  kindName((*inputs)[i]));
+        ok = false;
+      }
+    if (!ok)
+      return Lowered::failure();
+    // One independent generate per input: a plus of gens.
+    llvm::SmallVector<ir::Op *, 8> gens;
+    for (const Json &input : *inputs) {
+      ir::Op *user =
+          create(node, ir::OpKind::User, {}, {}, input.get<std::string>());
+      gens.push_back(create(node, ir::OpKind::Gen, {user}, options));
+    }
+    return {create(node, ir::OpKind::Plus, gens)};
+  }
+
+  ir::DiagnosticEngine &diagnostics;
+  const llvm::MemoryBuffer *buffer;
+  llvm::DenseMap<const Json *, uint32_t> offsets;
+  ir::Builder builder;
+};
+
+} // namespace
+
+std::unique_ptr<ir::Module> importSpnlJson(unsigned bufferId,
+                                           ir::DiagnosticEngine &diagnostics) {
+  diagnostics.registerBuffer(diagnostics.getSourceMgr()
+                                 .getMemoryBuffer(bufferId)
+                                 ->getBufferIdentifier(),
+                             bufferId);
+  Importer importer(bufferId, diagnostics);
+  return importer.run();
+}
+
+} // namespace spanc::frontend

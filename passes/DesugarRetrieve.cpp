@@ -1,0 +1,163 @@
+//===- DesugarRetrieve.cpp - R -> +(F...) by BM25 at compile time ---------===//
+//
+// span.retrieve {corpus, k} query "text" becomes a + of the k fragments the
+// corpus index ranks best for the text (runtime/retrieval: SQLite FTS5,
+// BM25, best first, ties by file then offset), each a span.fragment that
+// says where it came from {corpus, file, offset}. The index beside the
+// corpus is built or refreshed first (only changed files are re-chunked).
+//
+// A relative corpus path is looked up beside the program first, like
+// file("..."), then in the working folder, so `corpus = "examples/corpus"`
+// works from the repository root. A corpus that cannot be found or read is
+// an error at the retrieve.
+//
+// With --prepare-fragments the query also warms the cache: the value it
+// yields becomes seq(monad(par(G¹(F1), G¹(F2), ...)), value), one gen with
+// max_tokens = 1, temperature = 0 per fragment, run ahead of the query for
+// their cache effect only.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/PassManager.h"
+#include "runtime/retrieval/CorpusIndex.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+namespace spanc::passes {
+
+namespace {
+
+using ir::Op;
+using ir::OpKind;
+
+class DesugarRetrievePass : public Pass {
+public:
+  bool run(ir::Module &module, PassContext &context) override {
+    bool ok = true;
+    llvm::SmallVector<Op *, 8> retrieves;
+    llvm::SmallVector<Op *, 8> warmUps;
+    for (auto &query : module.getQueries()) {
+      retrieves.clear();
+      warmUps.clear();
+      for (Op &op : query->getOps())
+        if (op.getKind() == OpKind::Retrieve)
+          retrieves.push_back(&op);
+      for (Op *retrieve : retrieves)
+        ok &= rewrite(retrieve, context, warmUps);
+      if (!warmUps.empty())
+        runAhead(*query, warmUps);
+    }
+    return ok;
+  }
+
+private:
+  /// Opened and refreshed indexes, by resolved folder: a corpus is
+  /// refreshed once per run however many retrieves name it.
+  llvm::StringMap<std::unique_ptr<retrieval::CorpusIndex>> indexes;
+
+  static std::string resolveCorpus(llvm::StringRef corpus, ir::Location loc) {
+    if (llvm::sys::path::is_absolute(corpus))
+      return corpus.str();
+    llvm::StringRef programDir = llvm::sys::path::parent_path(loc.file);
+    if (loc.isKnown() && !programDir.empty()) {
+      llvm::SmallString<256> besideProgram(programDir);
+      llvm::sys::path::append(besideProgram, corpus);
+      if (llvm::sys::fs::exists(besideProgram) ||
+          !llvm::sys::fs::exists(corpus))
+        return std::string(besideProgram);
+    }
+    return corpus.str();
+  }
+
+  llvm::Expected<retrieval::CorpusIndex *> openIndex(const std::string &dir) {
+    auto found = indexes.find(dir);
+    if (found != indexes.end())
+      return found->second.get();
+    auto index = retrieval::CorpusIndex::open(dir);
+    if (!index)
+      return index.takeError();
+    if (auto stats = (*index)->refresh(); !stats)
+      return stats.takeError();
+    retrieval::CorpusIndex *result = index->get();
+    indexes[dir] = std::move(*index);
+    return result;
+  }
+
+  bool rewrite(Op *retrieve, PassContext &context,
+               llvm::SmallVectorImpl<Op *> &warmUps) {
+    llvm::StringRef corpus = retrieve->getStringAttr("corpus").value_or("");
+    int64_t k = retrieve->getIntAttr("k").value_or(0);
+    if (corpus.empty() || k < 1) {
+      context.getDiagnostics().error(retrieve->getLoc(),
+                                     "retrieve needs a corpus and k >= 1");
+      return false;
+    }
+    auto index = openIndex(resolveCorpus(corpus, retrieve->getLoc()));
+    if (!index) {
+      context.getDiagnostics().error(retrieve->getLoc(),
+                                     llvm::toString(index.takeError()));
+      return false;
+    }
+    auto fragments =
+        (*index)->retrieve(retrieve->getText(), static_cast<unsigned>(k));
+    if (!fragments) {
+      context.getDiagnostics().error(retrieve->getLoc(),
+                                     llvm::toString(fragments.takeError()));
+      return false;
+    }
+
+    ir::Builder builder;
+    builder.setInsertionPoint(retrieve);
+    builder.setLoc(retrieve->getLoc());
+    llvm::SmallVector<Op *, 8> spans;
+    for (const retrieval::Fragment &fragment : *fragments)
+      spans.push_back(builder.createFragment(
+          fragment.text,
+          {{"corpus", ir::Attribute(corpus)},
+           {"file", ir::Attribute(fragment.path)},
+           {"offset", ir::Attribute(static_cast<int64_t>(fragment.offset))}}));
+    Op *plus = builder.createPlus(spans);
+    retrieve->replaceAllUsesWith(plus);
+    retrieve->erase();
+
+    if (context.getOptions().prepareFragments && !spans.empty()) {
+      llvm::SmallVector<Op *, 8> calls;
+      for (Op *span : spans)
+        calls.push_back(
+            builder.createGen(span, {{"max_tokens", ir::Attribute(int64_t(1))},
+                                     {"temperature", ir::Attribute(0.0)}}));
+      warmUps.push_back(builder.createMonad(builder.createPar(calls)));
+    }
+    return true;
+  }
+
+  /// Makes the query yield seq(warm-ups..., its value).
+  static void runAhead(ir::Query &query, llvm::ArrayRef<Op *> warmUps) {
+    Op *yield = query.getYield();
+    if (!yield || yield->getNumOperands() != 1 || !yield->getOperand(0))
+      return; // The verifier reports a query without a proper yield.
+    ir::Builder builder;
+    builder.setInsertionPoint(yield);
+    builder.setLoc(yield->getOperand(0)->getLoc());
+    llvm::SmallVector<Op *, 8> steps(warmUps.begin(), warmUps.end());
+    steps.push_back(yield->getOperand(0));
+    yield->setOperand(0, builder.createSeq(steps));
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createDesugarRetrievePass() {
+  return std::make_unique<DesugarRetrievePass>();
+}
+
+static PassRegistration registration(
+    "desugar-retrieve",
+    "retrieve -> + of the top-k corpus fragments by BM25 (builds the index; "
+    "--prepare-fragments adds max_tokens=1 warm-up gens)",
+    createDesugarRetrievePass);
+
+} // namespace spanc::passes

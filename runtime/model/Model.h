@@ -69,6 +69,22 @@ struct ForwardProfile {
          gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
          residualSeconds = 0, outputHeadSeconds = 0;
   int64_t tokens = 0;
+  ForwardProfile &operator+=(const ForwardProfile &other) {
+    embeddingSeconds += other.embeddingSeconds;
+    normSeconds += other.normSeconds;
+    qkvSeconds += other.qkvSeconds;
+    ropeSeconds += other.ropeSeconds;
+    kvWriteSeconds += other.kvWriteSeconds;
+    attentionSeconds += other.attentionSeconds;
+    attentionOutputSeconds += other.attentionOutputSeconds;
+    gateUpSeconds += other.gateUpSeconds;
+    swiGluSeconds += other.swiGluSeconds;
+    downSeconds += other.downSeconds;
+    residualSeconds += other.residualSeconds;
+    outputHeadSeconds += other.outputHeadSeconds;
+    tokens += other.tokens;
+    return *this;
+  }
   double total() const {
     return embeddingSeconds + normSeconds + qkvSeconds + ropeSeconds +
            kvWriteSeconds + attentionSeconds + attentionOutputSeconds +

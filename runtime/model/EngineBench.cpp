@@ -1,0 +1,113 @@
+//===- EngineBench.cpp - Prefill and decode throughput --------------------===//
+
+#include "runtime/model/EngineBench.h"
+
+#include "runtime/model/Engine.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace spanc::model {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+} // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle]
+                           : (values[middle - 1] + values[middle]) / 2;
+}
+
+double standardDeviation(const std::vector<double> &values) {
+  if (values.size() < 2)
+    return 0;
+  double mean = 0;
+  for (double value : values)
+    mean += value;
+  mean /= double(values.size());
+  double sum = 0;
+  for (double value : values)
+    sum += (value - mean) * (value - mean);
+  return std::sqrt(sum / double(values.size() - 1));
+}
+
+llvm::Expected<EngineBenchResult>
+runEngineBench(const EngineBenchOptions &options) {
+  EngineBenchResult result;
+  auto loadStart = std::chrono::steady_clock::now();
+  ModelOptions modelOptions;
+  modelOptions.forceF32 = options.forceF32;
+  auto model = Model::load(options.modelPath, modelOptions);
+  if (!model)
+    return model.takeError();
+  result.loadSeconds = secondsSince(loadStart);
+  result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
+  auto runner = SequenceRunner::create(
+      **model, std::max(options.promptTokens, options.generateTokens));
+  if (!runner)
+    return runner.takeError();
+
+  // Random tokens, as llama-bench uses; fixed seed so runs are comparable.
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> token(
+      0, int32_t((*model)->config().vocabSize) - 1);
+  std::vector<int32_t> prompt(size_t(options.promptTokens));
+  for (int32_t &id : prompt)
+    id = token(rng);
+
+  // Repetition 0 is the warm-up (primitive creation, page faults).
+  for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
+    bool measured = repetition > 0;
+    (*model)->enableProfile(options.profile && measured);
+    if (options.promptTokens > 0) {
+      (*runner)->reset();
+      (*model)->resetProfile();
+      auto start = std::chrono::steady_clock::now();
+      auto logits = (*runner)->append(prompt, options.promptTokens);
+      if (!logits)
+        return logits.takeError();
+      double seconds = secondsSince(start);
+      if (measured) {
+        result.prefillTokensPerSecond.push_back(options.promptTokens / seconds);
+        result.prefillProfile += (*model)->profile();
+      }
+    }
+    if (options.generateTokens > 0) {
+      (*runner)->reset();
+      (*model)->resetProfile();
+      int32_t next = prompt.empty() ? 1 : prompt[0];
+      auto start = std::chrono::steady_clock::now();
+      for (int step = 0; step < options.generateTokens; ++step) {
+        auto logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
+        if (!logits)
+          return logits.takeError();
+        next = token(rng);
+      }
+      double seconds = secondsSince(start);
+      if (measured) {
+        result.decodeTokensPerSecond.push_back(options.generateTokens /
+                                               seconds);
+        result.decodeProfile += (*model)->profile();
+      }
+    }
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  result.peakRssBytes = int64_t(usage.ru_maxrss) * 1024;
+  return result;
+}
+
+} // namespace spanc::model

@@ -1,0 +1,49 @@
+//===- EngineBench.h - Prefill and decode throughput, llama-bench style ---===//
+//
+// The engine half of `spanc bench engine`: ppN (one forward pass over N
+// random tokens from an empty cache) and tgN (N one-token decode steps from
+// an empty cache), each repeated after a warm-up, as llama-bench measures
+// them, plus peak RSS and an optional per-op profile.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_MODEL_ENGINEBENCH_H
+#define SPANC_RUNTIME_MODEL_ENGINEBENCH_H
+
+#include "runtime/model/Model.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace spanc::model {
+
+struct EngineBenchOptions {
+  std::string modelPath;
+  int promptTokens = 512;
+  int generateTokens = 128;
+  int repetitions = 5;
+  bool forceF32 = false;
+  bool profile = false;
+};
+
+struct EngineBenchResult {
+  std::vector<double> prefillTokensPerSecond; ///< one per repetition
+  std::vector<double> decodeTokensPerSecond;
+  double loadSeconds = 0;
+  int64_t peakRssBytes = 0;
+  std::string precision;
+  ForwardProfile prefillProfile; ///< summed over repetitions (if profiled)
+  ForwardProfile decodeProfile;
+};
+
+llvm::Expected<EngineBenchResult>
+runEngineBench(const EngineBenchOptions &options);
+
+/// Median, and the sample standard deviation, of `values`.
+double median(std::vector<double> values);
+double standardDeviation(const std::vector<double> &values);
+
+} // namespace spanc::model
+
+#endif // SPANC_RUNTIME_MODEL_ENGINEBENCH_H

@@ -13,6 +13,7 @@
 #include "runtime/kernels/cpu/Attention.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/VectorMath.h"
 
 // GCC 12 reports its own _mm512_reduce_* intrinsics (which start from an
 // "undefined" vector on purpose) as maybe-uninitialized under -Werror.
@@ -104,30 +105,6 @@ void foldBlockScalar(const CallContext &context, TileState &tile,
     tile.sum[row] = tile.sum[row] * correction + blockSum;
     tile.maxScore[row] = newMax;
   }
-}
-
-#define SPANC_AVX512                                                           \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
-/// e^x for 16 lanes: 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, p a
-/// degree-7 Taylor polynomial (relative error below 1e-7 on that range).
-SPANC_AVX512 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
-  __m512 n = _mm512_roundscale_ps(
-      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
 }
 
 /// Scores of `Rows` query rows against the 16 slots of one block:

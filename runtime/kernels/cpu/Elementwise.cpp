@@ -2,6 +2,9 @@
 
 #include "runtime/kernels/cpu/Elementwise.h"
 
+#include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/VectorMath.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -25,9 +28,36 @@ void rmsNorm(const RowShape &shape, const float *x, const float *weight,
   }
 }
 
+namespace {
+
+SPANC_AVX512 void swiGluRowAvx512(const float *gate, const float *up,
+                                  float *out, int64_t cols) {
+  int64_t col = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; col + 16 <= cols; col += 16) {
+    __m512 g = _mm512_loadu_ps(gate + col);
+    __m512 sigmoid = _mm512_div_ps(
+        one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(out + col, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid),
+                                              _mm512_loadu_ps(up + col)));
+  }
+  for (; col < cols; ++col)
+    out[col] = gate[col] / (1.0f + std::exp(-gate[col])) * up[col];
+}
+
+} // namespace
+
 void swiGlu(const RowShape &shape, const float *gate, const float *up,
             float *out) {
   const int64_t cols = shape.cols;
+  if (cpuFeatures().hasAvx512()) {
+#pragma omp parallel for schedule(static) if (shape.rows > 1)
+    for (int64_t row = 0; row < shape.rows; ++row)
+      swiGluRowAvx512(gate + row * shape.inputStride,
+                      up + row * shape.inputStride,
+                      out + row * shape.outputStride, cols);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (shape.rows > 1)
   for (int64_t row = 0; row < shape.rows; ++row) {
     const float *__restrict g = gate + row * shape.inputStride;

@@ -1,0 +1,141 @@
+//===- QuantGemvTest.cpp - 4/8-bit GGUF GEMV against dequantized math -----===//
+
+#include "runtime/kernels/cpu/QuantGemv.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace spanc::cpu;
+
+/// A normal f16 value from its bits (the test draws only normal scales).
+float halfValue(uint16_t bits) {
+  int exponent = (bits >> 10) & 0x1f;
+  float value =
+      (1.0f + float(bits & 0x3ff) / 1024.0f) * std::ldexp(1.0f, exponent - 15);
+  return bits & 0x8000 ? -value : value;
+}
+
+struct TestMatrix {
+  QuantMatrix view;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized; ///< [rows][columns]
+};
+
+TestMatrix makeMatrix(QuantFormat format, int64_t rows, int64_t columns,
+                      unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  // Scales 2^-9 .. 2^-4, signs on the Q4_1 minimum only.
+  std::uniform_int_distribution<int> halfBits(0x1800, 0x2c00);
+  TestMatrix matrix;
+  const int64_t blocks = columns / 32, blockBytes = quantBlockBytes(format);
+  matrix.bytes.resize(size_t(rows * blocks * blockBytes));
+  matrix.dequantized.resize(size_t(rows * columns));
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t block = 0; block < blocks; ++block) {
+      uint8_t *data = matrix.bytes.data() + (row * blocks + block) * blockBytes;
+      float *out = matrix.dequantized.data() + row * columns + block * 32;
+      uint16_t scaleBits = uint16_t(halfBits(rng));
+      std::memcpy(data, &scaleBits, 2);
+      float scale = halfValue(scaleBits);
+      if (format == QuantFormat::Q4_1) {
+        uint16_t minimumBits = uint16_t(halfBits(rng) | (byte(rng) & 1) << 15);
+        std::memcpy(data + 2, &minimumBits, 2);
+        float minimum = halfValue(minimumBits);
+        for (int i = 0; i < 16; ++i) {
+          data[4 + i] = uint8_t(byte(rng));
+          out[i] = scale * float(data[4 + i] & 0xf) + minimum;
+          out[i + 16] = scale * float(data[4 + i] >> 4) + minimum;
+        }
+      } else {
+        for (int i = 0; i < 32; ++i) {
+          data[2 + i] = uint8_t(byte(rng));
+          out[i] = scale * float(int8_t(data[2 + i]));
+        }
+      }
+    }
+  matrix.view = QuantMatrix{format, matrix.bytes.data(), rows, columns,
+                            blocks * blockBytes};
+  return matrix;
+}
+
+void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
+               int64_t activationRows) {
+  TestMatrix matrix = makeMatrix(format, rows, columns, 5);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const int64_t stride = columns + 8;
+  std::vector<float> x(size_t(activationRows * stride));
+  for (float &value : x)
+    value = normal(rng);
+  QuantizedActivations quantized;
+  quantizeActivations(x.data(), activationRows, columns, stride, quantized);
+  const int64_t outputStride = rows + 3;
+  std::vector<float> fast(size_t(activationRows * outputStride), 0.0f),
+      scalar = fast;
+  quantGemv(matrix.view, quantized, fast.data(), outputStride);
+  quantGemv(matrix.view, quantized, scalar.data(), outputStride, true);
+  const int64_t blocks = columns / 32;
+  for (int64_t r = 0; r < activationRows; ++r)
+    for (int64_t row = 0; row < rows; ++row) {
+      // The dequantized weights times the dequantized activations.
+      double expected = 0, exact = 0, magnitude = 0;
+      for (int64_t col = 0; col < columns; ++col) {
+        double weight = matrix.dequantized[size_t(row * columns + col)];
+        double activation =
+            double(quantized.values[size_t(r * columns + col)]) *
+            quantized.scales[size_t(r * blocks + col / 32)];
+        expected += weight * activation;
+        exact += weight * x[size_t(r * stride + col)];
+        magnitude += std::abs(weight * x[size_t(r * stride + col)]);
+      }
+      float got = fast[size_t(r * outputStride + row)];
+      ASSERT_NEAR(got, expected, 1e-5 * magnitude + 1e-6)
+          << "activation row " << r << " weight row " << row;
+      ASSERT_NEAR(scalar[size_t(r * outputStride + row)], expected,
+                  1e-5 * magnitude + 1e-6);
+      // int8 activations cost under 1% of the terms' magnitude.
+      ASSERT_NEAR(got, exact, 1e-2 * magnitude);
+    }
+}
+
+TEST(QuantGemv, Q4_1MatchesDequantizedProduct) {
+  checkGemv(QuantFormat::Q4_1, 70, 576, 1);
+  checkGemv(QuantFormat::Q4_1, 33, 1536, 3);
+  checkGemv(QuantFormat::Q4_1, 20, 576, 6); // a full tile and a remainder
+}
+
+TEST(QuantGemv, Q8_0MatchesDequantizedProduct) {
+  checkGemv(QuantFormat::Q8_0, 70, 576, 1);
+  checkGemv(QuantFormat::Q8_0, 41, 256, 5);
+}
+
+TEST(QuantGemv, OddBlockCountsWork) {
+  checkGemv(QuantFormat::Q4_1, 9, 96, 2);
+  checkGemv(QuantFormat::Q8_0, 9, 32, 1);
+}
+
+TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i)
+    x[size_t(i)] = float(i - 20) * 0.25f;
+  QuantizedActivations quantized;
+  quantizeActivations(x.data(), 1, 64, 64, quantized);
+  ASSERT_EQ(quantized.scales.size(), 2u);
+  EXPECT_FLOAT_EQ(quantized.scales[0], 5.0f / 127); // max |x| = 20 * 0.25
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    sum += quantized.values[size_t(i)];
+    EXPECT_NEAR(quantized.values[size_t(i)] * quantized.scales[0], x[size_t(i)],
+                quantized.scales[0] / 2 + 1e-6);
+  }
+  EXPECT_EQ(quantized.sums[0], sum);
+}
+
+} // namespace

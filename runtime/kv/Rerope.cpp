@@ -82,31 +82,20 @@ void copyTailDims(const KvBlockLayout &layout, const RopeRotation &rotation,
     }
 }
 
-/// Copies one block of V for one layer.
+/// Copies one block of V for one layer: each head's V is blockSize * headDim
+/// contiguous floats (in whatever order within).
 void copyValues(const KvBlockLayout &layout, const float *source,
                 float *destination) {
   const int64_t headElements = int64_t(layout.blockSize) * layout.headDim;
-  const bool compactHead =
-      (layout.dimStride == 1 && layout.tokenStride == layout.headDim) ||
-      (layout.tokenStride == 1 && layout.dimStride == layout.blockSize);
-  if (compactHead && layout.headStride == headElements) {
+  if (layout.headStride == headElements) {
     std::memcpy(destination, source,
                 sizeof(float) * size_t(headElements) * layout.numKvHeads);
     return;
   }
-  for (int head = 0; head < layout.numKvHeads; ++head) {
-    const float *from = source + head * layout.headStride;
-    float *to = destination + head * layout.headStride;
-    if (compactHead) {
-      std::memcpy(to, from, sizeof(float) * size_t(headElements));
-      continue;
-    }
-    for (int token = 0; token < layout.blockSize; ++token)
-      for (int dim = 0; dim < layout.headDim; ++dim) {
-        int64_t offset = token * layout.tokenStride + dim * layout.dimStride;
-        to[offset] = from[offset];
-      }
-  }
+  for (int head = 0; head < layout.numKvHeads; ++head)
+    std::memcpy(destination + head * layout.headStride,
+                source + head * layout.headStride,
+                sizeof(float) * size_t(headElements));
 }
 
 /// Rotates one layer of one block's K, any layout.

@@ -40,8 +40,13 @@ std::vector<double> ropeFrequencies(double theta, int rotaryDim,
 
 /// Where element (block, layer, head, token, dim) of K lies: at
 /// `keyLayers[layer][block * blockStride + head * headStride + token *
-/// tokenStride + dim * dimStride]`; V the same through `valueLayers`.
-/// All strides are in floats.
+/// tokenStride + dim * dimStride]`. V of (block, layer, head) is the
+/// blockSize * headDim contiguous floats at `valueLayers[layer][block *
+/// blockStride + head * headStride]`, in any order within (V is only
+/// copied). All strides are in floats. KvStorage (K dimension-major, V
+/// slot-major): tokenStride 1, dimStride blockSize, headStride
+/// storage.headStride(), blockStride storage.blockStride(), keyLayers[l] =
+/// storage.keys(l, 0, 0), valueLayers[l] = storage.values(l, 0, 0).
 struct KvBlockLayout {
   int numLayers = 0;
   int numKvHeads = 0;

@@ -1,0 +1,211 @@
+//===- KvCacheManager.h - Per-request block tables over the block pool ----===//
+//
+// Turns a request's segment list (DESIGN §5: prefix / span / tail, carried
+// out of band) into what the forward pass needs: the logical blocks with
+// their tokens and positions, which of them are reused from the cache and
+// which must be computed, the page list each segment's attention reads, and
+// the relocations reused span blocks need. It holds the request's block
+// references from admission to release, caches blocks once their K/V exist,
+// and once per scheduler step hands the step's relocations to CIDRA.
+//
+// Block layout of a request: every segment starts on a block boundary; the
+// unused slots of a segment's last block are padding that takes no position
+// (so the next segment's first token has the position right after this
+// segment's last token). A span's page list is its own blocks; a causal
+// segment's (prefix, tail) is every block before it in order, then its own.
+// Generated tokens extend the last segment, which must be causal.
+//
+// Hashes: a causal segment chains from the context of everything before it;
+// a span chains from the model's empty-context root, so it hashes the same
+// at any offset; after a span the context becomes join(context, span's last
+// hash), so a tail depends on every preceding segment, in order.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KV_KVCACHEMANAGER_H
+#define SPANC_RUNTIME_KV_KVCACHEMANAGER_H
+
+#include "runtime/kv/BlockHash.h"
+#include "runtime/kv/BlockPool.h"
+#include "runtime/kv/RelocationPlanner.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spanc::kv {
+
+enum class SegmentKind { Prefix, Span, Tail };
+
+/// `--cache=span|prefix|off`.
+enum class CacheMode {
+  Span,   ///< spans hash from the root and hit at any offset (this design)
+  Prefix, ///< stock prefix caching: spans ignored, one causal chain
+  Off,    ///< no reuse and nothing cached
+};
+
+/// `--relocation=rerope|rope-in-kernel`.
+enum class RelocationMode {
+  Rerope,       ///< K stored rotated; reused blocks turned by CIDRA plans
+  RopeInKernel, ///< K stored unrotated; attention rotates at logical index
+};
+
+const char *segmentKindName(SegmentKind kind);
+llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);
+llvm::Expected<RelocationMode> parseRelocationMode(llvm::StringRef text);
+
+/// One segment of a request, as codegen lowers it.
+struct Segment {
+  SegmentKind kind = SegmentKind::Prefix;
+  std::vector<TokenId> tokens;
+};
+
+/// A block-sized piece of one segment.
+struct LogicalBlock {
+  BlockId block = InvalidBlock; ///< physical block (after admission)
+  uint32_t segment = 0;         ///< index into RequestPlan::segments
+  uint32_t firstToken = 0;      ///< index into RequestPlan::tokens
+  uint32_t numTokens = 0;       ///< valid tokens (the rest is padding)
+  int64_t position = 0;         ///< logical position of the first token
+  BlockHash hash;               ///< of its tokens (prompt part at admission)
+  bool reused = false;          ///< a cache hit: nothing to compute
+};
+
+struct SegmentPlan {
+  SegmentKind kind = SegmentKind::Prefix;
+  uint32_t firstToken = 0; ///< index into RequestPlan::tokens
+  uint32_t numTokens = 0;
+  int64_t firstPosition = 0;
+  uint32_t firstBlock = 0; ///< index into RequestPlan::blocks
+  uint32_t numBlocks = 0;
+  /// The blocks its attention reads, in logical order, as indices into
+  /// RequestPlan::blocks: its own for a span; everything before, then its
+  /// own, for a causal segment. Its own blocks are the last numBlocks.
+  llvm::SmallVector<uint32_t, 16> pages;
+};
+
+/// Consecutive blocks of one segment to compute in one attention call: the
+/// queries are their tokens, which are the last tokens of the page list
+/// `segment.pages[0, numPages)`. With rerope, rotate Q and K at
+/// `firstPosition + i`; with rope-in-kernel, rotate Q at
+/// `firstLogicalIndex + i` (its index in that page list) and store K
+/// unrotated.
+struct ComputeRun {
+  uint32_t segment = 0;
+  uint32_t firstBlock = 0; ///< index into RequestPlan::blocks
+  uint32_t numBlocks = 0;
+  uint32_t numPages = 0;
+  uint32_t firstToken = 0; ///< index into RequestPlan::tokens
+  uint32_t numTokens = 0;
+  int64_t firstPosition = 0;
+  int64_t firstLogicalIndex = 0;
+};
+
+struct RequestPlan {
+  RequestId id = 0;
+  std::vector<TokenId> tokens; ///< the segments' tokens, then generated ones
+  llvm::SmallVector<SegmentPlan, 4> segments;
+  llvm::SmallVector<LogicalBlock, 32> blocks;
+  llvm::SmallVector<ComputeRun, 4> runs;
+  uint32_t numPromptTokens = 0;
+  uint32_t numReusedTokens = 0;
+  /// The position of the next token to generate.
+  int64_t nextPosition = 0;
+};
+
+enum class AdmitStatus {
+  Admitted,
+  Wait,   ///< fits the cache, not now: retry when requests finish
+  Reject, ///< malformed, or larger than the whole cache
+};
+
+struct AdmitResult {
+  AdmitStatus status = AdmitStatus::Reject;
+  std::string reason; ///< why, when not admitted
+};
+
+/// What one scheduler step must do before its forward pass.
+struct StepPlan {
+  RelocationPlan relocation;
+  /// Requests admitted this step whose relocation copies did not fit: they
+  /// were released (nothing of them remains) and should be admitted again
+  /// later.
+  llvm::SmallVector<RequestId, 2> deferred;
+};
+
+/// Where a generated token's K/V go.
+struct DecodeSlot {
+  BlockId block = InvalidBlock;
+  uint32_t slot = 0;
+  int64_t position = 0;
+  /// Non-null: first copy block `copy->source` to `copy->destination` (the
+  /// open block was shared or cached, so it is copied before it is written).
+  std::optional<RelocationOp> copy;
+};
+
+class KvCacheManager {
+public:
+  KvCacheManager(BlockPool &pool, BlockHasher hasher, CacheMode cacheMode,
+                 RelocationMode relocationMode);
+  ~KvCacheManager();
+
+  CacheMode cacheMode() const { return cacheMode_; }
+  RelocationMode relocationMode() const { return relocationMode_; }
+  const BlockHasher &hasher() const { return hasher_; }
+
+  /// Lays the request out, looks up every block, takes references to the
+  /// hits and allocates the misses. All or nothing: when not admitted,
+  /// nothing changed. `id` must not be in use.
+  AdmitResult admit(RequestId id, llvm::ArrayRef<Segment> segments);
+
+  /// The plan of an admitted request (valid until release).
+  const RequestPlan &plan(RequestId id) const;
+  bool contains(RequestId id) const;
+
+  /// Once per scheduler step, after admitting the step's new requests and
+  /// before the forward pass: the CIDRA plan for their relocations (apply
+  /// its batches with relocateBlocks, then call finishStep). Rebinds the
+  /// requests to duplicated blocks, so read plan() after this.
+  llvm::Expected<StepPlan>
+  planStep(const RelocationPlannerOptions &options = {});
+  /// Returns the plan's temporaries to the pool once its batches ran.
+  void finishStep(const StepPlan &step);
+
+  /// After the forward pass computed the request's runs: records their
+  /// positions and enters the computed blocks into the cache.
+  void commitPrefill(RequestId id);
+
+  /// Reserves the slot of the next generated token (its position is
+  /// plan().nextPosition before the call). Fails when the cache is full: the
+  /// scheduler must then preempt a request (release it) and retry.
+  llvm::Expected<DecodeSlot> appendToken(RequestId id, TokenId token);
+
+  /// Caches every block the request completed (generated tokens included,
+  /// the final partial block too) and drops its references, last block
+  /// first so eviction takes tails before shared heads.
+  void release(RequestId id);
+
+private:
+  struct RequestState;
+  RequestState &state(RequestId id);
+  const RequestState &state(RequestId id) const;
+  void cacheBlocks(RequestState &request, uint32_t begin, uint32_t end);
+  void dropReferences(RequestState &request);
+
+  BlockPool &pool_;
+  BlockHasher hasher_;
+  CacheMode cacheMode_;
+  RelocationMode relocationMode_;
+  llvm::DenseMap<RequestId, std::unique_ptr<RequestState>> requests_;
+  /// Requests admitted since the last planStep, in admission order.
+  llvm::SmallVector<RequestId, 8> pending_;
+};
+
+} // namespace spanc::kv
+
+#endif // SPANC_RUNTIME_KV_KVCACHEMANAGER_H

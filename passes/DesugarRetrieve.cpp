@@ -120,9 +120,6 @@ private:
            {"file", ir::Attribute(fragment.path)},
            {"offset", ir::Attribute(static_cast<int64_t>(fragment.offset))}}));
     Op *plus = builder.createPlus(spans);
-    retrieve->replaceAllUsesWith(plus);
-    retrieve->erase();
-
     if (context.getOptions().prepareFragments && !spans.empty()) {
       llvm::SmallVector<Op *, 8> calls;
       for (Op *span : spans)
@@ -131,6 +128,9 @@ private:
                                      {"temperature", ir::Attribute(0.0)}}));
       warmUps.push_back(builder.createMonad(builder.createPar(calls)));
     }
+    // Last: the builder inserts before the retrieve.
+    retrieve->replaceAllUsesWith(plus);
+    retrieve->erase();
     return true;
   }
 

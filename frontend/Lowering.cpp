@@ -10,6 +10,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -43,7 +44,7 @@ std::string formatNumber(double value) {
   if (std::fabs(value) < 1e15 && value == std::floor(value))
     os << static_cast<int64_t>(value);
   else
-    os << value;
+    os << llvm::format("%g", value);
   return os.str();
 }
 
@@ -438,9 +439,10 @@ private:
     double number = value->getNumber();
     if (number < spec.min || number > spec.max) {
       std::string shown = formatNumber(number);
-      if (spec.min == 0 && number < 0)
+      // Counts have no useful upper bound to show.
+      if (spec.max >= 1e9 && spec.min == 0)
         error(at, "option '" + name + "' must not be negative, got " + shown);
-      else if (spec.max >= 1e9)
+      else if (spec.max >= 1e9 && number < spec.min)
         error(at, "option '" + name + "' must be at least " +
                       formatNumber(spec.min) + ", got " + shown);
       else
@@ -614,9 +616,12 @@ private:
                          typeName(value->kind()) + "; expected an integer");
     }
     const ir::AttrSpec &spec = ir::getOpInfo(ir::OpKind::Repeat).attributes[0];
-    if (n && (*n < spec.min || double(*n) > spec.max)) {
-      error(count, "repeat count must be in [1, " + formatNumber(spec.max) +
-                       "], got " + llvm::Twine(*n));
+    if (n && *n < spec.min) {
+      error(count, "repeat count must be at least 1, got " + llvm::Twine(*n));
+      n.reset();
+    } else if (n && double(*n) > spec.max) {
+      error(count, "repeat count must be at most " + formatNumber(spec.max) +
+                       ", got " + llvm::Twine(*n));
       n.reset();
     }
     ir::Op *body = lowerBody(repeat->block());

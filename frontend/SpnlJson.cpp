@@ -192,7 +192,7 @@ private:
     bool ok = true;
     for (size_t i = 0; i < list.size(); ++i) {
       Lowered child =
-          lowerNode(list[i], path + "/" + std::to_string(i), depth + 1);
+          lowerNode(list[i], path + "/" + std::to_string(i), depth + 1, &list);
       ok &= child.ok;
       if (child.op)
         children.push_back(child.op);
@@ -202,7 +202,10 @@ private:
     return {create(at, kind, children)};
   }
 
-  Lowered lowerNode(const Json &node, const std::string &path, unsigned depth) {
+  /// Lowers `node`; `parent` locates a node that is not an object or an
+  /// array (those have no offset of their own).
+  Lowered lowerNode(const Json &node, const std::string &path, unsigned depth,
+                    const Json *parent = nullptr) {
     if (depth > kMaxDepth)
       return error(node, path,
                    "nesting deeper than " + llvm::Twine(kMaxDepth) +
@@ -210,7 +213,7 @@ private:
     if (node.is_array())
       return lowerList(node, path, depth, ir::OpKind::Cross, node);
     if (!node.is_object())
-      return error(node, path,
+      return error(parent && !offsets.count(&node) ? *parent : node, path,
                    llvm::Twine("expected a query node (an object such as "
                                "{\"user\": \"...\"}), found ") +
                        kindName(node));
@@ -261,7 +264,7 @@ private:
     if (kind == "map")
       return lowerMap(body, bodyPath, node);
     if (kind == "monad") {
-      Lowered inner = lowerNode(body, bodyPath, depth + 1);
+      Lowered inner = lowerNode(body, bodyPath, depth + 1, &node);
       if (!inner.ok || !inner.op)
         return inner;
       return {create(node, ir::OpKind::Monad, {inner.op})};
@@ -357,7 +360,7 @@ private:
     auto input = body.find("input");
     if (input == body.end())
       return error(node, path, "'g' needs an 'input'");
-    Lowered inner = lowerNode(*input, path + "/input", depth + 1);
+    Lowered inner = lowerNode(*input, path + "/input", depth + 1, &body);
     if (!ok || !inner.ok)
       return Lowered::failure();
     ir::Op *operand = inner.op;
@@ -401,7 +404,7 @@ private:
         }
         haveBody = true;
         inner = key == "query"
-                    ? lowerNode(item.value(), keyPath, depth + 1)
+                    ? lowerNode(item.value(), keyPath, depth + 1, &body)
                     : lowerGenerate(item.value(), keyPath, depth + 1, body);
       } else {
         error(body, keyPath,

@@ -38,11 +38,22 @@ int runOpt(const std::vector<std::string> &args) {
       "verified after every pass; a pass that leaves ill-formed IR is named.\n"
       "IR dumps (--print-ir-after*) go to stderr, the result to stdout.\n\n" +
       passes::describePasses();
+  // Boost rejects "--passes=" (an empty value after '='), which is how the
+  // design spells "no passes": hand it over as a separate empty value.
+  std::vector<std::string> arguments;
+  for (const std::string &arg : args) {
+    if (arg == "--passes=") {
+      arguments.push_back("--passes");
+      arguments.push_back("");
+    } else {
+      arguments.push_back(arg);
+    }
+  }
   ParsedCommandLine parsed = parseCommandLine(
       "opt",
       "spanc opt FILE.ir [--passes=a,b] [--print-ir-after-all] "
       "[--print-ir-after=NAME] [-o OUT]",
-      about.c_str(), options, positional, args);
+      about.c_str(), options, positional, arguments);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;

@@ -1,0 +1,278 @@
+//===- TokenizerTest.cpp - Tokenizers against llama.cpp and by hand -------===//
+//
+// The SmolLM2 tests compare with token ids that llama.cpp's llama-tokenize
+// produced for the same GGUF (test/data/reference/README.md says how). The
+// synthetic tests build tiny vocabularies with GgufWriter, where the right
+// answer can be worked out by hand.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/model/Tokenizer.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/GgufWriter.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+
+using namespace spanc::model;
+
+namespace {
+
+std::string modelPath() {
+  const char *root = std::getenv("SPANC_ROOT");
+  return std::string(root ? root : ".") +
+         "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class SmolLM2Tokenizer : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!llvm::sys::fs::exists(modelPath()))
+      GTEST_SKIP() << "model not installed (tools/setup.sh): " << modelPath();
+    auto opened = GgufFile::open(modelPath());
+    ASSERT_TRUE(static_cast<bool>(opened))
+        << llvm::toString(opened.takeError());
+    file = std::move(*opened);
+    auto built = Tokenizer::fromGguf(*file);
+    ASSERT_TRUE(static_cast<bool>(built)) << llvm::toString(built.takeError());
+    tokenizer = std::move(*built);
+  }
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+nlohmann::json loadReference(const std::string &name) {
+  auto buffer = llvm::MemoryBuffer::getFile("test/data/reference/" + name);
+  EXPECT_TRUE(static_cast<bool>(buffer)) << name;
+  if (!buffer)
+    return {};
+  return nlohmann::json::parse((*buffer)->getBuffer().str());
+}
+
+/// A byte-level BPE vocabulary: the 256 byte characters, then merged
+/// tokens, then specials. Returns the tokenizer.
+std::unique_ptr<Tokenizer> syntheticBpe(std::vector<std::string> merged,
+                                        std::vector<std::string> merges,
+                                        std::string pre = "gpt-2") {
+  // The GPT-2 alphabet for printable ASCII is the character itself; space
+  // is U+0120 "Ġ", newline U+010A "Ċ".
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  int next = 256;
+  for (int byte = 0; byte < 256; ++byte) {
+    bool printable = (byte >= 0x21 && byte <= 0x7e) ||
+                     (byte >= 0xa1 && byte <= 0xac) || (byte >= 0xae);
+    int codePoint = printable ? byte : next++;
+    std::string text;
+    if (codePoint < 0x80) {
+      text += static_cast<char>(codePoint);
+    } else {
+      text += static_cast<char>(0xc0 | (codePoint >> 6));
+      text += static_cast<char>(0x80 | (codePoint & 0x3f));
+    }
+    tokens.push_back(text);
+    types.push_back(1);
+  }
+  for (const std::string &token : merged) {
+    tokens.push_back(token);
+    types.push_back(1);
+  }
+  tokens.push_back("<|im_start|>");
+  types.push_back(3);
+  tokens.push_back("<|im_end|>");
+  types.push_back(3);
+  tokens.push_back("<tool>");
+  types.push_back(4); // user-defined: matched even without parseSpecial
+  GgufWriter writer;
+  writer.addString("tokenizer.ggml.model", "gpt2");
+  writer.addString("tokenizer.ggml.pre", pre);
+  writer.addStringArray("tokenizer.ggml.tokens", tokens);
+  writer.addInt32Array("tokenizer.ggml.token_type", types);
+  writer.addStringArray("tokenizer.ggml.merges", merges);
+  writer.addUInt32("tokenizer.ggml.eos_token_id",
+                   static_cast<uint32_t>(tokens.size() - 2));
+  auto file = GgufFile::openBuffer(writer.write(), "bpe.gguf");
+  EXPECT_TRUE(static_cast<bool>(file));
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  EXPECT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  return std::move(*tokenizer);
+}
+
+} // namespace
+
+TEST_F(SmolLM2Tokenizer, MatchesLlamaCppOnTheReferenceTextSet) {
+  nlohmann::json reference = loadReference("tokenizer_smollm2.json");
+  ASSERT_GE(reference["cases"].size(), 30u);
+  for (const nlohmann::json &item : reference["cases"]) {
+    std::string text = item["text"];
+    std::vector<int32_t> expected = item["ids"];
+    EXPECT_EQ(tokenizer->encode(text, item["parse_special"]), expected)
+        << item["name"];
+  }
+}
+
+TEST_F(SmolLM2Tokenizer, DecodesBackToTheText) {
+  nlohmann::json reference = loadReference("tokenizer_smollm2.json");
+  for (const nlohmann::json &item : reference["cases"]) {
+    std::string text = item["text"];
+    std::vector<int32_t> ids = item["ids"];
+    EXPECT_EQ(tokenizer->decode(ids), text) << item["name"];
+  }
+}
+
+TEST_F(SmolLM2Tokenizer, KnowsItsSpecialTokens) {
+  EXPECT_EQ(tokenizer->kind(), TokenizerKind::BytePairEncoding);
+  EXPECT_EQ(tokenizer->preTokenizer(), "smollm");
+  EXPECT_EQ(tokenizer->vocabSize(), 49152);
+  EXPECT_EQ(tokenizer->tokenText(1), "<|im_start|>");
+  EXPECT_EQ(tokenizer->tokenText(2), "<|im_end|>");
+  EXPECT_EQ(tokenizer->tokenType(1), TokenType::Control);
+  EXPECT_TRUE(tokenizer->isEndOfGeneration(2));
+  EXPECT_TRUE(tokenizer->isEndOfGeneration(0)); // <|endoftext|>
+  EXPECT_FALSE(tokenizer->isEndOfGeneration(1));
+  EXPECT_EQ(tokenizer->tokenToPiece(2, /*renderSpecial=*/false), "");
+}
+
+TEST_F(SmolLM2Tokenizer, Tokenizes100KilobytesWellUnderASecond) {
+  nlohmann::json reference = loadReference("tokenizer_smollm2.json");
+  std::string text;
+  while (text.size() < 100 * 1024)
+    for (const nlohmann::json &item : reference["cases"])
+      text += item["text"].get<std::string>() + "\n";
+  // One long word, too: a quadratic merge loop shows up here.
+  text += std::string(20000, 'a');
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> ids = tokenizer->encode(text, true);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_GT(ids.size(), 20000u);
+  EXPECT_EQ(tokenizer->decode(ids), text);
+  std::printf("tokenized %zu bytes into %zu tokens in %.3f s\n", text.size(),
+              ids.size(), seconds);
+  EXPECT_LT(seconds, 1.0);
+}
+
+TEST(Tokenizer, BpeMergesByRankNotByPosition) {
+  // Merges: rank 0 "b c", rank 1 "a b". In "abc" the higher-priority "b c"
+  // wins although "a b" comes first in the text: a + bc.
+  auto tokenizer = syntheticBpe({"bc", "ab"}, {"b c", "a b"});
+  std::vector<int32_t> ids = tokenizer->encode("abc", false);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(tokenizer->tokenText(ids[0]), "a");
+  EXPECT_EQ(tokenizer->tokenText(ids[1]), "bc");
+  // Equal rank cannot happen; leftmost wins among repeats: "abab" -> ab ab.
+  ids = tokenizer->encode("abab", false);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(tokenizer->tokenText(ids[0]), "ab");
+}
+
+TEST(Tokenizer, BpeSpacesUseTheByteAlphabet) {
+  // " a" is Ġa after byte encoding; the merge applies only with the space.
+  auto tokenizer = syntheticBpe({"\xc4\xa0"
+                                 "a"},
+                                {"\xc4\xa0 a"});
+  std::vector<int32_t> ids = tokenizer->encode("a a", false);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(tokenizer->tokenText(ids[0]), "a");
+  EXPECT_EQ(tokenizer->tokenText(ids[1]), "\xc4\xa0"
+                                          "a");
+  EXPECT_EQ(tokenizer->tokenToPiece(ids[1]), " a");
+  EXPECT_EQ(tokenizer->decode(tokenizer->encode("é\n", false)), "é\n");
+}
+
+TEST(Tokenizer, ControlTokensNeedParseSpecialUserDefinedDoNot) {
+  auto tokenizer = syntheticBpe({}, {});
+  int32_t start = *tokenizer->findToken("<|im_start|>");
+  int32_t tool = *tokenizer->findToken("<tool>");
+  std::vector<int32_t> parsed = tokenizer->encode("<|im_start|>x<tool>", true);
+  EXPECT_EQ(parsed, (std::vector<int32_t>{start, 'x', tool}));
+  std::vector<int32_t> plain = tokenizer->encode("<|im_start|>x<tool>", false);
+  EXPECT_EQ(plain.size(), 12u + 1 + 1); // 12 characters, x, <tool>
+  EXPECT_EQ(plain.back(), tool);
+  EXPECT_EQ(tokenizer->eosId(), start + 1);
+  EXPECT_TRUE(tokenizer->isEndOfGeneration(start + 1));
+}
+
+TEST(Tokenizer, InvalidUtf8BecomesReplacementCharacters) {
+  auto tokenizer = syntheticBpe({}, {});
+  // 0xff is never valid UTF-8: llama.cpp reads it as U+FFFD (EF BF BD).
+  std::vector<int32_t> ids = tokenizer->encode("a\xff", false);
+  EXPECT_EQ(tokenizer->decode(ids), "a\xef\xbf\xbd");
+}
+
+TEST(Tokenizer, SentencePieceMergesByScoreWithByteFallback) {
+  // Vocabulary: <unk> <s> </s>, byte tokens for 'x' only, pieces with
+  // scores. "▁hello" is built from ▁ h e l l o by the best-scoring merges.
+  std::vector<std::string> tokens = {"<unk>",
+                                     "<s>",
+                                     "</s>",
+                                     "<0x21>",
+                                     "\xe2\x96\x81",
+                                     "h",
+                                     "e",
+                                     "l",
+                                     "o",
+                                     "\xe2\x96\x81h",
+                                     "el",
+                                     "ll",
+                                     "lo",
+                                     "\xe2\x96\x81he",
+                                     "llo",
+                                     "\xe2\x96\x81hello"};
+  std::vector<float> scores = {0,  0,  0,  0,  -1, -2,    -2,    -2,
+                               -2, -3, -5, -4, -6, -3.5f, -4.5f, -1};
+  std::vector<int32_t> types = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  GgufWriter writer;
+  writer.addString("tokenizer.ggml.model", "llama");
+  writer.addStringArray("tokenizer.ggml.tokens", tokens);
+  writer.addFloat32Array("tokenizer.ggml.scores", scores);
+  writer.addInt32Array("tokenizer.ggml.token_type", types);
+  auto file = GgufFile::openBuffer(writer.write(), "spm.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  // ▁ h e l l o: pairs scored ▁h -3, el -5, ll -4, lo -6; best ▁h ->
+  // ▁h e l l o; new pair ▁he -3.5 -> ▁he l l o; ll -4 -> ▁he ll o; llo
+  // -4.5 -> ▁he llo; ▁hello -1 -> ▁hello.
+  std::vector<int32_t> ids = (*tokenizer)->encode("hello", false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{15}));
+  // '!' has a byte token, '?' has none (-> <unk>); a space is prefixed.
+  ids = (*tokenizer)->encode("he!?", false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{13, 3, 0}));
+  EXPECT_EQ((*tokenizer)->decode({15}), "hello");
+  EXPECT_EQ((*tokenizer)->decode({13, 3}), "he!");
+  // A control token resets the space prefix, as in llama.cpp.
+  ids = (*tokenizer)->encode("</s>hello", true);
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 15}));
+  EXPECT_EQ((*tokenizer)->bosId(), 1);
+  EXPECT_TRUE((*tokenizer)->addBosByDefault());
+}
+
+TEST(Tokenizer, RejectsBadMetadata) {
+  GgufWriter writer;
+  writer.addString("tokenizer.ggml.model", "wordpiece");
+  auto file = GgufFile::openBuffer(writer.write(), "bad.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  EXPECT_EQ(llvm::toString(Tokenizer::fromGguf(**file).takeError()),
+            "bad.gguf: unsupported tokenizer.ggml.model 'wordpiece' "
+            "(supported: gpt2, llama)");
+
+  GgufWriter outOfRange;
+  outOfRange.addString("tokenizer.ggml.model", "llama");
+  outOfRange.addStringArray("tokenizer.ggml.tokens", {"a"});
+  outOfRange.addUInt32("tokenizer.ggml.eos_token_id", 5);
+  file = GgufFile::openBuffer(outOfRange.write(), "bad.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  EXPECT_EQ(llvm::toString(Tokenizer::fromGguf(**file).takeError()),
+            "bad.gguf: tokenizer.ggml.eos_token_id is 5, outside the "
+            "vocabulary of 1 tokens");
+}

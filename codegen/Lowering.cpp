@@ -1,0 +1,382 @@
+//===- Lowering.cpp - Optimized span IR to the physical plan --------------===//
+
+#include "codegen/Lowering.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include <functional>
+
+namespace spanc::codegen {
+
+MessageEncoder::~MessageEncoder() = default;
+
+namespace {
+
+using ir::Op;
+using ir::OpKind;
+
+/// splitmix64: derives independent seeds for repeat samples.
+uint64_t mixSeed(uint64_t value) {
+  value += 0x9E3779B97F4A7C15ull;
+  value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
+  value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
+  return value ^ (value >> 31);
+}
+
+std::string formatLocation(const ir::Location &loc) {
+  if (!loc.isKnown())
+    return "";
+  return (loc.file + ":" + llvm::Twine(loc.line) + ":" +
+          llvm::Twine(loc.column))
+      .str();
+}
+
+class PlanBuilder {
+public:
+  PlanBuilder(const MessageEncoder &encoder, ir::DiagnosticEngine &diagnostics)
+      : encoder(encoder), diagnostics(diagnostics),
+        assistantHeader(encoder.assistantHeader()),
+        endOfTurn(encoder.endOfTurn()) {}
+
+  bool lowerQuery(const ir::Query &query) {
+    currentQuery = query.getName();
+    queryCalls.clear();
+    barrier.clear();
+    QueryPlan queryPlan;
+    queryPlan.name = query.getName().str();
+    const Op *result = const_cast<ir::Query &>(query).getResult();
+    if (!result) {
+      diagnostics.error(query.getLoc(), "query has no span.yield");
+      return false;
+    }
+    bool ok = collectResults(result, /*sampleKey=*/0, /*cacheOnly=*/false,
+                             queryPlan.results);
+    queryPlan.calls.assign(queryCalls.begin(), queryCalls.end());
+    llvm::sort(queryPlan.calls);
+    plan.queries.push_back(std::move(queryPlan));
+    return ok;
+  }
+
+  Plan takePlan() { return std::move(plan); }
+
+private:
+  /// The query's result: call outputs and literal texts, in order.
+  bool collectResults(const Op *op, uint64_t sampleKey, bool cacheOnly,
+                      std::vector<ResultItem> &results) {
+    switch (op->getKind()) {
+    case OpKind::System:
+    case OpKind::User:
+    case OpKind::Assistant:
+    case OpKind::Fragment:
+      if (!cacheOnly)
+        results.push_back({std::nullopt, op->getText().str()});
+      return true;
+    case OpKind::Gen:
+    case OpKind::Chat: {
+      std::optional<CallId> call = lowerCall(op, sampleKey, cacheOnly);
+      if (!call)
+        return false;
+      if (!cacheOnly)
+        results.push_back({*call, ""});
+      return true;
+    }
+    case OpKind::Cross:
+    case OpKind::Plus:
+    case OpKind::Par: {
+      bool ok = true;
+      for (const Op *operand : op->operandValues())
+        ok &= collectResults(operand, sampleKey, cacheOnly, results);
+      return ok;
+    }
+    case OpKind::Seq: {
+      // Later children run after earlier ones: their calls depend on every
+      // call the earlier children made.
+      size_t savedBarrier = barrier.size();
+      bool ok = true;
+      for (const Op *operand : op->operandValues()) {
+        size_t before = plan.calls.size();
+        ok &= collectResults(operand, sampleKey, cacheOnly, results);
+        for (size_t id = before; id < plan.calls.size(); ++id)
+          barrier.push_back(CallId(id));
+      }
+      barrier.resize(savedBarrier);
+      return ok;
+    }
+    case OpKind::Repeat: {
+      bool ok = true;
+      int64_t n = op->getIntAttr("n").value_or(1);
+      for (int64_t i = 0; i < n; ++i)
+        ok &= collectResults(op->getOperand(0), deriveSampleKey(sampleKey, i),
+                             cacheOnly, results);
+      return ok;
+    }
+    case OpKind::Monad:
+      return collectResults(op->getOperand(0), sampleKey, /*cacheOnly=*/true,
+                            results);
+    case OpKind::Retrieve:
+      diagnostics.error(op->getLoc(),
+                        "span.retrieve must be resolved before lowering "
+                        "(run the desugar-retrieve pass)");
+      return false;
+    case OpKind::Yield:
+      break;
+    }
+    diagnostics.error(op->getLoc(), "unexpected op in a query result");
+    return false;
+  }
+
+  static uint64_t deriveSampleKey(uint64_t key, int64_t sample) {
+    return mixSeed(key ^ mixSeed(uint64_t(sample) + 1));
+  }
+
+  /// A gen is deterministic when it samples greedily and so does every gen
+  /// its input contains: its samples under a repeat are then one call.
+  bool isDeterministic(const Op *op) {
+    auto found = deterministic.find(op);
+    if (found != deterministic.end())
+      return found->second;
+    bool result = true;
+    if (op->getKind() == OpKind::Gen || op->getKind() == OpKind::Chat)
+      result = op->getNumberAttr("temperature").value_or(0.0) == 0.0;
+    for (const Op *operand : op->operandValues())
+      result = result && isDeterministic(operand);
+    deterministic[op] = result;
+    return result;
+  }
+
+  std::optional<CallId> lowerCall(const Op *gen, uint64_t sampleKey,
+                                  bool cacheOnly) {
+    if (isDeterministic(gen))
+      sampleKey = 0;
+    auto key = std::make_pair(gen, sampleKey);
+    auto found = calls.find(key);
+    if (found != calls.end()) {
+      Call &call = plan.calls[found->second];
+      call.cacheOnly = call.cacheOnly && cacheOnly;
+      noteQueryCall(found->second);
+      return found->second;
+    }
+
+    // Lower the input first: dependencies get smaller ids (topological).
+    Call call;
+    llvm::SmallVector<Piece, 8> causal;
+    bool sawPlus = false;
+    bool ok = true;
+    auto flushCausal = [&] {
+      if (causal.empty())
+        return;
+      PlanSegment segment;
+      segment.kind = sawPlus ? SegmentKind::Tail : SegmentKind::Prefix;
+      segment.pieces = std::move(causal);
+      causal.clear();
+      call.segments.push_back(std::move(segment));
+    };
+    auto emitSpans = [&](const Op *plus, uint64_t key) {
+      flushCausal();
+      sawPlus = true;
+      auto emitOne = [&](const Op *summand, uint64_t summandKey) {
+        PlanSegment span;
+        span.kind = SegmentKind::Span;
+        ok &= appendPieces(summand, summandKey, call, span.pieces);
+        if (!span.pieces.empty())
+          call.segments.push_back(std::move(span));
+      };
+      if (plus->getKind() == OpKind::Repeat) {
+        int64_t n = plus->getIntAttr("n").value_or(1);
+        for (int64_t i = 0; i < n; ++i)
+          emitOne(plus->getOperand(0), deriveSampleKey(key, i));
+      } else {
+        for (const Op *summand : plus->operandValues())
+          emitOne(summand, key);
+      }
+    };
+    // The top level of the input: a cross of items, where a plus (or a
+    // repeat, which is one) opens spans.
+    std::function<void(const Op *)> walkTop = [&](const Op *op) {
+      switch (op->getKind()) {
+      case OpKind::Cross:
+      case OpKind::Seq:
+      case OpKind::Par:
+        for (const Op *operand : op->operandValues())
+          walkTop(operand);
+        return;
+      case OpKind::Plus:
+      case OpKind::Repeat:
+        emitSpans(op, sampleKey);
+        return;
+      default:
+        ok &= appendPieces(op, sampleKey, call, causal);
+      }
+    };
+    if (gen->getKind() == OpKind::Chat) {
+      for (const Op *message : gen->operandValues())
+        walkTop(message);
+    } else {
+      walkTop(gen->getOperand(0));
+    }
+    if (!ok)
+      return std::nullopt;
+    if (call.segments.empty() && causal.empty()) {
+      diagnostics.error(gen->getLoc(), "this gen's input has no tokens");
+      return std::nullopt;
+    }
+    causal.push_back({assistantHeader, std::nullopt, {}, "assistant-header"});
+    flushCausal();
+
+    call.id = CallId(plan.calls.size());
+    call.query = currentQuery.str();
+    call.options = readOptions(gen, sampleKey);
+    call.cacheOnly = cacheOnly;
+    call.location = formatLocation(gen->getLoc());
+    for (CallId dependency : barrier)
+      if (llvm::find(call.dependencies, dependency) == call.dependencies.end())
+        call.dependencies.push_back(dependency);
+    llvm::sort(call.dependencies);
+    calls[key] = call.id;
+    noteQueryCall(call.id);
+    plan.calls.push_back(std::move(call));
+    return plan.calls.back().id;
+  }
+
+  /// Appends the tokens of `op` as causal pieces (inside a span, or in a
+  /// prefix or tail): nested joins concatenate in order.
+  bool appendPieces(const Op *op, uint64_t sampleKey, Call &call,
+                    llvm::SmallVectorImpl<Piece> &pieces) {
+    switch (op->getKind()) {
+    case OpKind::System:
+      pieces.push_back(
+          {encoder.encodeMessage(MessageRole::System, op->getText()),
+           std::nullopt,
+           {},
+           "system"});
+      return true;
+    case OpKind::User:
+      pieces.push_back({encoder.encodeMessage(MessageRole::User, op->getText()),
+                        std::nullopt,
+                        {},
+                        "user"});
+      return true;
+    case OpKind::Assistant:
+      pieces.push_back(
+          {encoder.encodeMessage(MessageRole::Assistant, op->getText()),
+           std::nullopt,
+           {},
+           "assistant"});
+      return true;
+    case OpKind::Fragment:
+      pieces.push_back({encoder.encodeFragment(op->getText()),
+                        std::nullopt,
+                        {},
+                        "fragment"});
+      return true;
+    case OpKind::Cross:
+    case OpKind::Plus:
+    case OpKind::Seq:
+    case OpKind::Par: {
+      bool ok = true;
+      for (const Op *operand : op->operandValues())
+        ok &= appendPieces(operand, sampleKey, call, pieces);
+      return ok;
+    }
+    case OpKind::Repeat: {
+      bool ok = true;
+      int64_t n = op->getIntAttr("n").value_or(1);
+      for (int64_t i = 0; i < n; ++i)
+        ok &= appendPieces(op->getOperand(0), deriveSampleKey(sampleKey, i),
+                           call, pieces);
+      return ok;
+    }
+    case OpKind::Gen:
+    case OpKind::Chat: {
+      std::optional<CallId> inner = lowerCall(op, sampleKey, false);
+      if (!inner)
+        return false;
+      addDependency(call, *inner);
+      pieces.push_back({assistantHeader, *inner, endOfTurn, "output"});
+      return true;
+    }
+    case OpKind::Monad: {
+      // Run for cache effect before this call; contributes no tokens.
+      std::vector<ResultItem> ignored;
+      size_t before = plan.calls.size();
+      bool ok = collectResults(op->getOperand(0), sampleKey,
+                               /*cacheOnly=*/true, ignored);
+      for (size_t id = before; id < plan.calls.size(); ++id)
+        addDependency(call, CallId(id));
+      return ok;
+    }
+    case OpKind::Retrieve:
+      diagnostics.error(op->getLoc(),
+                        "span.retrieve must be resolved before lowering "
+                        "(run the desugar-retrieve pass)");
+      return false;
+    case OpKind::Yield:
+      break;
+    }
+    diagnostics.error(op->getLoc(), "unexpected op in a gen's input");
+    return false;
+  }
+
+  static void addDependency(Call &call, CallId dependency) {
+    if (llvm::find(call.dependencies, dependency) == call.dependencies.end())
+      call.dependencies.push_back(dependency);
+  }
+
+  GenOptions readOptions(const Op *gen, uint64_t sampleKey) const {
+    GenOptions options;
+    if (auto value = gen->getIntAttr("max_tokens"))
+      options.maxTokens = *value;
+    if (auto value = gen->getNumberAttr("temperature"))
+      options.temperature = *value;
+    if (auto value = gen->getNumberAttr("top_p"))
+      options.topP = *value;
+    if (auto value = gen->getIntAttr("top_k"))
+      options.topK = *value;
+    uint64_t seed = 0;
+    if (auto value = gen->getIntAttr("seed"))
+      seed = uint64_t(*value);
+    options.seed = sampleKey ? mixSeed(seed ^ sampleKey) : seed;
+    if (auto value = gen->getStringAttr("stop"))
+      options.stop.push_back(value->str());
+    return options;
+  }
+
+  void noteQueryCall(CallId id) {
+    // A shared call's dependencies belong to this query too.
+    if (!queryCalls.insert(id).second)
+      return;
+    for (CallId dependency : plan.calls.size() > id
+                                 ? plan.calls[id].dependencies
+                                 : llvm::SmallVector<CallId, 4>())
+      noteQueryCall(dependency);
+  }
+
+  const MessageEncoder &encoder;
+  ir::DiagnosticEngine &diagnostics;
+  std::vector<kv::TokenId> assistantHeader;
+  std::vector<kv::TokenId> endOfTurn;
+  Plan plan;
+  llvm::DenseMap<std::pair<const Op *, uint64_t>, CallId> calls;
+  llvm::DenseMap<const Op *, bool> deterministic;
+  llvm::StringRef currentQuery;
+  llvm::DenseSet<CallId> queryCalls;
+  llvm::SmallVector<CallId, 8> barrier;
+};
+
+} // namespace
+
+std::optional<Plan> lowerToPlan(const ir::Module &module,
+                                const MessageEncoder &encoder,
+                                ir::DiagnosticEngine &diagnostics) {
+  PlanBuilder builder(encoder, diagnostics);
+  bool ok = true;
+  for (const auto &query : module.getQueries())
+    ok &= builder.lowerQuery(*query);
+  if (!ok)
+    return std::nullopt;
+  return builder.takePlan();
+}
+
+} // namespace spanc::codegen

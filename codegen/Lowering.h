@@ -1,0 +1,35 @@
+//===- Lowering.h - Optimized span IR to the physical plan ----------------===//
+//
+// Every span.gen becomes a call. Its input is flattened in order: messages
+// and fragments become literal pieces, inner gens become their output
+// spliced in as an assistant message, and each operand of a span.plus
+// becomes a `span` segment of its own. Consecutive causal pieces before the
+// first plus form the `prefix`; causal pieces after a plus form a `tail`.
+// A call's input always ends with the assistant header, in a causal
+// segment. span.repeat expands to n samples with distinct derived seeds
+// (one call per sample unless the gen is deterministic); span.seq orders
+// execution; span.monad's calls run for their cache effect only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_CODEGEN_LOWERING_H
+#define SPANC_CODEGEN_LOWERING_H
+
+#include "codegen/MessageEncoder.h"
+#include "codegen/Plan.h"
+#include "ir/Diagnostics.h"
+#include "ir/IR.h"
+
+#include <optional>
+
+namespace spanc::codegen {
+
+/// Lowers every query of `module` (in module order) into one plan. Reports
+/// unsupported IR (an undesugared span.retrieve, a gen whose input has no
+/// tokens) through `diagnostics` and returns nullopt.
+std::optional<Plan> lowerToPlan(const ir::Module &module,
+                                const MessageEncoder &encoder,
+                                ir::DiagnosticEngine &diagnostics);
+
+} // namespace spanc::codegen
+
+#endif // SPANC_CODEGEN_LOWERING_H

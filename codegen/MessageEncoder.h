@@ -1,0 +1,39 @@
+//===- MessageEncoder.h - What codegen needs from a chat template ---------===//
+//
+// Codegen tokenizes each message on its own, through the model's chat
+// template, so that a message's tokens never depend on its neighbours. This
+// is the narrow view of the template it needs; runtime/model's ChatTemplate
+// provides it for real models (see ChatTemplateEncoder.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_CODEGEN_MESSAGEENCODER_H
+#define SPANC_CODEGEN_MESSAGEENCODER_H
+
+#include "runtime/kv/BlockHash.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <vector>
+
+namespace spanc::codegen {
+
+enum class MessageRole { System, User, Assistant };
+
+class MessageEncoder {
+public:
+  virtual ~MessageEncoder();
+  /// The whole message: role header, content, end of turn.
+  virtual std::vector<kv::TokenId>
+  encodeMessage(MessageRole role, llvm::StringRef content) const = 0;
+  /// A corpus fragment: plain text, no chat role.
+  virtual std::vector<kv::TokenId>
+  encodeFragment(llvm::StringRef text) const = 0;
+  /// The tokens a generation starts after (the assistant header).
+  virtual std::vector<kv::TokenId> assistantHeader() const = 0;
+  /// The tokens that close an assistant message after its content.
+  virtual std::vector<kv::TokenId> endOfTurn() const = 0;
+};
+
+} // namespace spanc::codegen
+
+#endif // SPANC_CODEGEN_MESSAGEENCODER_H

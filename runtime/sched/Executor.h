@@ -1,0 +1,128 @@
+//===- Executor.h - Runs a physical plan on a model and a paged KV cache --===//
+//
+// The fork/join executor and continuous-batching scheduler of DESIGN §6.
+// A call of the plan becomes ready when the calls it splices in have
+// finished; ready calls are admitted to the KV cache manager in plan order
+// (waiting when the cache is full, never corrupting it). Each step then
+// (1) applies the step's CIDRA relocation plan, (2) builds one forward
+// batch under a token budget — a decode token for every generating call
+// first, so long prefills never stall running decodes, then prefill chunks
+// of whole blocks — and (3) samples, streams and appends the new tokens.
+// A call that cannot grow when the cache is full preempts the most recently
+// admitted other call, which is re-admitted later with the tokens it had
+// generated as part of its prompt: no work is lost.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_SCHED_EXECUTOR_H
+#define SPANC_RUNTIME_SCHED_EXECUTOR_H
+
+#include "codegen/Plan.h"
+#include "runtime/kv/BlockPool.h"
+#include "runtime/kv/KvCacheManager.h"
+#include "runtime/kv/KvStorage.h"
+#include "runtime/kv/Rerope.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Tokenizer.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spanc::sched {
+
+struct ExecutorOptions {
+  kv::CacheMode cacheMode = kv::CacheMode::Span;
+  kv::RelocationMode relocationMode = kv::RelocationMode::Rerope;
+  unsigned blockSize = 16;
+  /// KV cache capacity in tokens (rounded up to whole blocks).
+  int64_t cacheTokens = 65536;
+  /// Tokens one forward step may process (decode tokens + prefill chunks).
+  int64_t stepTokenBudget = 512;
+};
+
+/// Per-call figures for --stats.
+struct CallStats {
+  double queuedSeconds = 0; ///< ready → admitted
+  double ttftSeconds = 0;   ///< ready → first token sampled
+  double totalSeconds = 0;  ///< ready → finished
+  uint32_t promptTokens = 0;
+  uint32_t computedTokens = 0;  ///< prompt tokens prefilled
+  uint32_t reusedTokens = 0;    ///< prompt tokens found in the cache
+  uint32_t relocatedTokens = 0; ///< reused tokens whose K was re-rotated
+  uint32_t generatedTokens = 0;
+  uint32_t preemptions = 0;
+  double decodeSeconds = 0; ///< first token → finished
+  double hitRate() const {
+    return promptTokens ? double(reusedTokens) / promptTokens : 0.0;
+  }
+  double decodeTokensPerSecond() const {
+    return decodeSeconds > 0 && generatedTokens > 1
+               ? (generatedTokens - 1) / decodeSeconds
+               : 0.0;
+  }
+};
+
+struct CallOutcome {
+  bool succeeded = false;
+  std::string error; ///< why it failed
+  std::vector<kv::TokenId> tokens;
+  std::string text;
+  CallStats stats;
+};
+
+/// Streaming: a piece of text call `call` just produced.
+using TokenCallback =
+    std::function<void(codegen::CallId call, llvm::StringRef piece)>;
+
+class Executor {
+public:
+  /// Sizes the KV storage and block pool for `model`. The cache outlives
+  /// every run(), so later plans hit what earlier ones left.
+  static llvm::Expected<std::unique_ptr<Executor>>
+  create(model::Model &model, const model::Tokenizer &tokenizer,
+         const ExecutorOptions &options);
+  ~Executor();
+
+  /// Runs every call of `plan` to completion (or failure) and returns one
+  /// outcome per call, indexed by CallId.
+  std::vector<CallOutcome> run(const codegen::Plan &plan,
+                               const TokenCallback &onToken = nullptr);
+
+  const ExecutorOptions &options() const { return executorOptions; }
+  kv::BlockPool &pool() { return *blockPool; }
+  /// The hasher every plan's block hashes come from.
+  const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
+
+private:
+  Executor() = default;
+  struct Active;
+  struct RunState;
+  struct StepBatch;
+
+  bool admitReady(RunState &state);
+  llvm::Error applyRelocations(RunState &state);
+  llvm::Error step(RunState &state);
+  void finish(RunState &state, Active &active, bool succeeded,
+              std::string error);
+  bool preemptFor(RunState &state, Active &needy);
+
+  model::Model *modelPtr = nullptr;
+  const model::Tokenizer *tokenizerPtr = nullptr;
+  ExecutorOptions executorOptions;
+  std::unique_ptr<kv::KvStorage> storage;
+  std::unique_ptr<kv::BlockPool> blockPool;
+  std::unique_ptr<kv::KvCacheManager> cacheManager;
+  kv::KvBlockLayout relocationLayout;
+  std::vector<double> ropeFrequencies;
+  kv::RopeRotation ropeRotation;
+  std::vector<float *> keyLayers, valueLayers;
+  kv::RequestId nextRequestId = 1;
+};
+
+} // namespace spanc::sched
+
+#endif // SPANC_RUNTIME_SCHED_EXECUTOR_H

@@ -1,0 +1,239 @@
+//===- RelocationExecutorTest.cpp - Relocation through KvStorage, end to end
+//===//
+//
+// Emulates the forward pass's K/V writes (K of token t = a fixed random
+// vector of t, rotated with cpu::ropeAngles/rotateHead at the position the
+// plan gives, as the forward pass does) and checks, after the manager's
+// CIDRA step ran through the executor, that every block every request reads
+// holds K rotated exactly at that request's positions (double reference,
+// 1e-4) and the right V: concurrent reuse of one span at offsets 0, 16 and 48
+// in one step, in-place relocation, and the decode copy-on-write.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kv/RelocationExecutor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+using namespace spanc;
+using namespace spanc::kv;
+
+namespace {
+
+constexpr int NumLayers = 3, NumKvHeads = 3, HeadDim = 64, BlockSize = 16;
+
+/// A fixed pseudo-random value in [-1, 1) for (token, layer, head, dim,
+/// which): K/V of a token depend on the token only (as span K/V do).
+double rawValue(TokenId token, int layer, int head, int dim, int which) {
+  uint64_t x = uint64_t(uint32_t(token)) * 0x9E3779B97F4A7C15ULL ^
+               (uint64_t(layer) << 40) ^ (uint64_t(head) << 32) ^
+               (uint64_t(dim) << 8) ^ uint64_t(which);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 29;
+  return double(x >> 11) / double(1ULL << 52) - 1.0;
+}
+
+cpu::RopeConfig ropeConfig(cpu::RopeOrder order) {
+  cpu::RopeConfig config;
+  config.headDim = HeadDim;
+  config.rotaryDim = HeadDim;
+  config.order = order;
+  config.theta = 100000.0f; // SmolLM2
+  return config;
+}
+
+/// Writes the K/V of every token of `run` as the forward pass would.
+void computeRun(KvStorage &storage, const cpu::RopeConfig &config,
+                const RequestPlan &plan, const ComputeRun &run) {
+  std::vector<float> keys(NumKvHeads * HeadDim), values(NumKvHeads * HeadDim);
+  std::vector<float> cosSin(HeadDim);
+  for (uint32_t block = run.firstBlock; block < run.firstBlock + run.numBlocks;
+       ++block) {
+    const LogicalBlock &logical = plan.blocks[block];
+    for (uint32_t slot = 0; slot < logical.numTokens; ++slot) {
+      TokenId token = plan.tokens[logical.firstToken + slot];
+      cpu::ropeAngles(config, double(logical.position + slot), cosSin.data(),
+                      cosSin.data() + HeadDim / 2);
+      for (int layer = 0; layer < NumLayers; ++layer) {
+        for (int head = 0; head < NumKvHeads; ++head) {
+          for (int dim = 0; dim < HeadDim; ++dim) {
+            keys[head * HeadDim + dim] =
+                float(rawValue(token, layer, head, dim, 0));
+            values[head * HeadDim + dim] =
+                float(rawValue(token, layer, head, dim, 1));
+          }
+          cpu::rotateHead(config.order, HeadDim, cosSin.data(),
+                          keys.data() + head * HeadDim, 1);
+        }
+        storage.writeToken(layer, logical.block, int(slot), keys.data(),
+                           values.data());
+      }
+    }
+  }
+}
+
+void computeAll(KvStorage &storage, const cpu::RopeConfig &config,
+                const RequestPlan &plan) {
+  for (const ComputeRun &run : plan.runs)
+    computeRun(storage, config, plan, run);
+}
+
+/// Max error of every valid K/V slot of the request's blocks against the raw
+/// vectors rotated in double at the request's positions.
+double maxError(const KvStorage &storage, cpu::RopeOrder order,
+                const RequestPlan &plan) {
+  const double theta = 100000.0;
+  double worst = 0;
+  for (const LogicalBlock &block : plan.blocks)
+    for (uint32_t slot = 0; slot < block.numTokens; ++slot) {
+      TokenId token = plan.tokens[block.firstToken + slot];
+      double position = double(block.position + slot);
+      for (int layer = 0; layer < NumLayers; ++layer)
+        for (int head = 0; head < NumKvHeads; ++head) {
+          const float *keys = storage.keys(layer, block.block, head);
+          const float *values = storage.values(layer, block.block, head);
+          for (int pair = 0; pair < HeadDim / 2; ++pair) {
+            int first = order == cpu::RopeOrder::Normal ? 2 * pair : pair;
+            int second = order == cpu::RopeOrder::Normal ? 2 * pair + 1
+                                                         : pair + HeadDim / 2;
+            double angle = position * std::pow(theta, -2.0 * pair / HeadDim);
+            double a = rawValue(token, layer, head, first, 0);
+            double b = rawValue(token, layer, head, second, 0);
+            double expectedFirst = a * std::cos(angle) - b * std::sin(angle);
+            double expectedSecond = a * std::sin(angle) + b * std::cos(angle);
+            worst = std::max(worst, std::abs(keys[first * BlockSize + slot] -
+                                             expectedFirst));
+            worst = std::max(worst, std::abs(keys[second * BlockSize + slot] -
+                                             expectedSecond));
+          }
+          for (int dim = 0; dim < HeadDim; ++dim)
+            worst = std::max(
+                worst,
+                double(std::abs(values[slot * HeadDim + dim] -
+                                float(rawValue(token, layer, head, dim, 1)))));
+        }
+    }
+  return worst;
+}
+
+std::vector<TokenId> tokens(int count, TokenId first) {
+  std::vector<TokenId> result(static_cast<size_t>(count));
+  std::iota(result.begin(), result.end(), first);
+  return result;
+}
+
+class Executor : public ::testing::TestWithParam<cpu::RopeOrder> {};
+
+TEST_P(Executor, EveryRequestReadsItsSpanAtItsOwnPositions) {
+  const cpu::RopeOrder order = GetParam();
+  const cpu::RopeConfig config = ropeConfig(order);
+  KvStorageConfig shape{NumLayers, NumKvHeads, HeadDim, BlockSize, 64, true};
+  auto storage = KvStorage::create(shape);
+  ASSERT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
+  BlockPool pool(64, BlockSize);
+  KvCacheManager manager(pool, BlockHasher("test-model"), CacheMode::Span,
+                         RelocationMode::Rerope);
+  RelocationExecutor executor(**storage, config);
+  const std::vector<TokenId> document = tokens(40, 5000);
+
+  auto step = [&](llvm::ArrayRef<RequestId> ids) {
+    auto plan = manager.planStep();
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    ASSERT_TRUE(plan->deferred.empty());
+    executor.apply(plan->relocation);
+    manager.finishStep(*plan);
+    for (RequestId id : ids) {
+      computeAll(**storage, config, manager.plan(id));
+      manager.commitPrefill(id);
+    }
+  };
+  auto admit = [&](RequestId id, std::vector<Segment> segments) {
+    AdmitResult result = manager.admit(id, segments);
+    ASSERT_EQ(result.status, AdmitStatus::Admitted) << result.reason;
+  };
+
+  // Request 1 computes the span at offset 0 and keeps reading it there.
+  admit(1, {{SegmentKind::Span, document}, {SegmentKind::Tail, {1, 2}}});
+  step({1});
+  EXPECT_LE(maxError(**storage, order, manager.plan(1)), 1e-4);
+
+  // Requests 2 and 3 reuse it at offsets 16 and 48 in one step.
+  admit(2, {{SegmentKind::Prefix, tokens(16, 1)},
+            {SegmentKind::Span, document},
+            {SegmentKind::Tail, {3}}});
+  admit(3, {{SegmentKind::Prefix, tokens(48, 1)},
+            {SegmentKind::Span, document},
+            {SegmentKind::Tail, {4}}});
+  step({2, 3});
+  for (RequestId id : {1, 2, 3}) {
+    SCOPED_TRACE("request " + std::to_string(id));
+    EXPECT_LE(maxError(**storage, order, manager.plan(id)), 1e-4);
+  }
+  EXPECT_EQ(manager.plan(3).segments[1].firstPosition, 48);
+  EXPECT_EQ(manager.plan(2).numReusedTokens, 40u);
+  EXPECT_EQ(manager.plan(3).numReusedTokens, 40u);
+
+  // Everyone leaves; request 4 takes the span at offset 5: in place now.
+  for (RequestId id : {1, 2, 3})
+    manager.release(id);
+  admit(4, {{SegmentKind::Prefix, tokens(5, 1)},
+            {SegmentKind::Span, document},
+            {SegmentKind::Tail, tokens(20, 77)}});
+  step({4});
+  EXPECT_LE(maxError(**storage, order, manager.plan(4)), 1e-4);
+
+  // Decode: the tail's cached partial block is copied, then written.
+  auto slot = manager.appendToken(4, 42);
+  ASSERT_TRUE(bool(slot)) << llvm::toString(slot.takeError());
+  ASSERT_TRUE(slot->copy.has_value());
+  executor.prepare(*slot);
+  const RequestPlan &plan = manager.plan(4);
+  ComputeRun decode;
+  decode.firstBlock = uint32_t(plan.blocks.size()) - 1;
+  decode.numBlocks = 1;
+  computeRun(**storage, config, plan, decode);
+  EXPECT_EQ(plan.blocks.back().numTokens, 5u);
+  EXPECT_LE(maxError(**storage, order, plan), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothOrders, Executor,
+                         ::testing::Values(cpu::RopeOrder::Normal,
+                                           cpu::RopeOrder::NeoX));
+
+TEST(RelocationFrequencies, ReproduceRopeAnglesUnderEveryScaling) {
+  std::vector<cpu::RopeConfig> configs(4, ropeConfig(cpu::RopeOrder::Normal));
+  configs[1].scaling = cpu::RopeScaling::Linear;
+  configs[1].factor = 4.0f;
+  configs[2].scaling = cpu::RopeScaling::Yarn;
+  configs[2].factor = 8.0f;
+  configs[2].originalContext = 4096;
+  configs[2].attentionFactor = 1.3f; // scales, never turns: not a frequency
+  configs[3].freqFactors.assign(HeadDim / 2, 1.0f);
+  for (int pair = 0; pair < HeadDim / 2; ++pair)
+    configs[3].freqFactors[size_t(pair)] = 1.0f + float(pair) / 8.0f;
+  for (size_t index = 0; index < configs.size(); ++index) {
+    const cpu::RopeConfig &config = configs[index];
+    std::vector<double> frequencies = relocationFrequencies(config);
+    std::vector<float> cosValues(HeadDim / 2), sinValues(HeadDim / 2);
+    for (double position : {1.0, 17.0, 1000.0, 8191.0}) {
+      cpu::ropeAngles(config, position, cosValues.data(), sinValues.data());
+      for (int pair = 0; pair < HeadDim / 2; ++pair) {
+        double magnitude =
+            std::hypot(double(cosValues[pair]), double(sinValues[pair]));
+        double angle = position * frequencies[size_t(pair)];
+        EXPECT_NEAR(cosValues[pair] / magnitude, std::cos(angle), 1e-5)
+            << "config " << index << " position " << position << " pair "
+            << pair;
+        EXPECT_NEAR(sinValues[pair] / magnitude, std::sin(angle), 1e-5)
+            << "config " << index << " position " << position << " pair "
+            << pair;
+      }
+    }
+  }
+}
+
+} // namespace

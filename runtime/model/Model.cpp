@@ -89,6 +89,9 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
+  model->maxQuantizedRows = options.forceF32 || !cpu::hasQuantGemvKernel()
+                                ? 0
+                                : options.maxQuantizedRows;
   int64_t positions = options.maxPositions > 0
                           ? options.maxPositions
                           : std::max<int64_t>(modelConfig.contextLength, 4096);
@@ -264,6 +267,26 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
 
+  // A projection: the packed GEMM, or for small steps the in-place 4/8-bit
+  // weights (one activation quantization shared by the stacked parts).
+  const bool quantized = numTokens <= maxQuantizedRows;
+  auto project =
+      [&](const cpu::GemmWeights &packed,
+          std::initializer_list<const cpu::PackedQuantMatrix *> parts,
+          bool partsValid, const float *x, int64_t rows,
+          float *y) -> llvm::Error {
+    if (!quantized || !partsValid)
+      return gemm->multiply(packed, x, rows, y);
+    cpu::quantizeActivations(x, rows, packed.columns(), packed.columns(),
+                             quantizedActivations);
+    int64_t column = 0;
+    for (const cpu::PackedQuantMatrix *part : parts) {
+      cpu::quantGemv(*part, quantizedActivations, y + column, packed.rows());
+      column += part->rows;
+    }
+    return llvm::Error::success();
+  };
+
   for (uint32_t layerIndex = 0; layerIndex < config.numLayers; ++layerIndex) {
     const LayerWeights &layer = modelWeights->layers()[layerIndex];
     {
@@ -273,8 +296,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.qkvSeconds);
-      if (llvm::Error error = gemm->multiply(layer.queryKeyValue, normed.data(),
-                                             numTokens, queryKeyValue.data()))
+      if (llvm::Error error = project(layer.queryKeyValue,
+                                      {&layer.query, &layer.key, &layer.value},
+                                      layer.hasQuantized, normed.data(),
+                                      numTokens, queryKeyValue.data()))
         return error;
       if (!layer.queryKeyValueBias.empty()) {
         const float *bias = layer.queryKeyValueBias.data();
@@ -311,9 +336,9 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.attentionOutputSeconds);
-      if (llvm::Error error =
-              gemm->multiply(layer.attentionOutput, attention.data(), numTokens,
-                             projected.data()))
+      if (llvm::Error error = project(layer.attentionOutput, {&layer.output},
+                                      layer.hasQuantized, attention.data(),
+                                      numTokens, projected.data()))
         return error;
     }
     {
@@ -327,8 +352,9 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.gateUpSeconds);
-      if (llvm::Error error = gemm->multiply(layer.gateUp, normed.data(),
-                                             numTokens, gateUp.data()))
+      if (llvm::Error error = project(layer.gateUp, {&layer.gate, &layer.up},
+                                      layer.hasQuantized, normed.data(),
+                                      numTokens, gateUp.data()))
         return error;
     }
     {
@@ -338,8 +364,9 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.downSeconds);
-      if (llvm::Error error = gemm->multiply(layer.down, feedForward.data(),
-                                             numTokens, projected.data()))
+      if (llvm::Error error =
+              project(layer.down, {&layer.downQuantized}, layer.hasQuantized,
+                      feedForward.data(), numTokens, projected.data()))
         return error;
     }
     {
@@ -369,6 +396,14 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   cpu::rmsNorm(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
                modelWeights->outputNorm().data(), config.rmsEpsilon,
                selected.data());
+  const cpu::PackedQuantMatrix *head = modelWeights->quantizedOutput();
+  if (numRows <= maxQuantizedRows && head) {
+    cpu::quantizeActivations(selected.data(), numRows, dim, dim,
+                             quantizedActivations);
+    cpu::quantGemv(*head, quantizedActivations, output.logits.data(),
+                   config.vocabSize);
+    return llvm::Error::success();
+  }
   return gemm->multiply(modelWeights->output(), selected.data(), numRows,
                         output.logits.data());
 }

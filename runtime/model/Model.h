@@ -16,6 +16,7 @@
 
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
 #include "runtime/kv/KvStorage.h"
 #include "runtime/model/Gguf.h"
@@ -37,6 +38,10 @@ struct ModelOptions {
   bool forceF32 = false;
   /// Positions the RoPE table covers; 0 = the model's context length.
   int64_t maxPositions = 0;
+  /// Steps of at most this many tokens multiply the 4/8-bit weights in
+  /// place (QuantGemv, int8 activations) instead of the packed bf16/f32
+  /// copy; 0 disables. Ignored with forceF32.
+  int64_t maxQuantizedRows = 4;
 };
 
 /// Which logits a sequence wants back.
@@ -128,6 +133,8 @@ private:
   std::unique_ptr<GgufFile> gguf;
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
+  int64_t maxQuantizedRows = 0;
+  cpu::QuantizedActivations quantizedActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;
   cpu::AttentionWorkspace attentionWorkspace;

@@ -94,6 +94,25 @@ llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
   return packed;
 }
 
+/// Repacks the tensor for QuantGemv, when its blocks are a kind it reads.
+bool packQuantized(const GgufTensor &tensor, cpu::PackedQuantMatrix &packed) {
+  cpu::QuantMatrix view;
+  if (tensor.shape.size() != 2 || tensor.shape[0] % 32 != 0)
+    return false;
+  if (tensor.type == GgmlType::Q4_1)
+    view.format = cpu::QuantFormat::Q4_1;
+  else if (tensor.type == GgmlType::Q8_0)
+    view.format = cpu::QuantFormat::Q8_0;
+  else
+    return false;
+  view.data = tensor.data;
+  view.columns = int64_t(tensor.shape[0]);
+  view.rows = int64_t(tensor.shape[1]);
+  view.rowBytes = int64_t(tensor.rowBytes());
+  packed = cpu::packQuantMatrix(view);
+  return true;
+}
+
 void decodeGgmlRow(const void *row, float *out, int64_t count,
                    const void *context) {
   dequantizeRow(*static_cast<const GgmlType *>(context), row, out, count);
@@ -175,6 +194,20 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
     if (!down)
       return down.takeError();
     layerWeights.down = std::move(*down);
+    // Shapes were checked above; only the types decide.
+    cpu::PackedQuantMatrix *views[] = {
+        &layerWeights.query,        &layerWeights.key,  &layerWeights.value,
+        &layerWeights.output,       &layerWeights.gate, &layerWeights.up,
+        &layerWeights.downQuantized};
+    const char *names[] = {"attn_q.weight",   "attn_k.weight",
+                           "attn_v.weight",   "attn_output.weight",
+                           "ffn_gate.weight", "ffn_up.weight",
+                           "ffn_down.weight"};
+    layerWeights.hasQuantized = true;
+    for (int index = 0; index < 7; ++index)
+      layerWeights.hasQuantized =
+          layerWeights.hasQuantized &&
+          packQuantized(*file.findTensor(prefix + names[index]), *views[index]);
     weights->layerWeights.push_back(std::move(layerWeights));
   }
 
@@ -189,6 +222,8 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
   if (!head)
     return head.takeError();
   weights->outputHead = std::move(*head);
+  weights->hasQuantizedOutput =
+      packQuantized(*file.findTensor(headName[0]), weights->outputQuantized);
 
   if (config.hasRopeFrequencyFactors) {
     auto factors = loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);

@@ -14,6 +14,7 @@
 
 #include "runtime/kernels/cpu/Elementwise.h"
 #include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/model/ModelConfig.h"
 #include "runtime/model/Quantization.h"
 
@@ -36,6 +37,11 @@ struct LayerWeights {
   /// Rows: feedForwardDim of gate, then feedForwardDim of up.
   cpu::GemmWeights gateUp;
   cpu::GemmWeights down; ///< [embeddingDim][feedForwardDim]
+
+  /// The same projections repacked from their 4/8-bit file blocks, for
+  /// decode-size steps (QuantGemv); set only when every one is Q4_1 or Q8_0.
+  bool hasQuantized = false;
+  cpu::PackedQuantMatrix query, key, value, output, gate, up, downQuantized;
 };
 
 class ModelWeights {
@@ -50,6 +56,10 @@ public:
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }
   const std::vector<float> &outputNorm() const { return finalNorm; }
   const cpu::GemmWeights &output() const { return outputHead; }
+  /// The output head in its file blocks, when Q4_1 or Q8_0.
+  const cpu::PackedQuantMatrix *quantizedOutput() const {
+    return hasQuantizedOutput ? &outputQuantized : nullptr;
+  }
   /// Per-pair RoPE frequency divisors (Llama 3.1), or empty.
   const std::vector<float> &ropeFrequencyFactors() const { return ropeFreqs; }
   /// Bytes of packed weights (not counting the mapped file).
@@ -63,6 +73,8 @@ private:
   std::vector<LayerWeights> layerWeights;
   std::vector<float> finalNorm;
   cpu::GemmWeights outputHead;
+  bool hasQuantizedOutput = false;
+  cpu::PackedQuantMatrix outputQuantized;
   std::vector<float> ropeFreqs;
 };
 

@@ -14,11 +14,16 @@ namespace spanc::cpu {
 namespace {
 
 constexpr int kBlock = 32;
+constexpr int kPairValues = 64;
 constexpr int kMaxTileRows = 4;
 
-float halfToFloatScalar(const uint8_t *bytes) {
-  uint16_t bits;
-  std::memcpy(&bits, bytes, sizeof(bits));
+/// Where value `index` (0..31) of block `half` (0, 1) of a pair goes in the
+/// interleaved order: 4-value chunks alternate between the two blocks.
+inline int interleavedPosition(int half, int index) {
+  return (index / 4) * 8 + half * 4 + index % 4;
+}
+
+float halfToFloatScalar(uint16_t bits) {
   uint32_t sign = uint32_t(bits & 0x8000) << 16;
   uint32_t exponent = (bits >> 10) & 0x1f;
   uint32_t mantissa = bits & 0x3ff;
@@ -45,36 +50,42 @@ float halfToFloatScalar(const uint8_t *bytes) {
   return value;
 }
 
-/// The exact per-row result from integer block sums (the reference).
-void gemvScalar(const QuantMatrix &weights, const QuantizedActivations &x,
+uint16_t readHalf(const uint8_t *bytes) {
+  uint16_t bits;
+  std::memcpy(&bits, bytes, sizeof(bits));
+  return bits;
+}
+
+/// The exact per-row result from the packed integers (the reference).
+void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                 float *y, int64_t outputStride) {
-  const int64_t blocks = weights.columns / kBlock;
-  const int64_t blockBytes = quantBlockBytes(weights.format);
+  const bool q41 = weights.format == QuantFormat::Q4_1;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < weights.rows; ++row) {
-    const uint8_t *rowData = weights.data + row * weights.rowBytes;
+    const uint8_t *rowData = weights.bytes.data() + row * weights.rowBytes;
     for (int64_t r = 0; r < x.rows; ++r) {
-      const int8_t *a = x.values.data() + r * x.columns;
       double total = 0;
-      for (int64_t block = 0; block < blocks; ++block) {
-        const uint8_t *data = rowData + block * blockBytes;
-        float scale = halfToFloatScalar(data);
-        float activationScale = x.scales[size_t(r * blocks + block)];
-        int32_t activationSum = x.sums[size_t(r * blocks + block)];
-        const int8_t *values = a + block * kBlock;
-        int32_t dot = 0;
-        if (weights.format == QuantFormat::Q4_1) {
-          float minimum = halfToFloatScalar(data + 2);
-          for (int i = 0; i < 16; ++i) {
-            dot += int32_t(data[4 + i] & 0xf) * values[i];
-            dot += int32_t(data[4 + i] >> 4) * values[i + 16];
-          }
-          total += double(scale) * activationScale * dot +
-                   double(minimum) * activationScale * activationSum;
-        } else {
-          for (int i = 0; i < kBlock; ++i)
-            dot += int32_t(int8_t(data[2 + i])) * values[i];
-          total += double(scale) * activationScale * dot;
+      for (int64_t pair = 0; pair < weights.pairs; ++pair) {
+        const uint8_t *data =
+            rowData + pair * PackedQuantMatrix::pairBytes(weights.format);
+        const int8_t *a = x.values.data() + (r * x.pairs + pair) * kPairValues;
+        int32_t dots[2] = {0, 0};
+        for (int position = 0; position < kPairValues; ++position) {
+          int half = (position / 4) % 2;
+          int32_t weight = q41 ? (position < 32 ? data[position] & 0xf
+                                                : data[position - 32] >> 4)
+                               : int32_t(data[position]);
+          dots[half] += weight * a[position];
+        }
+        const uint8_t *scales = data + (q41 ? 32 : 64);
+        for (int half = 0; half < 2; ++half) {
+          size_t block = size_t((r * x.pairs + pair) * 2 + half);
+          double scale = halfToFloatScalar(readHalf(scales + 2 * half));
+          double offset =
+              q41 ? halfToFloatScalar(readHalf(scales + 4 + 2 * half))
+                  : -128.0 * scale;
+          total += scale * x.scales[block] * dots[half] +
+                   offset * x.scaledSums[block];
         }
       }
       y[r * outputStride + row] = float(total);
@@ -83,106 +94,80 @@ void gemvScalar(const QuantMatrix &weights, const QuantizedActivations &x,
 }
 
 #define SPANC_VNNI                                                             \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,"       \
-                        "f16c")))
+  __attribute__((target(                                                       \
+      "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
-SPANC_VNNI inline float halfToFloat(const uint8_t *bytes) {
-  uint16_t bits;
+/// Two f16 values at `bytes` as floats in lanes 0 and 1.
+SPANC_VNNI inline __m128 loadHalfPair(const uint8_t *bytes) {
+  int32_t bits;
   std::memcpy(&bits, bytes, sizeof(bits));
-  return _cvtsh_ss(bits);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
 }
 
-/// The 64 weight bytes of blocks (block, block + 1) as u8 in activation
-/// order, and each block's (scale, offset) where the offset multiplies the
-/// activation block's scaled sum.
-template <QuantFormat Format>
-SPANC_VNNI inline __m512i
-loadBlockPair(const uint8_t *first, const uint8_t *second, float *scale0,
-              float *offset0, float *scale1, float *offset1) {
-  if constexpr (Format == QuantFormat::Q4_1) {
-    __m256i packed = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(first + 4))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i *>(second + 4)), 1);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    __m256i low = _mm256_and_si256(packed, mask);
-    __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-    // [low0 low1 | high0 high1] -> [low0 high0 | low1 high1]
-    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
-    *scale0 = halfToFloat(first);
-    *offset0 = halfToFloat(first + 2);
-    *scale1 = halfToFloat(second);
-    *offset1 = halfToFloat(second + 2);
-    return _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));
-  } else {
-    __m512i both = _mm512_inserti64x4(
-        _mm512_castsi256_si512(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(first + 2))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(second + 2)), 1);
-    *scale0 = halfToFloat(first);
-    *scale1 = halfToFloat(second);
-    *offset0 = -128.0f * *scale0;
-    *offset1 = -128.0f * *scale1;
-    return _mm512_xor_si512(both, _mm512_set1_epi8(char(0x80)));
-  }
+SPANC_VNNI inline __m128 loadFloatPair(const float *values) {
+  return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(values)));
 }
 
 template <QuantFormat Format, int TileRows>
-SPANC_VNNI void gemvRowsVnni(const QuantMatrix &weights,
+SPANC_VNNI void gemvRowsVnni(const PackedQuantMatrix &weights,
                              const QuantizedActivations &x, int64_t firstRow,
                              float *y, int64_t outputStride) {
-  const int64_t blocks = weights.columns / kBlock;
-  const int64_t blockBytes = quantBlockBytes(Format);
-  const int8_t *activations = x.values.data() + firstRow * x.columns;
-  const float *activationScales = x.scales.data() + firstRow * blocks;
-  const int32_t *activationSums = x.sums.data() + firstRow * blocks;
+  constexpr int64_t pairBytes = PackedQuantMatrix::pairBytes(Format);
+  const int64_t pairs = weights.pairs;
+  const int8_t *activations = x.values.data() + firstRow * pairs * kPairValues;
+  const float *activationScales = x.scales.data() + firstRow * pairs * 2;
+  const float *activationSums = x.scaledSums.data() + firstRow * pairs * 2;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < weights.rows; ++row) {
-    const uint8_t *rowData = weights.data + row * weights.rowBytes;
+    const uint8_t *data = weights.bytes.data() + row * weights.rowBytes;
     __m512 accumulators[TileRows];
-    float offsets[TileRows];
+    __m128 offsets[TileRows];
     for (int r = 0; r < TileRows; ++r) {
       accumulators[r] = _mm512_setzero_ps();
-      offsets[r] = 0;
+      offsets[r] = _mm_setzero_ps();
     }
-    for (int64_t block = 0; block < blocks; block += 2) {
-      const bool single = block + 1 == blocks;
-      const uint8_t *first = rowData + block * blockBytes;
-      // A lone last block pairs with itself; its twin's activations are 0.
-      const uint8_t *second = single ? first : first + blockBytes;
-      float scale0, offset0, scale1, offset1;
-      __m512i packed = loadBlockPair<Format>(first, second, &scale0, &offset0,
-                                             &scale1, &offset1);
+    for (int64_t pair = 0; pair < pairs; ++pair, data += pairBytes) {
+      __m512i packed;
+      __m128 scales, pairOffsets;
+      if constexpr (Format == QuantFormat::Q4_1) {
+        __m256i nibbles =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(data));
+        const __m256i mask = _mm256_set1_epi8(0x0f);
+        packed = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_and_si256(nibbles, mask)),
+            _mm256_and_si256(_mm256_srli_epi16(nibbles, 4), mask), 1);
+        scales = loadHalfPair(data + 32);
+        pairOffsets = loadHalfPair(data + 36);
+      } else {
+        packed = _mm512_loadu_si512(data);
+        scales = loadHalfPair(data + 64);
+        pairOffsets = _mm_mul_ps(scales, _mm_set1_ps(-128.0f));
+      }
       for (int r = 0; r < TileRows; ++r) {
-        const int8_t *a = activations + r * x.columns + block * kBlock;
-        __m512i values = single ? _mm512_zextsi256_si512(_mm256_loadu_si256(
-                                      reinterpret_cast<const __m256i *>(a)))
-                                : _mm512_loadu_si512(a);
-        __m512i dot =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), packed, values);
-        float scaleA0 = activationScales[r * blocks + block];
-        float scaleA1 =
-            single ? 0.0f : activationScales[r * blocks + block + 1];
-        __m512 scales = _mm512_mask_blend_ps(__mmask16(0xff00),
-                                             _mm512_set1_ps(scale0 * scaleA0),
-                                             _mm512_set1_ps(scale1 * scaleA1));
+        const int64_t index = r * pairs + pair;
+        __m512i dot = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(), packed,
+            _mm512_loadu_si512(activations + index * kPairValues));
+        // Even lanes hold block 0 of the pair, odd lanes block 1.
+        __m512 combined = _mm512_broadcast_f32x2(
+            _mm_mul_ps(scales, loadFloatPair(activationScales + index * 2)));
         accumulators[r] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scales, accumulators[r]);
-        offsets[r] +=
-            offset0 * scaleA0 * float(activationSums[r * blocks + block]);
-        if (!single)
-          offsets[r] +=
-              offset1 * scaleA1 * float(activationSums[r * blocks + block + 1]);
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), combined, accumulators[r]);
+        offsets[r] = _mm_fmadd_ps(
+            pairOffsets, loadFloatPair(activationSums + index * 2), offsets[r]);
       }
     }
-    for (int r = 0; r < TileRows; ++r)
+    for (int r = 0; r < TileRows; ++r) {
+      __m128 offset = offsets[r];
       y[(firstRow + r) * outputStride + row] =
-          _mm512_reduce_add_ps(accumulators[r]) + offsets[r];
+          _mm512_reduce_add_ps(accumulators[r]) + _mm_cvtss_f32(offset) +
+          _mm_cvtss_f32(_mm_movehdup_ps(offset));
+    }
   }
 }
 
 template <QuantFormat Format>
-void gemvVnni(const QuantMatrix &weights, const QuantizedActivations &x,
+void gemvVnni(const PackedQuantMatrix &weights, const QuantizedActivations &x,
               float *y, int64_t outputStride) {
   int64_t row = 0;
   for (; row + kMaxTileRows <= x.rows; row += kMaxTileRows)
@@ -209,14 +194,58 @@ bool hasQuantGemvKernel() {
   return features.hasAvx512() && features.avx512vnni;
 }
 
+PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix) {
+  PackedQuantMatrix packed;
+  packed.format = matrix.format;
+  packed.rows = matrix.rows;
+  packed.columns = matrix.columns;
+  const int64_t blocks = matrix.columns / kBlock;
+  packed.pairs = (blocks + 1) / 2;
+  const int64_t pairBytes = PackedQuantMatrix::pairBytes(matrix.format);
+  packed.rowBytes = packed.pairs * pairBytes;
+  packed.bytes.assign(size_t(packed.rows * packed.rowBytes), 0);
+  const int64_t blockBytes = quantBlockBytes(matrix.format);
+  const bool q41 = matrix.format == QuantFormat::Q4_1;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < matrix.rows; ++row) {
+    const uint8_t *source = matrix.data + row * matrix.rowBytes;
+    uint8_t *destination = packed.bytes.data() + row * packed.rowBytes;
+    for (int64_t block = 0; block < blocks; ++block) {
+      const uint8_t *in = source + block * blockBytes;
+      uint8_t *pair = destination + (block / 2) * pairBytes;
+      int half = int(block % 2);
+      for (int index = 0; index < kBlock; ++index) {
+        int position = interleavedPosition(half, index);
+        if (q41) {
+          uint8_t value =
+              index < 16 ? in[4 + index] & 0xf : in[4 + index - 16] >> 4;
+          if (position < 32)
+            pair[position] |= value;
+          else
+            pair[position - 32] |= uint8_t(value << 4);
+        } else {
+          pair[position] = uint8_t(int(int8_t(in[2 + index])) + 128);
+        }
+      }
+      // Scales (and Q4_1 minimums) stay f16; a padding block keeps 0.
+      uint8_t *scales = pair + (q41 ? 32 : 64);
+      std::memcpy(scales + 2 * half, in, 2);
+      if (q41)
+        std::memcpy(scales + 4 + 2 * half, in + 2, 2);
+    }
+  }
+  return packed;
+}
+
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
                          QuantizedActivations &out) {
   const int64_t blocks = k / kBlock;
   out.rows = m;
   out.columns = k;
-  out.values.resize(size_t(m * k));
-  out.scales.resize(size_t(m * blocks));
-  out.sums.resize(size_t(m * blocks));
+  out.pairs = (blocks + 1) / 2;
+  out.values.assign(size_t(m * out.pairs * kPairValues), 0);
+  out.scales.assign(size_t(m * out.pairs * 2), 0.0f);
+  out.scaledSums.assign(size_t(m * out.pairs * 2), 0.0f);
   for (int64_t row = 0; row < m; ++row)
     for (int64_t block = 0; block < blocks; ++block) {
       const float *source = x + row * stride + block * kBlock;
@@ -225,18 +254,22 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
         maximum = std::max(maximum, std::abs(source[i]));
       float scale = maximum / 127.0f;
       float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-      int8_t *values = out.values.data() + row * k + block * kBlock;
+      int8_t *pair =
+          out.values.data() + (row * out.pairs + block / 2) * kPairValues;
+      int half = int(block % 2);
       int32_t sum = 0;
       for (int i = 0; i < kBlock; ++i) {
-        values[i] = int8_t(std::nearbyint(source[i] * inverse));
-        sum += values[i];
+        int8_t value = int8_t(std::nearbyint(source[i] * inverse));
+        pair[interleavedPosition(half, i)] = value;
+        sum += value;
       }
-      out.scales[size_t(row * blocks + block)] = scale;
-      out.sums[size_t(row * blocks + block)] = sum;
+      size_t index = size_t(row * out.pairs * 2 + block);
+      out.scales[index] = scale;
+      out.scaledSums[index] = scale * float(sum);
     }
 }
 
-void quantGemv(const QuantMatrix &weights, const QuantizedActivations &x,
+void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                float *y, int64_t outputStride, bool forceScalar) {
   if (forceScalar || !hasQuantGemvKernel()) {
     gemvScalar(weights, x, y, outputStride);

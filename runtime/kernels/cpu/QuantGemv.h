@@ -1,15 +1,21 @@
 //===- QuantGemv.h - Decode-size products with 4/8-bit GGUF weights -------===//
 //
 // Decoding multiplies one activation row (or a few) by every weight: the
-// cost is reading the weights, so reading them in their 4.5/8.5-bit GGUF
-// blocks beats bf16 by 2-4x in bytes. Activations are quantized per block
-// of 32 to int8 with an f32 scale (and their sum), and each weight block is
-// dotted in integers with AVX-512 VNNI (u8 x s8 -> s32), then scaled:
+// cost is reading the weights, so reading them as 4.5/8.5-bit blocks beats
+// bf16 by 2-4x in bytes. Activations are quantized per block of 32 to int8
+// with an f32 scale (and their sum), and each weight block is dotted in
+// integers with AVX-512 VNNI (u8 x s8 -> s32), then scaled:
 //   Q4_1: w = d*q + m, q in [0,16)  => d*da*sum(q*a) + m*(da*sum(a))
 //   Q8_0: w = d*q, q in [-128,128)  => d*da*(sum((q+128)*a) - 128*sum(a))
-// The weights are read in place from the mapped file. Shapes must have
-// columns % 32 == 0. A scalar path computes the same integer sums exactly
-// (tests, CPUs without VNNI).
+//
+// At load time the GGUF blocks are repacked (packQuantMatrix) in pairs of
+// blocks whose 64 values are interleaved in 4-value chunks (block 0, block
+// 1, block 0, ...), so that one VNNI instruction yields per-block partial
+// sums in alternating lanes and a pair's two scales apply with one
+// broadcast; Q8_0 values are stored +128 (unsigned). The activations are
+// quantized into the same order. Rows with an odd number of blocks get a
+// zero block. A scalar path computes the same integer sums (tests, CPUs
+// without VNNI).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
@@ -22,12 +28,13 @@ namespace spanc::cpu {
 
 enum class QuantFormat { Q4_1, Q8_0 };
 
-/// Bytes of one block of 32 weights.
+/// Bytes of one GGUF block of 32 weights.
 constexpr int64_t quantBlockBytes(QuantFormat format) {
   return format == QuantFormat::Q4_1 ? 20 : 34;
 }
 
-/// A [rows][columns] weight matrix in GGUF blocks, rows `rowBytes` apart.
+/// A [rows][columns] weight matrix in GGUF blocks, rows `rowBytes` apart
+/// (columns % 32 == 0).
 struct QuantMatrix {
   QuantFormat format = QuantFormat::Q4_1;
   const uint8_t *data = nullptr;
@@ -36,14 +43,32 @@ struct QuantMatrix {
   int64_t rowBytes = 0;
 };
 
-/// Activation rows quantized per block of 32: values[r][k] int8, and per
-/// block its scale and the integer sum of its values.
+/// The same weights repacked for quantGemv.
+struct PackedQuantMatrix {
+  QuantFormat format = QuantFormat::Q4_1;
+  int64_t rows = 0;
+  int64_t columns = 0;
+  int64_t pairs = 0;    ///< block pairs per row
+  int64_t rowBytes = 0; ///< pairs * pairBytes
+  std::vector<uint8_t> bytes;
+  /// Q4_1: 32 bytes of nibbles, 2 f16 scales, 2 f16 minimums (40);
+  /// Q8_0: 64 bytes of value+128, 2 f16 scales (68).
+  static constexpr int64_t pairBytes(QuantFormat format) {
+    return format == QuantFormat::Q4_1 ? 40 : 68;
+  }
+};
+
+PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix);
+
+/// Activation rows quantized to int8 in the pair-interleaved order; per
+/// block (natural block index) the scale and scale * sum of its values.
 struct QuantizedActivations {
   int64_t rows = 0;
   int64_t columns = 0;
-  std::vector<int8_t> values;
-  std::vector<float> scales;
-  std::vector<int32_t> sums;
+  int64_t pairs = 0;
+  std::vector<int8_t> values;    ///< [rows][pairs * 64]
+  std::vector<float> scales;     ///< [rows][pairs * 2]
+  std::vector<float> scaledSums; ///< [rows][pairs * 2]
 };
 
 /// Quantizes x[m][k] (k % 32 == 0, rows `stride` floats apart) into `out`
@@ -53,7 +78,7 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
 
 /// y[r][n] (rows `outputStride` floats apart) = activations[r] . W[n] for
 /// every activation row r and weight row n.
-void quantGemv(const QuantMatrix &weights, const QuantizedActivations &x,
+void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                float *y, int64_t outputStride, bool forceScalar = false);
 
 /// Whether the VNNI path runs on this CPU.

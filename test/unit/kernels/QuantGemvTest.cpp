@@ -79,18 +79,22 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
   const int64_t outputStride = rows + 3;
   std::vector<float> fast(size_t(activationRows * outputStride), 0.0f),
       scalar = fast;
-  quantGemv(matrix.view, quantized, fast.data(), outputStride);
-  quantGemv(matrix.view, quantized, scalar.data(), outputStride, true);
-  const int64_t blocks = columns / 32;
+  PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+  quantGemv(packed, quantized, fast.data(), outputStride);
+  quantGemv(packed, quantized, scalar.data(), outputStride, true);
   for (int64_t r = 0; r < activationRows; ++r)
     for (int64_t row = 0; row < rows; ++row) {
       // The dequantized weights times the dequantized activations.
       double expected = 0, exact = 0, magnitude = 0;
       for (int64_t col = 0; col < columns; ++col) {
         double weight = matrix.dequantized[size_t(row * columns + col)];
+        // Activations are stored pair-interleaved; recover them from x.
+        float scale =
+            quantized.scales[size_t(r * quantized.pairs * 2 + col / 32)];
         double activation =
-            double(quantized.values[size_t(r * columns + col)]) *
-            quantized.scales[size_t(r * blocks + col / 32)];
+            scale > 0
+                ? std::nearbyint(x[size_t(r * stride + col)] / scale) * scale
+                : 0.0;
         expected += weight * activation;
         exact += weight * x[size_t(r * stride + col)];
         magnitude += std::abs(weight * x[size_t(r * stride + col)]);
@@ -129,13 +133,20 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   quantizeActivations(x.data(), 1, 64, 64, quantized);
   ASSERT_EQ(quantized.scales.size(), 2u);
   EXPECT_FLOAT_EQ(quantized.scales[0], 5.0f / 127); // max |x| = 20 * 0.25
-  int32_t sum = 0;
-  for (int i = 0; i < 32; ++i) {
-    sum += quantized.values[size_t(i)];
-    EXPECT_NEAR(quantized.values[size_t(i)] * quantized.scales[0], x[size_t(i)],
-                quantized.scales[0] / 2 + 1e-6);
+  EXPECT_FLOAT_EQ(quantized.scales[1], 10.75f / 127);
+  // Values interleave the pair's two blocks in chunks of 4.
+  for (int half = 0; half < 2; ++half) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      int8_t value = quantized.values[size_t((i / 4) * 8 + half * 4 + i % 4)];
+      sum += value;
+      EXPECT_NEAR(value * quantized.scales[size_t(half)],
+                  x[size_t(half * 32 + i)],
+                  quantized.scales[size_t(half)] / 2 + 1e-6);
+    }
+    EXPECT_FLOAT_EQ(quantized.scaledSums[size_t(half)],
+                    float(sum) * quantized.scales[size_t(half)]);
   }
-  EXPECT_EQ(quantized.sums[0], sum);
 }
 
 } // namespace

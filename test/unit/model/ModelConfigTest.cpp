@@ -1,0 +1,148 @@
+//===- ModelConfigTest.cpp - Hyperparameters from GGUF metadata -----------===//
+//
+// Synthetic GGUF files (GgufWriter) cover the families and the error paths;
+// the installed SmolLM2 is checked against its published configuration
+// (HF config.json: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536,
+// rope_theta 1e5, 8192 positions, tied embeddings).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/model/ModelConfig.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/GgufWriter.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdlib>
+
+using namespace spanc::model;
+
+namespace {
+
+/// A minimal decoder description of `arch` with a [64, 10] embedding.
+GgufWriter decoder(const std::string &arch) {
+  GgufWriter writer;
+  writer.addString("general.architecture", arch);
+  writer.addUInt32(arch + ".block_count", 2);
+  writer.addUInt32(arch + ".embedding_length", 64);
+  writer.addUInt32(arch + ".feed_forward_length", 128);
+  writer.addUInt32(arch + ".attention.head_count", 4);
+  writer.addUInt32(arch + ".attention.head_count_kv", 2);
+  writer.addUInt32(arch + ".context_length", 256);
+  writer.addFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  writer.addFloat32(arch + ".rope.freq_base", 1e6f);
+  writer.addTensorF32("token_embd.weight", {64, 10},
+                      std::vector<float>(640, 0.0f));
+  return writer;
+}
+
+llvm::Expected<ModelConfig> configOf(const GgufWriter &writer) {
+  auto file = GgufFile::openBuffer(writer.write(), "m.gguf");
+  if (!file)
+    return file.takeError();
+  return ModelConfig::fromGguf(**file);
+}
+
+} // namespace
+
+TEST(ModelConfig, ReadsALlamaDecoder) {
+  GgufWriter writer = decoder("llama");
+  writer.addTensorF32("output.weight", {64, 10}, std::vector<float>(640));
+  auto config = configOf(writer);
+  ASSERT_TRUE(static_cast<bool>(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->family, ModelFamily::Llama);
+  EXPECT_EQ(config->numLayers, 2u);
+  EXPECT_EQ(config->embeddingDim, 64u);
+  EXPECT_EQ(config->feedForwardDim, 128u);
+  EXPECT_EQ(config->numHeads, 4u);
+  EXPECT_EQ(config->numKvHeads, 2u);
+  EXPECT_EQ(config->headDim, 16u);
+  EXPECT_EQ(config->rotaryDim, 16u);
+  EXPECT_EQ(config->vocabSize, 10u);
+  EXPECT_EQ(config->contextLength, 256u);
+  EXPECT_FLOAT_EQ(config->rmsEpsilon, 1e-6f);
+  EXPECT_FLOAT_EQ(config->ropeTheta, 1e6f);
+  EXPECT_EQ(config->ropeOrder, RopeOrder::Normal);
+  EXPECT_EQ(config->ropeScaling, RopeScalingType::None);
+  EXPECT_FALSE(config->tiedOutput);
+  EXPECT_FALSE(config->qkvBias);
+}
+
+TEST(ModelConfig, Qwen2RotatesHalvesAndHasQkvBias) {
+  GgufWriter writer = decoder("qwen2");
+  writer.addTensorF32("blk.0.attn_q.bias", {64}, std::vector<float>(64));
+  auto config = configOf(writer);
+  ASSERT_TRUE(static_cast<bool>(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->family, ModelFamily::Qwen2);
+  EXPECT_EQ(config->ropeOrder, RopeOrder::NeoX);
+  EXPECT_TRUE(config->qkvBias);
+  EXPECT_TRUE(config->tiedOutput);
+}
+
+TEST(ModelConfig, ReadsRopeScaling) {
+  GgufWriter writer = decoder("llama");
+  writer.addString("llama.rope.scaling.type", "yarn");
+  writer.addFloat32("llama.rope.scaling.factor", 4.0f);
+  writer.addUInt32("llama.rope.scaling.original_context_length", 64);
+  auto config = configOf(writer);
+  ASSERT_TRUE(static_cast<bool>(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->ropeScaling, RopeScalingType::Yarn);
+  EXPECT_FLOAT_EQ(config->ropeScalingFactor, 4.0f);
+  EXPECT_EQ(config->ropeOriginalContext, 64u);
+
+  GgufWriter linear = decoder("mistral");
+  linear.addFloat32("mistral.rope.scale_linear", 2.0f);
+  config = configOf(linear);
+  ASSERT_TRUE(static_cast<bool>(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->family, ModelFamily::Mistral);
+  EXPECT_EQ(config->ropeScaling, RopeScalingType::Linear);
+  EXPECT_FLOAT_EQ(config->ropeScalingFactor, 2.0f);
+}
+
+TEST(ModelConfig, ErrorsNameTheKey) {
+  GgufWriter unknown = decoder("gpt2");
+  EXPECT_EQ(llvm::toString(configOf(unknown).takeError()),
+            "m.gguf: unsupported architecture 'gpt2' (supported: llama, "
+            "mistral, qwen2)");
+  GgufWriter missing;
+  missing.addString("general.architecture", "llama");
+  EXPECT_EQ(llvm::toString(configOf(missing).takeError()),
+            "m.gguf: missing metadata key 'llama.block_count'");
+  GgufWriter heads = decoder("llama");
+  heads.addUInt32("llama.attention.head_count_kv", 3); // duplicate key
+  EXPECT_EQ(llvm::toString(configOf(heads).takeError()),
+            "m.gguf: duplicate metadata key 'llama.attention.head_count_kv'");
+  GgufWriter scaling = decoder("llama");
+  scaling.addString("llama.rope.scaling.type", "ntk");
+  EXPECT_EQ(llvm::toString(configOf(scaling).takeError()),
+            "m.gguf: metadata key 'llama.rope.scaling.type' is 'ntk' "
+            "(supported: none, linear, yarn)");
+}
+
+TEST(ModelConfig, MatchesSmolLM2sPublishedConfiguration) {
+  const char *root = std::getenv("SPANC_ROOT");
+  std::string path = std::string(root ? root : ".") +
+                     "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!llvm::sys::fs::exists(path))
+    GTEST_SKIP() << "model not installed (tools/setup.sh): " << path;
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(static_cast<bool>(file));
+  auto config = ModelConfig::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->architecture, "llama");
+  EXPECT_EQ(config->numLayers, 30u);
+  EXPECT_EQ(config->embeddingDim, 576u);
+  EXPECT_EQ(config->feedForwardDim, 1536u);
+  EXPECT_EQ(config->numHeads, 9u);
+  EXPECT_EQ(config->numKvHeads, 3u);
+  EXPECT_EQ(config->headDim, 64u);
+  EXPECT_EQ(config->vocabSize, 49152u);
+  EXPECT_EQ(config->contextLength, 8192u);
+  EXPECT_FLOAT_EQ(config->ropeTheta, 100000.0f);
+  EXPECT_FLOAT_EQ(config->rmsEpsilon, 1e-5f);
+  EXPECT_EQ(config->ropeOrder, RopeOrder::Normal);
+  EXPECT_TRUE(config->tiedOutput);
+  EXPECT_FALSE(config->qkvBias);
+}

@@ -36,7 +36,7 @@ namespace {
 
 /// Lowering stops making ops past this many (lets that use each other
 /// twice per level grow exponentially when inlined).
-constexpr size_t kMaxOps = 4'000'000;
+constexpr size_t kMaxOps = 1'000'000;
 
 std::string formatNumber(double value) {
   std::string text;
@@ -464,9 +464,14 @@ private:
                  llvm::ArrayRef<ir::NamedAttribute> attributes = {},
                  llvm::StringRef text = {}) {
     if (++numOps > kMaxOps) {
-      if (!budgetReported)
+      if (!budgetReported) {
+        // Reported even from inside a quiet let inlining.
+        bool wasMuted = diagnostics.isMuted();
+        diagnostics.setMuted(false);
         error(at, "the program is too large: more than " +
                       llvm::Twine(kMaxOps) + " ops after inlining lets");
+        diagnostics.setMuted(wasMuted);
+      }
       budgetReported = true;
       return nullptr;
     }
@@ -508,6 +513,9 @@ private:
   }
 
   ir::Op *lowerExpr(SpanParser::ExprContext *expr) {
+    // Past the budget, stop walking too: the inlining tree may be huge.
+    if (budgetReported)
+      return nullptr;
     antlr4::Token *start = expr->getStart();
     if (auto *block = dynamic_cast<SpanParser::CrossBlockExprContext *>(expr))
       return lowerJoin(block->block(), start, ir::OpKind::Cross);

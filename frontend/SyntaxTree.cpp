@@ -107,9 +107,29 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
     }
   }
 
+  // Two-stage parse: the fast SLL prediction bails out on the first
+  // problem; only then is the input parsed again with full LL prediction
+  // and error recovery, so that every syntax error is reported.
   tree->parser = std::make_unique<grammar::SpanParser>(tree->tokens.get());
   tree->parser->removeErrorListeners();
+  tree->parser->getInterpreter<antlr4::atn::ParserATNSimulator>()
+      ->setPredictionMode(antlr4::atn::PredictionMode::SLL);
+  tree->parser->setErrorHandler(std::make_shared<antlr4::BailErrorStrategy>());
+  if (!tree->numSyntaxErrors()) {
+    try {
+      tree->moduleContext = tree->parser->module();
+      return tree;
+    } catch (const antlr4::ParseCancellationException &) {
+      tree->moduleContext = nullptr;
+    }
+  }
+  tree->tokens->seek(0);
+  tree->parser->reset();
   tree->parser->addErrorListener(tree->errorListener.get());
+  tree->parser->setErrorHandler(
+      std::make_shared<antlr4::DefaultErrorStrategy>());
+  tree->parser->getInterpreter<antlr4::atn::ParserATNSimulator>()
+      ->setPredictionMode(antlr4::atn::PredictionMode::LL);
   tree->moduleContext = tree->parser->module();
   return tree;
 }

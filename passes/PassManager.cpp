@@ -57,7 +57,7 @@ std::string describePasses() {
   std::string text = "Default pipeline (spanc opt without --passes; "
                      "spanc compile --emit=ir-opt):\n ";
   for (const char *name : defaultPipeline())
-    text += std::string(" ") + name + (lookupPass(name) ? "" : "(not built)");
+    text += std::string(" ") + name + (lookupPass(name) ? "" : " (not built)");
   text += "\n\nPasses:\n";
   std::vector<const PassInfo *> passes = registeredPasses();
   if (passes.empty())

@@ -205,14 +205,54 @@ rotateLayerDimMajor(const KvBlockLayout &layout, const RopeRotation &rotation,
   }
 }
 
-enum class Path { Scalar, TokenMajor, DimMajor };
+/// Dimension-major heads with 16-token blocks (KvStorage's K layout at the
+/// default block size): one unmasked vector per dimension row, everything
+/// the loop needs in registers.
+__attribute__((target("avx512f"))) void
+rotateLayerDimMajor16(const KvBlockLayout &layout, const RopeRotation &rotation,
+                      const OpTable &table, const float *source,
+                      float *destination) {
+  const int numHeads = layout.numKvHeads;
+  const int half = rotation.rotaryDim / 2;
+  const int64_t headStride = layout.headStride;
+  const int64_t dimStride = layout.dimStride;
+  // Row offsets of the two dims of pair p: Normal 2p, 2p+1; NeoX p, p+half.
+  const int64_t firstStep = rotation.pairing == RopePairing::Normal ? 2 : 1;
+  const int64_t secondOffset =
+      rotation.pairing == RopePairing::Normal ? 1 : half;
+  const float *__restrict cosValues = table.cosValues;
+  const float *__restrict sinValues = table.sinValues;
+  for (int head = 0; head < numHeads; ++head) {
+    const float *from = source + head * headStride;
+    float *to = destination + head * headStride;
+#pragma GCC unroll 4
+    for (int pair = 0; pair < half; ++pair) {
+      const int64_t first = pair * firstStep;
+      const int64_t second = first + secondOffset;
+      const __m512 c = _mm512_set1_ps(cosValues[first]);
+      const __m512 s = _mm512_set1_ps(sinValues[second]);
+      const __m512 a = _mm512_loadu_ps(from + first * dimStride);
+      const __m512 b = _mm512_loadu_ps(from + second * dimStride);
+      _mm512_storeu_ps(to + first * dimStride,
+                       _mm512_fnmadd_ps(b, s, _mm512_mul_ps(a, c)));
+      _mm512_storeu_ps(to + second * dimStride,
+                       _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
+    }
+    if (source != destination)
+      for (int dim = rotation.rotaryDim; dim < layout.headDim; ++dim)
+        std::memcpy(to + dim * dimStride, from + dim * dimStride,
+                    sizeof(float) * 16);
+  }
+}
+
+enum class Path { Scalar, TokenMajor, DimMajor, DimMajor16 };
 
 Path choosePath(const KvBlockLayout &layout, const RopeRotation &rotation,
                 bool allowVector) {
   if (!allowVector || !__builtin_cpu_supports("avx512f"))
     return Path::Scalar;
   if (layout.tokenStride == 1)
-    return Path::DimMajor;
+    return layout.blockSize == 16 ? Path::DimMajor16 : Path::DimMajor;
   if (layout.dimStride == 1) {
     int unit = rotation.pairing == RopePairing::Normal ? rotation.rotaryDim
                                                        : rotation.rotaryDim / 2;
@@ -232,11 +272,15 @@ void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
   std::vector<float> tables(ops.size() * 2 * size_t(rotation.rotaryDim));
   fillTables(rotation, ops, tables.data());
   const Path path = choosePath(layout, rotation, allowVector);
-  const int64_t numItems = int64_t(ops.size()) * layout.numLayers;
+  // Layer-major items: consecutive items walk consecutive blocks of one
+  // layer's array (a span's blocks are usually allocated together), which
+  // keeps the hardware prefetchers on one long stream.
+  const int64_t numOps = int64_t(ops.size());
+  const int64_t numItems = numOps * layout.numLayers;
 #pragma omp parallel for schedule(static) if (numItems > 1)
   for (int64_t item = 0; item < numItems; ++item) {
-    const size_t index = size_t(item / layout.numLayers);
-    const int layer = int(item % layout.numLayers);
+    const size_t index = size_t(item % numOps);
+    const int layer = int(item / numOps);
     const RelocationOp &op = ops[index];
     const OpTable table = tableFor(rotation, tables.data(), index);
     const float *sourceKeys = keyLayers[layer] + op.source * layout.blockStride;
@@ -249,6 +293,10 @@ void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
       break;
     case Path::DimMajor:
       rotateLayerDimMajor(layout, rotation, table, sourceKeys, destinationKeys);
+      break;
+    case Path::DimMajor16:
+      rotateLayerDimMajor16(layout, rotation, table, sourceKeys,
+                            destinationKeys);
       break;
     case Path::Scalar:
       rotateLayerScalar(layout, rotation, table, sourceKeys, destinationKeys);

@@ -68,7 +68,7 @@ struct RelocationOp {
 
 /// Applies `ops` (one batch: no op may write a block another op of the batch
 /// reads or writes, other than an in-place op on its own block), threaded
-/// with OpenMP over ops x layers. Uses AVX-512 when the CPU has it and the
+/// with OpenMP over layers x ops. Uses AVX-512 when the CPU has it and the
 /// layout allows (token-major or dimension-major heads).
 void relocateBlocks(const KvBlockLayout &layout, const RopeRotation &rotation,
                     float *const *keyLayers, float *const *valueLayers,

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Writes bench/results/kv-relocation.{md,png} from relocation_bench output.
+
+Usage: plot_relocation.py WORKDIR OUTPUT_STEM
+WORKDIR holds cold.tsv/cold.txt and warm.tsv/warm.txt (run_relocation_bench.sh).
+"""
+import csv
+import os
+import platform
+import subprocess
+import sys
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def machine():
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor()
+    fields = {}
+    for line in lscpu.splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = fields.get("Flags", "").split()
+    simd = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    return (f"{fields.get('Model name', '?')}, {fields.get('CPU(s)', '?')} CPUs, "
+            f"L2 {fields.get('L2 cache', '?')}, L3 {fields.get('L3 cache', '?')}; {simd}")
+
+
+def main():
+    work, stem = sys.argv[1], sys.argv[2]
+    cold = read_rows(os.path.join(work, "cold.tsv"))
+    warm = read_rows(os.path.join(work, "warm.tsv"))
+    with open(os.path.join(work, "cold.txt")) as handle:
+        cold_text = handle.read()
+    with open(os.path.join(work, "warm.txt")) as handle:
+        warm_text = handle.read()
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        load = ["?"]
+    lines = [
+        "# KV relocation (ReRoPE + CIDRA) throughput",
+        "",
+        "Produced by `bench/kv/run_relocation_bench.sh` (binary "
+        "`//bench/kv:relocation_bench`, source `bench/kv/RelocationBench.cpp`).",
+        "",
+        f"Machine: {machine()}. Load average while writing: {' '.join(load)}.",
+        "",
+        "One scheduler step: R requests each reuse a cached 512-token span at a new "
+        "offset; `KvCacheManager::planStep` builds the CIDRA plan (plan ms) and "
+        "`RelocationExecutor` applies it (kernel ms). *distinct*: R different spans, "
+        "each turned in place. *shared*: all R requests want the same span at R "
+        "offsets in one step: one turned in place, R-1 duplicated (copy + turn, "
+        "K and V written). Tokens/ms = relocated tokens / (plan + kernel) wall time, "
+        "median over repetitions with [min, max]; the CPU-time column divides by "
+        "process CPU time instead (single thread only), which discounts time the "
+        "process spent preempted on a shared machine.",
+        "",
+        "## Cold: L3 flushed before each repetition",
+        "",
+        cold_text.strip(),
+        "",
+        "## Warm: blocks left in the caches",
+        "",
+        warm_text.strip(),
+        "",
+    ]
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        lines.append("(matplotlib missing: no plot; install python3-matplotlib)")
+        plt = None
+    if plt is not None:
+        figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        for axis, rows, title in ((axes[0], cold, "cold (L3 flushed)"),
+                                  (axes[1], warm, "warm caches")):
+            for workload, path, threads, style in (("distinct", "avx512", "1", "o-"),
+                                                   ("distinct", "avx512", "2", "o--"),
+                                                   ("shared", "avx512", "1", "s-"),
+                                                   ("shared", "avx512", "2", "s--"),
+                                                   ("distinct", "scalar", "1", "x:")):
+                points = [r for r in rows if r["workload"] == workload and
+                          r["path"] == path and r["threads"] == threads]
+                if not points:
+                    continue
+                xs = [int(r["requests"]) for r in points]
+                ys = [float(r["tokens_per_ms"]) for r in points]
+                low = [y - float(r["tokens_per_ms_min"]) for y, r in zip(ys, points)]
+                high = [float(r["tokens_per_ms_max"]) - y for y, r in zip(ys, points)]
+                axis.errorbar(xs, ys, yerr=[low, high], fmt=style, capsize=3,
+                              label=f"{workload}, {path}, {threads} thread(s)")
+            axis.axhline(1000, color="grey", linewidth=0.8, linestyle=":")
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("concurrent relocation requests per step")
+            axis.set_title(title)
+            axis.grid(True, alpha=0.3)
+        axes[0].set_ylabel("relocated tokens / ms (wall)")
+        axes[1].legend(fontsize=8)
+        figure.suptitle("ReRoPE relocation, SmolLM2 KV shape (30 x 3 x 64, block 16, f32)")
+        figure.tight_layout()
+        figure.savefig(stem + ".png", dpi=110)
+        lines.append(f"![relocation throughput]({os.path.basename(stem)}.png)")
+        lines.append("")
+    with open(stem + ".md", "w") as handle:
+        handle.write("\n".join(lines))
+    print(f"wrote {stem}.md" + (" and .png" if plt is not None else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -438,3 +438,33 @@ TEST(KvCacheManager, StepDefersTheNewestRequestWhenCopiesDoNotFit) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(KvCacheManagerOptions, ParseModesAndNameBadValues) {
+  auto span = parseCacheMode("span");
+  ASSERT_TRUE(bool(span));
+  EXPECT_EQ(*span, CacheMode::Span);
+  auto prefixMode = parseCacheMode("prefix");
+  ASSERT_TRUE(bool(prefixMode));
+  EXPECT_EQ(*prefixMode, CacheMode::Prefix);
+  auto off = parseCacheMode("off");
+  ASSERT_TRUE(bool(off));
+  EXPECT_EQ(*off, CacheMode::Off);
+  auto bad = parseCacheMode("spans");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("--cache 'spans'"),
+            std::string::npos);
+  auto rerope = parseRelocationMode("rerope");
+  ASSERT_TRUE(bool(rerope));
+  EXPECT_EQ(*rerope, RelocationMode::Rerope);
+  auto inKernel = parseRelocationMode("rope-in-kernel");
+  ASSERT_TRUE(bool(inKernel));
+  EXPECT_EQ(*inKernel, RelocationMode::RopeInKernel);
+  auto wrong = parseRelocationMode("rope");
+  ASSERT_FALSE(bool(wrong));
+  EXPECT_NE(llvm::toString(wrong.takeError()).find("--relocation 'rope'"),
+            std::string::npos);
+}
+
+} // namespace

@@ -1,19 +1,174 @@
-//===- GenerateCommand.cpp - spanc generate ---===//
+//===- GenerateCommand.cpp - spanc generate -------------------------------===//
+//
+// Prompt in, streamed text out: tokenizes PROMPT (or wraps it as a user
+// message of the model's chat template with --chat), prefills it, samples up
+// to --max-tokens tokens and writes each one's text to stdout as soon as it
+// exists. Time to first token and decode tokens/s go to stderr.
+//
+//===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
 
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/Engine.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Sampler.h"
+#include "runtime/model/Tokenizer.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <omp.h>
+
+#include <chrono>
+
 namespace spanc::cli {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+} // namespace
 
 int runGenerate(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()("input", po::value<std::string>()->required(), "the prompt")("model,m", po::value<std::string>(), "GGUF model");
+  options.add_options()                                                    //
+      ("input", po::value<std::string>()->required(), "the prompt")        //
+      ("model,m", po::value<std::string>()->required(), "GGUF model")      //
+      ("max-tokens,n", po::value<int>()->default_value(128),               //
+       "tokens to generate at most")                                       //
+      ("temperature", po::value<float>()->default_value(0.0f),             //
+       "sampling temperature (0: greedy)")                                 //
+      ("top-k", po::value<int>()->default_value(0), "top-k (0: off)")      //
+      ("top-p", po::value<float>()->default_value(1.0f), "top-p (1: off)") //
+      ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")   //
+      ("threads,t", po::value<int>(), "CPU threads (default: all cores)")  //
+      ("chat", "wrap the prompt as a user message of the chat template")   //
+      ("f32", "force f32 GEMMs (debugging)");
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed =
-      parseCommandLine("generate", "spanc generate PROMPT [options]", "Streams a completion of PROMPT on a model, with TTFT and tokens/s on stderr.", options, positional, args);
+  ParsedCommandLine parsed = parseCommandLine(
+      "generate", "spanc generate PROMPT --model FILE [options]",
+      "Streams a completion of PROMPT on a model, with TTFT and tokens/s on "
+      "stderr.",
+      options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("generate", "#4");
+  const po::variables_map &values = parsed.values;
+  const int maxTokens = values["max-tokens"].as<int>();
+  if (maxTokens < 0)
+    return reportError("generate", "--max-tokens must be >= 0");
+  model::SamplingParams sampling;
+  sampling.temperature = values["temperature"].as<float>();
+  sampling.topK = values["top-k"].as<int>();
+  sampling.topP = values["top-p"].as<float>();
+  sampling.seed = values["seed"].as<uint64_t>();
+  if (sampling.temperature < 0 || sampling.topK < 0 || sampling.topP <= 0 ||
+      sampling.topP > 1)
+    return reportError("generate", "--temperature must be >= 0, --top-k >= "
+                                   "0 and --top-p in (0, 1]");
+  if (values.count("threads")) {
+    int threads = values["threads"].as<int>();
+    if (threads < 1)
+      return reportError("generate", "--threads must be at least 1");
+    omp_set_num_threads(threads);
+  }
+
+  model::ModelOptions modelOptions;
+  modelOptions.forceF32 = values.count("f32") > 0;
+  auto loaded =
+      model::Model::load(values["model"].as<std::string>(), modelOptions);
+  if (!loaded)
+    return reportError("generate", llvm::toString(loaded.takeError()));
+  model::Model &engineModel = **loaded;
+  auto tokenizer = model::Tokenizer::fromGguf(engineModel.file());
+  if (!tokenizer)
+    return reportError("generate", llvm::toString(tokenizer.takeError()));
+
+  const std::string prompt = values["input"].as<std::string>();
+  std::vector<int32_t> promptTokens;
+  std::vector<int32_t> stopTokens;
+  if (values.count("chat")) {
+    auto chat = model::ChatTemplate::fromGguf(engineModel.file(), **tokenizer);
+    if (!chat)
+      return reportError("generate", llvm::toString(chat.takeError()));
+    promptTokens = chat->sequencePrefix();
+    auto append = [&](llvm::StringRef role,
+                      llvm::StringRef content) -> llvm::Error {
+      auto ids = chat->encodeMessage(role, content);
+      if (!ids)
+        return ids.takeError();
+      promptTokens.insert(promptTokens.end(), ids->begin(), ids->end());
+      return llvm::Error::success();
+    };
+    if (chat->defaultSystemPrompt())
+      if (llvm::Error error = append("system", *chat->defaultSystemPrompt()))
+        return reportError("generate", llvm::toString(std::move(error)));
+    if (llvm::Error error = append("user", prompt))
+      return reportError("generate", llvm::toString(std::move(error)));
+    std::vector<int32_t> header = chat->assistantHeader();
+    promptTokens.insert(promptTokens.end(), header.begin(), header.end());
+    stopTokens = chat->stopTokens();
+  } else {
+    if ((*tokenizer)->addBosByDefault() && (*tokenizer)->bosId() >= 0)
+      promptTokens.push_back((*tokenizer)->bosId());
+    std::vector<int32_t> ids = (*tokenizer)->encode(prompt, true);
+    promptTokens.insert(promptTokens.end(), ids.begin(), ids.end());
+  }
+  if (promptTokens.empty())
+    return reportError("generate", "the prompt has no tokens");
+  auto isStop = [&](int32_t id) {
+    return (*tokenizer)->isEndOfGeneration(id) ||
+           std::find(stopTokens.begin(), stopTokens.end(), id) !=
+               stopTokens.end();
+  };
+
+  auto runner = model::SequenceRunner::create(
+      engineModel, int64_t(promptTokens.size()) + maxTokens);
+  if (!runner)
+    return reportError("generate", llvm::toString(runner.takeError()));
+  model::Sampler sampler(sampling);
+  llvm::raw_ostream &out = llvm::outs();
+  auto start = std::chrono::steady_clock::now();
+  auto logits = (*runner)->append(promptTokens);
+  if (!logits)
+    return reportError("generate", llvm::toString(logits.takeError()));
+  // TTFT: prompt in to first token chosen. Decode rate: the steps that
+  // produced the tokens after the first one.
+  double timeToFirstToken = 0;
+  auto decodeStart = std::chrono::steady_clock::now();
+  int emitted = 0;
+  while (emitted < maxTokens) {
+    int32_t next = sampler.sample(*logits);
+    if (emitted == 0) {
+      timeToFirstToken = secondsSince(start);
+      decodeStart = std::chrono::steady_clock::now();
+    }
+    if (isStop(next))
+      break;
+    out << (*tokenizer)->tokenToPiece(next, /*renderSpecial=*/false);
+    out.flush();
+    if (++emitted == maxTokens)
+      break;
+    logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
+    if (!logits)
+      return reportError("generate", llvm::toString(logits.takeError()));
+  }
+  out << "\n";
+  out.flush();
+  double decodeSeconds = secondsSince(decodeStart);
+  int decodeSteps = std::max(0, emitted - 1);
+  llvm::errs() << llvm::format(
+      "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "
+      "%.1f tok/s; %s GEMMs, %d threads\n",
+      promptTokens.size(), timeToFirstToken * 1e3, emitted,
+      decodeSteps > 0 ? decodeSteps / std::max(decodeSeconds, 1e-9) : 0.0,
+      cpu::gemmPrecisionName(engineModel.gemmPrecision()),
+      omp_get_max_threads());
+  return 0;
 }
 
 } // namespace spanc::cli

@@ -81,28 +81,36 @@ def main():
         figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
         for axis, rows, title in ((axes[0], cold, "cold (L3 flushed)"),
                                   (axes[1], warm, "warm caches")):
-            for workload, path, threads, style in (("distinct", "avx512", "1", "o-"),
-                                                   ("distinct", "avx512", "2", "o--"),
-                                                   ("shared", "avx512", "1", "s-"),
-                                                   ("shared", "avx512", "2", "s--"),
-                                                   ("distinct", "scalar", "1", "x:")):
+            series = (("distinct", "avx512", "1", "o-", "tokens_per_ms"),
+                      ("distinct", "avx512", "2", "o--", "tokens_per_ms"),
+                      ("distinct", "avx512", "1", "o:", "cpu_tokens_per_ms"),
+                      ("shared", "avx512", "1", "s-", "tokens_per_ms"),
+                      ("shared", "avx512", "2", "s--", "tokens_per_ms"),
+                      ("shared", "avx512", "1", "s:", "cpu_tokens_per_ms"),
+                      ("distinct", "scalar", "1", "x-.", "tokens_per_ms"))
+            for workload, path, threads, style, column in series:
                 points = [r for r in rows if r["workload"] == workload and
                           r["path"] == path and r["threads"] == threads]
                 if not points:
                     continue
                 xs = [int(r["requests"]) for r in points]
-                ys = [float(r["tokens_per_ms"]) for r in points]
-                low = [y - float(r["tokens_per_ms_min"]) for y, r in zip(ys, points)]
-                high = [float(r["tokens_per_ms_max"]) - y for y, r in zip(ys, points)]
-                axis.errorbar(xs, ys, yerr=[low, high], fmt=style, capsize=3,
-                              label=f"{workload}, {path}, {threads} thread(s)")
+                ys = [float(r[column]) for r in points]
+                if column == "tokens_per_ms":
+                    low = [y - float(r["tokens_per_ms_min"]) for y, r in zip(ys, points)]
+                    high = [float(r["tokens_per_ms_max"]) - y for y, r in zip(ys, points)]
+                    label = f"{workload}, {path}, {threads} thread(s), wall"
+                    axis.errorbar(xs, ys, yerr=[low, high], fmt=style, capsize=3,
+                                  label=label)
+                else:
+                    axis.plot(xs, ys, style,
+                              label=f"{workload}, {path}, 1 thread, CPU time")
             axis.axhline(1000, color="grey", linewidth=0.8, linestyle=":")
             axis.set_xscale("log", base=2)
             axis.set_xlabel("concurrent relocation requests per step")
             axis.set_title(title)
             axis.grid(True, alpha=0.3)
-        axes[0].set_ylabel("relocated tokens / ms (wall)")
-        axes[1].legend(fontsize=8)
+        axes[0].set_ylabel("relocated tokens / ms")
+        axes[1].legend(fontsize=7)
         figure.suptitle("ReRoPE relocation, SmolLM2 KV shape (30 x 3 x 64, block 16, f32)")
         figure.tight_layout()
         figure.savefig(stem + ".png", dpi=110)

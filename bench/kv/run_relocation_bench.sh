@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/kv/run_relocation_bench.sh — builds and runs the ReRoPE relocation
 # benchmark (SmolLM2 KV shape), cold and warm caches, and writes
-# bench/results/kv-relocation.md and kv-relocation.png.
+# bench/results/kv-relocation.md and kv-relocation.png (+ the raw .tsv rows).
 # Usage: bench/kv/run_relocation_bench.sh [--reps=N]
 # BAZEL_FLAGS may carry e.g. --output_base/--symlink_prefix (see PEERS/README).
 set -euo pipefail
@@ -23,3 +23,5 @@ mkdir -p bench/results
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 "$python" bench/kv/plot_relocation.py "$work" bench/results/kv-relocation
+cp "$work/cold.tsv" bench/results/kv-relocation-cold.tsv
+cp "$work/warm.tsv" bench/results/kv-relocation-warm.tsv

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Runs spanc bench engine and llama-bench alternately; writes NAME.md/.png.
+
+Each round runs llama-bench (pp512 + tg128, --reps repetitions after its
+own warm-up) and then `spanc bench engine` (same sizes, same threads), each
+as a child process whose peak RSS is read from wait4(). Throughput samples
+(tokens/s) from all rounds are pooled: the table shows median, standard
+deviation, min and max per engine and test, and the ratio of medians.
+"""
+import argparse, datetime, json, os, platform, statistics, subprocess, sys
+
+
+def run_measured(command):
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        out_path = f"/tmp/engine-bench-{os.getpid()}.out"
+        out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out_fd, 1)
+        os.dup2(fd, 2)
+        os.execv(command[0], command)
+    _, status, usage = os.wait4(pid, 0)
+    out_path = f"/tmp/engine-bench-{pid}.out"
+    with open(out_path) as f:
+        out = f.read()
+    os.unlink(out_path)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"compare.py: {' '.join(command)} failed")
+    return out, usage.ru_maxrss * 1024
+
+
+def llama_samples(out):
+    """pp and tg samples (tokens/s) from llama-bench -o json."""
+    results = json.loads(out)
+    pp, tg, info = [], [], {}
+    for entry in results:
+        samples = entry.get("samples_ts") or [entry["avg_ts"]]
+        if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
+            pp += samples
+        elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
+            tg += samples
+        info = {"build": entry.get("build_commit", ""),
+                "cpu": entry.get("cpu_info", ""),
+                "type": entry.get("model_type", ""),
+                "backends": entry.get("backends", "")}
+    return pp, tg, info
+
+
+def summary(samples):
+    if not samples:
+        return None
+    return {"median": statistics.median(samples),
+            "stdev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+            "min": min(samples), "max": max(samples), "n": len(samples)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
+        parser.add_argument("--" + name, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pp", type=int, default=512)
+    parser.add_argument("--tg", type=int, default=128)
+    args = parser.parse_args()
+
+    samples = {("llama.cpp", "pp"): [], ("llama.cpp", "tg"): [],
+               ("spanc", "pp"): [], ("spanc", "tg"): []}
+    rss = {"llama.cpp": 0, "spanc": 0}
+    llama_info, spanc_info = {}, {}
+    for round_index in range(args.rounds):
+        out, peak = run_measured([
+            args.llama_bench, "-m", args.model, "-t", str(args.threads),
+            "-p", str(args.pp), "-n", str(args.tg), "-r", str(args.reps),
+            "-o", "json"])
+        pp, tg, llama_info = llama_samples(out)
+        samples[("llama.cpp", "pp")] += pp
+        samples[("llama.cpp", "tg")] += tg
+        rss["llama.cpp"] = max(rss["llama.cpp"], peak)
+        out, peak = run_measured([
+            args.spanc, "bench", "engine", "-m", args.model, "-t",
+            str(args.threads), "--prompt-tokens", str(args.pp),
+            "--gen-tokens", str(args.tg), "-r", str(args.reps), "--json"])
+        spanc_info = json.loads(out.strip().splitlines()[-1])
+        samples[("spanc", "pp")] += spanc_info["pp_samples"]
+        samples[("spanc", "tg")] += spanc_info["tg_samples"]
+        rss["spanc"] = max(rss["spanc"], peak)
+        print(f"round {round_index + 1}/{args.rounds}: llama.cpp pp "
+              f"{statistics.median(pp):.1f} tg {statistics.median(tg):.1f}; "
+              f"spanc pp {statistics.median(spanc_info['pp_samples']):.1f} tg "
+              f"{statistics.median(spanc_info['tg_samples']):.1f} tok/s",
+              flush=True)
+
+    stats = {key: summary(value) for key, value in samples.items()}
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), platform.processor())
+    fix_note = ""
+    source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
+                              "ggml-cpu", "amx", "mmq.cpp")
+    for path in (source_mmq,):
+        if os.path.exists(path) and "spanc: AMX tile config barrier" in open(
+                path, errors="replace").read():
+            fix_note = ("llama.cpp was built with the AMX tile-config compiler "
+                        "barrier (upstream PR #26954; see shared/PEERS.md) so "
+                        "its AMX path runs instead of crashing.")
+    lines = [
+        "# CPU engine: spanc vs llama.cpp",
+        "",
+        f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
+        "`bench/engine/run.sh` on one machine, in one run, the two engines "
+        f"alternating over {args.rounds} rounds of {args.reps} repetitions "
+        f"each (after each tool's own warm-up): {cpu}, {os.cpu_count()} "
+        f"cores, {args.threads} threads each.",
+        f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
+        f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
+        f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
+        f"for prefill via oneDNN, VNNI Q4_1/Q8_0 GEMV for decode; CPU "
+        f"features: {spanc_info.get('cpu')}).",
+        "",
+        "| test | engine | median tok/s | stdev | min | max | samples | ratio spanc/llama.cpp |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for test, size in (("pp", args.pp), ("tg", args.tg)):
+        peer = stats[("llama.cpp", test)]
+        ours = stats[("spanc", test)]
+        for engine in ("llama.cpp", "spanc"):
+            s = stats[(engine, test)]
+            ratio = (f"{ours['median'] / peer['median']:.2f}x"
+                     if engine == "spanc" and peer and ours else "")
+            lines.append(
+                f"| {test}{size} | {engine} | {s['median']:.1f} | "
+                f"{s['stdev']:.1f} | {s['min']:.1f} | {s['max']:.1f} | "
+                f"{s['n']} | {ratio} |")
+    lines += [
+        "",
+        f"Peak RSS (whole process, max over rounds): llama.cpp "
+        f"{rss['llama.cpp'] / 2**20:.0f} MiB, spanc {rss['spanc'] / 2**20:.0f} MiB.",
+        "",
+    ]
+    if fix_note:
+        lines += [fix_note, ""]
+    load = os.getloadavg()
+    lines += [f"Load average when the run ended: {load[0]:.1f} "
+              f"(the machine is shared; numbers under load are noisy).", ""]
+    with open(args.out + ".md", "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for axis, test, size in ((axes[0], "pp", args.pp), (axes[1], "tg", args.tg)):
+        engines = ["llama.cpp", "spanc"]
+        medians = [stats[(e, test)]["median"] for e in engines]
+        errors = [stats[(e, test)]["stdev"] for e in engines]
+        axis.bar(engines, medians, yerr=errors, capsize=6,
+                 color=["#888888", "#2a6fdb"])
+        for index, engine in enumerate(engines):
+            axis.plot([index] * len(samples[(engine, test)]),
+                      samples[(engine, test)], "k.", alpha=0.5)
+        axis.set_title(f"{test}{size} ({args.threads} threads)")
+        axis.set_ylabel("tokens/s")
+    figure.suptitle(os.path.basename(args.model))
+    figure.tight_layout()
+    figure.savefig(args.out + ".png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench/engine/run.sh — spanc's CPU engine beside llama.cpp (llama-bench) on
+# the same GGUF, same threads, in one run: pp512 and tg128, several rounds
+# alternating the two engines, medians with spread and peak RSS. Writes
+# bench/results/engine.md and bench/results/engine.png.
+#
+#   bench/engine/run.sh [--rounds=N] [--reps=N] [--threads=N] [--model=FILE]
+#
+# llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
+# outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
+# private Bazel output base (see shared/DESIGN.md and the README).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+rounds=3
+reps=3
+threads=2
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+for arg in "$@"; do
+  case "$arg" in
+    --rounds=*) rounds="${arg#*=}" ;;
+    --reps=*) reps="${arg#*=}" ;;
+    --threads=*) threads="${arg#*=}" ;;
+    --model=*) model="${arg#*=}" ;;
+    *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
+  esac
+done
+[[ -f $model ]] || { echo "run.sh: model not found: $model" >&2; exit 1; }
+
+peer_dir="$(bench/peers/build_llama_cpp.sh | tail -n 1)"
+llama_bench="$peer_dir/bin/llama-bench"
+[[ -x $llama_bench ]] || { echo "run.sh: no $llama_bench" >&2; exit 1; }
+
+startup=()
+build=()
+if [[ -n ${BAZEL_OUTPUT_BASE:-} ]]; then startup+=("--output_base=$BAZEL_OUTPUT_BASE"); fi
+if [[ -n ${BAZEL_SYMLINK_PREFIX:-} ]]; then build+=("--symlink_prefix=$BAZEL_SYMLINK_PREFIX"); fi
+bazel "${startup[@]}" build "${build[@]}" //tools/spanc
+spanc="$(bazel "${startup[@]}" info "${build[@]}" bazel-bin 2>/dev/null)/tools/spanc/spanc"
+
+mkdir -p bench/results
+# Debian's python3 has matplotlib (python3-matplotlib); a pyenv python may not.
+python=/usr/bin/python3
+[[ -x $python ]] || python=python3
+"$python" bench/engine/compare.py --spanc="$spanc" --llama-bench="$llama_bench" \
+  --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
+  --peer-dir="$peer_dir" --out=bench/results/engine

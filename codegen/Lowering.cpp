@@ -246,25 +246,11 @@ private:
                     llvm::SmallVectorImpl<Piece> &pieces) {
     switch (op->getKind()) {
     case OpKind::System:
-      pieces.push_back(
-          {encoder.encodeMessage(MessageRole::System, op->getText()),
-           std::nullopt,
-           {},
-           "system"});
-      return true;
+      return appendMessage(op, MessageRole::System, "system", pieces);
     case OpKind::User:
-      pieces.push_back({encoder.encodeMessage(MessageRole::User, op->getText()),
-                        std::nullopt,
-                        {},
-                        "user"});
-      return true;
+      return appendMessage(op, MessageRole::User, "user", pieces);
     case OpKind::Assistant:
-      pieces.push_back(
-          {encoder.encodeMessage(MessageRole::Assistant, op->getText()),
-           std::nullopt,
-           {},
-           "assistant"});
-      return true;
+      return appendMessage(op, MessageRole::Assistant, "assistant", pieces);
     case OpKind::Fragment:
       pieces.push_back({encoder.encodeFragment(op->getText()),
                         std::nullopt,
@@ -317,6 +303,18 @@ private:
     }
     diagnostics.error(op->getLoc(), "unexpected op in a gen's input");
     return false;
+  }
+
+  bool appendMessage(const Op *op, MessageRole role, const char *label,
+                     llvm::SmallVectorImpl<Piece> &pieces) {
+    llvm::Expected<std::vector<TokenId>> tokens =
+        encoder.encodeMessage(role, op->getText());
+    if (!tokens) {
+      diagnostics.error(op->getLoc(), llvm::toString(tokens.takeError()));
+      return false;
+    }
+    pieces.push_back({std::move(*tokens), std::nullopt, {}, label});
+    return true;
   }
 
   static void addDependency(Call &call, CallId dependency) {

@@ -12,6 +12,7 @@
 #include "runtime/kv/BlockHash.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <vector>
 
@@ -23,7 +24,7 @@ class MessageEncoder {
 public:
   virtual ~MessageEncoder();
   /// The whole message: role header, content, end of turn.
-  virtual std::vector<kv::TokenId>
+  virtual llvm::Expected<std::vector<kv::TokenId>>
   encodeMessage(MessageRole role, llvm::StringRef content) const = 0;
   /// A corpus fragment: plain text, no chat role.
   virtual std::vector<kv::TokenId>

@@ -178,7 +178,10 @@ AdmitResult KvCacheManager::admit(RequestId id,
   uint32_t numMisses = 0;
   for (LogicalBlock &block : plan.blocks) {
     std::optional<BlockId> hit;
-    if (cacheMode_ != CacheMode::Off)
+    // The last prompt block is always computed, even when cached: the
+    // logits of the last prompt token must come from a forward pass, and
+    // the first generated token is written into that block's free slots.
+    if (cacheMode_ != CacheMode::Off && &block != &plan.blocks.back())
       hit = pool_.lookup(block.hash);
     if (!hit) {
       ++numMisses;

@@ -2,7 +2,11 @@
 
 #include "tools/spanc/CommandLine.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
 
 namespace spanc::cli {
 
@@ -18,11 +22,9 @@ parseCommandLine(const char *command, const char *usage, const char *about,
 
   ParsedCommandLine result;
   try {
-    po::store(po::command_line_parser(args)
-                  .options(all)
-                  .positional(positional)
-                  .run(),
-              result.values);
+    po::store(
+        po::command_line_parser(args).options(all).positional(positional).run(),
+        result.values);
     if (result.values.count("help")) {
       llvm::outs() << "usage: " << usage << "\n\n" << about << "\n\n";
       std::ostringstream text;
@@ -45,6 +47,23 @@ int notYetImplemented(const char *command, const char *issue) {
                << ": not implemented yet; it is built by issue " << issue
                << ". Nothing was run.\n";
   return 2;
+}
+
+std::string defaultModelPath() {
+  if (const char *fromEnvironment = std::getenv("SPANC_MODEL"))
+    return fromEnvironment;
+  const char *fileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  llvm::SmallString<256> local("models");
+  llvm::sys::path::append(local, fileName);
+  if (llvm::sys::fs::exists(local))
+    return std::string(local);
+  if (const char *home = std::getenv("HOME")) {
+    llvm::SmallString<256> cached(home);
+    llvm::sys::path::append(cached, ".cache/spanc/models", fileName);
+    if (llvm::sys::fs::exists(cached))
+      return std::string(cached);
+  }
+  return std::string(local);
 }
 
 int reportError(const char *command, const std::string &message) {

@@ -49,6 +49,11 @@ parseCommandLine(const char *command, const char *usage, const char *about,
 /// that builds it, and returns the exit code for that (2).
 int notYetImplemented(const char *command, const char *issue);
 
+/// The model a subcommand uses without --model: $SPANC_MODEL if set, else
+/// models/SmolLM2-135M-Instruct.Q4_1.gguf (as tools/setup.sh installs it)
+/// in the working folder, else in ~/.cache/spanc/models/.
+std::string defaultModelPath();
+
 /// Prints "spanc COMMAND: error: MESSAGE" to stderr and returns 1.
 int reportError(const char *command, const std::string &message);
 

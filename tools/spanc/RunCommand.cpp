@@ -1,19 +1,353 @@
-//===- RunCommand.cpp - spanc run ---===//
+//===- RunCommand.cpp - spanc run: compile and execute span queries -------===//
+//
+// .span/.json/.ir → optimized IR (the default pipeline) → plan (lowering
+// through the model's chat template) → the executor over the paged KV
+// cache. Answers go to stdout (streamed when the program has one answer),
+// per-call statistics to stderr with --stats, everything as JSON with
+// --json.
+//
+//===----------------------------------------------------------------------===//
 
+#include "codegen/ChatTemplateEncoder.h"
+#include "codegen/Lowering.h"
+#include "frontend/Load.h"
+#include "passes/PassManager.h"
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Tokenizer.h"
+#include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include <chrono>
 
 namespace spanc::cli {
 
+namespace {
+
+/// Parses --kv-cache: tokens ("65536"), or memory ("512MiB", "2GiB").
+bool parseCacheSize(llvm::StringRef text, int64_t bytesPerToken,
+                    int64_t &tokens) {
+  text = text.trim();
+  uint64_t number = 0;
+  llvm::StringRef rest = text;
+  if (rest.consumeInteger(10, number) || number == 0)
+    return false;
+  rest = rest.trim();
+  uint64_t multiplier = 0;
+  if (rest.empty() || rest.equals_insensitive("tokens"))
+    multiplier = 0;
+  else if (rest.equals_insensitive("MiB") || rest.equals_insensitive("M"))
+    multiplier = 1ull << 20;
+  else if (rest.equals_insensitive("GiB") || rest.equals_insensitive("G"))
+    multiplier = 1ull << 30;
+  else
+    return false;
+  tokens = multiplier ? int64_t(number * multiplier / uint64_t(bytesPerToken))
+                      : int64_t(number);
+  return tokens > 0;
+}
+
+void printStats(const codegen::Plan &plan,
+                llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
+                llvm::raw_ostream &os) {
+  os << "call  query         prompt  reused    comp   reloc   hit%   ttft_ms"
+        "    gen dec_tok/s  status\n";
+  sched::CallStats total;
+  for (const codegen::Call &call : plan.calls) {
+    const sched::CallOutcome &outcome = outcomes[call.id];
+    const sched::CallStats &stats = outcome.stats;
+    os << llvm::format(
+        "#%-4u %-12s %7u %7u %7u %7u %6.1f %9.1f %6u %9.1f  %s\n", call.id,
+        call.query.substr(0, 12).c_str(), stats.promptTokens,
+        stats.reusedTokens, stats.computedTokens, stats.relocatedTokens,
+        100.0 * stats.hitRate(), 1e3 * stats.ttftSeconds, stats.generatedTokens,
+        stats.decodeTokensPerSecond(),
+        outcome.succeeded ? (call.cacheOnly ? "ok (cache only)" : "ok")
+                          : "FAILED");
+    total.promptTokens += stats.promptTokens;
+    total.reusedTokens += stats.reusedTokens;
+    total.computedTokens += stats.computedTokens;
+    total.relocatedTokens += stats.relocatedTokens;
+    total.generatedTokens += stats.generatedTokens;
+  }
+  for (const codegen::QueryPlan &query : plan.queries) {
+    double ttft = 0;
+    for (const codegen::ResultItem &item : query.results)
+      if (item.call)
+        ttft = std::max(ttft, outcomes[*item.call].stats.ttftSeconds);
+    os << llvm::format("query @%s: %zu calls, slowest answer TTFT %.1f ms\n",
+                       query.name.c_str(), query.calls.size(), 1e3 * ttft);
+  }
+  os << llvm::format("total: %zu calls, prompt %u tokens (reused %u = %.1f%%, "
+                     "computed %u, relocated %u), generated %u, wall %.2f s\n",
+                     plan.calls.size(), total.promptTokens, total.reusedTokens,
+                     100.0 * total.hitRate(), total.computedTokens,
+                     total.relocatedTokens, total.generatedTokens, wallSeconds);
+}
+
+nlohmann::json toJson(const codegen::Plan &plan,
+                      llvm::ArrayRef<sched::CallOutcome> outcomes,
+                      double wallSeconds) {
+  nlohmann::json result;
+  result["wall_seconds"] = wallSeconds;
+  nlohmann::json &queries = result["queries"] = nlohmann::json::array();
+  for (const codegen::QueryPlan &query : plan.queries) {
+    nlohmann::json entry;
+    entry["name"] = query.name;
+    nlohmann::json &answers = entry["results"] = nlohmann::json::array();
+    for (const codegen::ResultItem &item : query.results) {
+      if (!item.call) {
+        answers.push_back({{"text", item.text}});
+        continue;
+      }
+      const sched::CallOutcome &outcome = outcomes[*item.call];
+      nlohmann::json answer = {{"call", *item.call}, {"text", outcome.text}};
+      if (!outcome.succeeded)
+        answer["error"] = outcome.error;
+      answers.push_back(answer);
+    }
+    queries.push_back(entry);
+  }
+  nlohmann::json &calls = result["calls"] = nlohmann::json::array();
+  for (const codegen::Call &call : plan.calls) {
+    const sched::CallOutcome &outcome = outcomes[call.id];
+    const sched::CallStats &stats = outcome.stats;
+    calls.push_back(
+        {{"id", call.id},
+         {"query", call.query},
+         {"cache_only", call.cacheOnly},
+         {"succeeded", outcome.succeeded},
+         {"error", outcome.error},
+         {"prompt_tokens", stats.promptTokens},
+         {"reused_tokens", stats.reusedTokens},
+         {"computed_tokens", stats.computedTokens},
+         {"relocated_tokens", stats.relocatedTokens},
+         {"generated_tokens", stats.generatedTokens},
+         {"hit_rate", stats.hitRate()},
+         {"ttft_seconds", stats.ttftSeconds},
+         {"queued_seconds", stats.queuedSeconds},
+         {"total_seconds", stats.totalSeconds},
+         {"decode_tokens_per_second", stats.decodeTokensPerSecond()},
+         {"preemptions", stats.preemptions},
+         {"tokens", outcome.tokens}});
+  }
+  return result;
+}
+
+} // namespace
+
 int runRun(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()("input", po::value<std::string>()->required(), "a .span or spnl .json program")("model,m", po::value<std::string>(), "GGUF model")("cache", po::value<std::string>()->default_value("span"), "KV cache mode: span, prefix or off")("stats", "per-call statistics");
+  options.add_options()                                                     //
+      ("input", po::value<std::string>()->required(),                       //
+       "a .span program, an spnl .json query or a .ir file")                //
+      ("set", po::value<std::vector<std::string>>()->composing(),           //
+       "NAME=VALUE: override `param NAME` (repeatable)")                    //
+      ("model,m", po::value<std::string>(),                                 //
+       "GGUF model (default: $SPANC_MODEL, else the SmolLM2-135M-Instruct " //
+       "that tools/setup.sh installs)")                                     //
+      ("cache", po::value<std::string>()->default_value("span"),            //
+       "KV cache mode: span (spans hit at any position), prefix (stock "    //
+       "prefix caching: the baseline) or off")                              //
+      ("relocation", po::value<std::string>()->default_value("rerope"),     //
+       "how reused spans move: rerope (rotate cached K by the position "    //
+       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
+      ("threads,t", po::value<int>(),                                       //
+       "CPU threads (default: all cores)")                                  //
+      ("kv-cache", po::value<std::string>()->default_value("65536"),        //
+       "KV cache capacity: tokens (65536) or memory (512MiB, 2GiB)")        //
+      ("block-size", po::value<unsigned>()->default_value(16),              //
+       "tokens per KV cache block")                                         //
+      ("step-tokens", po::value<int64_t>()->default_value(512),             //
+       "token budget of one scheduler step (decode tokens + prefill)")      //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
+       "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
+       "with reduce=)")                                                     //
+      ("prepare-fragments",                                                 //
+       "warm the cache with one G1 call per retrieved fragment first")      //
+      ("repeat", po::value<unsigned>()->default_value(1),                   //
+       "run the program this many times against the same (warm) cache "     //
+       "(answers are printed once; --stats shows every run)")               //
+      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "       //
+                "reused/computed/relocated, hit rate, decode tokens/s")     //
+      ("json", "print results and statistics as JSON on stdout");
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed =
-      parseCommandLine("run", "spanc run FILE [options]", "Compiles a span program and executes its queries on a model.", options, positional, args);
+  ParsedCommandLine parsed = parseCommandLine(
+      "run", "spanc run FILE [options]",
+      "Compiles a span program (the default optimizer pipeline; see 'spanc\n"
+      "opt --help'), lowers it to a plan of model calls and executes it on\n"
+      "the model with the span-aware KV cache. Several queries in one file\n"
+      "run as one bulk, continuously batched.",
+      options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("run", "#6");
+  const po::variables_map &values = parsed.values;
+
+  sched::ExecutorOptions executorOptions;
+  {
+    auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
+    if (!cacheMode)
+      return reportError("run", llvm::toString(cacheMode.takeError()));
+    executorOptions.cacheMode = *cacheMode;
+    auto relocation =
+        kv::parseRelocationMode(values["relocation"].as<std::string>());
+    if (!relocation)
+      return reportError("run", llvm::toString(relocation.takeError()));
+    executorOptions.relocationMode = *relocation;
+  }
+  executorOptions.blockSize = values["block-size"].as<unsigned>();
+  executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  if (values.count("threads")) {
+    int threads = values["threads"].as<int>();
+    if (threads < 1)
+      return reportError("run", "--threads must be at least 1");
+    omp_set_num_threads(threads);
+  }
+
+  // Compile.
+  frontend::FrontendOptions frontendOptions;
+  if (values.count("set"))
+    for (const std::string &text :
+         values["set"].as<std::vector<std::string>>()) {
+      std::pair<std::string, std::string> override;
+      if (!frontend::parseParamOverride(text, override))
+        return reportError("run", "--set takes NAME=VALUE, got '" + text + "'");
+      frontendOptions.paramOverrides.push_back(std::move(override));
+    }
+  llvm::SourceMgr sourceMgr;
+  ir::DiagnosticEngine diagnostics(sourceMgr);
+  std::unique_ptr<ir::Module> module = frontend::loadModule(
+      values["input"].as<std::string>(), diagnostics, frontendOptions);
+  if (!module)
+    return 1;
+  passes::PassOptions passOptions;
+  passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
+  passOptions.prepareFragments = values.count("prepare-fragments") != 0;
+  passes::PassContext passContext(diagnostics, passOptions);
+  passes::PassManager passManager(passContext);
+  passManager.addDefaultPipeline();
+  if (llvm::Error error = passManager.run(*module))
+    return reportError("run", llvm::toString(std::move(error)));
+
+  // Load the model and lower through its chat template.
+  std::string modelPath = values.count("model")
+                              ? values["model"].as<std::string>()
+                              : defaultModelPath();
+  auto model = model::Model::load(modelPath);
+  if (!model)
+    return reportError("run", "cannot load model '" + modelPath +
+                                  "': " + llvm::toString(model.takeError()) +
+                                  " (tools/setup.sh installs the default)");
+  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
+  if (!tokenizer)
+    return reportError("run", llvm::toString(tokenizer.takeError()));
+  auto chatTemplate =
+      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
+  if (!chatTemplate)
+    return reportError("run", llvm::toString(chatTemplate.takeError()));
+  codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  std::optional<codegen::Plan> plan =
+      codegen::lowerToPlan(*module, encoder, diagnostics);
+  if (!plan)
+    return 1;
+
+  const model::ModelConfig &config = (*model)->config();
+  int64_t bytesPerToken =
+      int64_t(2) * config.numLayers * config.numKvHeads * config.headDim * 4;
+  if (!parseCacheSize(values["kv-cache"].as<std::string>(), bytesPerToken,
+                      executorOptions.cacheTokens))
+    return reportError("run", "--kv-cache takes a token count (65536) or a "
+                              "size (512MiB, 2GiB), not '" +
+                                  values["kv-cache"].as<std::string>() + "'");
+  auto executor =
+      sched::Executor::create(**model, **tokenizer, executorOptions);
+  if (!executor)
+    return reportError("run", llvm::toString(executor.takeError()));
+
+  // Stream the answer live when there is exactly one.
+  std::optional<codegen::CallId> streamed;
+  size_t numAnswers = 0;
+  for (const codegen::QueryPlan &query : plan->queries)
+    for (const codegen::ResultItem &item : query.results) {
+      ++numAnswers;
+      if (item.call)
+        streamed = *item.call;
+    }
+  const bool json = values.count("json") != 0;
+  if (numAnswers != 1 || json)
+    streamed.reset();
+  sched::TokenCallback onToken;
+  if (streamed)
+    onToken = [&](codegen::CallId call, llvm::StringRef piece) {
+      if (call == *streamed) {
+        llvm::outs() << piece;
+        llvm::outs().flush();
+      }
+    };
+
+  unsigned repeat = std::max(1u, values["repeat"].as<unsigned>());
+  std::vector<sched::CallOutcome> outcomes;
+  nlohmann::json runs = nlohmann::json::array();
+  for (unsigned iteration = 0; iteration < repeat; ++iteration) {
+    auto start = std::chrono::steady_clock::now();
+    outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr);
+    double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (json)
+      runs.push_back(toJson(*plan, outcomes, wall));
+    if (values.count("stats")) {
+      llvm::errs() << "-- run " << iteration + 1 << " of " << repeat << " ("
+                   << (iteration == 0 ? "cold" : "warm")
+                   << " cache, --cache=" << values["cache"].as<std::string>()
+                   << ")\n";
+      printStats(*plan, outcomes, wall, llvm::errs());
+    }
+  }
+
+  bool allSucceeded =
+      llvm::all_of(outcomes, [](const sched::CallOutcome &outcome) {
+        return outcome.succeeded;
+      });
+  if (json) {
+    nlohmann::json document = {
+        {"model", modelPath},
+        {"cache", values["cache"].as<std::string>()},
+        {"relocation", values["relocation"].as<std::string>()},
+        {"runs", runs}};
+    llvm::outs() << document.dump(2) << "\n";
+  } else if (streamed) {
+    llvm::outs() << "\n";
+  } else {
+    for (const codegen::QueryPlan &query : plan->queries) {
+      llvm::outs() << "== " << query.name << "\n";
+      for (const codegen::ResultItem &item : query.results) {
+        if (!item.call) {
+          llvm::outs() << item.text << "\n";
+          continue;
+        }
+        const sched::CallOutcome &outcome = outcomes[*item.call];
+        llvm::outs() << (outcome.succeeded ? outcome.text
+                                           : "[failed: " + outcome.error + "]")
+                     << "\n";
+      }
+    }
+  }
+  for (const codegen::Call &call : plan->calls)
+    if (!outcomes[call.id].succeeded)
+      llvm::errs() << "spanc run: error: call #" << call.id << " of query @"
+                   << call.query
+                   << (call.location.empty() ? "" : " (" + call.location + ")")
+                   << " failed: " << outcomes[call.id].error << "\n";
+  return allSucceeded ? 0 : 1;
 }
 
 } // namespace spanc::cli

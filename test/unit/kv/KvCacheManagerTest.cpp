@@ -109,12 +109,15 @@ TEST(KvCacheManager, TailAfterABDiffersFromTailAfterBA) {
   EXPECT_EQ(reusedBlocks(ba, 1), ba.segments[1].numBlocks);
   EXPECT_EQ(reusedBlocks(ba, 2), ba.segments[2].numBlocks);
   EXPECT_EQ(reusedBlocks(ba, 0), 1u);
-  // The same order again hits everything, the tail included.
+  // The same order again hits everything but the last block (the tail's
+  // only one), which is always computed: it yields the first token's logits.
   run(fixture.manager, 3,
       {prefix(tokens(5, 1)), span(b), span(a), tail(question)});
   const RequestPlan &again = fixture.manager.plan(3);
-  EXPECT_EQ(again.numReusedTokens, again.numPromptTokens);
-  EXPECT_TRUE(again.runs.empty());
+  EXPECT_EQ(again.numReusedTokens, again.numPromptTokens - question.size());
+  ASSERT_EQ(again.runs.size(), 1u);
+  EXPECT_EQ(again.runs[0].segment, 3u);
+  EXPECT_EQ(again.runs[0].numTokens, question.size());
 }
 
 TEST(KvCacheManager, PrefixHashChangesWhenAnyEarlierTokenChanges) {
@@ -280,10 +283,10 @@ TEST(KvCacheManager, PrefixModeIgnoresSpans) {
   ASSERT_EQ(first.segments.size(), 1u);
   EXPECT_EQ(first.blocks.size(), 3u); // 44 tokens, no padding
   EXPECT_EQ(first.segments[0].pages.size(), 3u);
-  // Same tokens: all hit. Spans swapped: only the first block (tokens
-  // 1,2,3 and a[0..12]) survives.
+  // Same tokens: all hit but the last block (always computed). Spans
+  // swapped: only the first block (tokens 1,2,3 and a[0..12]) survives.
   run(fixture.manager, 2, {prefix({1, 2, 3}), span(a), span(b), tail({9})});
-  EXPECT_EQ(fixture.manager.plan(2).numReusedTokens, 44u);
+  EXPECT_EQ(fixture.manager.plan(2).numReusedTokens, 32u);
   run(fixture.manager, 3, {prefix({1, 2, 3}), span(b), span(a), tail({9})});
   EXPECT_EQ(fixture.manager.plan(3).numReusedTokens, 0u);
   run(fixture.manager, 4, {prefix({1, 2, 3}), span(a), span(b), tail({8})});
@@ -377,9 +380,10 @@ TEST(KvCacheManager, GeneratedTokensExtendTheTailAndAreCachedAtRelease) {
   both.insert(both.end(), generated.begin(), generated.end());
   run(fixture.manager, 2, {prefix(tokens(3, 900)), span(both), tail({5})});
   EXPECT_EQ(reusedBlocks(fixture.manager.plan(2), 1), 4u);
-  // The prompt alone still hits its own partial block too.
+  // The prompt alone hits all but its last block, which a call always
+  // computes (the partial block was reused inside the span above).
   run(fixture.manager, 3, {prefix(prompt)});
-  EXPECT_EQ(fixture.manager.plan(3).numReusedTokens, 20u);
+  EXPECT_EQ(fixture.manager.plan(3).numReusedTokens, 16u);
   ASSERT_POOL_OK(fixture.pool);
 }
 

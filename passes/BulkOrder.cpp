@@ -14,8 +14,7 @@
 
 #include "passes/PassManager.h"
 
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -34,7 +33,7 @@ public:
     // Fragment text -> the queries that contain it (each once, ascending).
     llvm::StringMap<llvm::SmallVector<unsigned, 4>> postings;
     std::vector<llvm::SmallVector<
-        const llvm::StringMapEntry<llvm::SmallVector<unsigned, 4>> *, 8>>
+        llvm::StringMapEntry<llvm::SmallVector<unsigned, 4>> *, 8>>
         fragmentsOf(count);
     for (unsigned index = 0; index < count; ++index) {
       for (const ir::Op &op : queries[index]->getOps()) {
@@ -53,7 +52,10 @@ public:
     order.reserve(count);
     std::vector<bool> placed(count, false);
     unsigned nextUnplaced = 0;
-    llvm::DenseMap<unsigned, uint64_t> weight;
+    // Weights to the last placed query, reset through `touched` only: a
+    // step costs what the last query shares, not the size of the bulk.
+    std::vector<uint64_t> weight(count, 0);
+    std::vector<unsigned> touched;
     auto place = [&](unsigned index) {
       order.push_back(index);
       placed[index] = true;
@@ -62,18 +64,28 @@ public:
     };
     place(0);
     while (order.size() < count) {
-      weight.clear();
-      for (const auto *entry : fragmentsOf[order.back()])
-        for (unsigned other : entry->getValue())
-          if (!placed[other])
-            weight[other] += entry->getKey().size();
+      for (auto *entry : fragmentsOf[order.back()]) {
+        // Placed queries leave the posting lists as they are met, so a
+        // fragment shared by m queries costs O(m) per visit, shrinking.
+        auto &list = entry->getValue();
+        llvm::erase_if(list, [&](unsigned other) { return placed[other]; });
+        for (unsigned other : list) {
+          if (!weight[other])
+            touched.push_back(other);
+          weight[other] += entry->getKey().size();
+        }
+      }
       unsigned best = nextUnplaced;
       uint64_t bestWeight = 0;
-      for (const auto &[index, shared] : weight)
-        if (shared > bestWeight || (shared == bestWeight && index < best)) {
+      for (unsigned index : touched) {
+        if (weight[index] > bestWeight ||
+            (weight[index] == bestWeight && index < best)) {
           best = index;
-          bestWeight = shared;
+          bestWeight = weight[index];
         }
+        weight[index] = 0;
+      }
+      touched.clear();
       place(best);
     }
 

@@ -2,8 +2,12 @@
 
 #include "frontend/SyntaxTree.h"
 
+#include "frontend/SpanTokenSource.h"
+
 #include "grammar/SpanLexer.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -35,10 +39,8 @@ public:
                    size_t line, size_t column, const std::string &message,
                    std::exception_ptr) override {
     ++tree.syntaxErrors;
-    llvm::SMLoc loc =
-        offendingSymbol && offendingSymbol->getType() != antlr4::Token::EOF
-            ? tree.locationOf(offendingSymbol)
-            : tree.locationOf(line, column);
+    llvm::SMLoc loc = offendingSymbol ? tree.locationOf(offendingSymbol)
+                                      : tree.locationOf(line, column);
     tree.sourceMgr->PrintMessage(loc, llvm::SourceMgr::DK_Error, message);
   }
 
@@ -62,8 +64,7 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
       ascii = false;
   }
   if (!ascii) {
-    // ANTLR's UTF-8 decoder throws on malformed input; reject it here with
-    // a location instead.
+    // Programs are UTF-8 text; say where they are not.
     const auto *start = reinterpret_cast<const llvm::UTF8 *>(text.data());
     const llvm::UTF8 *cursor = start;
     const auto *end = start + text.size();
@@ -74,17 +75,20 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
           llvm::SourceMgr::DK_Error, "invalid UTF-8 in source");
       return tree;
     }
-    for (size_t i = 0; i < text.size(); ++i)
-      if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80)
-        tree->codePointOffsets.push_back(static_cast<uint32_t>(i));
   }
 
-  tree->input = std::make_unique<antlr4::ANTLRInputStream>(text.str());
+  // The tokens carry their text, so the character stream ANTLR asks for
+  // stays empty (no UTF-32 copy of the program). The generated lexer only
+  // lends its vocabulary to the hand-written token source.
+  tree->input = std::make_unique<antlr4::ANTLRInputStream>("");
+  tree->input->name =
+      sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier().str();
   tree->lexer = std::make_unique<grammar::SpanLexer>(tree->input.get());
-  tree->tokens = std::make_unique<antlr4::CommonTokenStream>(tree->lexer.get());
+  tree->tokenSource = std::make_unique<SpanTokenSource>(
+      text, tree->input.get(), tree->lexer->getVocabulary());
+  tree->tokens =
+      std::make_unique<antlr4::CommonTokenStream>(tree->tokenSource.get());
   tree->errorListener = std::make_unique<SyntaxErrorListener>(*tree);
-  tree->lexer->removeErrorListeners();
-  tree->lexer->addErrorListener(tree->errorListener.get());
   tree->tokens->fill();
 
   // The parser recurses once per nesting level; refuse absurd nesting
@@ -137,15 +141,10 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
 SyntaxTree::~SyntaxTree() = default;
 
 llvm::SMLoc SyntaxTree::locationOf(const antlr4::Token *token) const {
-  size_t index = token->getStartIndex();
-  const char *start = sourceMgr->getMemoryBuffer(bufferId)->getBufferStart();
-  size_t size = sourceMgr->getMemoryBuffer(bufferId)->getBufferSize();
-  size_t offset;
-  if (codePointOffsets.empty())
-    offset = index;
-  else
-    offset = index < codePointOffsets.size() ? codePointOffsets[index] : size;
-  return llvm::SMLoc::getFromPointer(start + std::min(offset, size));
+  // Token indices are byte offsets (SpanTokenSource).
+  const llvm::MemoryBuffer *buffer = sourceMgr->getMemoryBuffer(bufferId);
+  size_t offset = std::min(token->getStartIndex(), buffer->getBufferSize());
+  return llvm::SMLoc::getFromPointer(buffer->getBufferStart() + offset);
 }
 
 llvm::SMLoc SyntaxTree::locationOf(size_t line, size_t codePointColumn) const {

@@ -33,8 +33,7 @@ public:
   grammar::SpanParser::ModuleContext *module() const { return moduleContext; }
   unsigned numSyntaxErrors() const { return syntaxErrors; }
 
-  /// The SourceMgr location of a token (ANTLR counts code points; this maps
-  /// them to bytes without rescanning the buffer).
+  /// The SourceMgr location of a token.
   llvm::SMLoc locationOf(const antlr4::Token *token) const;
   /// The location of a 1-based line and a 0-based code-point column.
   llvm::SMLoc locationOf(size_t line, size_t codePointColumn) const;
@@ -54,6 +53,7 @@ private:
   unsigned bufferId = 0;
   std::unique_ptr<antlr4::ANTLRInputStream> input;
   std::unique_ptr<grammar::SpanLexer> lexer;
+  std::unique_ptr<antlr4::TokenSource> tokenSource;
   std::unique_ptr<antlr4::CommonTokenStream> tokens;
   std::unique_ptr<grammar::SpanParser> parser;
   std::unique_ptr<antlr4::ANTLRErrorListener> errorListener;
@@ -61,8 +61,6 @@ private:
   unsigned syntaxErrors = 0;
   /// Byte offset of each line start (index 0 is line 1).
   std::vector<size_t> lineStarts;
-  /// Byte offset of each code point; empty when the text is ASCII.
-  std::vector<uint32_t> codePointOffsets;
 
   friend class SyntaxErrorListener;
 };

@@ -29,7 +29,9 @@ else
   done
 fi
 cd "$scratch"
-"$build/${target}_fuzzer" corpus -dict="$root/test/fuzz/$target.dict" \
+extra=()
+if [[ "${FORK:-0}" == 1 ]]; then extra=(-fork=1 -ignore_crashes=1); fi
+"$build/${target}_fuzzer" corpus "${extra[@]}" -dict="$root/test/fuzz/$target.dict" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
   -print_final_stats=1 2>&1 | tail -25
 "$build/${target}_fuzzer" -merge=1 -max_len=4096 "$kept" corpus 2>&1 | tail -2

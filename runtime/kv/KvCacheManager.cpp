@@ -47,8 +47,6 @@ llvm::Expected<RelocationMode> parseRelocationMode(llvm::StringRef text) {
 
 struct KvCacheManager::RequestState {
   RequestPlan plan;
-  /// The parent hash of each segment's first block.
-  llvm::SmallVector<BlockHash, 4> segmentParents;
   /// Relocations waiting for the next planStep.
   llvm::SmallVector<RelocationRequest, 8> relocations;
   uint32_t numPromptBlocks = 0;
@@ -92,45 +90,43 @@ AdmitResult reject(const llvm::Twine &reason) {
 
 } // namespace
 
-AdmitResult KvCacheManager::admit(RequestId id,
-                                  llvm::ArrayRef<Segment> segments) {
-  if (requests_.count(id))
-    return reject("request " + llvm::Twine(id) + " is already admitted");
+llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
+                                          CacheMode cacheMode,
+                                          unsigned blockSize,
+                                          const BlockHasher &hasher) {
+  auto invalid = [](const llvm::Twine &message) {
+    return llvm::createStringError(std::errc::invalid_argument, "%s",
+                                   message.str().c_str());
+  };
+  if (blockSize == 0)
+    return invalid("block size is 0");
   if (segments.empty())
-    return reject("request " + llvm::Twine(id) + " has no segments");
+    return invalid("no segments");
   for (size_t index = 0; index < segments.size(); ++index) {
     const Segment &segment = segments[index];
     if (segment.tokens.empty())
-      return reject("request " + llvm::Twine(id) + ": segment " +
-                    llvm::Twine(index) + " (" + segmentKindName(segment.kind) +
-                    ") has no tokens");
+      return invalid("segment " + llvm::Twine(index) + " (" +
+                     segmentKindName(segment.kind) + ") has no tokens");
     if (segment.kind == SegmentKind::Prefix && index != 0)
-      return reject("request " + llvm::Twine(id) + ": segment " +
-                    llvm::Twine(index) +
-                    " is a prefix but only the first segment may be one");
+      return invalid("segment " + llvm::Twine(index) +
+                     " is a prefix but only the first segment may be one");
   }
   if (segments.back().kind == SegmentKind::Span)
-    return reject("request " + llvm::Twine(id) + ": the last segment (" +
-                  llvm::Twine(segments.size() - 1) +
-                  ") is a span; the tokens that produce the first generated "
-                  "token must see the whole context (end with a tail)");
+    return invalid("the last segment (" + llvm::Twine(segments.size() - 1) +
+                   ") is a span; the tokens that produce the first generated "
+                   "token must see the whole context (end with a tail)");
 
-  auto request = std::make_unique<RequestState>();
-  RequestPlan &plan = request->plan;
-  plan.id = id;
+  RequestPlan plan;
   // Stock prefix caching and no caching see one causal sequence.
   llvm::SmallVector<Segment, 1> flattened;
-  if (cacheMode_ != CacheMode::Span) {
+  if (cacheMode != CacheMode::Span) {
     flattened.emplace_back();
     for (const Segment &segment : segments)
       flattened[0].tokens.insert(flattened[0].tokens.end(),
                                  segment.tokens.begin(), segment.tokens.end());
     segments = flattened;
   }
-
-  // Layout and hashes.
-  const unsigned blockSize = pool_.blockSize();
-  BlockHash context = hasher_.root();
+  BlockHash context = hasher.root();
   int64_t position = 0;
   for (uint32_t index = 0; index < segments.size(); ++index) {
     const Segment &segment = segments[index];
@@ -141,8 +137,8 @@ AdmitResult KvCacheManager::admit(RequestId id,
     segmentPlan.firstPosition = position;
     segmentPlan.firstBlock = uint32_t(plan.blocks.size());
     const bool isSpan = segment.kind == SegmentKind::Span;
-    BlockHash parent = isSpan ? hasher_.root() : context;
-    request->segmentParents.push_back(parent);
+    BlockHash parent = isSpan ? hasher.root() : context;
+    segmentPlan.parentHash = parent;
     llvm::ArrayRef<TokenId> tokens = segment.tokens;
     for (size_t start = 0; start < tokens.size(); start += blockSize) {
       size_t count = std::min<size_t>(blockSize, tokens.size() - start);
@@ -151,7 +147,7 @@ AdmitResult KvCacheManager::admit(RequestId id,
       block.firstToken = segmentPlan.firstToken + uint32_t(start);
       block.numTokens = uint32_t(count);
       block.position = position + int64_t(start);
-      block.hash = hasher_.hashBlock(parent, tokens.slice(start, count));
+      block.hash = hasher.hashBlock(parent, tokens.slice(start, count));
       parent = block.hash;
       plan.blocks.push_back(block);
     }
@@ -163,14 +159,30 @@ AdmitResult KvCacheManager::admit(RequestId id,
     for (uint32_t block = segmentPlan.firstBlock; block < plan.blocks.size();
          ++block)
       segmentPlan.pages.push_back(block);
-    context = isSpan ? hasher_.join(context, parent) : parent;
+    context = isSpan ? hasher.join(context, parent) : parent;
     position += int64_t(tokens.size());
     plan.tokens.insert(plan.tokens.end(), tokens.begin(), tokens.end());
     plan.segments.push_back(std::move(segmentPlan));
   }
   plan.numPromptTokens = uint32_t(plan.tokens.size());
   plan.nextPosition = position;
+  return plan;
+}
+
+AdmitResult KvCacheManager::admit(RequestId id,
+                                  llvm::ArrayRef<Segment> segments) {
+  if (requests_.count(id))
+    return reject("request " + llvm::Twine(id) + " is already admitted");
+  auto layout = layoutRequest(segments, cacheMode_, pool_.blockSize(), hasher_);
+  if (!layout)
+    return reject("request " + llvm::Twine(id) + ": " +
+                  llvm::toString(layout.takeError()));
+  auto request = std::make_unique<RequestState>();
+  request->plan = std::move(*layout);
+  RequestPlan &plan = request->plan;
+  plan.id = id;
   request->numPromptBlocks = uint32_t(plan.blocks.size());
+  const unsigned blockSize = pool_.blockSize();
 
   // Hits, and whether the misses fit.
   llvm::SmallVector<BlockId, 32> hits;
@@ -349,12 +361,11 @@ namespace {
 
 /// The hash of `plan.blocks[index]` with the tokens it holds now.
 BlockHash currentHash(const BlockHasher &hasher, const RequestPlan &plan,
-                      llvm::ArrayRef<BlockHash> segmentParents,
                       uint32_t index) {
   const LogicalBlock &block = plan.blocks[index];
   const SegmentPlan &segment = plan.segments[block.segment];
   const BlockHash &parent = index == segment.firstBlock
-                                ? segmentParents[block.segment]
+                                ? segment.parentHash
                                 : plan.blocks[index - 1].hash;
   return hasher.hashBlock(parent,
                           llvm::ArrayRef<TokenId>(plan.tokens)
@@ -399,7 +410,7 @@ llvm::Expected<DecodeSlot> KvCacheManager::appendToken(RequestId id,
     if (!fresh)
       return fresh.takeError();
     if (!last.reused) {
-      last.hash = currentHash(hasher_, plan, request.segmentParents, lastIndex);
+      last.hash = currentHash(hasher_, plan, lastIndex);
       if (request.committed && cacheMode_ != CacheMode::Off)
         pool_.cacheBlock(last.block, last.hash);
     }
@@ -441,7 +452,7 @@ void KvCacheManager::release(RequestId id) {
       if (block.reused || pool_.isCached(block.block))
         continue;
       if (index + 1 >= request.numPromptBlocks)
-        block.hash = currentHash(hasher_, plan, request.segmentParents, index);
+        block.hash = currentHash(hasher_, plan, index);
       pool_.cacheBlock(block.block, block.hash);
     }
   }

@@ -83,6 +83,9 @@ struct SegmentPlan {
   int64_t firstPosition = 0;
   uint32_t firstBlock = 0; ///< index into RequestPlan::blocks
   uint32_t numBlocks = 0;
+  /// The parent of its first block's hash: the model's root for a span,
+  /// the context of everything before it for a causal segment.
+  BlockHash parentHash;
   /// The blocks its attention reads, in logical order, as indices into
   /// RequestPlan::blocks: its own for a span; everything before, then its
   /// own, for a causal segment. Its own blocks are the last numBlocks.
@@ -117,6 +120,16 @@ struct RequestPlan {
   /// The position of the next token to generate.
   int64_t nextPosition = 0;
 };
+
+/// Lays a request out without a pool (block ids stay InvalidBlock, nothing
+/// is reused): segments, blocks, positions, hashes, page lists. What admit
+/// does first; also what `spanc compile --emit=plan` can print. Fails,
+/// naming the segment, on an empty segment, a prefix after the first
+/// segment, or a span at the end.
+llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
+                                          CacheMode cacheMode,
+                                          unsigned blockSize,
+                                          const BlockHasher &hasher);
 
 enum class AdmitStatus {
   Admitted,

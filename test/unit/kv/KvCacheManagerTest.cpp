@@ -335,7 +335,7 @@ TEST(KvCacheManager, RejectsMalformedSegmentLists) {
     std::vector<Segment> segments;
     const char *reason;
   } cases[] = {
-      {{}, "has no segments"},
+      {{}, "no segments"},
       {{prefix({1}), span({}), tail({2})}, "segment 1 (span) has no tokens"},
       {{span({1}), prefix({2})}, "segment 1 is a prefix"},
       {{prefix({1}), span({2})}, "the last segment (1) is a span"},
@@ -468,6 +468,31 @@ TEST(KvCacheManagerOptions, ParseModesAndNameBadValues) {
   auto wrong = parseRelocationMode("rope");
   ASSERT_FALSE(bool(wrong));
   EXPECT_NE(llvm::toString(wrong.takeError()).find("--relocation 'rope'"),
+            std::string::npos);
+}
+
+} // namespace
+
+namespace {
+
+TEST(LayoutRequest, NeedsNoPoolAndChainsParents) {
+  BlockHasher hasher("m");
+  auto plan = layoutRequest(
+      {prefix(tokens(5, 1)), span(tokens(20, 100)), tail(tokens(3, 300))},
+      CacheMode::Span, BlockSize, hasher);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->segments.size(), 3u);
+  EXPECT_EQ(plan->segments[0].parentHash, hasher.root());
+  EXPECT_EQ(plan->segments[1].parentHash, hasher.root());
+  // The tail chains from join(prefix's last hash, span's last hash).
+  EXPECT_EQ(plan->segments[2].parentHash,
+            hasher.join(plan->blocks[0].hash, plan->blocks[2].hash));
+  for (const LogicalBlock &block : plan->blocks)
+    EXPECT_EQ(block.block, InvalidBlock);
+  auto bad = layoutRequest({tail({1}), prefix({2})}, CacheMode::Span, BlockSize,
+                           hasher);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("segment 1 is a prefix"),
             std::string::npos);
 }
 

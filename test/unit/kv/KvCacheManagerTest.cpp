@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
 
 using namespace spanc::kv;
 
@@ -494,6 +495,125 @@ TEST(LayoutRequest, NeedsNoPoolAndChainsParents) {
   ASSERT_FALSE(bool(bad));
   EXPECT_NE(llvm::toString(bad.takeError()).find("segment 1 is a prefix"),
             std::string::npos);
+}
+
+} // namespace
+
+namespace {
+
+/// Every block reference the pool counts belongs to exactly one slot of a
+/// live request's table, and every running request reads each block at the
+/// position its K is stored at.
+void expectConsistent(const BlockPool &pool, const KvCacheManager &manager,
+                      llvm::ArrayRef<RequestId> live, bool stepped) {
+  std::vector<uint32_t> references(pool.numBlocks(), 0);
+  for (RequestId id : live)
+    for (const LogicalBlock &block : manager.plan(id).blocks) {
+      ASSERT_NE(block.block, InvalidBlock);
+      ++references[block.block];
+      if (stepped) {
+        ASSERT_EQ(pool.storedPosition(block.block), block.position)
+            << "request " << id;
+      }
+      ASSERT_EQ(pool.numTokens(block.block), block.numTokens)
+          << "request " << id;
+    }
+  for (BlockId block = 0; block < pool.numBlocks(); ++block)
+    ASSERT_EQ(pool.refCount(block), references[block]) << "block " << block;
+  llvm::Error error = pool.verify();
+  ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+}
+
+TEST(KvCacheManager, RandomWorkloadKeepsExactReferenceCounts) {
+  for (CacheMode mode : {CacheMode::Span, CacheMode::Prefix}) {
+    BlockPool pool(40, BlockSize);
+    KvCacheManager manager(pool, BlockHasher("m"), mode,
+                           RelocationMode::Rerope);
+    std::mt19937 random(mode == CacheMode::Span ? 11 : 12);
+    llvm::SmallVector<std::vector<TokenId>, 6> spans;
+    for (int i = 0; i < 6; ++i)
+      spans.push_back(tokens(5 + 9 * i, 1000 * (i + 1)));
+    std::vector<RequestId> live;
+    RequestId nextId = 1;
+    // What the run went through, so the test cannot pass vacuously.
+    unsigned numWaits = 0, numCopies = 0, numInPlace = 0, numAppends = 0,
+             numCopyOnWrite = 0, numReused = 0;
+    for (int round = 0; round < 300; ++round) {
+      // Admit up to three requests of random shape in this step.
+      int admissions = int(random() % 4);
+      std::vector<RequestId> admitted;
+      for (int i = 0; i < admissions; ++i) {
+        std::vector<Segment> segments;
+        if (random() % 2)
+          segments.push_back(prefix(tokens(1 + random() % 20, 1)));
+        int numSpans = int(random() % 4);
+        for (int s = 0; s < numSpans; ++s)
+          segments.push_back(span(spans[random() % spans.size()]));
+        segments.push_back(tail(tokens(1 + random() % 6, 500)));
+        RequestId id = nextId++;
+        AdmitResult result = manager.admit(id, segments);
+        if (result.status == AdmitStatus::Admitted) {
+          admitted.push_back(id);
+          numReused += manager.plan(id).numReusedTokens;
+        } else {
+          numWaits += result.status == AdmitStatus::Wait;
+          ASSERT_FALSE(manager.contains(id)) << result.reason;
+        }
+      }
+      live.insert(live.end(), admitted.begin(), admitted.end());
+      ASSERT_NO_FATAL_FAILURE(expectConsistent(pool, manager, live, false));
+      auto step = manager.planStep();
+      ASSERT_TRUE(bool(step)) << llvm::toString(step.takeError());
+      for (RequestId id : step->deferred)
+        live.erase(std::find(live.begin(), live.end(), id));
+      for (RequestId id : step->deferred)
+        admitted.erase(std::find(admitted.begin(), admitted.end(), id));
+      numCopies += step->relocation.numCopies;
+      numInPlace += step->relocation.numInPlace;
+      manager.finishStep(*step);
+      for (RequestId id : admitted)
+        manager.commitPrefill(id);
+      // Decode a few tokens for some running requests.
+      for (RequestId id : live) {
+        if (random() % 3)
+          continue;
+        auto slot = manager.appendToken(id, TokenId(random() % 50));
+        if (!slot) {
+          llvm::consumeError(slot.takeError()); // cache full: fine here
+          continue;
+        }
+        ++numAppends;
+        numCopyOnWrite += slot->copy.has_value();
+      }
+      ASSERT_NO_FATAL_FAILURE(expectConsistent(pool, manager, live, true));
+      // Finish some.
+      for (size_t i = 0; i < live.size();) {
+        if (random() % 3 == 0) {
+          manager.release(live[i]);
+          live.erase(live.begin() + long(i));
+        } else {
+          ++i;
+        }
+      }
+      ASSERT_NO_FATAL_FAILURE(expectConsistent(pool, manager, live, true));
+    }
+    for (RequestId id : live)
+      manager.release(id);
+    EXPECT_EQ(pool.numFreeBlocks(), pool.numBlocks());
+    EXPECT_GT(numWaits, 0u);
+    EXPECT_GT(numAppends, 0u);
+    EXPECT_GT(numCopyOnWrite, 0u);
+    EXPECT_GT(numReused, 0u);
+    if (mode == CacheMode::Span) {
+      EXPECT_GT(numCopies, 0u);
+      EXPECT_GT(numInPlace, 0u);
+    }
+    std::printf("%s: waits %u, copies %u, in place %u, appends %u (%u copied "
+                "on write), reused tokens %u, evictions %llu\n",
+                mode == CacheMode::Span ? "span" : "prefix", numWaits,
+                numCopies, numInPlace, numAppends, numCopyOnWrite, numReused,
+                static_cast<unsigned long long>(pool.numEvictions()));
+  }
 }
 
 } // namespace

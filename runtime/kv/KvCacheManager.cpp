@@ -169,6 +169,34 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
   return plan;
 }
 
+void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
+  for (uint32_t index = 0; index < plan.segments.size(); ++index) {
+    const SegmentPlan &segment = plan.segments[index];
+    os << "segment " << index << " " << segmentKindName(segment.kind)
+       << ": tokens [" << segment.firstToken << ", "
+       << segment.firstToken + segment.numTokens << ") positions ["
+       << segment.firstPosition << ", "
+       << segment.firstPosition + segment.numTokens << ") blocks ["
+       << segment.firstBlock << ", " << segment.firstBlock + segment.numBlocks
+       << ") parent " << segment.parentHash.str() << "\n";
+    for (uint32_t block = segment.firstBlock;
+         block < segment.firstBlock + segment.numBlocks; ++block) {
+      const LogicalBlock &logical = plan.blocks[block];
+      os << "  block " << block << ": " << logical.numTokens
+         << " tokens at positions [" << logical.position << ", "
+         << logical.position + logical.numTokens << ") hash "
+         << logical.hash.str();
+      if (logical.block != InvalidBlock)
+        os << " -> #" << logical.block << (logical.reused ? " (hit)" : "");
+      os << "\n";
+    }
+    os << "  pages:";
+    for (uint32_t page : segment.pages)
+      os << " " << page;
+    os << "\n";
+  }
+}
+
 AdmitResult KvCacheManager::admit(RequestId id,
                                   llvm::ArrayRef<Segment> segments) {
   if (requests_.count(id))

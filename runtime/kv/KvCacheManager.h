@@ -32,6 +32,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
 #include <memory>
@@ -130,6 +131,10 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                           CacheMode cacheMode,
                                           unsigned blockSize,
                                           const BlockHasher &hasher);
+
+/// Prints segments, positions, block boundaries, hashes and page lists, one
+/// line per segment and block (for `spanc compile --emit=plan` and logs).
+void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan);
 
 enum class AdmitStatus {
   Admitted,

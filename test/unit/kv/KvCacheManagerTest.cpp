@@ -617,3 +617,29 @@ TEST(KvCacheManager, RandomWorkloadKeepsExactReferenceCounts) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(LayoutRequest, PrintsSegmentsBlocksAndPages) {
+  BlockHasher hasher("m");
+  auto plan = layoutRequest(
+      {prefix(tokens(5, 1)), span(tokens(20, 100)), tail(tokens(3, 300))},
+      CacheMode::Span, BlockSize, hasher);
+  ASSERT_TRUE(bool(plan));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printRequestPlan(os, *plan);
+  os.flush();
+  EXPECT_NE(text.find("segment 1 span: tokens [5, 25) positions [5, 25) "
+                      "blocks [1, 3) parent " +
+                      hasher.root().str()),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  block 2: 4 tokens at positions [21, 25) hash " +
+                      plan->blocks[2].hash.str()),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  pages: 0 1 2 3\n"), std::string::npos) << text;
+}
+
+} // namespace

@@ -529,6 +529,11 @@ void Tokenizer::encodeBpeText(StringRef rawText,
       while (offset < length) {
         int result = pcre2_match(regex->code, subject, length, offset,
                                  PCRE2_NO_UTF_CHECK, matchData, nullptr);
+        // A JIT resource limit is not "no match": retry interpreted.
+        if (result < 0 && result != PCRE2_ERROR_NOMATCH)
+          result = pcre2_match(regex->code, subject, length, offset,
+                               PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, matchData,
+                               nullptr);
         if (result < 0)
           break;
         PCRE2_SIZE *vector = pcre2_get_ovector_pointer(matchData);

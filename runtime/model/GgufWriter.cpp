@@ -73,6 +73,43 @@ GgufWriterValue GgufWriterValue::array(GgufValueType elementType,
   return result;
 }
 
+GgufWriterValue GgufWriterValue::fromValue(const GgufValue &value) {
+  switch (value.type()) {
+  case GgufValueType::UInt8:
+    return u8(static_cast<uint8_t>(*value.asUnsigned()));
+  case GgufValueType::Int8:
+    return i8(static_cast<int8_t>(*value.asSigned()));
+  case GgufValueType::UInt16:
+    return u16(static_cast<uint16_t>(*value.asUnsigned()));
+  case GgufValueType::Int16:
+    return i16(static_cast<int16_t>(*value.asSigned()));
+  case GgufValueType::UInt32:
+    return u32(static_cast<uint32_t>(*value.asUnsigned()));
+  case GgufValueType::Int32:
+    return i32(static_cast<int32_t>(*value.asSigned()));
+  case GgufValueType::UInt64:
+    return u64(*value.asUnsigned());
+  case GgufValueType::Int64:
+    return i64(*value.asSigned());
+  case GgufValueType::Float32:
+    return f32(static_cast<float>(*value.asFloat()));
+  case GgufValueType::Float64:
+    return f64(*value.asFloat());
+  case GgufValueType::Bool:
+    return boolean(*value.asBool());
+  case GgufValueType::String:
+    return string(*value.asString());
+  case GgufValueType::Array: {
+    std::vector<GgufWriterValue> elements;
+    elements.reserve(value.arraySize());
+    for (uint64_t i = 0; i < value.arraySize(); ++i)
+      elements.push_back(fromValue(value.element(i)));
+    return array(value.elementType(), std::move(elements));
+  }
+  }
+  return GgufWriterValue();
+}
+
 void GgufWriterValue::encode(std::string &out) const {
   switch (valueType) {
   case GgufValueType::String:

@@ -42,6 +42,9 @@ public:
   static GgufWriterValue array(GgufValueType elementType,
                                std::vector<GgufWriterValue> elements);
 
+  /// A copy of a value read from a file (to derive files from others).
+  static GgufWriterValue fromValue(const GgufValue &value);
+
   GgufValueType type() const { return valueType; }
   /// Appends the value's encoding (without its type tag) to `out`.
   void encode(std::string &out) const;

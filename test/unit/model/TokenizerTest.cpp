@@ -130,6 +130,36 @@ TEST_F(SmolLM2Tokenizer, GreedyReferencePromptsTokenizeLikeLlamaCpp) {
   }
 }
 
+TEST_F(SmolLM2Tokenizer, Llama3AndQwen2PreTokenizersMatchLlamaCpp) {
+  // No Llama 3 or Qwen2 model is installed, so their pre-tokenizers run on
+  // SmolLM2's vocabulary with tokenizer.ggml.pre replaced, exactly as
+  // derive_vocabulary.py made the files llama-tokenize read.
+  for (const char *pre : {"llama-bpe", "qwen2"}) {
+    GgufWriter writer;
+    for (const GgufMetadataEntry &entry : file->metadata())
+      if (llvm::StringRef(entry.key).startswith("tokenizer.ggml."))
+        writer.add(entry.key, entry.key == "tokenizer.ggml.pre"
+                                  ? GgufWriterValue::string(pre)
+                                  : GgufWriterValue::fromValue(entry.value));
+    auto derived = GgufFile::openBuffer(writer.write(), pre);
+    ASSERT_TRUE(static_cast<bool>(derived));
+    auto other = Tokenizer::fromGguf(**derived);
+    ASSERT_TRUE(static_cast<bool>(other)) << llvm::toString(other.takeError());
+    EXPECT_EQ((*other)->preTokenizer(), pre);
+    std::string name = std::string("tokenizer_smollm2_vocab_") +
+                       (std::string(pre) == "qwen2" ? "qwen2" : "llama_bpe") +
+                       ".json";
+    nlohmann::json reference = loadReference(name);
+    ASSERT_GE(reference["cases"].size(), 30u);
+    for (const nlohmann::json &item : reference["cases"]) {
+      std::string text = item["text"];
+      std::vector<int32_t> expected = item["ids"];
+      EXPECT_EQ((*other)->encode(text, item["parse_special"]), expected)
+          << pre << " " << item["name"];
+    }
+  }
+}
+
 TEST_F(SmolLM2Tokenizer, DecodesBackToTheText) {
   nlohmann::json reference = loadReference("tokenizer_smollm2.json");
   for (const nlohmann::json &item : reference["cases"]) {

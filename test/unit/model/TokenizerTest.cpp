@@ -10,6 +10,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/GgufWriter.h"
+#include "test/unit/model/SyntheticVocabulary.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -157,6 +158,28 @@ TEST_F(SmolLM2Tokenizer, Llama3AndQwen2PreTokenizersMatchLlamaCpp) {
       EXPECT_EQ((*other)->encode(text, item["parse_special"]), expected)
           << pre << " " << item["name"];
     }
+  }
+}
+
+TEST_F(SmolLM2Tokenizer, SentencePieceMatchesLlamaCppOnADerivedVocabulary) {
+  // SentencePiece on a real-sized vocabulary (see SyntheticVocabulary.h):
+  // score-ordered merges, the space prefix, U+2581 and byte fallback, all
+  // against llama-tokenize's ids for the same derived file.
+  auto writer = deriveSentencePieceVocabulary(*file);
+  ASSERT_TRUE(static_cast<bool>(writer)) << llvm::toString(writer.takeError());
+  auto derived = GgufFile::openBuffer(writer->write(), "spm");
+  ASSERT_TRUE(static_cast<bool>(derived));
+  auto spm = Tokenizer::fromGguf(**derived);
+  ASSERT_TRUE(static_cast<bool>(spm)) << llvm::toString(spm.takeError());
+  EXPECT_EQ((*spm)->kind(), TokenizerKind::SentencePiece);
+  nlohmann::json reference = loadReference("tokenizer_smollm2_vocab_spm.json");
+  ASSERT_GE(reference["cases"].size(), 30u);
+  for (const nlohmann::json &item : reference["cases"]) {
+    std::string text = item["text"];
+    std::vector<int32_t> expected = item["ids"];
+    std::vector<int32_t> ids = (*spm)->encode(text, item["parse_special"]);
+    EXPECT_EQ(ids, expected) << item["name"];
+    EXPECT_EQ((*spm)->decode(ids), text) << item["name"];
   }
 }
 

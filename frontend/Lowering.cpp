@@ -2,6 +2,7 @@
 
 #include "frontend/Lowering.h"
 
+#include "grammar/SpanLexer.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 
@@ -317,13 +318,17 @@ private:
   /// Text of a message or fragment: a string, a string param or let, or the
   /// contents of file("...").
   std::optional<std::string> lowerText(SpanParser::TextContext *text) {
-    if (auto *string = dynamic_cast<SpanParser::StringTextContext *>(text)) {
+    // As for expressions, the first token tells the alternative.
+    size_t type = text->getStart()->getType();
+    if (type == grammar::SpanLexer::STRING) {
+      auto *string = static_cast<SpanParser::StringTextContext *>(text);
       std::string result;
       if (!decodeString(string->STRING()->getSymbol(), result))
         return std::nullopt;
       return result;
     }
-    if (auto *name = dynamic_cast<SpanParser::NameTextContext *>(text)) {
+    if (type == grammar::SpanLexer::ID) {
+      auto *name = static_cast<SpanParser::NameTextContext *>(text);
       std::optional<ir::Attribute> value =
           resolveValueName(name->ID()->getSymbol());
       if (!value)
@@ -336,7 +341,7 @@ private:
       }
       return value->getString().str();
     }
-    auto *file = dynamic_cast<SpanParser::FileTextContext *>(text);
+    auto *file = static_cast<SpanParser::FileTextContext *>(text);
     std::string path;
     if (!decodeString(file->STRING()->getSymbol(), path))
       return std::nullopt;
@@ -512,18 +517,69 @@ private:
     return create(at, kind, children);
   }
 
+  /// Which alternative of `expr` an expression is. Each alternative starts
+  /// with its own token, and lowering only sees trees without syntax
+  /// errors, so the first token decides; this is much cheaper than trying
+  /// a dynamic_cast per alternative (the front end's hot path).
+  enum class ExprKind {
+    CrossBlock,
+    Cross,
+    Plus,
+    Message,
+    Fragment,
+    Gen,
+    Chat,
+    Repeat,
+    Retrieve,
+    String,
+    Name
+  };
+  static ExprKind classify(const antlr4::Token *start) {
+    size_t type = start->getType();
+    if (type == grammar::SpanLexer::STRING)
+      return ExprKind::String;
+    if (type == grammar::SpanLexer::ID)
+      return ExprKind::Name;
+    std::string keyword = start->getText();
+    if (keyword == "{")
+      return ExprKind::CrossBlock;
+    if (keyword == "cross")
+      return ExprKind::Cross;
+    if (keyword == "plus")
+      return ExprKind::Plus;
+    if (keyword == "fragment")
+      return ExprKind::Fragment;
+    if (keyword == "gen")
+      return ExprKind::Gen;
+    if (keyword == "chat")
+      return ExprKind::Chat;
+    if (keyword == "repeat")
+      return ExprKind::Repeat;
+    if (keyword == "retrieve")
+      return ExprKind::Retrieve;
+    return ExprKind::Message; // system, user, assistant
+  }
+
   ir::Op *lowerExpr(SpanParser::ExprContext *expr) {
     // Past the budget, stop walking too: the inlining tree may be huge.
     if (budgetReported)
       return nullptr;
     antlr4::Token *start = expr->getStart();
-    if (auto *block = dynamic_cast<SpanParser::CrossBlockExprContext *>(expr))
-      return lowerJoin(block->block(), start, ir::OpKind::Cross);
-    if (auto *cross = dynamic_cast<SpanParser::CrossExprContext *>(expr))
-      return lowerJoin(cross->block(), start, ir::OpKind::Cross);
-    if (auto *plus = dynamic_cast<SpanParser::PlusExprContext *>(expr))
-      return lowerJoin(plus->block(), start, ir::OpKind::Plus);
-    if (auto *message = dynamic_cast<SpanParser::MessageExprContext *>(expr)) {
+    switch (classify(start)) {
+    case ExprKind::CrossBlock:
+      return lowerJoin(
+          static_cast<SpanParser::CrossBlockExprContext *>(expr)->block(),
+          start, ir::OpKind::Cross);
+    case ExprKind::Cross:
+      return lowerJoin(
+          static_cast<SpanParser::CrossExprContext *>(expr)->block(), start,
+          ir::OpKind::Cross);
+    case ExprKind::Plus:
+      return lowerJoin(
+          static_cast<SpanParser::PlusExprContext *>(expr)->block(), start,
+          ir::OpKind::Plus);
+    case ExprKind::Message: {
+      auto *message = static_cast<SpanParser::MessageExprContext *>(expr);
       std::optional<std::string> text = lowerText(message->text());
       if (!text)
         return nullptr;
@@ -533,23 +589,25 @@ private:
                                          : ir::OpKind::Assistant;
       return create(start, kind, {}, {}, *text);
     }
-    if (auto *fragment =
-            dynamic_cast<SpanParser::FragmentExprContext *>(expr)) {
-      std::optional<std::string> text = lowerText(fragment->text());
+    case ExprKind::Fragment: {
+      std::optional<std::string> text = lowerText(
+          static_cast<SpanParser::FragmentExprContext *>(expr)->text());
       if (!text)
         return nullptr;
       return create(start, ir::OpKind::Fragment, {}, {}, *text);
     }
-    if (auto *gen = dynamic_cast<SpanParser::GenExprContext *>(expr)) {
+    case ExprKind::Gen: {
+      auto *gen = static_cast<SpanParser::GenExprContext *>(expr);
       bool ok = true;
       auto options = lowerModelOptions(gen->opts(), "gen", ok);
-      ir::Op *input =
-          lowerJoin(gen->block(), gen->block()->getStart(), ir::OpKind::Cross);
+      SpanParser::BlockContext *block = gen->block();
+      ir::Op *input = lowerJoin(block, block->getStart(), ir::OpKind::Cross);
       if (!ok || !input)
         return nullptr;
       return create(start, ir::OpKind::Gen, {input}, options);
     }
-    if (auto *chat = dynamic_cast<SpanParser::ChatExprContext *>(expr)) {
+    case ExprKind::Chat: {
+      auto *chat = static_cast<SpanParser::ChatExprContext *>(expr);
       bool ok = true;
       auto options = lowerModelOptions(chat->opts(), "chat", ok);
       llvm::SmallVector<ir::Op *, 8> messages;
@@ -558,17 +616,19 @@ private:
         return nullptr;
       return create(start, ir::OpKind::Chat, messages, options);
     }
-    if (auto *repeat = dynamic_cast<SpanParser::RepeatExprContext *>(expr))
-      return lowerRepeat(repeat);
-    if (auto *retrieve = dynamic_cast<SpanParser::RetrieveExprContext *>(expr))
-      return lowerRetrieve(retrieve);
-    if (dynamic_cast<SpanParser::StringExprContext *>(expr)) {
+    case ExprKind::Repeat:
+      return lowerRepeat(static_cast<SpanParser::RepeatExprContext *>(expr));
+    case ExprKind::Retrieve:
+      return lowerRetrieve(
+          static_cast<SpanParser::RetrieveExprContext *>(expr));
+    case ExprKind::String:
       error(start, "a string needs a role here: write user \"...\" (or "
                    "system, assistant, fragment)");
       return nullptr;
+    case ExprKind::Name:
+      return lowerName(start);
     }
-    auto *name = dynamic_cast<SpanParser::NameExprContext *>(expr);
-    return lowerName(name->ID()->getSymbol());
+    return nullptr;
   }
 
   ir::Op *lowerName(antlr4::Token *name) {

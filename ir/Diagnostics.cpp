@@ -68,7 +68,11 @@ void DiagnosticEngine::emit(Location loc, llvm::SourceMgr::DiagKind kind,
       sourceMgr, llvm::SMLoc(), loc.isKnown() ? loc.file : "spanc",
       loc.isKnown() ? int(loc.line) : -1,
       loc.isKnown() ? int(loc.column) - 1 : -1, kind, message.str(), "", {});
-  diagnostic.print(nullptr, llvm::errs());
+  // Through the SourceMgr's handler when there is one, like the rest.
+  if (llvm::SourceMgr::DiagHandlerTy handler = sourceMgr.getDiagHandler())
+    handler(diagnostic, sourceMgr.getDiagContext());
+  else
+    diagnostic.print(nullptr, llvm::errs());
 }
 
 void DiagnosticEngine::emit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,

@@ -316,10 +316,9 @@ Query::~Query() {
   // Operands first, so that no use-list points at a deleted op.
   for (Op &op : ops)
     op.operands.clear();
-  ops.clearAndDispose([](Op *op) {
-    op->firstUse = nullptr;
-    delete op;
-  });
+  // ~Op detaches users left in other queries (ill-formed IR that a pass
+  // may leave behind; the verifier reports it, and teardown stays safe).
+  ops.clearAndDispose([](Op *op) { delete op; });
 }
 
 Op *Query::getYield() {

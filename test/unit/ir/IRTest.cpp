@@ -259,3 +259,24 @@ TEST(IR, HundredThousandOpsBuildPrintParseVerifyInLinearTime) {
   EXPECT_EQ(parsed->countOps(), 100002u);
   EXPECT_LT(seconds, 2.0);
 }
+
+TEST(IR, UsesAcrossQueriesAreReportedAndTornDownSafely) {
+  // A buggy pass could leave an operand pointing into another query: the
+  // verifier says so, and destroying the module in any order is safe.
+  auto module = std::make_unique<Module>();
+  Query *first = module->addQuery("first", {});
+  Query *second = module->addQuery("second", {});
+  Builder builder(first);
+  Op *shared = builder.createUser("shared");
+  builder.createYield(shared);
+  builder.setInsertionPointToEnd(second);
+  builder.createYield(builder.createCross({shared}));
+  Harness harness;
+  EXPECT_FALSE(verify(*module, harness.diagnostics));
+  EXPECT_NE(harness.messages.find("operand #0 is defined outside query "
+                                  "'@second'"),
+            std::string::npos)
+      << harness.messages;
+  module->takeQuery(0).reset(); // the defining query goes first
+  EXPECT_EQ(second->getOps().front().getOperand(0), nullptr);
+}

@@ -58,8 +58,11 @@ pids=()
 for source in "${sources[@]}"; do
   object="$out/obj/$(echo "${source#"$root"/}" | tr '/' '_').o"
   objects+=("$object")
+  # Rebuild when the source, any project header or this script changed.
   if [[ ! -f "$object" || "$source" -nt "$object" ||
-        "$root/test/fuzz/build.sh" -nt "$object" ]]; then
+        "$root/test/fuzz/build.sh" -nt "$object" ||
+        -n "$(find "$root/ir" "$root/frontend" "$root/passes" \
+                  "$root/test/fuzz" -name '*.h' -newer "$object" | head -1)" ]]; then
     "$cxx" "${flags[@]}" -c "$source" -o "$object" &
     pids+=($!)
     # Two cores, shared: at most two compiles at a time.

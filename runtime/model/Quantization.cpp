@@ -37,6 +37,8 @@ constexpr TypeEntry typeTable[] = {
     {28, {"F64", 1, 8}},        {29, {"IQ1_M", 256, 56}},
     {30, {"BF16", 1, 2}},       {34, {"TQ1_0", 256, 54}},
     {35, {"TQ2_0", 256, 66}},   {39, {"MXFP4", 32, 17}},
+    {40, {"NVFP4", 64, 36}},    {41, {"Q1_0", 128, 18}},
+    {42, {"Q2_0", 64, 18}},
 };
 
 // f16 -> f32 for all 65536 bit patterns, built once; dequantization then

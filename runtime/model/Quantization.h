@@ -53,6 +53,9 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42,
 };
 
 /// Elements per block and bytes per block of a type.

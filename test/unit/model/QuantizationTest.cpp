@@ -8,7 +8,10 @@
 
 #include "runtime/model/Quantization.h"
 
+#include "llvm/Support/MemoryBuffer.h"
+
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -214,6 +217,35 @@ TEST(Quantization, Q6_KBlock) {
   EXPECT_EQ(out[16], 1.0f * -32);                    // scales[1], q = 0
   EXPECT_EQ(out[128], -4.0f * ((15 | 3 << 4) - 32)); // -124
   EXPECT_EQ(out[200], 0.0f);
+}
+
+TEST(Quantization, MatchesGgufPyOnPseudoRandomBlocks) {
+  // test/data/reference/dequant_reference.json: random blocks of each type
+  // and the values llama.cpp's gguf-py dequantizes them to (README.md).
+  auto buffer =
+      llvm::MemoryBuffer::getFile("test/data/reference/dequant_reference.json");
+  ASSERT_TRUE(static_cast<bool>(buffer));
+  nlohmann::json reference =
+      nlohmann::json::parse((*buffer)->getBuffer().str());
+  ASSERT_EQ(reference["cases"].size(), 7u);
+  for (const nlohmann::json &item : reference["cases"]) {
+    auto type = static_cast<GgmlType>(item["type_id"].get<uint32_t>());
+    std::string hex = item["bytes"];
+    std::vector<uint8_t> bytes(hex.size() / 2);
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] =
+          static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    int64_t count = item["elements"];
+    ASSERT_EQ(ggmlRowBytes(type, count), bytes.size()) << item["type"];
+    std::vector<float> expected = item["values"];
+    std::vector<float> actual = dequantize(type, bytes, count);
+    for (int64_t i = 0; i < count; ++i)
+      // gguf-py may associate the scale products differently: allow a few
+      // ulps, nothing more.
+      ASSERT_NEAR(actual[i], expected[i],
+                  4e-7f * std::max(1.0f, std::fabs(expected[i])))
+          << item["type"] << " element " << i;
+  }
 }
 
 TEST(Quantization, Bf16RowMatchesRoundedF32Row) {

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <random>
 
 using namespace spanc::model;
 
@@ -180,6 +181,40 @@ TEST_F(SmolLM2Tokenizer, SentencePieceMatchesLlamaCppOnADerivedVocabulary) {
     std::vector<int32_t> ids = (*spm)->encode(text, item["parse_special"]);
     EXPECT_EQ(ids, expected) << item["name"];
     EXPECT_EQ((*spm)->decode(ids), text) << item["name"];
+  }
+}
+
+TEST_F(SmolLM2Tokenizer, RandomTextRoundTripsAndBytesNeverCrash) {
+  // Seeded random strings built from pieces that stress the pre-tokenizer
+  // (spaces, digits, apostrophes, multi-byte letters, emoji, specials):
+  // valid UTF-8 must decode back exactly; arbitrary bytes must not crash.
+  const char *pieces[] = {" ",          "  ",
+                          "\n",         "\t",
+                          "a",          "Z",
+                          "é",          "ß",
+                          "你",         "🍕",
+                          "1",          "23",
+                          "'s",         "'",
+                          "!",          ".",
+                          "-",          "_",
+                          "\r\n",       "\u00a0",
+                          "<|im_end|>", "<|im_start|>",
+                          "ab",         "The"};
+  std::mt19937 random(12345);
+  for (int iteration = 0; iteration < 2000; ++iteration) {
+    std::string text;
+    int length = static_cast<int>(random() % 40);
+    for (int i = 0; i < length; ++i)
+      text += pieces[random() % (sizeof(pieces) / sizeof(pieces[0]))];
+    bool parseSpecial = random() % 2;
+    std::vector<int32_t> ids = tokenizer->encode(text, parseSpecial);
+    ASSERT_EQ(tokenizer->decode(ids), text) << text;
+    std::string bytes;
+    for (int i = 0; i < length; ++i)
+      bytes += static_cast<char>(random() % 256);
+    ids = tokenizer->encode(bytes, parseSpecial);
+    for (int32_t id : ids)
+      ASSERT_TRUE(id >= 0 && id < tokenizer->vocabSize());
   }
 }
 

@@ -12,12 +12,11 @@
 
 #include "passes/PassManager.h"
 
-#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <cstring>
-#include <unordered_map>
 
 namespace spanc::passes {
 
@@ -74,6 +73,25 @@ bool isSameComputation(const Op &a, const Op &b) {
   return true;
 }
 
+/// Ops as DenseSet keys, equal when they compute the same thing.
+struct ComputationInfo {
+  static Op *getEmptyKey() { return llvm::DenseMapInfo<Op *>::getEmptyKey(); }
+  static Op *getTombstoneKey() {
+    return llvm::DenseMapInfo<Op *>::getTombstoneKey();
+  }
+  static unsigned getHashValue(const Op *op) {
+    return static_cast<unsigned>(static_cast<size_t>(hashOp(*op)));
+  }
+  static bool isEqual(const Op *a, const Op *b) {
+    if (a == b)
+      return true;
+    if (a == getEmptyKey() || a == getTombstoneKey() || b == getEmptyKey() ||
+        b == getTombstoneKey())
+      return false;
+    return isSameComputation(*a, *b);
+  }
+};
+
 class CommonSubtreesPass : public Pass {
 public:
   bool run(ir::Module &module, PassContext &) override {
@@ -84,16 +102,17 @@ public:
 
 private:
   static void runOnQuery(ir::Query &query) {
-    // Whether everything an op computes, down to the leaves, is
+    // scratch = 1 when everything an op computes, down to the leaves, is
     // deterministic (what a repeat needs of its body); by program order,
     // so operands are known first.
-    llvm::DenseMap<const Op *, bool> deterministic;
-    std::unordered_map<size_t, llvm::SmallVector<Op *, 1>> seen;
+    for (Op &op : query.getOps())
+      op.scratch = 0;
+    llvm::DenseSet<Op *, ComputationInfo> seen;
     llvm::SmallVector<Op *, 16> duplicates;
     for (Op &op : query.getOps()) {
       bool operandsDeterministic =
           llvm::all_of(op.operandValues(), [&](const Op *operand) {
-            return operand && deterministic.lookup(operand);
+            return operand && operand->scratch;
           });
       bool mergeable;
       switch (op.getKind()) {
@@ -102,31 +121,23 @@ private:
       case OpKind::Gen:
       case OpKind::Chat:
         mergeable = isGreedy(op);
-        deterministic[&op] = mergeable && operandsDeterministic;
+        op.scratch = mergeable && operandsDeterministic;
         break;
       case OpKind::Repeat:
         mergeable = operandsDeterministic;
-        deterministic[&op] = operandsDeterministic;
+        op.scratch = operandsDeterministic;
         break;
       default:
         mergeable = true;
-        deterministic[&op] = operandsDeterministic;
+        op.scratch = operandsDeterministic;
         break;
       }
       if (!mergeable)
         continue;
-      auto &bucket = seen[static_cast<size_t>(hashOp(op))];
-      Op *earlier = nullptr;
-      for (Op *candidate : bucket)
-        if (isSameComputation(*candidate, op)) {
-          earlier = candidate;
-          break;
-        }
-      if (!earlier) {
-        bucket.push_back(&op);
+      auto [it, inserted] = seen.insert(&op);
+      if (inserted)
         continue;
-      }
-      op.replaceAllUsesWith(earlier);
+      op.replaceAllUsesWith(*it);
       duplicates.push_back(&op);
     }
     // A duplicate's operands are its twin's, so they stay in use.

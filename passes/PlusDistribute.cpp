@@ -62,7 +62,7 @@ private:
   static void runOnQuery(ir::Query &query) {
     // Users follow their operands, so a backward sweep knows every user's
     // consumers before the op itself.
-    llvm::DenseMap<const Op *, unsigned> consumers;
+    // The flags live in each op's scratch field for the pass.
     for (Op &op : llvm::reverse(query.getOps())) {
       unsigned flags = 0;
       for (ir::Use &use : op.uses()) {
@@ -71,10 +71,9 @@ private:
           flags |=
               ReachesGen | (user->hasAttr("reduce") ? ReachesReducedGen : 0);
         else if (propagatesConsumers(user))
-          flags |= consumers.lookup(user);
+          flags |= user->scratch;
       }
-      if (flags)
-        consumers[&op] = flags;
+      op.scratch = flags;
     }
 
     llvm::DenseMap<Op *, Op *> distributed; // gen -> ⋈(x, gen)
@@ -95,7 +94,7 @@ private:
     llvm::SmallVector<Op *, 16> targets;
     for (Op &op : query.getOps())
       if ((op.getKind() == OpKind::Plus || op.getKind() == OpKind::Repeat) &&
-          consumers.lookup(&op) == ReachesGen)
+          op.scratch == ReachesGen)
         targets.push_back(&op);
     for (Op *op : targets)
       for (unsigned i = 0; i < op->getNumOperands(); ++i)

@@ -35,7 +35,9 @@ using namespace spanc::kv;
 namespace {
 
 constexpr int NumLayers = 30, NumKvHeads = 3, HeadDim = 64, BlockSize = 16;
-constexpr int SpanTokens = 512;
+constexpr int MaxSpanTokens = 512;
+/// Tokens per span (--span-tokens; 512 by default, at most MaxSpanTokens).
+int spanTokens = MaxSpanTokens;
 constexpr int MaxRequests = 16;
 // 16 distinct spans (512 blocks) + per-request prefix/tail + 15 copies.
 constexpr int NumBlocks = 16 * 32 + 4 * MaxRequests + 15 * 32 + 32;
@@ -73,9 +75,9 @@ struct Sample {
 };
 
 std::vector<TokenId> document(int index) {
-  std::vector<TokenId> tokens(static_cast<size_t>(SpanTokens));
-  for (int i = 0; i < SpanTokens; ++i)
-    tokens[size_t(i)] = 1000 + index * SpanTokens + i;
+  std::vector<TokenId> tokens(static_cast<size_t>(spanTokens));
+  for (int i = 0; i < spanTokens; ++i)
+    tokens[size_t(i)] = 1000 + index * MaxSpanTokens + i;
   return tokens;
 }
 
@@ -217,11 +219,16 @@ int main(int argc, char **argv) {
       warm = true;
     else if (arg.rfind("--tsv=", 0) == 0)
       tsvPath = arg.substr(6);
+    else if (arg.rfind("--span-tokens=", 0) == 0)
+      spanTokens = std::clamp(std::atoi(arg.c_str() + 14), 1, MaxSpanTokens);
+    else if (arg.rfind("--requests=", 0) == 0)
+      requestCounts = {std::clamp(std::atoi(arg.c_str() + 11), 1, MaxRequests)};
     else if (arg == "--quick")
       requestCounts = {1, 4}, repetitions = 3;
     else {
       std::fprintf(stderr,
-                   "usage: %s [--reps=N] [--warm] [--tsv=FILE] [--quick]\n",
+                   "usage: %s [--reps=N] [--warm] [--tsv=FILE] [--quick] "
+                   "[--span-tokens=N] [--requests=N]\n",
                    argv[0]);
       return 2;
     }
@@ -241,7 +248,7 @@ int main(int argc, char **argv) {
   std::printf("SmolLM2 KV shape: %d layers x %d KV heads x head dim %d, block "
               "%d, f32; span %d tokens; %s; %d repetitions (median, "
               "[min, max])\n\n",
-              NumLayers, NumKvHeads, HeadDim, BlockSize, SpanTokens,
+              NumLayers, NumKvHeads, HeadDim, BlockSize, spanTokens,
               warm ? "warm caches" : "cold (L3 flushed per repetition)",
               repetitions);
   std::printf("| workload | path | threads | requests | tokens | copies | "
@@ -294,11 +301,11 @@ int main(int argc, char **argv) {
       if (tsv)
         std::fprintf(tsv,
                      "%s\t%s\t%d\t%d\t%zu\t%u\t%u\t%u\t%.4f\t%.4f\t%.1f\t"
-                     "%.1f\t%.1f\n",
+                     "%.1f\t%.1f\t%.1f\n",
                      config.workload, config.path, config.threads, requests,
                      last.tokens, last.copies, last.inPlace, last.batches,
                      median(plans), median(kernels), median(throughputs), worst,
-                     best);
+                     best, config.threads == 1 ? median(cpuThroughputs) : 0.0);
     }
   }
   if (tsv)

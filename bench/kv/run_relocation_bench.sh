@@ -15,9 +15,12 @@ if [[ -n ${BAZEL_SYMLINK_PREFIX:-} ]]; then build+=("--symlink_prefix=$BAZEL_SYM
 bazel "${startup[@]}" build "${build[@]}" //bench/kv:relocation_bench
 bin="$(bazel "${startup[@]}" info "${build[@]}" bazel-bin 2>/dev/null)/bench/kv/relocation_bench"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 "$bin" "$reps" --tsv="$work/cold.tsv" | tee "$work/cold.txt"
 "$bin" "$reps" --warm --tsv="$work/warm.tsv" | tee "$work/warm.txt"
+# Upper bound of the kernel: one 64-token span (4 blocks, 1.4 MiB of K) that
+# stays in the L2 cache.
+"$bin" "$reps" --warm --span-tokens=64 --requests=1 --tsv="$work/hot.tsv" |
+  tee "$work/hot.txt"
 mkdir -p bench/results
 # Debian's python3 has matplotlib (python3-matplotlib); a pyenv python may not.
 python=/usr/bin/python3
@@ -25,3 +28,5 @@ python=/usr/bin/python3
 "$python" bench/kv/plot_relocation.py "$work" bench/results/kv-relocation
 cp "$work/cold.tsv" bench/results/kv-relocation-cold.tsv
 cp "$work/warm.tsv" bench/results/kv-relocation-warm.tsv
+cp "$work/hot.tsv" bench/results/kv-relocation-hot.tsv
+rm -rf "$work"

@@ -247,6 +247,9 @@ rotateLayerDimMajor16(const KvBlockLayout &layout, const RopeRotation &rotation,
 
 enum class Path { Scalar, TokenMajor, DimMajor, DimMajor16 };
 
+/// Relocations of fewer blocks run on the calling thread.
+constexpr size_t MinParallelOps = 8;
+
 Path choosePath(const KvBlockLayout &layout, const RopeRotation &rotation,
                 bool allowVector) {
   if (!allowVector || !__builtin_cpu_supports("avx512f"))
@@ -277,7 +280,10 @@ void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
   // keeps the hardware prefetchers on one long stream.
   const int64_t numOps = int64_t(ops.size());
   const int64_t numItems = numOps * layout.numLayers;
-#pragma omp parallel for schedule(static) if (numItems > 1)
+  // A few blocks take microseconds on one thread; a parallel region costs
+  // more than it saves there (and, on a busy machine, a barrier can wait a
+  // whole time slice for a descheduled thread).
+#pragma omp parallel for schedule(static) if (ops.size() >= MinParallelOps)
   for (int64_t item = 0; item < numItems; ++item) {
     const size_t index = size_t(item % numOps);
     const int layer = int(item / numOps);

@@ -68,8 +68,8 @@ struct RelocationOp {
 
 /// Applies `ops` (one batch: no op may write a block another op of the batch
 /// reads or writes, other than an in-place op on its own block), threaded
-/// with OpenMP over layers x ops. Uses AVX-512 when the CPU has it and the
-/// layout allows (token-major or dimension-major heads).
+/// with OpenMP over layers x ops from 8 ops (128 tokens) on. Uses AVX-512 when
+/// the CPU has it and the layout allows (token-major or dimension-major heads).
 void relocateBlocks(const KvBlockLayout &layout, const RopeRotation &rotation,
                     float *const *keyLayers, float *const *valueLayers,
                     llvm::ArrayRef<RelocationOp> ops);

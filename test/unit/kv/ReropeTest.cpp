@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -249,6 +251,41 @@ TEST(Relocation, TakesTheVectorPathWhereTheCpuHasAvx512) {
     EXPECT_TRUE(relocationUsesAvx512(tokenMajor, rotation));
     EXPECT_TRUE(relocationUsesAvx512(dimMajor, rotation));
   }
+}
+
+} // namespace
+
+namespace {
+
+TEST(Relocation, ThreadedBatchEqualsOneOpAtATime) {
+  // 12 ops (above the threading threshold) on 2 threads, in place and
+  // copying, against the same ops applied one call at a time.
+  std::mt19937 random(5);
+  Fixture threaded(4, 3, 64, 16, 24, true, 0),
+      serial(4, 3, 64, 16, 24, true, 0);
+  Case c{RopePairing::Normal, true, 64};
+  for (int block = 0; block < 12; ++block)
+    fillBlock(threaded, block, c, 10000.0, 16 * block, random);
+  serial.keys = threaded.keys;
+  serial.values = threaded.values;
+  for (int layer = 0; layer < 4; ++layer) {
+    serial.keyPointers[layer] = serial.keys[layer].data();
+    serial.valuePointers[layer] = serial.values[layer].data();
+  }
+  std::vector<RelocationOp> ops;
+  for (uint32_t block = 0; block < 12; ++block)
+    ops.push_back(
+        {block, block % 2 ? block : block + 12, int64_t(block * 37) - 200});
+  std::vector<double> frequencies = ropeFrequencies(10000.0, 64);
+  RopeRotation rotation{c.pairing, 64, frequencies.data()};
+  omp_set_num_threads(2);
+  relocateBlocks(threaded.layout, rotation, threaded.keyPointers.data(),
+                 threaded.valuePointers.data(), ops);
+  for (const RelocationOp &op : ops)
+    relocateBlocks(serial.layout, rotation, serial.keyPointers.data(),
+                   serial.valuePointers.data(), op);
+  EXPECT_EQ(threaded.keys, serial.keys);
+  EXPECT_EQ(threaded.values, serial.values);
 }
 
 } // namespace

@@ -140,7 +140,13 @@ Compiled compile(const std::string &source) {
   return result;
 }
 
-void profile(const std::string &source) {
+/// One compile of `source`, phase by phase and pass by pass (CPU ms), as
+/// a markdown table; each pass is followed by a verify, as in the pass
+/// manager, timed apart.
+std::string profile(const std::string &source) {
+  std::string table;
+  llvm::raw_string_ostream os(table);
+  os << "| phase | CPU ms | IR ops after |\n|---|---:|---:|\n";
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
   double start = cpuMilliseconds();
@@ -153,12 +159,14 @@ void profile(const std::string &source) {
   double lowered = cpuMilliseconds();
   ir::verify(*module, diagnostics);
   double verified = cpuMilliseconds();
-  llvm::outs() << llvm::format("parse %.1f ms, lower %.1f ms, verify %.1f ms"
-                               " (%zu ops)\n",
-                               parsed - start, lowered - parsed,
-                               verified - lowered, module->countOps());
+  size_t ops = module->countOps();
+  os << llvm::format("| parse (frontend) | %.1f | |\n", parsed - start)
+     << llvm::format("| lower (frontend) | %.1f | %zu |\n", lowered - parsed,
+                     ops)
+     << llvm::format("| verify | %.1f | |\n", verified - lowered);
   passes::PassOptions options;
   passes::PassContext context(diagnostics, options);
+  double verifyTotal = 0;
   for (const char *name : passes::defaultPipeline()) {
     const passes::PassInfo *info = passes::lookupPass(name);
     if (!info)
@@ -167,14 +175,21 @@ void profile(const std::string &source) {
     double before = cpuMilliseconds();
     pass->run(*module, context);
     double after = cpuMilliseconds();
-    llvm::outs() << llvm::format("  %-18s %8.1f ms (%zu ops)\n", name,
-                                 after - before, module->countOps());
+    ir::verify(*module, diagnostics);
+    verifyTotal += cpuMilliseconds() - after;
+    os << llvm::format("| pass %s | %.1f | %zu |\n", name, after - before,
+                       module->countOps());
   }
+  os << llvm::format("| verify after each pass (sum) | %.1f | |\n",
+                     verifyTotal);
   double before = cpuMilliseconds();
   tree.reset();
   module.reset();
-  llvm::outs() << llvm::format("free the tree and the module %.1f ms\n",
-                               cpuMilliseconds() - before);
+  os << llvm::format("| free the parse tree and the module (not timed "
+                     "above) | %.1f | |\n",
+                     cpuMilliseconds() - before);
+  os.flush();
+  return table;
 }
 
 /// The number of queries (of `width` summands) whose program lowers to
@@ -302,7 +317,7 @@ int main(int argc, char **argv) {
     if (arg.consume_front("--profile=")) {
       // Where the time goes for one size: CPU ms per phase and per pass.
       auto [queries, width] = shapeFor(std::stoul(arg.str()));
-      profile(generateProgram(queries, width));
+      llvm::outs() << profile(generateProgram(queries, width));
       return 0;
     }
     if (arg.consume_front("--write-program=")) {
@@ -381,6 +396,16 @@ int main(int argc, char **argv) {
         << row.frontend.median << '\t' << row.pipeline.median << '\t'
         << llvm::format("%.1f", row.peakRssKb / 1024.0) << '\n';
   }
+  if (!rows.empty()) {
+    // Where the time goes at the largest size (this process, one run).
+    auto [queries, width] = shapeFor(rows.back().target);
+    md << "\n## Where the time goes: " << rows.back().target
+       << " nodes, one compile\n\n"
+       << profile(generateProgram(queries, width));
+  }
+  md << "\nReproduce: `bazel run -c opt //bench/compile:compile_bench -- "
+        "--out=bench/results && /usr/bin/python3 bench/compile/plot.py` "
+        "(`--profile=N` prints the breakdown alone).\n";
   md.flush();
   llvm::raw_fd_ostream file(out + "/compile.md", ec);
   file << table;

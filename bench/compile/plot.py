@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Draws bench/results/compile.png from compile.tsv (see CompileBench.cpp)."""
 import csv
 import sys
@@ -29,7 +29,7 @@ left.axhline(1000, color="grey", linewidth=0.8, linestyle=":")
 left.set_xscale("log")
 left.set_yscale("log")
 left.set_xlabel("IR ops")
-left.set_ylabel("ms")
+left.set_ylabel("CPU ms")
 left.set_title("spanc compile --emit=ir-opt")
 left.legend(fontsize=8)
 right.plot(ops, rss, marker="o")

@@ -7,6 +7,20 @@
 // kept in intrusive use-lists, so replaceAllUsesWith is O(uses) and erasing
 // an operand is O(1). Ops are told apart by OpKind with isa/cast/dyn_cast.
 //
+// A rewrite, e.g. unwrapping a plus of one child (match, then rewrite):
+//
+//   for (Op &op : llvm::make_early_inc_range(query.getOps()))
+//     if (llvm::isa<PlusOp>(&op) && op.getNumOperands() == 1) {
+//       op.replaceAllUsesWith(op.getOperand(0));
+//       op.erase();                       // its result is unused now
+//     }
+//
+// New ops go where a Builder points: `Builder b; b.setInsertionPoint(&op);
+// b.setLoc(op.getLoc()); Op *x = b.createCross({a, c});` inserts before op.
+// Operands must be defined earlier in the same query (the verifier checks;
+// Op::moveBefore fixes the order). Query::numberOps() numbers ops in program
+// order into Op::scratch, for linear "is defined before" tests.
+//
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_IR_H
 #define SPANC_IR_IR_H

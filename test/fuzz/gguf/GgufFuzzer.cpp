@@ -2,12 +2,18 @@
 //
 // Parses arbitrary bytes as a GGUF file; when the file opens, touches every
 // metadata value and every tensor byte and dequantizes what can be, so a
-// view that points outside the buffer shows up under ASan.
+// view that points outside the buffer shows up under ASan. Then builds what
+// the engine builds from a file's metadata (ModelConfig, Tokenizer,
+// ChatTemplate) and runs the tokenizer on a fixed text, so corrupt
+// tokenizer metadata is fuzzed too.
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Gguf.h"
+#include "runtime/model/ModelConfig.h"
 #include "runtime/model/Quantization.h"
+#include "runtime/model/Tokenizer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -61,6 +67,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     row.resize(rowLength);
     dequantizeRow(tensor.type, tensor.data, row.data(),
                   static_cast<int64_t>(rowLength));
+  }
+
+  if (auto config = ModelConfig::fromGguf(**file))
+    sink = sink + config->numLayers;
+  else
+    llvm::consumeError(config.takeError());
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  if (!tokenizer) {
+    llvm::consumeError(tokenizer.takeError());
+    return 0;
+  }
+  for (bool parseSpecial : {false, true}) {
+    std::vector<int32_t> ids =
+        (*tokenizer)
+            ->encode("Hello  world's 1234 caf\xc3\xa9 \xff<|im_start|>x\n",
+                     parseSpecial);
+    sink = sink + (*tokenizer)->decode(ids).size();
+  }
+  if (auto chat = ChatTemplate::fromGguf(**file, **tokenizer)) {
+    if (auto ids = chat->encodeMessage("user", "hi"))
+      sink = sink + ids->size();
+    else
+      llvm::consumeError(ids.takeError());
+    sink = sink + chat->assistantHeader().size();
+  } else {
+    llvm::consumeError(chat.takeError());
   }
   return 0;
 }

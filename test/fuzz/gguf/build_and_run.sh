@@ -16,9 +16,12 @@ mkdir -p "$out/new"
 clang++-14 -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root" -I/usr/lib/llvm-14/include \
+  -DPCRE2_CODE_UNIT_WIDTH=8 \
   "$here/GgufFuzzer.cpp" "$root/runtime/model/Gguf.cpp" \
-  "$root/runtime/model/Quantization.cpp" \
-  -L/usr/lib/llvm-14/lib -lLLVMSupport -lLLVMDemangle -lz -ltinfo -lpthread \
+  "$root/runtime/model/Quantization.cpp" "$root/runtime/model/ModelConfig.cpp" \
+  "$root/runtime/model/Tokenizer.cpp" "$root/runtime/model/ChatTemplate.cpp" \
+  -L/usr/lib/llvm-14/lib -lLLVMSupport -lLLVMDemangle -lpcre2-8 -lz -ltinfo \
+  -lpthread \
   -o "$out/gguf_fuzzer"
 
 # -rss_limit_mb guards against allocations sized by the input.

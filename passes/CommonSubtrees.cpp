@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/PassManager.h"
+#include "passes/Passes.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Hashing.h"

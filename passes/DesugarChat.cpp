@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/PassManager.h"
+#include "passes/Passes.h"
 
 #include "llvm/ADT/SmallVector.h"
 

@@ -18,7 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/PassManager.h"
+#include "passes/Passes.h"
 #include "runtime/retrieval/CorpusIndex.h"
 
 #include "llvm/ADT/SmallVector.h"

@@ -17,7 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/PassManager.h"
+#include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"

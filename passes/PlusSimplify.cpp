@@ -16,7 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/DeadOps.h"
-#include "passes/PassManager.h"
+#include "passes/Passes.h"
 
 #include "llvm/ADT/SmallVector.h"
 

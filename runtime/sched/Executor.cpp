@@ -229,11 +229,29 @@ bool Executor::admitReady(RunState &state) {
       active->sampler = std::make_unique<model::Sampler>(params);
     }
 
+    // Admission control: besides its prompt (which admit() checks), a call
+    // needs room to grow to max_tokens, and so do the running ones. Taking
+    // that into account up front keeps preemption (which recomputes, and so
+    // may change a greedy near-tie) for when the estimate is wrong.
+    if (!state.active.empty()) {
+      uint64_t needed = growthBlocks(state, *active);
+      for (const kv::Segment &segment : active->segments)
+        needed += (segment.tokens.size() + executorOptions.blockSize - 1) /
+                  executorOptions.blockSize;
+      for (const auto &running : state.active)
+        needed += growthBlocks(state, *running);
+      if (needed > blockPool->numFreeBlocks()) {
+        state.preempted[callId] = std::move(active);
+        return admittedAny; // retry when a running call releases blocks
+      }
+    }
     active->request = nextRequestId++;
     kv::AdmitResult result =
         cacheManager->admit(active->request, active->segments);
-    if (result.status == kv::AdmitStatus::Wait && !state.active.empty())
+    if (result.status == kv::AdmitStatus::Wait && !state.active.empty()) {
+      state.preempted[callId] = std::move(active);
       return admittedAny; // retry when a running call releases blocks
+    }
     state.ready.pop_front();
     if (result.status != kv::AdmitStatus::Admitted) {
       state.active.push_back(std::move(active));
@@ -250,10 +268,12 @@ bool Executor::admitReady(RunState &state) {
     active->decoding = false;
     stats.queuedSeconds = secondsSince(state.readyAt[callId]);
     if (stats.preemptions == 0) {
+      // (Re-)admission after a deferral counts the final layout only.
       stats.promptTokens = requestPlan.numPromptTokens;
       stats.reusedTokens = requestPlan.numReusedTokens;
       stats.computedTokens =
           requestPlan.numPromptTokens - requestPlan.numReusedTokens;
+      stats.relocatedTokens = 0;
       for (const kv::LogicalBlock &block : requestPlan.blocks)
         if (block.reused &&
             blockPool->storedPosition(block.block) != block.position &&
@@ -277,6 +297,18 @@ bool Executor::admitReady(RunState &state) {
     admittedAny = true;
   }
   return admittedAny;
+}
+
+uint64_t Executor::growthBlocks(const RunState &state,
+                                const Active &active) const {
+  const codegen::Call &call = state.plan->calls[active.call];
+  int64_t remaining = call.options.maxTokens -
+                      int64_t(state.outcomes[active.call].tokens.size()) + 1;
+  // One more for the copy-on-write of a cached or shared last block.
+  return uint64_t(std::max<int64_t>(remaining, 0) + executorOptions.blockSize -
+                  1) /
+             executorOptions.blockSize +
+         1;
 }
 
 llvm::Error Executor::applyRelocations(RunState &state) {
@@ -339,10 +371,6 @@ llvm::Error Executor::step(RunState &state) {
     if (!active.decoding)
       continue;
     const kv::RequestPlan &plan = cacheManager->plan(active.request);
-    if (active.pendingSlot.copy)
-      storage->copyBlock(active.pendingSlot.copy->source,
-                         active.pendingSlot.copy->destination);
-    active.pendingSlot.copy.reset();
     StepBatch::Entry &entry = batch.entries.emplace_back();
     entry.active = &active;
     entry.isDecode = true;
@@ -465,7 +493,7 @@ llvm::Error Executor::step(RunState &state) {
         cacheManager->appendToken(active.request, token);
     active.pending = token;
     if (slot) {
-      active.pendingSlot = *slot;
+      takeSlot(active, *slot);
       continue;
     }
     llvm::consumeError(slot.takeError());
@@ -488,7 +516,7 @@ llvm::Error Executor::step(RunState &state) {
       slot = cacheManager->appendToken(active->request, active->pending);
     }
     if (slot) {
-      active->pendingSlot = *slot;
+      takeSlot(*active, *slot);
       continue;
     }
     llvm::consumeError(slot.takeError());
@@ -497,6 +525,15 @@ llvm::Error Executor::step(RunState &state) {
            "it more room (--kv-cache)");
   }
   return llvm::Error::success();
+}
+
+void Executor::takeSlot(Active &active, const kv::DecodeSlot &slot) {
+  // Copy-on-write now: appendToken released the source block, and the next
+  // allocation (another call's append, an admission) may recycle it.
+  if (slot.copy)
+    storage->copyBlock(slot.copy->source, slot.copy->destination);
+  active.pendingSlot = slot;
+  active.pendingSlot.copy.reset();
 }
 
 bool Executor::preemptFor(RunState &state, Active &needy) {

@@ -36,7 +36,11 @@ namespace spanc::sched {
 
 struct ExecutorOptions {
   kv::CacheMode cacheMode = kv::CacheMode::Span;
-  kv::RelocationMode relocationMode = kv::RelocationMode::Rerope;
+  /// rope-in-kernel by default: K is stored unrotated, so a cached block is
+  /// bit-identical wherever it is reused and answers never depend on what
+  /// the cache held. rerope rotates stored K by the position delta, which
+  /// rounds (about 1e-7 relative) and can flip a greedy near-tie.
+  kv::RelocationMode relocationMode = kv::RelocationMode::RopeInKernel;
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
   int64_t cacheTokens = 65536;
@@ -109,6 +113,10 @@ private:
   void finish(RunState &state, Active &active, bool succeeded,
               std::string error);
   bool preemptFor(RunState &state, Active &needy);
+  /// Makes the decode slot's copy-on-write copy and remembers the slot.
+  void takeSlot(Active &active, const kv::DecodeSlot &slot);
+  /// Blocks `active` may still need to reach its max_tokens.
+  uint64_t growthBlocks(const RunState &state, const Active &active) const;
 
   model::Model *modelPtr = nullptr;
   const model::Tokenizer *tokenizerPtr = nullptr;

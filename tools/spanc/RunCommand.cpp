@@ -156,27 +156,31 @@ int runRun(const std::vector<std::string> &args) {
       ("cache", po::value<std::string>()->default_value("span"),            //
        "KV cache mode: span (spans hit at any position), prefix (stock "    //
        "prefix caching: the baseline) or off")                              //
-      ("relocation", po::value<std::string>()->default_value("rerope"),     //
-       "how reused spans move: rerope (rotate cached K by the position "    //
-       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
-      ("threads,t", po::value<int>(),                                       //
-       "CPU threads (default: all cores)")                                  //
-      ("kv-cache", po::value<std::string>()->default_value("65536"),        //
-       "KV cache capacity: tokens (65536) or memory (512MiB, 2GiB)")        //
-      ("block-size", po::value<unsigned>()->default_value(16),              //
-       "tokens per KV cache block")                                         //
-      ("step-tokens", po::value<int64_t>()->default_value(512),             //
-       "token budget of one scheduler step (decode tokens + prefill)")      //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
-       "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
-       "with reduce=)")                                                     //
-      ("prepare-fragments",                                                 //
-       "warm the cache with one G1 call per retrieved fragment first")      //
-      ("repeat", po::value<unsigned>()->default_value(1),                   //
-       "run the program this many times against the same (warm) cache "     //
-       "(answers are printed once; --stats shows every run)")               //
-      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "       //
-                "reused/computed/relocated, hit rate, decode tokens/s")     //
+      ("relocation",
+       po::value<std::string>()->default_value("rope-in-kernel"),          //
+       "how reused spans move: rerope (rotate cached K by the position "   //
+       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")  //
+      ("threads,t", po::value<int>(),                                      //
+       "CPU threads (default: all cores)")                                 //
+      ("kv-cache", po::value<std::string>()->default_value("65536"),       //
+       "KV cache capacity: tokens (65536) or memory (512MiB, 2GiB)")       //
+      ("block-size", po::value<unsigned>()->default_value(16),             //
+       "tokens per KV cache block")                                        //
+      ("step-tokens", po::value<int64_t>()->default_value(512),            //
+       "token budget of one scheduler step (decode tokens + prefill)")     //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
+       "tree-reduce gens over a wide plus with this fan-in (0: only gens " //
+       "with reduce=)")                                                    //
+      ("prepare-fragments",                                                //
+       "warm the cache with one G1 call per retrieved fragment first")     //
+      ("repeat", po::value<unsigned>()->default_value(1),                  //
+       "run the program this many times against the same (warm) cache "    //
+       "(answers are printed once; --stats shows every run)")              //
+      ("batch-invariant",                                                  //
+       "f32 GEMMs, so every answer is exactly what the call would give "   //
+       "alone (bf16 kernels round differently with the batch size)")       //
+      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "      //
+                "reused/computed/relocated, hit rate, decode tokens/s")    //
       ("json", "print results and statistics as JSON on stdout");
   po::positional_options_description positional;
   positional.add("input", 1);
@@ -241,7 +245,12 @@ int runRun(const std::vector<std::string> &args) {
   std::string modelPath = values.count("model")
                               ? values["model"].as<std::string>()
                               : defaultModelPath();
-  auto model = model::Model::load(modelPath);
+  // bf16 GEMMs (and int8 decode GEMVs) round differently with the number
+  // of rows in a step, so an answer can depend on what shares its step;
+  // f32 GEMMs do not, at a prefill cost.
+  model::ModelOptions modelOptions;
+  modelOptions.forceF32 = values.count("batch-invariant") != 0;
+  auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("run", "cannot load model '" + modelPath +
                                   "': " + llvm::toString(model.takeError()) +

@@ -345,18 +345,12 @@ void pagedAttention(const PagedAttentionShape &shape,
     }
   }
 
-  // Tiles first; then, if they are too few to keep every thread busy, split
-  // each tile's visible pages into ranges (flash-decoding style).
-  const int threads = omp_get_max_threads();
-  int64_t numTiles = 0;
-  for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
-    int64_t rows = int64_t(batch.queryOffsets[sequence + 1] -
-                           batch.queryOffsets[sequence]) *
-                   groupSize;
-    numTiles += shape.numKvHeads * ((rows + kMaxRows - 1) / kMaxRows);
-  }
-  const int64_t splitTarget =
-      numTiles >= 2 * threads ? 1 : (4 * threads + numTiles - 1) / numTiles;
+  // Each tile's visible pages are split into ranges (flash-decoding style)
+  // by the tile's own length only, never by the batch or the thread count:
+  // a sequence's output must not depend on what shares its step, or a
+  // cache hit, a bulk and a solo run could round differently and flip a
+  // greedy choice.
+  constexpr int64_t splitTarget = 16;
 
   workspace.items.clear();
   workspace.groups.clear();

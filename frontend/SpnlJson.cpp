@@ -84,6 +84,13 @@ public:
                        llvm::SourceMgr::DK_Error,
                        "invalid JSON: " + cleanMessage(error.what()));
       return nullptr;
+    } catch (const Json::exception &error) {
+      // Other failures while building the document (a number that does not
+      // fit a double, "1e400", is out_of_range.406) carry no position; a SAX
+      // pass that only listens for the error finds the offending token.
+      diagnostics.emit(at(locateFailure(text)), llvm::SourceMgr::DK_Error,
+                       "invalid JSON: " + cleanMessage(error.what()));
+      return nullptr;
     }
     locateNodes(text, document);
 
@@ -114,12 +121,54 @@ private:
     return llvm::SMLoc::getFromPointer(buffer->getBufferStart() + offset);
   }
 
+  /// Ignores every SAX event but the error, whose position it records.
+  struct ErrorLocator : nlohmann::json_sax<Json> {
+    size_t offset = 0;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t &) override {
+      return true;
+    }
+    bool string(string_t &) override { return true; }
+    bool binary(binary_t &) override { return true; }
+    bool start_object(size_t) override { return true; }
+    bool key(string_t &) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(size_t position, const std::string &lastToken,
+                     const nlohmann::detail::exception &) override {
+      // `position` counts the bytes read, the offending token included.
+      offset = position >= lastToken.size() ? position - lastToken.size() : 0;
+      return false;
+    }
+  };
+
+  /// The offset of the token that made Json::parse throw (0 if unknown).
+  size_t locateFailure(llvm::StringRef text) const {
+    ErrorLocator locator;
+    try {
+      Json::sax_parse(text.begin(), text.end(), &locator);
+    } catch (const Json::exception &) {
+    }
+    return std::min(locator.offset, text.size());
+  }
+
   static std::string cleanMessage(llvm::StringRef message) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2:
-    // syntax error ..." -> keep what follows the position.
+    // syntax error ..." -> keep what follows the position;
+    // "[json.exception.out_of_range.406] number overflow ..." -> drop the tag
+    // (the diagnostic gives the position itself).
+    if (!message.startswith("[json.exception"))
+      return message.str();
     size_t colon = message.find(": ");
-    if (message.startswith("[json.exception") && colon != llvm::StringRef::npos)
+    if (colon != llvm::StringRef::npos)
       return message.substr(colon + 2).str();
+    size_t tagEnd = message.find("] ");
+    if (tagEnd != llvm::StringRef::npos)
+      return message.substr(tagEnd + 2).str();
     return message.str();
   }
 

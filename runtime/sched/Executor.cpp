@@ -463,6 +463,10 @@ llvm::Error Executor::step(RunState &state) {
       active.decoding = true;
     }
     int64_t rowIndex = output.rowOffsets[s];
+    if (entry.completesPrompt && executorOptions.keepFirstLogits &&
+        outcome.firstLogits.empty())
+      outcome.firstLogits.assign(output.row(rowIndex),
+                                 output.row(rowIndex) + output.vocabSize);
     kv::TokenId token = active.sampler->sample(
         llvm::ArrayRef<float>(output.row(rowIndex), size_t(output.vocabSize)));
     if (outcome.tokens.empty() && outcome.stats.generatedTokens == 0) {

@@ -46,6 +46,8 @@ struct ExecutorOptions {
   int64_t cacheTokens = 65536;
   /// Tokens one forward step may process (decode tokens + prefill chunks).
   int64_t stepTokenBudget = 512;
+  /// Keep each call's first-token logits in its outcome.
+  bool keepFirstLogits = false;
 };
 
 /// Per-call figures for --stats.
@@ -76,6 +78,9 @@ struct CallOutcome {
   std::vector<kv::TokenId> tokens;
   std::string text;
   CallStats stats;
+  /// The logits the first token was sampled from, with
+  /// ExecutorOptions::keepFirstLogits (tests compare cache hits to misses).
+  std::vector<float> firstLogits;
 };
 
 /// Streaming: a piece of text call `call` just produced.

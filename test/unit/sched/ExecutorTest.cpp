@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -112,8 +113,9 @@ protected:
   std::unique_ptr<sched::Executor>
   makeExecutor(kv::CacheMode cacheMode = kv::CacheMode::Span,
                kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
-               int64_t cacheTokens = 16384) {
+               int64_t cacheTokens = 16384, bool keepFirstLogits = false) {
     sched::ExecutorOptions options;
+    options.keepFirstLogits = keepFirstLogits;
     options.cacheMode = cacheMode;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
@@ -203,6 +205,33 @@ TEST_F(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
       EXPECT_GT(warm[0].stats.relocatedTokens, 0u);
     else
       EXPECT_EQ(warm[0].stats.relocatedTokens, 0u);
+  }
+}
+
+TEST_F(ExecutorTest, ASpanHitGivesTheLogitsOfTheMissUnderBothRelocations) {
+  // BA cold (every block computed) against BA after AB (both documents
+  // reused at other offsets): the first token's logits agree to 1e-3.
+  codegen::Plan ab = compile(kAB), ba = compile(kBA);
+  for (kv::RelocationMode mode :
+       {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+    auto cold = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    auto miss = cold->run(ba);
+    auto warm = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    warm->run(ab);
+    auto hit = warm->run(ba);
+    ASSERT_GT(hit[0].stats.reusedTokens, 100u);
+    ASSERT_EQ(hit[0].firstLogits.size(), miss[0].firstLogits.size());
+    ASSERT_FALSE(miss[0].firstLogits.empty());
+    double maxDifference = 0;
+    for (size_t i = 0; i < miss[0].firstLogits.size(); ++i)
+      maxDifference = std::max(
+          maxDifference,
+          double(std::fabs(hit[0].firstLogits[i] - miss[0].firstLogits[i])));
+    EXPECT_LE(maxDifference, 1e-3)
+        << (mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel");
+    if (mode == kv::RelocationMode::RopeInKernel) {
+      EXPECT_EQ(maxDifference, 0.0) << "unrotated K is reused bit for bit";
+    }
   }
 }
 

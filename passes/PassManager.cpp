@@ -91,10 +91,11 @@ llvm::Error PassManager::addPipeline(llvm::StringRef commaSeparated) {
   return llvm::Error::success();
 }
 
-void PassManager::addDefaultPipeline() {
+void PassManager::addDefaultPipeline(llvm::ArrayRef<std::string> skip) {
   for (const char *name : defaultPipeline())
     if (const PassInfo *info = lookupPass(name))
-      addPass(name, info->factory());
+      if (llvm::find(skip, name) == skip.end())
+        addPass(name, info->factory());
 }
 
 void PassManager::addPass(llvm::StringRef name, std::unique_ptr<Pass> pass) {

@@ -99,8 +99,9 @@ public:
   /// Adds the passes of "a,b,c" (empty: none). An unknown name is an error
   /// that lists the registered passes.
   llvm::Error addPipeline(llvm::StringRef commaSeparated);
-  /// Adds the registered passes of defaultPipeline().
-  void addDefaultPipeline();
+  /// Adds the registered passes of defaultPipeline(), less those named in
+  /// `skip` (e.g. bulk-order, to measure a bulk in its written order).
+  void addDefaultPipeline(llvm::ArrayRef<std::string> skip = {});
   void addPass(llvm::StringRef name, std::unique_ptr<Pass> pass);
   /// The names of the passes that will run, in order.
   std::vector<std::string> getPassNames() const;

@@ -171,6 +171,9 @@ int runRun(const std::vector<std::string> &args) {
       ("tree-reduce", po::value<unsigned>()->default_value(0),             //
        "tree-reduce gens over a wide plus with this fan-in (0: only gens " //
        "with reduce=)")                                                    //
+      ("skip-pass", po::value<std::vector<std::string>>()->composing(),    //
+       "leave this pass out of the default pipeline (repeatable); e.g. "   //
+       "bulk-order, to run a bulk in its written (FIFO) order")            //
       ("prepare-fragments",                                                //
        "warm the cache with one G1 call per retrieved fragment first")     //
       ("repeat", po::value<unsigned>()->default_value(1),                  //
@@ -237,7 +240,14 @@ int runRun(const std::vector<std::string> &args) {
   passOptions.prepareFragments = values.count("prepare-fragments") != 0;
   passes::PassContext passContext(diagnostics, passOptions);
   passes::PassManager passManager(passContext);
-  passManager.addDefaultPipeline();
+  std::vector<std::string> skippedPasses;
+  if (values.count("skip-pass"))
+    skippedPasses = values["skip-pass"].as<std::vector<std::string>>();
+  for (const std::string &name : skippedPasses)
+    if (!passes::lookupPass(name))
+      return reportError("run", "--skip-pass: no pass named '" + name +
+                                    "' (see 'spanc opt --help')");
+  passManager.addDefaultPipeline(skippedPasses);
   if (llvm::Error error = passManager.run(*module))
     return reportError("run", llvm::toString(std::move(error)));
 

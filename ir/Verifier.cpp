@@ -9,6 +9,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace spanc::ir {
 
@@ -53,9 +54,17 @@ public:
   void verifyQuery(const Query &query) {
     if (query.getName().empty())
       error(query.getLoc(), "a query needs a name");
-    query.numberOps();
+    // Numbering and checking share one walk over the op list (after passes
+    // the ops are scattered in memory, so each walk is mostly cache misses).
+    // An op is numbered when the walk reaches it; `order` maps numbers back
+    // to ops, so an operand whose number is stale (not reached yet) fails
+    // `order[number] == operand` and is reported as used before defined.
+    order.clear();
+    numberedAll = false;
     const Op *yield = nullptr;
     for (const Op &op : query.getOps()) {
+      op.scratch = static_cast<unsigned>(order.size());
+      order.push_back(&op);
       verifyOp(op, query);
       if (op.getKind() != OpKind::Yield)
         continue;
@@ -91,67 +100,116 @@ private:
     diagnostics.error(loc, message);
   }
 
+  // The checks below run for every op of every query after every pass, so
+  // the success path builds no strings: messages (op names, operand and
+  // attribute descriptions) are composed only once something is wrong.
+
+  static std::string opName(const OpInfo &info) {
+    return std::string("'span.") + info.name + "'";
+  }
+
+  static std::string operandName(const OpInfo &info, unsigned index) {
+    return opName(info) + " operand #" + std::to_string(index);
+  }
+
+  /// The index of the spec named `name` in `info.attributes`, or -1. Compares
+  /// without strlen: the names are short and this runs once per attribute.
+  static int findSpec(const OpInfo &info, llvm::StringRef name) {
+    for (size_t i = 0, e = info.attributes.size(); i < e; ++i) {
+      const char *specName = info.attributes[i].name;
+      if (std::strncmp(specName, name.data(), name.size()) == 0 &&
+          specName[name.size()] == '\0')
+        return static_cast<int>(i);
+    }
+    return -1;
+  }
+
   void verifyOp(const Op &op, const Query &query) {
     const OpInfo &info = op.getInfo();
-    std::string opName = std::string("'span.") + info.name + "'";
     unsigned numOperands = op.getNumOperands();
     if (info.maxOperands == OpInfo::kVariadic) {
       if (numOperands < info.minOperands)
-        error(op.getLoc(), opName + " takes at least " +
+        error(op.getLoc(), opName(info) + " takes at least " +
                                llvm::Twine(info.minOperands) +
                                " operands, got " + llvm::Twine(numOperands));
     } else if (numOperands < info.minOperands ||
                numOperands > info.maxOperands) {
       error(op.getLoc(),
-            opName + " takes " + llvm::Twine(info.minOperands) +
+            opName(info) + " takes " + llvm::Twine(info.minOperands) +
                 (info.minOperands == 1 ? " operand" : " operands") + ", got " +
                 llvm::Twine(numOperands));
     }
     for (unsigned i = 0; i < numOperands; ++i) {
       const Op *operand = op.getOperand(i);
-      std::string which = opName + " operand #" + std::to_string(i);
       if (!operand) {
-        error(op.getLoc(), which + " refers to an op that was erased");
+        error(op.getLoc(),
+              operandName(info, i) + " refers to an op that was erased");
         continue;
       }
       if (operand->getParent() != &query) {
-        error(op.getLoc(),
-              which + " is defined outside query '@" + query.getName() + "'");
+        error(op.getLoc(), operandName(info, i) +
+                               " is defined outside query '@" +
+                               query.getName() + "'");
         continue;
       }
       if (!operand->hasResult()) {
-        error(op.getLoc(), which + " is a span.yield, which has no result");
+        error(op.getLoc(),
+              operandName(info, i) + " is a span.yield, which has no result");
         continue;
       }
-      if (operand->scratch >= op.scratch)
-        error(op.getLoc(), which + " (%" + llvm::Twine(operand->scratch) +
+      if (operand->scratch >= op.scratch ||
+          order[operand->scratch] != operand) {
+        // Number the whole query so that the message names the operand by
+        // its real number (renumbering gives reached ops the same numbers).
+        if (!numberedAll) {
+          query.numberOps();
+          numberedAll = true;
+        }
+        error(op.getLoc(), operandName(info, i) + " (%" +
+                               llvm::Twine(operand->scratch) +
                                ") is used before it is defined");
+      }
     }
 
     bool wantsText = info.text != TextPosition::None;
     if (!wantsText && !op.getText().empty())
-      error(op.getLoc(), opName + " has no text, but text is set");
+      error(op.getLoc(), opName(info) + " has no text, but text is set");
     if (info.text == TextPosition::Query && op.getText().empty())
-      error(op.getLoc(), opName + " needs a non-empty query text");
+      error(op.getLoc(), opName(info) + " needs a non-empty query text");
 
+    // Which specs the op carries, for the "required" check without a second
+    // lookup per spec (schemas have a handful of attributes).
+    uint64_t present = 0;
     for (const NamedAttribute &attr : op.getAttributes()) {
-      const AttrSpec *spec = info.findAttribute(attr.name);
-      if (!spec) {
+      int index = findSpec(info, attr.name);
+      if (index < 0) {
         error(op.getLoc(), "unknown attribute '" + attr.name + "' on " +
-                               opName + "; " + listAttributes(info));
+                               opName(info) + "; " + listAttributes(info));
         continue;
       }
-      verifyAttribute(op, opName, *spec, attr.value);
+      if (index < 64)
+        present |= uint64_t(1) << index;
+      verifyAttribute(op, info, info.attributes[index], attr.value);
     }
-    for (const AttrSpec &spec : info.attributes)
-      if (spec.required && !op.hasAttr(spec.name))
-        error(op.getLoc(), opName + " needs attribute '" + spec.name + "'");
+    for (size_t i = 0, e = info.attributes.size(); i < e; ++i) {
+      const AttrSpec &spec = info.attributes[i];
+      if (!spec.required)
+        continue;
+      bool has = i < 64 ? (present >> i) & 1 : op.hasAttr(spec.name);
+      if (!has)
+        error(op.getLoc(),
+              opName(info) + " needs attribute '" + spec.name + "'");
+    }
   }
 
-  void verifyAttribute(const Op &op, const std::string &opName,
-                       const AttrSpec &spec, const Attribute &value) {
-    std::string what =
-        ("attribute '" + llvm::Twine(spec.name) + "' of " + opName).str();
+  static std::string describeAttribute(const OpInfo &info,
+                                       const AttrSpec &spec) {
+    return ("attribute '" + llvm::Twine(spec.name) + "' of " + opName(info))
+        .str();
+  }
+
+  void verifyAttribute(const Op &op, const OpInfo &info, const AttrSpec &spec,
+                       const Attribute &value) {
     bool typeOk = false;
     switch (spec.type) {
     case AttrType::Int:
@@ -165,7 +223,8 @@ private:
       break;
     }
     if (!typeOk) {
-      error(op.getLoc(), what + " must be " + describeType(spec.type));
+      error(op.getLoc(), describeAttribute(info, spec) + " must be " +
+                             describeType(spec.type));
       return;
     }
     if (spec.type == AttrType::String)
@@ -176,12 +235,18 @@ private:
       std::string shown;
       llvm::raw_string_ostream os(shown);
       printAttribute(value, os);
-      error(op.getLoc(), what + " must be in [" + formatBound(spec.min) + ", " +
+      error(op.getLoc(), describeAttribute(info, spec) + " must be in [" +
+                             formatBound(spec.min) + ", " +
                              formatBound(spec.max) + "], got " + os.str());
     }
   }
 
   DiagnosticEngine &diagnostics;
+  /// The ops of the query being verified, by number (kept across queries
+  /// for its capacity).
+  std::vector<const Op *> order;
+  /// Whether the query being verified has been numbered in full.
+  bool numberedAll = false;
 };
 
 } // namespace

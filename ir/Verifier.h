@@ -6,6 +6,11 @@
 // retrieve have text, and that each query ends with exactly one span.yield.
 // Every problem is reported at the op's location; all are reported.
 //
+// The pass manager runs it after every pass, so it is one walk over each
+// query's ops that allocates nothing while the IR is well formed (messages
+// are built on the error path only); verifying renumbers each query's ops
+// (Op::scratch), as Query::numberOps() does.
+//
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_VERIFIER_H
 #define SPANC_IR_VERIFIER_H

@@ -1,14 +1,26 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
+#include "codegen/ChatTemplateEncoder.h"
+#include "codegen/Lowering.h"
+#include "codegen/Plan.h"
 #include "frontend/Load.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
+#include "runtime/kv/KvCacheManager.h"
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
 
 namespace spanc::cli {
 
@@ -31,33 +43,118 @@ int writeOutput(const po::variables_map &values, const std::string &text) {
   return 0;
 }
 
+/// The identity the block hashes are keyed by, computed from the GGUF alone
+/// (architecture, file name and size, each tensor's name and first 256
+/// bytes) the way the executor computes it from the loaded model, so that
+/// --emit=plan prints the hashes `spanc run` will use. Only the first bytes
+/// of each tensor are touched, so the mapped weights are never read in full.
+std::string modelIdentity(const model::GgufFile &file) {
+  XXH3_state_t *state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  uint64_t size = file.fileSize();
+  XXH3_128bits_update(state, &size, sizeof(size));
+  for (const model::GgufTensor &tensor : file.tensors()) {
+    XXH3_128bits_update(state, tensor.name.data(), tensor.name.size());
+    XXH3_128bits_update(state, tensor.data,
+                        std::min<uint64_t>(tensor.numBytes, 256));
+  }
+  XXH128_hash_t digest = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  char hex[40];
+  snprintf(hex, sizeof(hex), "%016llx%016llx",
+           static_cast<unsigned long long>(digest.high64),
+           static_cast<unsigned long long>(digest.low64));
+  llvm::Expected<llvm::StringRef> architecture =
+      file.getString("general.architecture", "");
+  std::string arch = architecture ? architecture->str() : "";
+  if (!architecture)
+    llvm::consumeError(architecture.takeError());
+  return arch + ":" + llvm::sys::path::filename(file.name()).str() + ":" + hex;
+}
+
+/// Lowers the optimized `module` through the chat template of the model at
+/// `--model` and prints the plan; returns the exit code.
+int emitPlan(const po::variables_map &values, const ir::Module &module,
+             ir::DiagnosticEngine &diagnostics) {
+  codegen::PlanPrintOptions printOptions;
+  printOptions.blockSize = values["block-size"].as<unsigned>();
+  if (printOptions.blockSize == 0)
+    return reportError("compile", "--block-size must be at least 1");
+  auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
+  if (!cacheMode)
+    return reportError("compile", llvm::toString(cacheMode.takeError()));
+  printOptions.cacheMode = *cacheMode;
+  printOptions.printTokens = values.count("print-tokens") != 0;
+
+  // Only the tokenizer and the chat template: the file is mapped, and its
+  // tensor data is never loaded.
+  std::string modelPath = values.count("model")
+                              ? values["model"].as<std::string>()
+                              : defaultModelPath();
+  auto file = model::GgufFile::open(modelPath);
+  if (!file)
+    return reportError("compile", "cannot open model '" + modelPath +
+                                      "': " + llvm::toString(file.takeError()) +
+                                      " (tools/setup.sh installs the default)");
+  auto tokenizer = model::Tokenizer::fromGguf(**file);
+  if (!tokenizer)
+    return reportError("compile", llvm::toString(tokenizer.takeError()));
+  auto chatTemplate = model::ChatTemplate::fromGguf(**file, **tokenizer);
+  if (!chatTemplate)
+    return reportError("compile", llvm::toString(chatTemplate.takeError()));
+  codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  std::optional<codegen::Plan> plan =
+      codegen::lowerToPlan(module, encoder, diagnostics);
+  if (!plan)
+    return 1;
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  codegen::printPlan(*plan, kv::BlockHasher(modelIdentity(**file)),
+                     printOptions, os);
+  os.flush();
+  return writeOutput(values, text);
+}
+
 } // namespace
 
 int runCompile(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()                                                   //
-      ("input", po::value<std::string>()->required(),                     //
-       "a .span program, an spnl .json query or a .ir file")              //
-      ("emit", po::value<std::string>()->default_value("ast"),            //
-       "what to print: ast (the parse tree of a .span program), ir (the " //
-       "verified IR), ir-opt (the IR after the default pipeline; see "    //
-       "'spanc opt --help'); plan comes with lowering (issue #6)")        //
-      ("set", po::value<std::vector<std::string>>()->composing(),         //
-       "NAME=VALUE: override `param NAME` (repeatable; the value is "     //
-       "typed by the param's literal)")                                   //
-      ("output,o", po::value<std::string>(),                              //
-       "write the output here instead of stdout")                         //
-      ("print-loc", "print each op's source location as loc(...)")        //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),            //
-       "with --emit=ir-opt: tree-reduce gens over wide plus with this "   //
-       "fan-in (0: only gens with reduce=)")                              //
-      ("prepare-fragments",                                               //
-       "with --emit=ir-opt: desugar-retrieve adds cache warm-up calls");
+  options.add_options()                                                    //
+      ("input", po::value<std::string>()->required(),                      //
+       "a .span program, an spnl .json query or a .ir file")               //
+      ("emit", po::value<std::string>()->default_value("ast"),             //
+       "what to print: ast (the parse tree of a .span program), ir (the "  //
+       "verified IR), ir-opt (the IR after the default pipeline; see "     //
+       "'spanc opt --help'), plan (the model calls after the default "     //
+       "pipeline, lowered through --model's chat template)")               //
+      ("set", po::value<std::vector<std::string>>()->composing(),          //
+       "NAME=VALUE: override `param NAME` (repeatable; the value is "      //
+       "typed by the param's literal)")                                    //
+      ("output,o", po::value<std::string>(),                               //
+       "write the output here instead of stdout")                          //
+      ("print-loc", "print each op's source location as loc(...)")         //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
+       "with --emit=ir-opt or plan: tree-reduce gens over wide plus with " //
+       "this fan-in (0: only gens with reduce=)")                          //
+      ("prepare-fragments",                                                //
+       "with --emit=ir-opt or plan: desugar-retrieve adds cache warm-up "  //
+       "calls")                                                            //
+      ("model", po::value<std::string>(),                                  //
+       "with --emit=plan: the GGUF whose tokenizer and chat template "     //
+       "lower the program (its weights are not loaded; default: "          //
+       "$SPANC_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)")          //
+      ("block-size", po::value<unsigned>()->default_value(16),             //
+       "with --emit=plan: tokens per KV cache block")                      //
+      ("cache", po::value<std::string>()->default_value("span"),           //
+       "with --emit=plan: the KV cache mode the layout is shown for: "     //
+       "span (spans hash from the root), prefix (one causal chain), off")  //
+      ("print-tokens", "with --emit=plan: print every token id");
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
       "compile",
-      "spanc compile FILE [--emit=ast|ir|ir-opt] [--set N=V] [-o OUT]",
+      "spanc compile FILE [--emit=ast|ir|ir-opt|plan] [--set N=V] [-o OUT]",
       "Compiles a span program (.span), an spnl JSON query (.json) or span\n"
       "IR (.ir) and prints what --emit asks for. Errors are reported as\n"
       "file:line:col with the source line and a caret; all errors of a file\n"
@@ -69,9 +166,7 @@ int runCompile(const std::vector<std::string> &args) {
 
   std::string path = values["input"].as<std::string>();
   std::string emit = values["emit"].as<std::string>();
-  if (emit == "plan")
-    return notYetImplemented("compile --emit=plan", "#6 (lowering to a plan)");
-  if (emit != "ast" && emit != "ir" && emit != "ir-opt")
+  if (emit != "plan" && emit != "ast" && emit != "ir" && emit != "ir-opt")
     return reportError("compile", "unknown --emit=" + emit +
                                       " (expected ast, ir, ir-opt or plan)");
 
@@ -107,7 +202,7 @@ int runCompile(const std::vector<std::string> &args) {
       frontend::loadModule(path, diagnostics, frontendOptions);
   if (!module)
     return 1;
-  if (emit == "ir-opt") {
+  if (emit == "ir-opt" || emit == "plan") {
     passes::PassOptions passOptions;
     passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
     passOptions.prepareFragments = values.count("prepare-fragments") != 0;
@@ -117,6 +212,8 @@ int runCompile(const std::vector<std::string> &args) {
     if (llvm::Error error = manager.run(*module))
       return reportError("compile", llvm::toString(std::move(error)));
   }
+  if (emit == "plan")
+    return emitPlan(values, *module, diagnostics);
   ir::PrintOptions printOptions;
   printOptions.printLocations = values.count("print-loc") != 0;
   return writeOutput(values, ir::toString(*module, printOptions));

@@ -89,6 +89,7 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
+  model->halfPrecisionKv = options.halfPrecisionKv;
   model->maxQuantizedRows = options.forceF32 || !cpu::hasQuantGemvKernel()
                                 ? 0
                                 : options.maxQuantizedRows;
@@ -267,23 +268,18 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
 
-  // A projection: the packed GEMM, or for small steps the in-place 4/8-bit
-  // weights (one activation quantization shared by the stacked parts).
+  // A projection: the packed GEMM, or for decode-size steps the repacked
+  // 4/8-bit weights with int8 activations.
   const bool quantized = numTokens <= maxQuantizedRows;
-  auto project =
-      [&](const cpu::GemmWeights &packed,
-          std::initializer_list<const cpu::PackedQuantMatrix *> parts,
-          bool partsValid, const float *x, int64_t rows,
-          float *y) -> llvm::Error {
-    if (!quantized || !partsValid)
+  auto project = [&](const cpu::GemmWeights &packed,
+                     const cpu::PackedQuantMatrix &packedQuantized,
+                     bool hasQuantized, const float *x, int64_t rows,
+                     float *y) -> llvm::Error {
+    if (!quantized || !hasQuantized)
       return gemm->multiply(packed, x, rows, y);
     cpu::quantizeActivations(x, rows, packed.columns(), packed.columns(),
-                             quantizedActivations);
-    int64_t column = 0;
-    for (const cpu::PackedQuantMatrix *part : parts) {
-      cpu::quantGemv(*part, quantizedActivations, y + column, packed.rows());
-      column += part->rows;
-    }
+                             packedQuantized.format, quantizedActivations);
+    cpu::quantGemv(packedQuantized, quantizedActivations, y, packed.rows());
     return llvm::Error::success();
   };
 
@@ -296,10 +292,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.qkvSeconds);
-      if (llvm::Error error = project(layer.queryKeyValue,
-                                      {&layer.query, &layer.key, &layer.value},
-                                      layer.hasQuantized, normed.data(),
-                                      numTokens, queryKeyValue.data()))
+      if (llvm::Error error =
+              project(layer.queryKeyValue, layer.queryKeyValueQuantized,
+                      layer.hasQuantized, normed.data(), numTokens,
+                      queryKeyValue.data()))
         return error;
       if (!layer.queryKeyValueBias.empty()) {
         const float *bias = layer.queryKeyValueBias.data();
@@ -321,7 +317,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     {
       OpTimer timer(profiling, opProfile.kvWriteSeconds);
       for (int64_t token = 0; token < numTokens; ++token) {
-        const float *row = queryKeyValue.data() + token * qkvDim;
+        float *row = queryKeyValue.data() + token * qkvDim;
+        if (halfPrecisionKv)
+          for (int64_t col = queryDim; col < qkvDim; ++col)
+            row[col] = cpu::roundToHalf(row[col]);
         storage.writeToken(int(layerIndex), slotBlocks[size_t(token)],
                            slotIndices[size_t(token)], row + queryDim,
                            row + queryDim + kvDim);
@@ -336,9 +335,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.attentionOutputSeconds);
-      if (llvm::Error error = project(layer.attentionOutput, {&layer.output},
-                                      layer.hasQuantized, attention.data(),
-                                      numTokens, projected.data()))
+      if (llvm::Error error =
+              project(layer.attentionOutput, layer.attentionOutputQuantized,
+                      layer.hasQuantized, attention.data(), numTokens,
+                      projected.data()))
         return error;
     }
     {
@@ -352,9 +352,9 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.gateUpSeconds);
-      if (llvm::Error error = project(layer.gateUp, {&layer.gate, &layer.up},
-                                      layer.hasQuantized, normed.data(),
-                                      numTokens, gateUp.data()))
+      if (llvm::Error error =
+              project(layer.gateUp, layer.gateUpQuantized, layer.hasQuantized,
+                      normed.data(), numTokens, gateUp.data()))
         return error;
     }
     {
@@ -365,7 +365,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     {
       OpTimer timer(profiling, opProfile.downSeconds);
       if (llvm::Error error =
-              project(layer.down, {&layer.downQuantized}, layer.hasQuantized,
+              project(layer.down, layer.downQuantized, layer.hasQuantized,
                       feedForward.data(), numTokens, projected.data()))
         return error;
     }
@@ -398,7 +398,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
                selected.data());
   const cpu::PackedQuantMatrix *head = modelWeights->quantizedOutput();
   if (numRows <= maxQuantizedRows && head) {
-    cpu::quantizeActivations(selected.data(), numRows, dim, dim,
+    cpu::quantizeActivations(selected.data(), numRows, dim, dim, head->format,
                              quantizedActivations);
     cpu::quantGemv(*head, quantizedActivations, output.logits.data(),
                    config.vocabSize);

@@ -42,6 +42,9 @@ struct ModelOptions {
   /// place (QuantGemv, int8 activations) instead of the packed bf16/f32
   /// copy; 0 disables. Ignored with forceF32.
   int64_t maxQuantizedRows = 4;
+  /// Round K and V to f16 precision before they are stored, as llama.cpp's
+  /// default f16 KV cache does (the storage stays f32).
+  bool halfPrecisionKv = true;
 };
 
 /// Which logits a sequence wants back.
@@ -134,6 +137,7 @@ private:
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
   int64_t maxQuantizedRows = 0;
+  bool halfPrecisionKv = true;
   cpu::QuantizedActivations quantizedActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;

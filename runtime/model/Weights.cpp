@@ -94,22 +94,36 @@ llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
   return packed;
 }
 
-/// Repacks the tensor for QuantGemv, when its blocks are a kind it reads.
-bool packQuantized(const GgufTensor &tensor, cpu::PackedQuantMatrix &packed) {
-  cpu::QuantMatrix view;
-  if (tensor.shape.size() != 2 || tensor.shape[0] % 32 != 0)
-    return false;
-  if (tensor.type == GgmlType::Q4_1)
-    view.format = cpu::QuantFormat::Q4_1;
-  else if (tensor.type == GgmlType::Q8_0)
-    view.format = cpu::QuantFormat::Q8_0;
-  else
-    return false;
-  view.data = tensor.data;
-  view.columns = int64_t(tensor.shape[0]);
-  view.rows = int64_t(tensor.shape[1]);
-  view.rowBytes = int64_t(tensor.rowBytes());
-  packed = cpu::packQuantMatrix(view);
+/// Repacks the tensors, stacked by rows, for QuantGemv, when their blocks
+/// are all of one kind it reads (one matrix: one parallel region per step).
+bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
+                   cpu::PackedQuantMatrix &packed) {
+  llvm::SmallVector<cpu::PackedQuantMatrix, 3> parts;
+  for (const GgufTensor *tensor : tensors) {
+    cpu::QuantMatrix view;
+    if (tensor->shape.size() != 2 || tensor->shape[0] % 32 != 0)
+      return false;
+    if (tensor->type == GgmlType::Q4_1)
+      view.format = cpu::QuantFormat::Q4_1;
+    else if (tensor->type == GgmlType::Q8_0)
+      view.format = cpu::QuantFormat::Q8_0;
+    else
+      return false;
+    if (!parts.empty() && (view.format != parts[0].format ||
+                           int64_t(tensor->shape[0]) != parts[0].columns))
+      return false;
+    view.data = tensor->data;
+    view.columns = int64_t(tensor->shape[0]);
+    view.rows = int64_t(tensor->shape[1]);
+    view.rowBytes = int64_t(tensor->rowBytes());
+    parts.push_back(cpu::packQuantMatrix(view));
+  }
+  packed = std::move(parts[0]);
+  for (size_t index = 1; index < parts.size(); ++index) {
+    packed.bytes.insert(packed.bytes.end(), parts[index].bytes.begin(),
+                        parts[index].bytes.end());
+    packed.rows += parts[index].rows;
+  }
   return true;
 }
 
@@ -195,19 +209,18 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
       return down.takeError();
     layerWeights.down = std::move(*down);
     // Shapes were checked above; only the types decide.
-    cpu::PackedQuantMatrix *views[] = {
-        &layerWeights.query,        &layerWeights.key,  &layerWeights.value,
-        &layerWeights.output,       &layerWeights.gate, &layerWeights.up,
-        &layerWeights.downQuantized};
-    const char *names[] = {"attn_q.weight",   "attn_k.weight",
-                           "attn_v.weight",   "attn_output.weight",
-                           "ffn_gate.weight", "ffn_up.weight",
-                           "ffn_down.weight"};
-    layerWeights.hasQuantized = true;
-    for (int index = 0; index < 7; ++index)
-      layerWeights.hasQuantized =
-          layerWeights.hasQuantized &&
-          packQuantized(*file.findTensor(prefix + names[index]), *views[index]);
+    auto tensor = [&](const char *name) {
+      return file.findTensor(prefix + name);
+    };
+    layerWeights.hasQuantized =
+        packQuantized({tensor("attn_q.weight"), tensor("attn_k.weight"),
+                       tensor("attn_v.weight")},
+                      layerWeights.queryKeyValueQuantized) &&
+        packQuantized({tensor("attn_output.weight")},
+                      layerWeights.attentionOutputQuantized) &&
+        packQuantized({tensor("ffn_gate.weight"), tensor("ffn_up.weight")},
+                      layerWeights.gateUpQuantized) &&
+        packQuantized({tensor("ffn_down.weight")}, layerWeights.downQuantized);
     weights->layerWeights.push_back(std::move(layerWeights));
   }
 
@@ -223,7 +236,7 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
     return head.takeError();
   weights->outputHead = std::move(*head);
   weights->hasQuantizedOutput =
-      packQuantized(*file.findTensor(headName[0]), weights->outputQuantized);
+      packQuantized({file.findTensor(headName[0])}, weights->outputQuantized);
 
   if (config.hasRopeFrequencyFactors) {
     auto factors = loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);

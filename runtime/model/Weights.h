@@ -41,7 +41,9 @@ struct LayerWeights {
   /// The same projections repacked from their 4/8-bit file blocks, for
   /// decode-size steps (QuantGemv); set only when every one is Q4_1 or Q8_0.
   bool hasQuantized = false;
-  cpu::PackedQuantMatrix query, key, value, output, gate, up, downQuantized;
+  /// Rows stacked as in the packed GEMM weights above.
+  cpu::PackedQuantMatrix queryKeyValueQuantized, attentionOutputQuantized,
+      gateUpQuantized, downQuantized;
 };
 
 class ModelWeights {

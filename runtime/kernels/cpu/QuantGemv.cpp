@@ -94,8 +94,8 @@ void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
 }
 
 #define SPANC_VNNI                                                             \
-  __attribute__((target(                                                       \
-      "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
+  __attribute__((                                                              \
+      target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
 /// Two f16 values at `bytes` as floats in lanes 0 and 1.
 SPANC_VNNI inline __m128 loadHalfPair(const uint8_t *bytes) {
@@ -237,8 +237,38 @@ PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix) {
   return packed;
 }
 
+float roundToHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  uint32_t sign = bits & 0x80000000u;
+  uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) // inf, NaN
+    return value;
+  if (magnitude >= 0x477ff000u) { // rounds past 65504: inf
+    uint32_t infinity = sign | 0x7f800000u;
+    float result;
+    std::memcpy(&result, &infinity, sizeof(result));
+    return result;
+  }
+  // The spacing of f16 values near `value`: 2^(e-10) for normals, 2^-24
+  // below 2^-14; adding and subtracting 1.5 * 2^23 ulps rounds to it (ties
+  // to even) in f32 arithmetic.
+  int exponent = int(magnitude >> 23) - 127;
+  int quantumExponent = std::max(exponent, -14) - 10;
+  float quantum = std::ldexp(1.0f, quantumExponent);
+  float absolute;
+  std::memcpy(&absolute, &magnitude, sizeof(absolute));
+  float rounded = std::nearbyint(absolute / quantum) * quantum;
+  uint32_t roundedBits;
+  std::memcpy(&roundedBits, &rounded, sizeof(roundedBits));
+  roundedBits |= sign;
+  float result;
+  std::memcpy(&result, &roundedBits, sizeof(result));
+  return result;
+}
+
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantizedActivations &out) {
+                         QuantFormat format, QuantizedActivations &out) {
   const int64_t blocks = k / kBlock;
   out.rows = m;
   out.columns = k;
@@ -253,7 +283,8 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
       for (int i = 0; i < kBlock; ++i)
         maximum = std::max(maximum, std::abs(source[i]));
       float scale = maximum / 127.0f;
-      float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+      // As ggml's x86 Q8 quantizers: multiply by 127 / max, round to even.
+      float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
       int8_t *pair =
           out.values.data() + (row * out.pairs + block / 2) * kPairValues;
       int half = int(block % 2);
@@ -264,8 +295,12 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
         sum += value;
       }
       size_t index = size_t(row * out.pairs * 2 + block);
-      out.scales[index] = scale;
-      out.scaledSums[index] = scale * float(sum);
+      // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
+      // and Q8_0 blocks (dotted signed x signed) need none.
+      out.scales[index] = roundToHalf(scale);
+      out.scaledSums[index] = format == QuantFormat::Q4_1
+                                  ? roundToHalf(scale * float(sum))
+                                  : out.scales[index] * float(sum);
     }
 }
 

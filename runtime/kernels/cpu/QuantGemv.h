@@ -62,6 +62,9 @@ PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix);
 
 /// Activation rows quantized to int8 in the pair-interleaved order; per
 /// block (natural block index) the scale and scale * sum of its values.
+/// Both are rounded to f16 as ggml's Q8_1 (for Q4_1 weights) and Q8_0 (for
+/// Q8_0 weights) activation blocks store them, so that the products equal
+/// llama.cpp's up to the order of float additions.
 struct QuantizedActivations {
   int64_t rows = 0;
   int64_t columns = 0;
@@ -72,9 +75,12 @@ struct QuantizedActivations {
 };
 
 /// Quantizes x[m][k] (k % 32 == 0, rows `stride` floats apart) into `out`
-/// (reusing its memory).
+/// (reusing its memory) for weights of `format`.
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantizedActivations &out);
+                         QuantFormat format, QuantizedActivations &out);
+
+/// `value` rounded to the nearest f16 (ties to even), back in f32.
+float roundToHalf(float value);
 
 /// y[r][n] (rows `outputStride` floats apart) = activations[r] . W[n] for
 /// every activation row r and weight row n.

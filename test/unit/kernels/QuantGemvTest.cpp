@@ -25,6 +25,7 @@ struct TestMatrix {
   QuantMatrix view;
   std::vector<uint8_t> bytes;
   std::vector<float> dequantized; ///< [rows][columns]
+  std::vector<float> minimums;    ///< Q4_1: [rows][blocks]
 };
 
 TestMatrix makeMatrix(QuantFormat format, int64_t rows, int64_t columns,
@@ -48,6 +49,7 @@ TestMatrix makeMatrix(QuantFormat format, int64_t rows, int64_t columns,
         uint16_t minimumBits = uint16_t(halfBits(rng) | (byte(rng) & 1) << 15);
         std::memcpy(data + 2, &minimumBits, 2);
         float minimum = halfValue(minimumBits);
+        matrix.minimums.push_back(minimum);
         for (int i = 0; i < 16; ++i) {
           data[4 + i] = uint8_t(byte(rng));
           out[i] = scale * float(data[4 + i] & 0xf) + minimum;
@@ -75,7 +77,8 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
   for (float &value : x)
     value = normal(rng);
   QuantizedActivations quantized;
-  quantizeActivations(x.data(), activationRows, columns, stride, quantized);
+  quantizeActivations(x.data(), activationRows, columns, stride, format,
+                      quantized);
   const int64_t outputStride = rows + 3;
   std::vector<float> fast(size_t(activationRows * outputStride), 0.0f),
       scalar = fast;
@@ -88,14 +91,30 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
       double expected = 0, exact = 0, magnitude = 0;
       for (int64_t col = 0; col < columns; ++col) {
         double weight = matrix.dequantized[size_t(row * columns + col)];
-        // Activations are stored pair-interleaved; recover them from x.
-        float scale =
-            quantized.scales[size_t(r * quantized.pairs * 2 + col / 32)];
+        // Activations are stored pair-interleaved in chunks of 4.
+        int64_t block = col / 32, index = col % 32;
+        int64_t position = (index / 4) * 8 + (block % 2) * 4 + index % 4;
         double activation =
-            scale > 0
-                ? std::nearbyint(x[size_t(r * stride + col)] / scale) * scale
-                : 0.0;
+            double(quantized.values[size_t(
+                (r * quantized.pairs + block / 2) * 64 + position)]) *
+            quantized.scales[size_t(r * quantized.pairs * 2 + block)];
         expected += weight * activation;
+        if (format == QuantFormat::Q4_1 && index == 0) {
+          // Q4_1's minimum multiplies the block's sum as ggml stores it
+          // (f16), not the exact sum of the dequantized activations.
+          double exactSum = 0;
+          for (int i = 0; i < 32; ++i) {
+            int64_t p = (i / 4) * 8 + (block % 2) * 4 + i % 4;
+            exactSum +=
+                double(quantized.values[size_t(
+                    (r * quantized.pairs + block / 2) * 64 + p)]) *
+                quantized.scales[size_t(r * quantized.pairs * 2 + block)];
+          }
+          double storedSum =
+              quantized.scaledSums[size_t(r * quantized.pairs * 2 + block)];
+          expected += matrix.minimums[size_t(row * (columns / 32) + block)] *
+                      (storedSum - exactSum);
+        }
         exact += weight * x[size_t(r * stride + col)];
         magnitude += std::abs(weight * x[size_t(r * stride + col)]);
       }
@@ -130,10 +149,10 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   for (int i = 0; i < 64; ++i)
     x[size_t(i)] = float(i - 20) * 0.25f;
   QuantizedActivations quantized;
-  quantizeActivations(x.data(), 1, 64, 64, quantized);
+  quantizeActivations(x.data(), 1, 64, 64, QuantFormat::Q4_1, quantized);
   ASSERT_EQ(quantized.scales.size(), 2u);
-  EXPECT_FLOAT_EQ(quantized.scales[0], 5.0f / 127); // max |x| = 20 * 0.25
-  EXPECT_FLOAT_EQ(quantized.scales[1], 10.75f / 127);
+  EXPECT_FLOAT_EQ(quantized.scales[0], roundToHalf(5.0f / 127)); // max 5
+  EXPECT_FLOAT_EQ(quantized.scales[1], roundToHalf(10.75f / 127));
   // Values interleave the pair's two blocks in chunks of 4.
   for (int half = 0; half < 2; ++half) {
     int32_t sum = 0;
@@ -142,11 +161,22 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
       sum += value;
       EXPECT_NEAR(value * quantized.scales[size_t(half)],
                   x[size_t(half * 32 + i)],
-                  quantized.scales[size_t(half)] / 2 + 1e-6);
+                  quantized.scales[size_t(half)] * 0.6f);
     }
+    float maximum = half == 0 ? 5.0f : 10.75f;
     EXPECT_FLOAT_EQ(quantized.scaledSums[size_t(half)],
-                    float(sum) * quantized.scales[size_t(half)]);
+                    roundToHalf(float(sum) * (maximum / 127)));
   }
+}
+
+TEST(QuantGemv, RoundToHalfMatchesF16Values) {
+  EXPECT_EQ(roundToHalf(1.0f), 1.0f);
+  EXPECT_EQ(roundToHalf(1.0f + 1.0f / 4096), 1.0f); // below half ulp
+  EXPECT_EQ(roundToHalf(1.0f + 3.0f / 2048), 1.0f + 1.0f / 512); // tie: even
+  EXPECT_EQ(roundToHalf(-3.14159265f), -3.140625f);
+  EXPECT_EQ(roundToHalf(70000.0f), INFINITY);
+  EXPECT_EQ(roundToHalf(1e-7f), std::ldexp(1.0f, -24) * 2); // subnormal grid
+  EXPECT_EQ(roundToHalf(0.0f), 0.0f);
 }
 
 } // namespace

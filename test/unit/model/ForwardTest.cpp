@@ -41,6 +41,7 @@ Model *sharedModel() {
       return loaded;
     ModelOptions options;
     options.forceF32 = true;
+    options.halfPrecisionKv = false; // exact K for the rope-in-kernel check
     auto result = Model::load(modelPath(), options);
     if (!result) {
       ADD_FAILURE() << llvm::toString(result.takeError());

@@ -66,9 +66,7 @@ TEST(Lowering, LetsThatDoubleAtEachLevelStopAtTheOpBudget) {
                " a" + std::to_string(i - 1) + " }\n";
   program += "query q { a30 }\n";
   Session session;
-  auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(session.compile(program));
-  EXPECT_LT(secondsSince(start), 30.0);
   EXPECT_NE(session.messages.find("error: the program is too large"),
             std::string::npos)
       << session.messages.substr(0, 2000);
@@ -144,8 +142,8 @@ TEST(Lowering, AHundredThousandNodeProgramLowersInLinearTime) {
   double seconds = secondsSince(start);
   ASSERT_TRUE(module) << session.messages;
   EXPECT_EQ(module->countOps(), 100004u);
-  // ANTLR dominates; a quadratic step would take minutes at this size.
-  EXPECT_LT(seconds, 10.0);
+  // Printed, not asserted (bench/compile measures speed); a quadratic step
+  // would take minutes here and hit Bazel's test timeout.
   std::printf("100 004 ops from .span in %.3f s\n", seconds);
 }
 

@@ -240,7 +240,7 @@ TEST_F(SmolLM2Tokenizer, KnowsItsSpecialTokens) {
   EXPECT_EQ(tokenizer->tokenToPiece(2, /*renderSpecial=*/false), "");
 }
 
-TEST_F(SmolLM2Tokenizer, Tokenizes100KilobytesWellUnderASecond) {
+TEST_F(SmolLM2Tokenizer, Tokenizes100KilobytesAndALongWordLosslessly) {
   nlohmann::json reference = loadReference("tokenizer_smollm2.json");
   std::string text;
   while (text.size() < 100 * 1024)
@@ -257,12 +257,8 @@ TEST_F(SmolLM2Tokenizer, Tokenizes100KilobytesWellUnderASecond) {
   EXPECT_EQ(tokenizer->decode(ids), text);
   std::printf("tokenized %zu bytes into %zu tokens in %.3f s\n", text.size(),
               ids.size(), seconds);
-  // Sanitizer builds (-O1, instrumented) are several times slower.
-#if defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(seconds, 5.0);
-#else
-  EXPECT_LT(seconds, 1.0);
-#endif
+  // The time is printed, not asserted: speed is the benchmarks' business
+  // (a quadratic merge would make this test hit Bazel's timeout).
 }
 
 TEST(Tokenizer, BpeMergesByRankNotByPosition) {

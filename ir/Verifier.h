@@ -6,10 +6,12 @@
 // retrieve have text, and that each query ends with exactly one span.yield.
 // Every problem is reported at the op's location; all are reported.
 //
-// The pass manager runs it after every pass, so it is one walk over each
-// query's ops that allocates nothing while the IR is well formed (messages
-// are built on the error path only); verifying renumbers each query's ops
-// (Op::scratch), as Query::numberOps() does.
+// The pass manager runs it after every pass (spanc opt, run, and compile
+// --verify-each) or once after the last (spanc compile), and the frontend
+// once before the passes; the IR a pipeline hands on is always verified.
+// It is one walk over each query's ops that allocates nothing while the IR
+// is well formed (messages are built on the error path only); verifying
+// renumbers each query's ops (Op::scratch), as Query::numberOps() does.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_VERIFIER_H

@@ -129,11 +129,18 @@ llvm::Error PassManager::run(ir::Module &module) {
       printStream->flush();
     }
     // A pass that breaks the IR is a bug in that pass: say which one.
-    if (!ir::verify(module, context.getDiagnostics()))
+    if (verifyEach && !ir::verify(module, context.getDiagnostics()))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "the IR is ill-formed after pass '%s'",
                                      name.c_str());
   }
+  if (!verifyEach && !passes.empty() &&
+      !ir::verify(module, context.getDiagnostics()))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the IR is ill-formed after the pipeline (last pass '%s'; verify "
+        "after each pass to find the one that broke it)",
+        passes.back().first.c_str());
   return llvm::Error::success();
 }
 

@@ -115,14 +115,21 @@ public:
     printOptions = options;
   }
 
-  /// Runs the passes in order, verifying after each. Fails when a pass
-  /// fails or leaves ill-formed IR (the diagnostics say where).
+  /// Verify after every pass (the default; names the pass that broke the
+  /// IR), or only once after the last pass (cheaper on large programs; an
+  /// ill-formed result is still rejected, but not pinned to a pass).
+  void setVerifyEach(bool enable) { verifyEach = enable; }
+
+  /// Runs the passes in order, verifying after each (or after the last, see
+  /// setVerifyEach). Fails when a pass fails or leaves ill-formed IR (the
+  /// diagnostics say where).
   llvm::Error run(ir::Module &module);
 
 private:
   PassContext &context;
   std::vector<std::pair<std::string, std::unique_ptr<Pass>>> passes;
   bool printAfterAll = false;
+  bool verifyEach = true;
   llvm::StringSet<> printAfter;
   llvm::raw_ostream *printStream = &llvm::errs();
   ir::PrintOptions printOptions;

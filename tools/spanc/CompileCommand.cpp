@@ -149,7 +149,11 @@ int runCompile(const std::vector<std::string> &args) {
       ("cache", po::value<std::string>()->default_value("span"),           //
        "with --emit=plan: the KV cache mode the layout is shown for: "     //
        "span (spans hash from the root), prefix (one causal chain), off")  //
-      ("print-tokens", "with --emit=plan: print every token id");
+      ("print-tokens", "with --emit=plan: print every token id")           //
+      ("verify-each",                                                      //
+       "with --emit=ir-opt or plan: verify the IR after every pass (names "
+       "the pass that broke it); by default it is verified once, after " //
+       "the last pass");
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -209,6 +213,9 @@ int runCompile(const std::vector<std::string> &args) {
     passes::PassContext context(diagnostics, passOptions);
     passes::PassManager manager(context);
     manager.addDefaultPipeline();
+    // Verifying after each pass costs about as much as the passes on large
+    // programs; the end result is verified either way.
+    manager.setVerifyEach(values.count("verify-each") != 0);
     if (llvm::Error error = manager.run(*module))
       return reportError("compile", llvm::toString(std::move(error)));
   }

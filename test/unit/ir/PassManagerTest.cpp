@@ -150,6 +150,34 @@ TEST(PassManager, NamesThePassThatLeftIllFormedIR) {
       << harness.messages;
 }
 
+TEST(PassManager, VerifyingOnlyAtTheEndStillRejectsIllFormedIR) {
+  Harness harness;
+  auto module = harness.parse();
+  ASSERT_TRUE(module);
+  harness.manager.setVerifyEach(false);
+  ASSERT_FALSE(
+      bool(harness.manager.addPipeline("test-break-ir,test-unwrap-cross")));
+  llvm::Error error = harness.manager.run(*module);
+  ASSERT_TRUE(bool(error));
+  EXPECT_EQ(llvm::toString(std::move(error)),
+            "the IR is ill-formed after the pipeline (last pass "
+            "'test-unwrap-cross'; verify after each pass to find the one "
+            "that broke it)");
+  EXPECT_NE(harness.messages.find("error: 'span.gen' takes 1 operand, got 0"),
+            std::string::npos)
+      << harness.messages;
+}
+
+TEST(PassManager, VerifyingOnlyAtTheEndAcceptsWellFormedIR) {
+  Harness harness;
+  auto module = harness.parse();
+  ASSERT_TRUE(module);
+  harness.manager.setVerifyEach(false);
+  ASSERT_FALSE(bool(harness.manager.addPipeline("test-unwrap-cross")));
+  ASSERT_FALSE(bool(harness.manager.run(*module))) << harness.messages;
+  EXPECT_EQ(ir::toString(*module).find("span.cross %0\n"), std::string::npos);
+}
+
 TEST(PassManager, AFailingPassStopsThePipelineWithItsLocatedError) {
   Harness harness;
   auto module = harness.parse();

@@ -1,0 +1,214 @@
+//===- ReferenceTest.cpp - The CPU engine against llama.cpp on SmolLM2 ----===//
+//
+// test/data/reference holds llama.cpp's outputs on the same GGUF (README.md
+// there says how they were made): greedy 32-token continuations of raw
+// prompts, given as token ids, with llama.cpp's top-2 log-probabilities at
+// each step, and a perplexity over a fixed text; test/data/engine has the
+// same continuations with llama.cpp's flash attention off. Greedy decoding
+// here must produce the same tokens up to near-ties (see kNearTieMargin);
+// the comparison of a prompt ends at its first divergence. Perplexity must
+// be within 1%. Skipped when the model or the reference files are absent.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/model/Engine.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Sampler.h"
+#include "runtime/model/Tokenizer.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+using namespace spanc;
+using namespace spanc::model;
+
+// llama.cpp does not reproduce itself token for token across its own
+// configurations: with flash attention off instead of auto, its greedy
+// continuations of the same prompts diverge on 7 of 10 prompts, at top-2
+// margins up to 0.22, and the log-probabilities of its top two differ by
+// 0.069 on average (0.40 at most) (test/data/engine/README.md). The 1e-3
+// tie-break rule cannot hold against that noise, so a divergence is accepted
+// where llama.cpp's margin is below kNearTieMargin and so is ours between
+// the two picks, and the mean log-probability difference stays at that
+// noise level. The counts of exact ties are printed too.
+constexpr double kNearTieMargin = 0.5;
+
+// One thread: the results do not depend on it, and on a loaded shared
+// machine two spinning OpenMP threads slow decoding down many times.
+const int kSingleThread = (omp_set_num_threads(1), 1);
+constexpr double kMeanLogprobTolerance = 0.1;
+
+std::string rootPath(const std::string &relative) {
+  // Runfiles first (the test's data dependency), then the workspace.
+  if (llvm::sys::fs::exists(relative))
+    return relative;
+  const char *root = std::getenv("SPANC_ROOT");
+  return std::string(root ? root : ".") + "/" + relative;
+}
+
+std::string modelPath() {
+  return rootPath("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+std::optional<nlohmann::json> readJson(const std::string &relative) {
+  auto buffer = llvm::MemoryBuffer::getFile(rootPath(relative));
+  if (!buffer)
+    return std::nullopt;
+  return nlohmann::json::parse((*buffer)->getBuffer().str());
+}
+
+/// Greedy continuations against llama.cpp's, for one GEMM configuration.
+void checkGreedyContinuations(const ModelOptions &options,
+                              const std::string &referenceFile =
+                                  "test/data/reference/greedy_smollm2.json") {
+  if (!llvm::sys::fs::exists(modelPath()))
+    GTEST_SKIP() << "model not found at " << modelPath();
+  std::optional<nlohmann::json> reference = readJson(referenceFile);
+  if (!reference)
+    GTEST_SKIP() << referenceFile << " not found";
+  auto model = Model::load(modelPath(), options);
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  auto tokenizer = Tokenizer::fromGguf((*model)->file());
+  ASSERT_TRUE(bool(tokenizer)) << llvm::toString(tokenizer.takeError());
+  auto runner = SequenceRunner::create(**model, 1024);
+  ASSERT_TRUE(bool(runner)) << llvm::toString(runner.takeError());
+
+  const auto &cases = (*reference)["cases"];
+  ASSERT_GE(cases.size(), 8u);
+  int matchedTokens = 0, comparedTokens = 0, ties = 0, divergences = 0;
+  double maxLogprobDifference = 0, totalLogprobDifference = 0;
+  int logprobCount = 0;
+  for (const auto &testCase : cases) {
+    const std::string name = testCase["name"];
+    std::vector<int32_t> prompt = testCase["prompt_ids"];
+    std::vector<int32_t> expected = testCase["continuation_ids"];
+    const auto &top2 = testCase["top2"];
+    (*runner)->reset();
+    auto logits = (*runner)->append(prompt);
+    ASSERT_TRUE(bool(logits))
+        << name << ": " << llvm::toString(logits.takeError());
+    for (size_t step = 0; step < expected.size(); ++step) {
+      int32_t ours = Sampler::argmax(*logits);
+      ++comparedTokens;
+      // How far our log-probabilities of llama.cpp's top two are from its.
+      {
+        float maxLogit = *std::max_element(logits->begin(), logits->end());
+        double sum = 0;
+        for (float logit : *logits)
+          sum += std::exp(double(logit) - maxLogit);
+        for (int rank = 0; rank < 2; ++rank) {
+          int32_t id = top2[step]["ids"][rank];
+          double ourLogprob =
+              double((*logits)[size_t(id)]) - maxLogit - std::log(sum);
+          double difference =
+              std::abs(ourLogprob - top2[step]["logprobs"][rank].get<double>());
+          maxLogprobDifference = std::max(maxLogprobDifference, difference);
+          totalLogprobDifference += difference;
+          ++logprobCount;
+        }
+      }
+      if (ours != expected[step]) {
+        double margin = top2[step]["logit_margin"];
+        // A divergence must be a near-tie that llama.cpp itself resolves
+        // either way (see kNearTieMargin).
+        EXPECT_LT(margin, kNearTieMargin)
+            << name << ": step " << step << " gives token " << ours << " ("
+            << (*tokenizer)->tokenToPiece(ours) << "), llama.cpp "
+            << expected[step] << " ("
+            << (*tokenizer)->tokenToPiece(expected[step])
+            << ") with a top-2 logit margin of " << margin;
+        // And for us too: llama.cpp's pick is within the margin of ours.
+        double ourMargin =
+            double((*logits)[size_t(ours)]) - (*logits)[size_t(expected[step])];
+        EXPECT_LT(ourMargin, kNearTieMargin) << name << ": step " << step;
+        ++divergences;
+        if (margin < 1e-3)
+          ++ties;
+        std::cout << name << ": diverges at step " << step << " (llama.cpp "
+                  << "margin " << margin << ")\n";
+        break;
+      }
+      ++matchedTokens;
+      logits = (*runner)->append(llvm::ArrayRef<int32_t>(ours));
+      ASSERT_TRUE(bool(logits)) << llvm::toString(logits.takeError());
+    }
+  }
+  std::cout << "greedy: " << matchedTokens << " of " << comparedTokens
+            << " tokens identical to llama.cpp over " << cases.size()
+            << " prompts; " << divergences << " divergences, " << ties
+            << " of them at margins < 1e-3; "
+            << gemmPrecisionName((*model)->gemmPrecision())
+            << " GEMMs; |log-prob difference| of llama.cpp's top two: mean "
+            << totalLogprobDifference / std::max(1, logprobCount) << ", max "
+            << maxLogprobDifference << "\n";
+  EXPECT_GE(matchedTokens, comparedTokens * 85 / 100);
+  EXPECT_LT(totalLogprobDifference / std::max(1, logprobCount),
+            kMeanLogprobTolerance);
+}
+
+/// Perplexity over the reference text, llama-perplexity's protocol (see
+/// test/data/reference/README.md), within 1% of llama.cpp's.
+void checkPerplexity(const ModelOptions &options) {
+  if (!llvm::sys::fs::exists(modelPath()))
+    GTEST_SKIP() << "model not found at " << modelPath();
+  std::optional<nlohmann::json> reference =
+      readJson("test/data/reference/perplexity_smollm2.json");
+  auto text = llvm::MemoryBuffer::getFile(
+      rootPath("test/data/reference/perplexity_text.txt"));
+  if (!reference || !text)
+    GTEST_SKIP() << "perplexity reference files not found";
+  auto model = Model::load(modelPath(), options);
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  auto tokenizer = Tokenizer::fromGguf((*model)->file());
+  ASSERT_TRUE(bool(tokenizer)) << llvm::toString(tokenizer.takeError());
+  std::vector<int32_t> tokens =
+      (*tokenizer)->encode((*text)->getBuffer(), /*parseSpecial=*/false);
+  ASSERT_EQ(int64_t(tokens.size()), (*reference)["tokens"].get<int64_t>());
+  const int64_t context = (*reference)["n_ctx"];
+  auto runner = SequenceRunner::create(**model, context);
+  ASSERT_TRUE(bool(runner)) << llvm::toString(runner.takeError());
+  int32_t bos = (*tokenizer)->addBosByDefault() ? (*tokenizer)->bosId() : -1;
+  auto result = computePerplexity(**runner, tokens, context, bos);
+  ASSERT_TRUE(bool(result)) << llvm::toString(result.takeError());
+  const double expected = (*reference)["ppl"];
+  EXPECT_EQ(result->chunks, (*reference)["chunks"].get<int64_t>());
+  EXPECT_EQ(result->scoredTokens,
+            result->chunks * (*reference)["scored_per_chunk"].get<int64_t>());
+  EXPECT_NEAR(result->perplexity, expected, 0.01 * expected);
+  std::cout << "perplexity: spanc " << result->perplexity << ", llama.cpp "
+            << expected << " (" << result->chunks << " chunks of " << context
+            << ", " << result->scoredTokens << " scored tokens, "
+            << gemmPrecisionName((*model)->gemmPrecision()) << " GEMMs)\n";
+}
+
+TEST(LlamaCppReference, PerplexityWithinOnePercent) {
+  checkPerplexity(ModelOptions());
+}
+
+TEST(LlamaCppReference, GreedyContinuationsMatchTokenForToken) {
+  checkGreedyContinuations(ModelOptions());
+}
+
+TEST(LlamaCppReference, GreedyContinuationsMatchWithoutFlashAttention) {
+  checkGreedyContinuations(ModelOptions(),
+                           "test/data/engine/greedy_smollm2_fa_off.json");
+}
+
+TEST(LlamaCppReference, GreedyContinuationsMatchWithF32Gemms) {
+  ModelOptions options;
+  options.forceF32 = true;
+  checkGreedyContinuations(options);
+}
+
+} // namespace

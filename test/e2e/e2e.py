@@ -1,0 +1,222 @@
+"""End-to-end tests of `spanc run` on the examples and SmolLM2-135M.
+
+Usage: e2e.py SPANC GROUP, with the working directory at the workspace root
+(the runfiles root under Bazel), so `examples/...` resolves. GROUP is
+`examples` (every example runs, exits 0, answers are non-empty) or
+`invariance` (cache and relocation modes, cold vs warm, bulk vs one by one
+give the same answers under --batch-invariant). Exits 0 with a SKIPPED
+message when the model is absent.
+"""
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import tempfile
+
+EXAMPLES = [
+    "examples/rag.span",
+    "examples/judge.span",
+    "examples/judge.json",
+    "examples/map_reduce.span",
+    "examples/bulk_rag.span",
+    "examples/needle.span",
+]
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL: " + message, flush=True)
+
+
+def run(spanc, model, path, *options):
+    """Runs `spanc run PATH --json` and returns its parsed document (PATH
+    may also be "--bulk DIR")."""
+    command = [spanc, "run"] + path.split(" ", 1)
+    command += ["--json", "--model", model, "-t", "1"]
+    command += list(options)
+    print("$ " + " ".join(command), flush=True)
+    environment = dict(os.environ, OMP_WAIT_POLICY="passive")
+    process = subprocess.run(command, capture_output=True, text=True,
+                             env=environment)
+    if process.returncode != 0:
+        raise SystemExit("spanc run %s failed (exit %d):\n%s" %
+                         (path, process.returncode, process.stderr))
+    return json.loads(process.stdout)
+
+
+def answers(document, index=0):
+    """{query name: [answer texts]} of run `index` of a --json document."""
+    result = {}
+    for query in document["runs"][index]["queries"]:
+        texts = []
+        for item in query["results"]:
+            check("error" not in item,
+                  "query @%s failed: %s" % (query["name"], item.get("error")))
+            texts.append(item["text"])
+        result[query["name"]] = texts
+    return result
+
+
+def check_examples(spanc, model):
+    for path in EXAMPLES:
+        document = run(spanc, model, path)
+        check(all(call["succeeded"] for call in document["runs"][0]["calls"]),
+              path + ": a call failed")
+        result = answers(document)
+        check(len(result) > 0, path + ": no query")
+        for name, texts in result.items():
+            check(len(texts) > 0, "%s @%s: no answer" % (path, name))
+            for text in texts:
+                check(text.strip() != "", "%s @%s: empty answer" % (path, name))
+            print("%s @%s: %r" % (path, name, texts), flush=True)
+
+
+def split_queries(path):
+    """The single-query programs of a bulk: its params/lets + one query."""
+    text = open(path).read()
+    starts = [m.start() for m in re.finditer(r"^query\s", text, re.M)]
+    header = text[:starts[0]]
+    singles = {}
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        name = re.match(r"query\s+([\w-]+)", text[start:]).group(1)
+        singles[name] = header + text[start:end]
+    return singles
+
+
+def check_invariance(spanc, model):
+    exact = ["--batch-invariant"]
+    for path in ["examples/rag.span", "examples/bulk_rag.span"]:
+        cold_warm = run(spanc, model, path, *exact, "--repeat", "2")
+        cold = answers(cold_warm, 0)
+        print("%s: %r" % (path, cold), flush=True)
+        check(cold == answers(cold_warm, 1),
+              path + ": cold and warm cache answers differ: %r vs %r" %
+              (cold, answers(cold_warm, 1)))
+        warm_calls = cold_warm["runs"][1]["calls"]
+        check(all(call["reused_tokens"] > 0 for call in warm_calls),
+              path + ": the warm run reused nothing")
+        rerope = answers(run(spanc, model, path, *exact,
+                             "--relocation", "rerope"))
+        check(cold == rerope,
+              path + ": rope-in-kernel and rerope answers differ: %r vs %r" %
+              (cold, rerope))
+        prefix = answers(run(spanc, model, path, *exact, "--cache", "prefix"))
+        off = answers(run(spanc, model, path, *exact, "--cache", "off"))
+        check(prefix == off,
+              path + ": --cache=prefix and --cache=off differ: %r vs %r" %
+              (prefix, off))
+        # --cache=span is not compared with off: there a plus's children
+        # are independent spans, while prefix/off prefill them causally,
+        # so the prompts differ by design (DESIGN §5).
+        if path != "examples/bulk_rag.span":
+            continue
+        singles = split_queries(path)
+        check(len(singles) == len(cold) and len(singles) > 1,
+              "bulk_rag.span: split into %d queries" % len(singles))
+        directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        for name, program in singles.items():
+            single = os.path.join(directory, name + ".span")
+            with open(single, "w") as file:
+                file.write(program)
+            alone = answers(run(spanc, model, single, *exact))
+            check(alone == {name: cold[name]},
+                  "bulk_rag.span @%s: alone %r, in the bulk %r" %
+                  (name, alone, cold.get(name)))
+
+
+def check_bulk(spanc, model):
+    """--bulk DIR runs a folder as one bulk: the single-query files split
+    from bulk_rag.span give bulk_rag.span's answers, and a query name that
+    two files share becomes FILE:QUERY in both."""
+    exact = ["--batch-invariant"]
+    path = "examples/bulk_rag.span"
+    reference = answers(run(spanc, model, path, *exact))
+    directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    singles = split_queries(path)
+    for name, program in singles.items():
+        with open(os.path.join(directory, name + ".span"), "w") as file:
+            file.write(program)
+    # A second file with query @evict: both become FILE:evict.
+    with open(os.path.join(directory, "again.span"), "w") as file:
+        file.write(singles["evict"])
+    with open(os.path.join(directory, "notes.txt"), "w") as file:
+        file.write("not a program: --bulk skips it")
+    bulk = answers(run(spanc, model, "--bulk " + directory, *exact))
+    expected = dict(reference)
+    expected["evict:evict"] = expected.pop("evict")
+    expected["again:evict"] = expected["evict:evict"]
+    check(bulk == expected, "--bulk: %r, expected %r" % (bulk, expected))
+
+    empty = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    process = subprocess.run([spanc, "run", "--bulk", empty, "--model", model],
+                             capture_output=True, text=True)
+    check(process.returncode != 0 and "no .span or .json file" in
+          process.stderr, "--bulk on an empty folder: %d %r" %
+          (process.returncode, process.stderr))
+
+
+def check_progress(spanc, model):
+    """The progress line: drawn on a terminal stderr (after a second), and
+    erased at the end; nothing when stderr is not a terminal."""
+    command = [spanc, "run", "examples/map_reduce.span", "--model", model,
+               "-t", "1"]
+    environment = dict(os.environ, OMP_WAIT_POLICY="passive")
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                               stderr=secondary, env=environment)
+    os.close(secondary)
+    terminal = b""
+    while True:
+        try:
+            data = os.read(primary, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        terminal += data
+    stdout = process.communicate()[0]
+    os.close(primary)
+    check(process.returncode == 0, "progress run failed: %r" % terminal)
+    text = terminal.decode("utf-8", "replace")
+    lines = re.findall(r"spanc run: (\d+)/(\d+) calls, (\d+) tokens, "
+                       r"([\d.]+) s", text)
+    check(len(lines) > 0, "no progress line on a terminal: %r" % text)
+    if lines:
+        done, total, _, elapsed = lines[-1]
+        check(int(total) == 5 and int(done) <= 5 and float(elapsed) >= 1.0,
+              "progress line %r" % (lines[-1],))
+    check(text.endswith("\r\x1b[K"), "progress line not erased: %r" %
+          text[-80:])
+    check(stdout.strip() != b"", "no answer on stdout")
+    process = subprocess.run(command, capture_output=True, env=environment)
+    check(process.returncode == 0 and process.stderr == b"",
+          "stderr not a terminal, yet it got %r" % process.stderr[:200])
+
+
+def main():
+    spanc, group = os.path.abspath(sys.argv[1]), sys.argv[2]
+    model = os.path.join(os.environ.get("SPANC_ROOT", ""), "models",
+                         "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.environ.get("SPANC_ROOT") or not os.path.exists(model):
+        print("SKIPPED: no model at %s (run tools/setup.sh; Bazel sets "
+              "SPANC_ROOT to the workspace)" % model)
+        return 0
+    {"examples": check_examples, "invariance": check_invariance,
+     "bulk": check_bulk, "progress": check_progress}[group](
+        spanc, model)
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -86,6 +86,7 @@ struct Executor::RunState {
   std::vector<std::optional<std::vector<kv::TokenId>>> outputs;
   size_t numDone = 0;
   uint64_t admissions = 0;
+  uint64_t tokensGenerated = 0; ///< for ProgressCallback
 };
 
 Executor::~Executor() = default;
@@ -152,7 +153,8 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
 }
 
 std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
-                                       const TokenCallback &onToken) {
+                                       const TokenCallback &onToken,
+                                       const ProgressCallback &onProgress) {
   RunState state;
   state.plan = &plan;
   state.onToken = &onToken;
@@ -186,6 +188,8 @@ std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
       while (!state.active.empty())
         finish(state, *state.active.back(), false, message);
     }
+    if (onProgress)
+      onProgress({state.numDone, numCalls, state.tokensGenerated});
   }
   for (size_t id = 0; id < numCalls; ++id)
     if (!state.done[id])
@@ -478,6 +482,7 @@ llvm::Error Executor::step(RunState &state) {
     if (!stop) {
       outcome.tokens.push_back(token);
       ++outcome.stats.generatedTokens;
+      ++state.tokensGenerated;
       std::string piece = tokenizerPtr->tokenToPiece(token, false);
       outcome.text += piece;
       if (*state.onToken && !call.cacheOnly)

@@ -87,6 +87,15 @@ struct CallOutcome {
 using TokenCallback =
     std::function<void(codegen::CallId call, llvm::StringRef piece)>;
 
+/// Where a run stands, reported after every scheduler step (for a progress
+/// line; cheap to produce: no per-call scan).
+struct ExecutorProgress {
+  size_t callsDone = 0; ///< finished or failed
+  size_t callsTotal = 0;
+  uint64_t tokensGenerated = 0; ///< by all calls of this run so far
+};
+using ProgressCallback = std::function<void(const ExecutorProgress &)>;
+
 class Executor {
 public:
   /// Sizes the KV storage and block pool for `model`. The cache outlives
@@ -99,7 +108,8 @@ public:
   /// Runs every call of `plan` to completion (or failure) and returns one
   /// outcome per call, indexed by CallId.
   std::vector<CallOutcome> run(const codegen::Plan &plan,
-                               const TokenCallback &onToken = nullptr);
+                               const TokenCallback &onToken = nullptr,
+                               const ProgressCallback &onProgress = nullptr);
 
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }

@@ -18,7 +18,10 @@
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -141,13 +144,121 @@ nlohmann::json toJson(const codegen::Plan &plan,
   return result;
 }
 
+/// The live progress line on stderr: calls done/total, tokens generated,
+/// elapsed seconds. Drawn only once a run has taken a second (quick runs
+/// stay quiet), at most ten times a second, and erased by clear().
+class ProgressLine {
+public:
+  explicit ProgressLine(bool enabled)
+      : enabled(enabled), start(std::chrono::steady_clock::now()) {}
+  ~ProgressLine() { clear(); }
+
+  void update(const sched::ExecutorProgress &progress) {
+    if (!enabled)
+      return;
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (elapsed < 1.0 || elapsed - lastDrawn < 0.1)
+      return;
+    lastDrawn = elapsed;
+    // \r returns to the line's start; ESC [K erases what a longer previous
+    // line left behind.
+    llvm::errs() << llvm::format("\rspanc run: %zu/%zu calls, %llu tokens, "
+                                 "%.1f s\x1b[K",
+                                 progress.callsDone, progress.callsTotal,
+                                 (unsigned long long)progress.tokensGenerated,
+                                 elapsed);
+    llvm::errs().flush();
+    shown = true;
+  }
+
+  void clear() {
+    if (!shown)
+      return;
+    llvm::errs() << "\r\x1b[K";
+    llvm::errs().flush();
+    shown = false;
+  }
+
+private:
+  bool enabled;
+  std::chrono::steady_clock::time_point start;
+  double lastDrawn = 0;
+  bool shown = false;
+};
+
+/// --bulk DIR: loads every .span/.json program of DIR (in name order) and
+/// moves all their queries into one module, so the default pipeline
+/// (bulk-order, cse) and the scheduler see one bulk. A query name that
+/// occurs in more than one file becomes FILE:QUERY (FILE without its
+/// extension). Returns null after reporting through `diagnostics` when a
+/// program does not load.
+llvm::Expected<std::unique_ptr<ir::Module>>
+loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
+         const frontend::FrontendOptions &frontendOptions) {
+  std::vector<std::string> paths;
+  std::error_code errorCode;
+  for (llvm::sys::fs::directory_iterator entry(directory, errorCode), end;
+       !errorCode && entry != end; entry.increment(errorCode)) {
+    llvm::StringRef extension = llvm::sys::path::extension(entry->path());
+    if ((extension == ".span" || extension == ".json") &&
+        llvm::sys::fs::is_regular_file(entry->path()))
+      paths.push_back(entry->path());
+  }
+  if (errorCode)
+    return llvm::createStringError(errorCode, "--bulk %s: %s",
+                                   directory.str().c_str(),
+                                   errorCode.message().c_str());
+  if (paths.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--bulk %s: no .span or .json file",
+                                   directory.str().c_str());
+  llvm::sort(paths);
+
+  std::vector<std::unique_ptr<ir::Module>> modules;
+  llvm::StringMap<unsigned> nameCounts;
+  bool failed = false;
+  for (const std::string &path : paths) {
+    modules.push_back(frontend::loadModule(path, diagnostics, frontendOptions));
+    if (!modules.back()) {
+      failed = true; // keep going: report every broken program at once
+      continue;
+    }
+    for (const std::unique_ptr<ir::Query> &query : modules.back()->getQueries())
+      ++nameCounts[query->getName()];
+  }
+  if (failed)
+    return nullptr;
+  auto bulk = std::make_unique<ir::Module>();
+  for (size_t index = 0; index < modules.size(); ++index) {
+    ir::Module &module = *modules[index];
+    llvm::StringRef stem = llvm::sys::path::stem(paths[index]);
+    while (!module.getQueries().empty()) {
+      std::unique_ptr<ir::Query> query = module.takeQuery(0);
+      if (nameCounts[query->getName()] > 1)
+        query->setName((stem + ":" + query->getName()).str());
+      if (bulk->lookupQuery(query->getName()))
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "--bulk %s: two queries are named '%s'",
+                                       directory.str().c_str(),
+                                       query->getName().str().c_str());
+      bulk->insertQuery(std::move(query));
+    }
+  }
+  return bulk;
+}
+
 } // namespace
 
 int runRun(const std::vector<std::string> &args) {
   po::options_description options("Options");
   options.add_options()                                                     //
-      ("input", po::value<std::string>()->required(),                       //
+      ("input", po::value<std::string>(),                                   //
        "a .span program, an spnl .json query or a .ir file")                //
+      ("bulk", po::value<std::string>(),                                    //
+       "DIR: run every .span/.json file of DIR as one bulk (queries whose " //
+       "names collide become FILE:QUERY)")                                  //
       ("set", po::value<std::vector<std::string>>()->composing(),           //
        "NAME=VALUE: override `param NAME` (repeatable)")                    //
       ("model,m", po::value<std::string>(),                                 //
@@ -188,7 +299,7 @@ int runRun(const std::vector<std::string> &args) {
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
-      "run", "spanc run FILE [options]",
+      "run", "spanc run FILE [options] | spanc run --bulk DIR [options]",
       "Compiles a span program (the default optimizer pipeline; see 'spanc\n"
       "opt --help'), lowers it to a plan of model calls and executes it on\n"
       "the model with the span-aware KV cache. Several queries in one file\n"
@@ -231,8 +342,19 @@ int runRun(const std::vector<std::string> &args) {
     }
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
-  std::unique_ptr<ir::Module> module = frontend::loadModule(
-      values["input"].as<std::string>(), diagnostics, frontendOptions);
+  if (values.count("input") == values.count("bulk"))
+    return reportError("run", "give either a program FILE or --bulk DIR");
+  std::unique_ptr<ir::Module> module;
+  if (values.count("bulk")) {
+    auto bulk = loadBulk(values["bulk"].as<std::string>(), diagnostics,
+                         frontendOptions);
+    if (!bulk)
+      return reportError("run", llvm::toString(bulk.takeError()));
+    module = std::move(*bulk);
+  } else {
+    module = frontend::loadModule(values["input"].as<std::string>(),
+                                  diagnostics, frontendOptions);
+  }
   if (!module)
     return 1;
   passes::PassOptions passOptions;
@@ -315,9 +437,19 @@ int runRun(const std::vector<std::string> &args) {
   unsigned repeat = std::max(1u, values["repeat"].as<unsigned>());
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
+  // A streamed answer on the same terminal is progress enough (and the
+  // two would overwrite each other).
+  const bool showProgress =
+      llvm::sys::Process::StandardErrIsDisplayed() &&
+      !(streamed && llvm::sys::Process::StandardOutIsDisplayed());
   for (unsigned iteration = 0; iteration < repeat; ++iteration) {
     auto start = std::chrono::steady_clock::now();
-    outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr);
+    ProgressLine progressLine(showProgress);
+    outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr,
+                                [&](const sched::ExecutorProgress &progress) {
+                                  progressLine.update(progress);
+                                });
+    progressLine.clear();
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();

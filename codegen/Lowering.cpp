@@ -176,21 +176,29 @@ private:
     auto emitSpans = [&](const Op *plus, uint64_t key) {
       flushCausal();
       sawPlus = true;
-      auto emitOne = [&](const Op *summand, uint64_t summandKey) {
-        PlanSegment span;
-        span.kind = SegmentKind::Span;
-        ok &= appendPieces(summand, summandKey, call, span.pieces);
-        if (!span.pieces.empty())
-          call.segments.push_back(std::move(span));
-      };
-      if (plus->getKind() == OpKind::Repeat) {
-        int64_t n = plus->getIntAttr("n").value_or(1);
-        for (int64_t i = 0; i < n; ++i)
-          emitOne(plus->getOperand(0), deriveSampleKey(key, i));
-      } else {
-        for (const Op *summand : plus->operandValues())
-          emitOne(summand, key);
-      }
+      // Each summand is a span; a plus or repeat among the summands
+      // contributes each of its own summands (samples) as a span, since
+      // + is associative: +(a, +(b, c)) and +(a, repeat(2, g)) are flat.
+      std::function<void(const Op *, uint64_t)> emitOne =
+          [&](const Op *summand, uint64_t summandKey) {
+            if (summand->getKind() == OpKind::Plus) {
+              for (const Op *inner : summand->operandValues())
+                emitOne(inner, summandKey);
+              return;
+            }
+            if (summand->getKind() == OpKind::Repeat) {
+              int64_t n = summand->getIntAttr("n").value_or(1);
+              for (int64_t i = 0; i < n; ++i)
+                emitOne(summand->getOperand(0), deriveSampleKey(summandKey, i));
+              return;
+            }
+            PlanSegment span;
+            span.kind = SegmentKind::Span;
+            ok &= appendPieces(summand, summandKey, call, span.pieces);
+            if (!span.pieces.empty())
+              call.segments.push_back(std::move(span));
+          };
+      emitOne(plus, key);
     };
     // The top level of the input: a cross of items, where a plus (or a
     // repeat, which is one) opens spans.

@@ -60,8 +60,11 @@ protected:
     // f32 GEMMs: oneDNN's bf16 kernels round differently with the number
     // of rows in a step, which would make a call's answer depend on what
     // shares its step; the properties below are exact only without that.
+    // And K/V kept in f32 (not rounded to f16 as llama.cpp stores them), so
+    // ReRoPE's rotation of a stored K is not rounded twice.
     model::ModelOptions modelOptions;
     modelOptions.forceF32 = true;
+    modelOptions.halfPrecisionKv = false;
     auto loaded = model::Model::load(path, modelOptions);
     ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
     model = std::move(*loaded);

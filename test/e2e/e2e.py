@@ -161,6 +161,18 @@ def check_bulk(spanc, model):
           process.stderr, "--bulk on an empty folder: %d %r" %
           (process.returncode, process.stderr))
 
+    # A broken program: its error names file:line:col, and nothing runs.
+    broken = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    with open(os.path.join(broken, "good.span"), "w") as file:
+        file.write(singles["evict"])
+    with open(os.path.join(broken, "bad.span"), "w") as file:
+        file.write("query q {\n  gen { user nosuch }\n}\n")
+    process = subprocess.run([spanc, "run", "--bulk", broken, "--model",
+                              model], capture_output=True, text=True)
+    check(process.returncode == 1 and "bad.span:2:" in process.stderr and
+          process.stdout == "", "--bulk with a broken program: %d %r" %
+          (process.returncode, process.stderr))
+
 
 def check_progress(spanc, model):
     """The progress line: drawn on a terminal stderr (after a second), and

@@ -2,13 +2,12 @@
 
 #include "runtime/sched/Executor.h"
 
+#include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Sampler.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/Path.h"
-
-#include <xxhash.h>
 
 #include <chrono>
 #include <deque>
@@ -22,29 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// Names the weights: every block hash depends on it, so two models never
-/// share cache entries. Samples the tensor data rather than hashing 100 MB.
-std::string modelIdentity(const model::Model &model) {
-  const model::GgufFile &file = model.file();
-  XXH3_state_t *state = XXH3_createState();
-  XXH3_128bits_reset(state);
-  uint64_t size = file.fileSize();
-  XXH3_128bits_update(state, &size, sizeof(size));
-  for (const model::GgufTensor &tensor : file.tensors()) {
-    XXH3_128bits_update(state, tensor.name.data(), tensor.name.size());
-    XXH3_128bits_update(state, tensor.data,
-                        std::min<uint64_t>(tensor.numBytes, 256));
-  }
-  XXH128_hash_t digest = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
-  char hex[40];
-  snprintf(hex, sizeof(hex), "%016llx%016llx",
-           static_cast<unsigned long long>(digest.high64),
-           static_cast<unsigned long long>(digest.low64));
-  return model.config().architecture + ":" +
-         llvm::sys::path::filename(file.name()).str() + ":" + hex;
 }
 
 } // namespace
@@ -118,7 +94,7 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   executor->blockPool =
       std::make_unique<kv::BlockPool>(uint32_t(numBlocks), options.blockSize);
   executor->cacheManager = std::make_unique<kv::KvCacheManager>(
-      *executor->blockPool, kv::BlockHasher(modelIdentity(model)),
+      *executor->blockPool, kv::BlockHasher(model::modelIdentity(model.file())),
       options.cacheMode, options.relocationMode);
 
   // ReRoPE relocation turns stored K by the same angles the forward pass

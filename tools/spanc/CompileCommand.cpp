@@ -10,6 +10,7 @@
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Gguf.h"
+#include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 
@@ -17,8 +18,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <xxhash.h>
 
 #include <cstdio>
 
@@ -41,35 +40,6 @@ int writeOutput(const po::variables_map &values, const std::string &text) {
                        "cannot write '" + path + "': " + error.message());
   out << text;
   return 0;
-}
-
-/// The identity the block hashes are keyed by, computed from the GGUF alone
-/// (architecture, file name and size, each tensor's name and first 256
-/// bytes) the way the executor computes it from the loaded model, so that
-/// --emit=plan prints the hashes `spanc run` will use. Only the first bytes
-/// of each tensor are touched, so the mapped weights are never read in full.
-std::string modelIdentity(const model::GgufFile &file) {
-  XXH3_state_t *state = XXH3_createState();
-  XXH3_128bits_reset(state);
-  uint64_t size = file.fileSize();
-  XXH3_128bits_update(state, &size, sizeof(size));
-  for (const model::GgufTensor &tensor : file.tensors()) {
-    XXH3_128bits_update(state, tensor.name.data(), tensor.name.size());
-    XXH3_128bits_update(state, tensor.data,
-                        std::min<uint64_t>(tensor.numBytes, 256));
-  }
-  XXH128_hash_t digest = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
-  char hex[40];
-  snprintf(hex, sizeof(hex), "%016llx%016llx",
-           static_cast<unsigned long long>(digest.high64),
-           static_cast<unsigned long long>(digest.low64));
-  llvm::Expected<llvm::StringRef> architecture =
-      file.getString("general.architecture", "");
-  std::string arch = architecture ? architecture->str() : "";
-  if (!architecture)
-    llvm::consumeError(architecture.takeError());
-  return arch + ":" + llvm::sys::path::filename(file.name()).str() + ":" + hex;
 }
 
 /// Lowers the optimized `module` through the chat template of the model at
@@ -110,7 +80,7 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
 
   std::string text;
   llvm::raw_string_ostream os(text);
-  codegen::printPlan(*plan, kv::BlockHasher(modelIdentity(**file)),
+  codegen::printPlan(*plan, kv::BlockHasher(model::modelIdentity(**file)),
                      printOptions, os);
   os.flush();
   return writeOutput(values, text);

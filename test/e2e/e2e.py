@@ -102,11 +102,20 @@ def check_invariance(spanc, model):
         warm_calls = cold_warm["runs"][1]["calls"]
         check(all(call["reused_tokens"] > 0 for call in warm_calls),
               path + ": the warm run reused nothing")
-        rerope = answers(run(spanc, model, path, *exact,
-                             "--relocation", "rerope"))
-        check(cold == rerope,
-              path + ": rope-in-kernel and rerope answers differ: %r vs %r" %
-              (cold, rerope))
+        # rerope's warm run is the one that moves cached spans (a fragment
+        # one query cached at one position, another reuses at another).
+        rerope_runs = run(spanc, model, path, *exact, "--relocation",
+                          "rerope", "--repeat", "2")
+        for index in range(2):
+            rerope = answers(rerope_runs, index)
+            check(cold == rerope,
+                  path + ": rope-in-kernel and rerope (run %d) answers "
+                  "differ: %r vs %r" % (index + 1, cold, rerope))
+        if path == "examples/bulk_rag.span":
+            relocated = sum(call["relocated_tokens"]
+                            for call in rerope_runs["runs"][1]["calls"])
+            check(relocated > 0, path + ": the warm rerope run relocated "
+                  "nothing, so rerope went untested")
         prefix = answers(run(spanc, model, path, *exact, "--cache", "prefix"))
         off = answers(run(spanc, model, path, *exact, "--cache", "off"))
         check(prefix == off,

@@ -107,6 +107,9 @@ public:
   load(llvm::StringRef path, const ModelOptions &options = {});
 
   const ModelConfig &config() const { return modelConfig; }
+  /// The RoPE the forward pass applies (ReRoPE relocation must turn stored
+  /// keys by exactly these angles).
+  const cpu::RopeConfig &ropeConfig() const { return ropeTable.config(); }
   const GgufFile &file() const { return *gguf; }
   cpu::GemmPrecision gemmPrecision() const { return gemm->precision(); }
   const ModelWeights &weights() const { return *modelWeights; }

@@ -97,34 +97,8 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
       *executor->blockPool, kv::BlockHasher(model::modelIdentity(model.file())),
       options.cacheMode, options.relocationMode);
 
-  // ReRoPE relocation turns stored K by the same angles the forward pass
-  // used: theta^(-2i/d), divided by the linear scaling factor.
-  const model::ModelConfig &config = model.config();
-  kv::KvStorage &kvStorage = *executor->storage;
-  kv::KvBlockLayout &layout = executor->relocationLayout;
-  layout.numLayers = int(config.numLayers);
-  layout.numKvHeads = int(config.numKvHeads);
-  layout.headDim = int(config.headDim);
-  layout.blockSize = int(options.blockSize);
-  layout.blockStride = kvStorage.blockStride();
-  layout.headStride = kvStorage.headStride();
-  layout.tokenStride = kvStorage.keySlotStride();
-  layout.dimStride = kvStorage.keyDimStride();
-  double scale = config.ropeScaling == model::RopeScalingType::Linear &&
-                         config.ropeScalingFactor > 0
-                     ? 1.0 / config.ropeScalingFactor
-                     : 1.0;
-  executor->ropeFrequencies =
-      kv::ropeFrequencies(config.ropeTheta, int(config.headDim), scale);
-  executor->ropeRotation.pairing = config.ropeOrder == model::RopeOrder::NeoX
-                                       ? kv::RopePairing::NeoX
-                                       : kv::RopePairing::Normal;
-  executor->ropeRotation.rotaryDim = int(config.headDim);
-  executor->ropeRotation.frequencies = executor->ropeFrequencies.data();
-  for (int layer = 0; layer < layout.numLayers; ++layer) {
-    executor->keyLayers.push_back(kvStorage.keys(layer, 0, 0));
-    executor->valueLayers.push_back(kvStorage.values(layer, 0, 0));
-  }
+  executor->relocation = std::make_unique<kv::RelocationExecutor>(
+      *executor->storage, model.ropeConfig());
   return executor;
 }
 
@@ -295,9 +269,7 @@ llvm::Error Executor::applyRelocations(RunState &state) {
   llvm::Expected<kv::StepPlan> stepPlan = cacheManager->planStep();
   if (!stepPlan)
     return stepPlan.takeError();
-  for (const auto &batch : stepPlan->relocation.batches)
-    kv::relocateBlocks(relocationLayout, ropeRotation, keyLayers.data(),
-                       valueLayers.data(), batch);
+  relocation->apply(stepPlan->relocation);
   cacheManager->finishStep(*stepPlan);
   // Requests whose duplicates did not fit were released: admit them again.
   for (kv::RequestId request : llvm::reverse(stepPlan->deferred)) {
@@ -515,8 +487,7 @@ llvm::Error Executor::step(RunState &state) {
 void Executor::takeSlot(Active &active, const kv::DecodeSlot &slot) {
   // Copy-on-write now: appendToken released the source block, and the next
   // allocation (another call's append, an admission) may recycle it.
-  if (slot.copy)
-    storage->copyBlock(slot.copy->source, slot.copy->destination);
+  relocation->prepare(slot);
   active.pendingSlot = slot;
   active.pendingSlot.copy.reset();
 }

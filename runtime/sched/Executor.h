@@ -20,7 +20,7 @@
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/kv/KvStorage.h"
-#include "runtime/kv/Rerope.h"
+#include "runtime/kv/RelocationExecutor.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 
@@ -139,10 +139,8 @@ private:
   std::unique_ptr<kv::KvStorage> storage;
   std::unique_ptr<kv::BlockPool> blockPool;
   std::unique_ptr<kv::KvCacheManager> cacheManager;
-  kv::KvBlockLayout relocationLayout;
-  std::vector<double> ropeFrequencies;
-  kv::RopeRotation ropeRotation;
-  std::vector<float *> keyLayers, valueLayers;
+  /// Applies CIDRA plans and decode copies with the model's exact RoPE.
+  std::unique_ptr<kv::RelocationExecutor> relocation;
   kv::RequestId nextRequestId = 1;
 };
 

@@ -35,6 +35,10 @@ struct Executor::Active {
   uint32_t runIndex = 0;
   uint32_t blocksDone = 0;
   bool decoding = false;
+  /// Generation is over; these tokens are still fed for their K/V only, so
+  /// later calls that splice the output in find it cached (see step()).
+  bool finishing = false;
+  std::vector<kv::TokenId> flushQueue;
   /// The sampled token whose K/V the next step computes.
   kv::TokenId pending = -1;
   kv::DecodeSlot pendingSlot;
@@ -60,6 +64,8 @@ struct Executor::RunState {
   std::vector<std::unique_ptr<Active>> active;
   /// Output tokens per call, for splicing into later calls.
   std::vector<std::optional<std::vector<kv::TokenId>>> outputs;
+  /// Per call: the end-of-turn tokens its consumers put after its output.
+  std::vector<std::optional<std::vector<kv::TokenId>>> trailers;
   size_t numDone = 0;
   uint64_t admissions = 0;
   uint64_t tokensGenerated = 0; ///< for ProgressCallback
@@ -115,6 +121,12 @@ std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
   state.readyAt.resize(numCalls);
   state.done.assign(numCalls, false);
   state.outputs.resize(numCalls);
+  state.trailers.resize(numCalls);
+  for (const codegen::Call &call : plan.calls)
+    for (const codegen::PlanSegment &segment : call.segments)
+      for (const codegen::Piece &piece : segment.pieces)
+        if (piece.call && !state.trailers[*piece.call])
+          state.trailers[*piece.call] = piece.trailer;
   for (const codegen::Call &call : plan.calls) {
     state.missingDependencies[call.id] = uint32_t(call.dependencies.size());
     for (codegen::CallId dependency : call.dependencies)
@@ -410,6 +422,26 @@ llvm::Error Executor::step(RunState &state) {
     Active &active = *entry.active;
     const codegen::Call &call = state.plan->calls[active.call];
     CallOutcome &outcome = state.outcomes[active.call];
+    if (active.finishing) {
+      // The fed token's K/V now exist: feed the next, or finish.
+      if (active.flushQueue.empty()) {
+        finished.push_back(&active);
+        continue;
+      }
+      kv::TokenId next = active.flushQueue.front();
+      active.flushQueue.erase(active.flushQueue.begin());
+      llvm::Expected<kv::DecodeSlot> slot =
+          cacheManager->appendToken(active.request, next);
+      if (!slot) {
+        // Only the cache's benefit is lost: finish without the rest.
+        llvm::consumeError(slot.takeError());
+        finished.push_back(&active);
+        continue;
+      }
+      active.pending = next;
+      takeSlot(active, *slot);
+      continue;
+    }
     if (entry.completesPrompt) {
       cacheManager->commitPrefill(active.request);
       active.decoding = true;
@@ -426,7 +458,8 @@ llvm::Error Executor::step(RunState &state) {
       outcome.stats.ttftSeconds = secondsSince(state.readyAt[active.call]);
     }
 
-    bool stop = tokenizerPtr->isEndOfGeneration(token);
+    const bool endOfGeneration = tokenizerPtr->isEndOfGeneration(token);
+    bool stop = endOfGeneration;
     if (!stop) {
       outcome.tokens.push_back(token);
       ++outcome.stats.generatedTokens;
@@ -443,8 +476,26 @@ llvm::Error Executor::step(RunState &state) {
         stop = true;
     }
     if (stop) {
-      finished.push_back(&active);
-      continue;
+      // Later calls splice this output in as a whole assistant message
+      // (plus-distribute's x ⋈ G(x)): feed what they will see after the
+      // fed tokens — the last sampled token unless it ended generation,
+      // then the end-of-turn trailer — so their spans find every block of
+      // the message in the cache, the partial last one included.
+      const auto &trailer = state.trailers[active.call];
+      if (!trailer) {
+        finished.push_back(&active);
+        continue;
+      }
+      active.finishing = true;
+      active.flushQueue = *trailer;
+      if (endOfGeneration) {
+        if (active.flushQueue.empty()) {
+          finished.push_back(&active);
+          continue;
+        }
+        token = active.flushQueue.front();
+        active.flushQueue.erase(active.flushQueue.begin());
+      }
     }
     llvm::Expected<kv::DecodeSlot> slot =
         cacheManager->appendToken(active.request, token);
@@ -503,6 +554,11 @@ bool Executor::preemptFor(RunState &state, Active &needy) {
       victim = active.get();
   if (!victim)
     return false;
+  if (victim->finishing) {
+    // Its answer is complete; only the cache's benefit of the flush is lost.
+    finish(state, *victim, true, "");
+    return true;
+  }
   CallOutcome &outcome = state.outcomes[victim->call];
   cacheManager->release(victim->request);
   ++outcome.stats.preemptions;

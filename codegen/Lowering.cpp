@@ -104,14 +104,10 @@ private:
       barrier.resize(savedBarrier);
       return ok;
     }
-    case OpKind::Repeat: {
-      bool ok = true;
-      int64_t n = op->getIntAttr("n").value_or(1);
-      for (int64_t i = 0; i < n; ++i)
-        ok &= collectResults(op->getOperand(0), deriveSampleKey(sampleKey, i),
-                             cacheOnly, results);
-      return ok;
-    }
+    case OpKind::Repeat:
+      return forEachSample(op, sampleKey, [&](const Op *body, uint64_t key) {
+        return collectResults(body, key, cacheOnly, results);
+      });
     case OpKind::Monad:
       return collectResults(op->getOperand(0), sampleKey, /*cacheOnly=*/true,
                             results);
@@ -129,6 +125,17 @@ private:
 
   static uint64_t deriveSampleKey(uint64_t key, int64_t sample) {
     return mixSeed(key ^ mixSeed(uint64_t(sample) + 1));
+  }
+
+  /// Calls `lower(body, sampleKey)` for each of a span.repeat's n samples,
+  /// each with its own derived key (so its gens get distinct seeds).
+  template <typename LowerFn>
+  static bool forEachSample(const Op *repeat, uint64_t key, LowerFn lower) {
+    bool ok = true;
+    int64_t n = repeat->getIntAttr("n").value_or(1);
+    for (int64_t i = 0; i < n; ++i)
+      ok &= lower(repeat->getOperand(0), deriveSampleKey(key, i));
+    return ok;
   }
 
   /// A gen is deterministic when it samples greedily and so does every gen
@@ -187,9 +194,11 @@ private:
               return;
             }
             if (summand->getKind() == OpKind::Repeat) {
-              int64_t n = summand->getIntAttr("n").value_or(1);
-              for (int64_t i = 0; i < n; ++i)
-                emitOne(summand->getOperand(0), deriveSampleKey(summandKey, i));
+              forEachSample(summand, summandKey,
+                            [&](const Op *body, uint64_t key) {
+                              emitOne(body, key);
+                              return true;
+                            });
               return;
             }
             PlanSegment span;
@@ -274,14 +283,10 @@ private:
         ok &= appendPieces(operand, sampleKey, call, pieces);
       return ok;
     }
-    case OpKind::Repeat: {
-      bool ok = true;
-      int64_t n = op->getIntAttr("n").value_or(1);
-      for (int64_t i = 0; i < n; ++i)
-        ok &= appendPieces(op->getOperand(0), deriveSampleKey(sampleKey, i),
-                           call, pieces);
-      return ok;
-    }
+    case OpKind::Repeat:
+      return forEachSample(op, sampleKey, [&](const Op *body, uint64_t key) {
+        return appendPieces(body, key, call, pieces);
+      });
     case OpKind::Gen:
     case OpKind::Chat: {
       std::optional<CallId> inner = lowerCall(op, sampleKey, false);

@@ -66,6 +66,23 @@ std::string defaultModelPath() {
   return std::string(local);
 }
 
+int writeOutput(const char *command, const po::variables_map &values,
+                const std::string &text) {
+  if (!values.count("output") || values["output"].as<std::string>() == "-") {
+    llvm::outs() << text;
+    llvm::outs().flush();
+    return 0;
+  }
+  std::string path = values["output"].as<std::string>();
+  std::error_code error;
+  llvm::raw_fd_ostream out(path, error, llvm::sys::fs::OF_Text);
+  if (error)
+    return reportError(command,
+                       "cannot write '" + path + "': " + error.message());
+  out << text;
+  return 0;
+}
+
 int reportError(const char *command, const std::string &message) {
   llvm::errs() << "spanc " << command << ": error: " << message << "\n";
   return 1;

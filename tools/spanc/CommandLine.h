@@ -54,6 +54,11 @@ int notYetImplemented(const char *command, const char *issue);
 /// in the working folder, else in ~/.cache/spanc/models/.
 std::string defaultModelPath();
 
+/// Writes `text` to the file named by option `output` (`-o`), or to stdout
+/// when it is absent or "-"; returns the exit code.
+int writeOutput(const char *command, const po::variables_map &values,
+                const std::string &text);
+
 /// Prints "spanc COMMAND: error: MESSAGE" to stderr and returns 1.
 int reportError(const char *command, const std::string &message);
 

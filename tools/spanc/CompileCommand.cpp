@@ -25,23 +25,6 @@ namespace spanc::cli {
 
 namespace {
 
-/// Writes `text` to `-o PATH` or stdout; returns the exit code.
-int writeOutput(const po::variables_map &values, const std::string &text) {
-  if (!values.count("output") || values["output"].as<std::string>() == "-") {
-    llvm::outs() << text;
-    llvm::outs().flush();
-    return 0;
-  }
-  std::string path = values["output"].as<std::string>();
-  std::error_code error;
-  llvm::raw_fd_ostream out(path, error, llvm::sys::fs::OF_Text);
-  if (error)
-    return reportError("compile",
-                       "cannot write '" + path + "': " + error.message());
-  out << text;
-  return 0;
-}
-
 /// Lowers the optimized `module` through the chat template of the model at
 /// `--model` and prints the plan; returns the exit code.
 int emitPlan(const po::variables_map &values, const ir::Module &module,
@@ -83,7 +66,7 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
   codegen::printPlan(*plan, kv::BlockHasher(model::modelIdentity(**file)),
                      printOptions, os);
   os.flush();
-  return writeOutput(values, text);
+  return writeOutput("compile", values, text);
 }
 
 } // namespace
@@ -168,7 +151,7 @@ int runCompile(const std::vector<std::string> &args) {
     auto tree = frontend::SyntaxTree::parse(sourceMgr, bufferId);
     if (tree->numSyntaxErrors())
       return 1;
-    return writeOutput(values, tree->toStringTree() + "\n");
+    return writeOutput("compile", values, tree->toStringTree() + "\n");
   }
 
   ir::DiagnosticEngine diagnostics(sourceMgr);
@@ -193,7 +176,7 @@ int runCompile(const std::vector<std::string> &args) {
     return emitPlan(values, *module, diagnostics);
   ir::PrintOptions printOptions;
   printOptions.printLocations = values.count("print-loc") != 0;
-  return writeOutput(values, ir::toString(*module, printOptions));
+  return writeOutput("compile", values, ir::toString(*module, printOptions));
 }
 
 } // namespace spanc::cli

@@ -101,19 +101,7 @@ int runOpt(const std::vector<std::string> &args) {
   if (llvm::Error error = manager.run(*module))
     return reportError("opt", llvm::toString(std::move(error)));
 
-  std::string text = ir::toString(*module, printOptions);
-  if (!values.count("output") || values["output"].as<std::string>() == "-") {
-    llvm::outs() << text;
-    return 0;
-  }
-  std::string output = values["output"].as<std::string>();
-  std::error_code error;
-  llvm::raw_fd_ostream out(output, error, llvm::sys::fs::OF_Text);
-  if (error)
-    return reportError("opt",
-                       "cannot write '" + output + "': " + error.message());
-  out << text;
-  return 0;
+  return writeOutput("opt", values, ir::toString(*module, printOptions));
 }
 
 } // namespace spanc::cli

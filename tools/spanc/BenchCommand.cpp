@@ -142,15 +142,20 @@ int runBench(const std::vector<std::string> &args) {
   positional.add("name", 1);
   ParsedCommandLine parsed = parseCommandLine(
       "bench", "spanc bench NAME [options]",
-      "Runs a built-in benchmark and prints its table; bench/run_all.sh\n"
-      "writes the tables and plots under bench/results/.",
+      "Runs a built-in benchmark and prints its table (NAME: engine).\n"
+      "The KV cache, RAG and bulk benchmarks are scripts that write tables\n"
+      "and plots under bench/results/: bench/kv/run_relocation_bench.sh,\n"
+      "bench/rag/run.sh, bench/bulk/run.sh; bench/engine/run.sh runs this\n"
+      "one beside llama.cpp.",
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   std::string name = parsed.values["name"].as<std::string>();
   if (name == "engine")
     return runEngineBenchmark(parsed.values);
-  return notYetImplemented("bench", "#5 (kv) and #7 (paper)");
+  return notYetImplemented(
+      ("bench " + name).c_str(),
+      "#7 (the paper's benchmarks; see --help for the scripts there are)");
 }
 
 } // namespace spanc::cli

@@ -44,7 +44,7 @@ parseCommandLine(const char *command, const char *usage, const char *about,
 
 int notYetImplemented(const char *command, const char *issue) {
   llvm::errs() << "spanc " << command
-               << ": not implemented yet; it is built by issue " << issue
+               << ": not implemented yet; its issue: " << issue
                << ". Nothing was run.\n";
   return 2;
 }

@@ -6,13 +6,13 @@ namespace spanc::cli {
 
 int runServe(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()                                               //
-      ("model,m", po::value<std::string>(), "GGUF model to serve")    //
-      ("host", po::value<std::string>()->default_value("127.0.0.1"),  //
-       "address to listen on (loopback by default)")                  //
-      ("port", po::value<int>()->default_value(8080), "TCP port")     //
-      ("cache", po::value<std::string>()->default_value("span"),      //
-       "KV cache mode: span, prefix or off")                          //
+  options.add_options()                                              //
+      ("model,m", po::value<std::string>(), "GGUF model to serve")   //
+      ("host", po::value<std::string>()->default_value("127.0.0.1"), //
+       "address to listen on (loopback by default)")                 //
+      ("port", po::value<int>()->default_value(8080), "TCP port")    //
+      ("cache", po::value<std::string>()->default_value("span"),     //
+       "KV cache mode: span, prefix or off")                         //
       ("threads,t", po::value<int>(), "CPU threads (default: all cores)");
   ParsedCommandLine parsed = parseCommandLine(
       "serve", "spanc serve [options]",
@@ -21,7 +21,7 @@ int runServe(const std::vector<std::string> &args) {
       options, po::positional_options_description(), args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("serve", "#6 and its serving follow-up");
+  return notYetImplemented("serve", "to be filed (DESIGN.md §6, Serving)");
 }
 
 } // namespace spanc::cli

@@ -2,6 +2,7 @@
 """bench/rag/report.py — tables and plot from rag_bench rows.
 
 Usage: report.py ROWS.tsv OUT_PREFIX [--machine=FILE] [--load=FILE]
+                 [--no-findings]
 Writes OUT_PREFIX.md (the tables), OUT_PREFIX-rag.png (TTFT and ratios by
 document count). FILE arguments are pasted into the setup section (lscpu
 lines, uptime samples); bench/rag/findings.md, when present, is appended.
@@ -56,7 +57,8 @@ def fmt(value, digits=0):
 
 def main():
     rows_path, prefix = sys.argv[1], sys.argv[2]
-    extra = dict(a.split("=", 1) for a in sys.argv[3:] if a.startswith("--"))
+    extra = dict(a.split("=", 1) if "=" in a else (a, "")
+                 for a in sys.argv[3:] if a.startswith("--"))
     rows = load(rows_path)
     docs_list = sorted({d for d, _ in rows})
     out = []
@@ -195,7 +197,7 @@ def main():
                   f"{fmt(med(dec, 'attention_ms'))} |")
 
     findings = os.path.join(os.path.dirname(__file__), "findings.md")
-    if os.path.exists(findings):
+    if os.path.exists(findings) and "--no-findings" not in extra:
         w("\n" + open(findings).read().rstrip())
     with open(prefix + ".md", "w") as f:
         f.write("\n".join(out) + "\n")

@@ -450,6 +450,11 @@ int runRun(const std::vector<std::string> &args) {
                                   progressLine.update(progress);
                                 });
     progressLine.clear();
+    if (streamed && iteration == 0) {
+      // End the streamed answer's line before any statistics follow.
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+    }
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
@@ -475,9 +480,7 @@ int runRun(const std::vector<std::string> &args) {
         {"relocation", values["relocation"].as<std::string>()},
         {"runs", runs}};
     llvm::outs() << document.dump(2) << "\n";
-  } else if (streamed) {
-    llvm::outs() << "\n";
-  } else {
+  } else if (!streamed) {
     for (const codegen::QueryPlan &query : plan->queries) {
       llvm::outs() << "== " << query.name << "\n";
       for (const codegen::ResultItem &item : query.results) {

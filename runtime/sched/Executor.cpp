@@ -5,10 +5,6 @@
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Sampler.h"
 
-#include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/Twine.h"
-#include "llvm/Support/Path.h"
-
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -44,7 +40,6 @@ struct Executor::Active {
   kv::DecodeSlot pendingSlot;
   /// Generated tokens already folded into `segments` by preemptions.
   size_t tokensInPrompt = 0;
-  Clock::time_point admitted;
   Clock::time_point firstToken;
   uint64_t admissionOrder = 0;
 };
@@ -227,7 +222,6 @@ bool Executor::admitReady(RunState &state) {
     }
     const kv::RequestPlan &requestPlan = cacheManager->plan(active->request);
     CallStats &stats = state.outcomes[callId].stats;
-    active->admitted = Clock::now();
     active->admissionOrder = state.admissions++;
     active->runIndex = 0;
     active->blocksDone = 0;

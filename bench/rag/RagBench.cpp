@@ -1,506 +1,510 @@
-//===- RagBench.cpp - RAG TTFT and relocation cost on SmolLM2, end to end -===//
+//===- RagBench.cpp - `spanc bench rag`: the paper's RAG microbenchmark ---===//
 //
-// Drives the executor directly (the model loads once) on generated RAG
-// queries: a short system prompt, N documents of ~512 tokens under a
-// `plus`, a short question as the tail. Documents are English-like words
-// drawn from a fixed list with a seeded generator, so every run sees the
-// same text. Each query goes through the real pipeline (.span source →
-// frontend → default passes → chat-template lowering → executor).
-//
-// For each document count, in one process, side by side and interleaved
-// per repetition (max_tokens = 1: TTFT only):
+// TTFT of a RAG query over N documents of random text (a short system
+// prompt, the documents under a `plus`, a question as the tail), stock
+// prefix caching against span caching, side by side in one process (the
+// model loads once). Per document count and repetition, with new documents
+// and a new system prompt each time (so "cold" is cold) and max_tokens = 1:
 //   prefix-cold           --cache=prefix, documents in order A
-//   prefix-warm-shuffled  --cache=prefix, the same documents shuffled (B)
-//   span-miss-<reloc>     --cache=span, order A (cold)
+//   prefix-warm-shuffled  --cache=prefix, the same documents in order B:
+//                         what a prefix cache gives on a shuffled repeat
+//                         (the stock baseline)
+//   span-miss-<reloc>     --cache=span, order A, cold
 //   span-hit-<reloc>      --cache=span, order B, warm
-// for reloc in {rope-in-kernel, rerope}. For --decode-docs counts also
-//   span-hit-in-place-<reloc>  order B again (rerope: nothing left to move)
-//   span-decode-<reloc>        order B with a long answer: decode tokens/s
-// Every repetition uses new documents and a new system prompt, so "cold"
-// is cold. The model's per-op timers run in every call, so each row also
-// says how much of its forward time went to attention, RoPE and GEMMs.
-// Rows go to --tsv; one line per call goes to stdout.
+//   llama-server-cold / llama-server-shuffled (when the peer is enabled):
+//                         the same prompts rendered through the chat
+//                         template as raw text, served by llama.cpp with
+//                         --cache-reuse, timings.prompt_ms as TTFT.
+// Order B is a shuffle whose first document differs from A's, so a prefix
+// cache can reuse nothing past the system prompt.
 //
 //===----------------------------------------------------------------------===//
 
-#include "codegen/ChatTemplateEncoder.h"
-#include "codegen/Lowering.h"
-#include "frontend/Load.h"
-#include "passes/PassManager.h"
-#include "runtime/model/ChatTemplate.h"
-#include "runtime/model/Model.h"
-#include "runtime/model/Tokenizer.h"
-#include "runtime/sched/Executor.h"
+#include "bench/common/Bench.h"
+#include "bench/common/RandomText.h"
+#include "bench/common/Report.h"
+#include "bench/rag/ModelSession.h"
+#include "bench/rag/RagPeer.h"
 
-#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <ctime>
 #include <map>
 #include <random>
-#include <string>
-#include <vector>
 
-using namespace spanc;
+namespace spanc::bench {
 
 namespace {
 
-/// Common English words; documents are sentences of these.
-const char *const kWords[] = {
-    "the",       "of",       "and",     "to",       "in",      "a",
-    "is",        "that",     "for",     "it",       "as",      "was",
-    "with",      "be",       "by",      "on",       "not",     "he",
-    "this",      "are",      "or",      "his",      "from",    "at",
-    "which",     "but",      "have",    "an",       "had",     "they",
-    "you",       "were",     "their",   "one",      "all",     "we",
-    "can",       "her",      "has",     "there",    "been",    "if",
-    "more",      "when",     "will",    "would",    "who",     "so",
-    "no",        "river",    "city",    "market",   "winter",  "garden",
-    "engine",    "village",  "letter",  "window",   "harbor",  "forest",
-    "teacher",   "station",  "bridge",  "council",  "farmer",  "library",
-    "mountain",  "kitchen",  "student", "doctor",   "machine", "history",
-    "morning",   "evening",  "paper",   "stone",    "water",   "light",
-    "people",    "family",   "school",  "country",  "company", "number",
-    "system",    "program",  "problem", "question", "answer",  "report",
-    "music",     "power",    "money",   "story",    "result",  "change",
-    "build",     "carry",    "follow",  "gather",   "measure", "open",
-    "close",     "travel",   "write",   "read",     "learn",   "choose",
-    "explain",   "remember", "decide",  "return",   "arrive",  "repair",
-    "quiet",     "bright",   "early",   "heavy",    "narrow",  "ancient",
-    "careful",   "simple",   "public",  "local",    "small",   "large",
-    "green",     "cold",     "warm",    "strong",   "slow",    "quick",
-    "after",     "before",   "during",  "between",  "under",   "across",
-    "because",   "although", "while",   "often",    "never",   "always",
-    "yesterday", "together", "finally", "perhaps",  "several", "every",
-};
-
-/// ~`targetTokens` tokens of sentences (at most that many), from `seed`.
-std::string makeDocument(const model::Tokenizer &tokenizer, uint64_t seed,
-                         size_t targetTokens) {
-  std::mt19937_64 random(seed);
-  const size_t numWords = sizeof(kWords) / sizeof(kWords[0]);
-  std::vector<std::string> words;
-  size_t sentenceLeft = 0;
-  auto render = [&](size_t count) {
-    std::string text;
-    for (size_t i = 0; i < count; ++i) {
-      if (i)
-        text += ' ';
-      text += words[i];
-    }
-    return text;
-  };
-  // Grow in chunks, then trim word by word to the target.
-  while (true) {
-    for (int i = 0; i < 32; ++i) {
-      std::string word = kWords[random() % numWords];
-      if (sentenceLeft == 0) {
-        if (!words.empty())
-          words.back() += '.';
-        word[0] = char(std::toupper(word[0]));
-        sentenceLeft = 6 + random() % 10;
-      }
-      --sentenceLeft;
-      words.push_back(std::move(word));
-    }
-    if (tokenizer.encode(render(words.size()), false).size() >= targetTokens)
-      break;
-  }
-  size_t count = words.size();
-  while (count > 1 &&
-         tokenizer.encode(render(count), false).size() > targetTokens)
-    --count;
-  std::string text = render(count);
-  return text + ".";
+/// A permutation of 0..n-1 whose first element is not `avoidFirst` (for
+/// n > 1).
+std::vector<unsigned> shuffledOrder(unsigned n, std::mt19937_64 &random,
+                                    unsigned avoidFirst) {
+  std::vector<unsigned> order(n);
+  for (unsigned i = 0; i < n; ++i)
+    order[i] = i;
+  do
+    std::shuffle(order.begin(), order.end(), random);
+  while (n > 1 && order[0] == avoidFirst);
+  return order;
 }
 
 /// The .span source of one RAG query over `documents` in `order`.
-std::string ragSource(const std::vector<std::string> &documents,
-                      const std::vector<unsigned> &order, int64_t maxTokens,
-                      const std::string &systemPrompt,
-                      const std::string &question) {
+std::string ragSource(llvm::ArrayRef<std::string> documents,
+                      llvm::ArrayRef<unsigned> order,
+                      llvm::StringRef systemPrompt, llvm::StringRef question) {
   std::string source;
   for (unsigned i = 0; i < documents.size(); ++i)
     source +=
-        "let d" + std::to_string(i) + " = \"\"\"" + documents[i] + "\"\"\"\n";
-  source += "query rag {\n  gen(max_tokens = " + std::to_string(maxTokens) +
-            ", temperature = 0) {\n    system \"" + systemPrompt +
-            "\"\n    plus {";
+        "let d" + std::to_string(i) + " = " + spanLiteral(documents[i]) + "\n";
+  source += "query rag {\n  gen(max_tokens = 1, temperature = 0) {\n"
+            "    system " +
+            spanLiteral(systemPrompt) + "\n    plus {";
   for (unsigned index : order)
     source += " fragment d" + std::to_string(index);
-  source += " }\n    user \"" + question + "\"\n  }\n}\n";
+  source += " }\n    user " + spanLiteral(question) + "\n  }\n}\n";
   return source;
 }
 
-struct Compiler {
-  const model::Tokenizer &tokenizer;
-  const model::ChatTemplate &chatTemplate;
-
-  llvm::Expected<codegen::Plan> compile(const std::string &source) const {
-    llvm::SmallString<128> path;
-    if (std::error_code error =
-            llvm::sys::fs::createTemporaryFile("rag_bench", "span", path))
-      return llvm::createStringError(error, "cannot create a temporary file");
-    {
-      std::error_code error;
-      llvm::raw_fd_ostream out(path, error);
-      if (error)
-        return llvm::createStringError(error, "cannot write %s", path.c_str());
-      out << source;
-    }
-    llvm::SourceMgr sourceMgr;
-    ir::DiagnosticEngine diagnostics(sourceMgr);
-    std::unique_ptr<ir::Module> module =
-        frontend::loadModule(path, diagnostics);
-    llvm::sys::fs::remove(path);
-    if (!module)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "the generated program does not parse");
-    passes::PassOptions passOptions;
-    passes::PassContext context(diagnostics, passOptions);
-    passes::PassManager manager(context);
-    manager.addDefaultPipeline();
-    if (llvm::Error error = manager.run(*module))
-      return error;
-    codegen::ChatTemplateEncoder encoder(chatTemplate, tokenizer);
-    std::optional<codegen::Plan> plan =
-        codegen::lowerToPlan(*module, encoder, diagnostics);
-    if (!plan || plan->calls.size() != 1)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "lowering did not give one call");
-    return std::move(*plan);
-  }
+/// One measured call (a row of rag.tsv).
+struct Row {
+  unsigned docs = 0, rep = 0;
+  std::string config;
+  double ttftMs = 0;
+  uint32_t prompt = 0, reused = 0, computed = 0, relocated = 0;
 };
 
-double cpuSeconds() {
-  timespec time;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
-  return double(time.tv_sec) + double(time.tv_nsec) * 1e-9;
-}
-
-/// One measured call.
-struct Sample {
-  double ttftMs = 0, cpuMs = 0, decodeTokensPerSecond = 0;
-  /// The model's per-op timers over this run (wall time inside forward()).
-  double forwardMs = 0, attentionMs = 0, ropeMs = 0, gemmMs = 0;
-  uint32_t prompt = 0, reused = 0, computed = 0, relocated = 0, generated = 0;
-};
-
-llvm::Expected<Sample> runOnce(model::Model &model, sched::Executor &executor,
-                               const codegen::Plan &plan) {
-  model.resetProfile();
-  double cpuStart = cpuSeconds();
-  std::vector<sched::CallOutcome> outcomes = executor.run(plan);
-  double cpu = cpuSeconds() - cpuStart;
-  const sched::CallOutcome &outcome = outcomes.at(0);
-  if (!outcome.succeeded)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "call failed: %s", outcome.error.c_str());
-  Sample sample;
-  sample.ttftMs = 1e3 * outcome.stats.ttftSeconds;
-  sample.cpuMs = 1e3 * cpu;
-  sample.decodeTokensPerSecond = outcome.stats.decodeTokensPerSecond();
-  sample.prompt = outcome.stats.promptTokens;
-  sample.reused = outcome.stats.reusedTokens;
-  sample.computed = outcome.stats.computedTokens;
-  sample.relocated = outcome.stats.relocatedTokens;
-  sample.generated = outcome.stats.generatedTokens;
-  const model::ForwardProfile &profile = model.profile();
-  sample.forwardMs = 1e3 * profile.total();
-  sample.attentionMs = 1e3 * profile.attentionSeconds;
-  sample.ropeMs = 1e3 * profile.ropeSeconds;
-  sample.gemmMs = 1e3 * (profile.qkvSeconds + profile.attentionOutputSeconds +
-                         profile.gateUpSeconds + profile.downSeconds +
-                         profile.outputHeadSeconds);
-  return sample;
-}
-
-/// A permutation of 0..n-1 whose first element is not 0 (for n > 1), so a
-/// prefix cache can reuse nothing past the system prompt.
-std::vector<unsigned> shuffled(unsigned n, uint64_t seed) {
-  std::vector<unsigned> order(n);
-  for (unsigned i = 0; i < n; ++i)
-    order[i] = i;
-  std::mt19937_64 random(seed);
-  do
-    std::shuffle(order.begin(), order.end(), random);
-  while (n > 1 && order[0] == 0);
-  return order;
-}
-
-std::vector<unsigned> identity(unsigned n) {
-  std::vector<unsigned> order(n);
-  for (unsigned i = 0; i < n; ++i)
-    order[i] = i;
-  return order;
-}
-
-struct Options {
-  std::string modelPath;
-  std::vector<unsigned> documentCounts = {1, 2, 4, 8, 15};
-  /// Repetitions per document count (the last one repeats for the rest).
-  std::vector<unsigned> repetitions = {5, 5, 3, 2, 1};
-  unsigned documentTokens = 512;
-  /// Document counts that also measure a hit in place and decode.
-  std::vector<unsigned> decodeDocuments = {4, 8};
-  int64_t decodeTokens = 32;
-  /// Above this many documents only rope-in-kernel runs (time on a
-  /// loaded machine; the strategies are compared at the smaller counts).
-  unsigned reropeMaxDocuments = 1000;
-  std::string tsvPath;
-  bool forceF32 = false;
-};
-
-bool parseList(llvm::StringRef text, std::vector<unsigned> &values) {
-  values.clear();
-  llvm::SmallVector<llvm::StringRef, 8> parts;
-  text.split(parts, ',', -1, false);
-  for (llvm::StringRef part : parts) {
-    unsigned value;
-    if (part.trim().getAsInteger(10, value) || value == 0)
-      return false;
-    values.push_back(value);
-  }
-  return !values.empty();
-}
-
-int usage(const char *message) {
-  std::fprintf(stderr,
-               "rag_bench: %s\nusage: rag_bench --model=GGUF [--docs=1,2,4,8,"
-               "15] [--reps=5,5,3,2,1] [--doc-tokens=512]\n"
-               "  [--decode-docs=4,8] [--decode-tokens=32] "
-               "[--rerope-max-docs=N] [--tsv=FILE] [--f32]\n",
-               message);
-  return 2;
-}
-
-const char *relocationName(kv::RelocationMode mode) {
-  return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
-}
-
-} // namespace
-
-int main(int argc, char **argv) {
-  Options options;
-  for (int i = 1; i < argc; ++i) {
-    llvm::StringRef arg = argv[i];
-    llvm::StringRef value = arg.split('=').second;
-    unsigned number = 0;
-    if (arg.startswith("--model="))
-      options.modelPath = value.str();
-    else if (arg.startswith("--docs=")) {
-      if (!parseList(value, options.documentCounts))
-        return usage("--docs takes positive integers, comma separated");
-    } else if (arg.startswith("--reps=")) {
-      if (!parseList(value, options.repetitions))
-        return usage("--reps takes positive integers, comma separated");
-    } else if (arg.startswith("--decode-docs=")) {
-      if (!parseList(value, options.decodeDocuments))
-        return usage("--decode-docs takes positive integers");
-    } else if (arg.startswith("--doc-tokens=") &&
-               !value.getAsInteger(10, number) && number >= 8)
-      options.documentTokens = number;
-    else if (arg.startswith("--decode-tokens=") &&
-             !value.getAsInteger(10, number) && number >= 2)
-      options.decodeTokens = number;
-    else if (arg.startswith("--rerope-max-docs=") &&
-             !value.getAsInteger(10, number))
-      options.reropeMaxDocuments = number;
-    else if (arg.startswith("--tsv="))
-      options.tsvPath = value.str();
-    else if (arg == "--f32")
-      options.forceF32 = true;
+llvm::Expected<std::vector<kv::RelocationMode>>
+parseRelocations(llvm::StringRef text) {
+  std::vector<kv::RelocationMode> modes;
+  llvm::SmallVector<llvm::StringRef, 2> names;
+  text.split(names, ',', -1, false);
+  for (llvm::StringRef name : names) {
+    if (name.trim() == "rope-in-kernel")
+      modes.push_back(kv::RelocationMode::RopeInKernel);
+    else if (name.trim() == "rerope")
+      modes.push_back(kv::RelocationMode::Rerope);
     else
-      return usage(("bad argument '" + arg.str() + "'").c_str());
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--set relocations=%s: expected rope-in-kernel and/or rerope",
+          text.str().c_str());
   }
-  if (options.modelPath.empty())
-    return usage("--model is required");
+  if (modes.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--set relocations=: name at least one");
+  return modes;
+}
 
-  model::ModelOptions modelOptions;
-  modelOptions.forceF32 = options.forceF32;
-  auto loaded = model::Model::load(options.modelPath, modelOptions);
-  if (!loaded) {
-    std::fprintf(stderr, "rag_bench: cannot load '%s': %s\n",
-                 options.modelPath.c_str(),
-                 llvm::toString(loaded.takeError()).c_str());
-    return 1;
-  }
-  model::Model &model = **loaded;
-  auto tokenizer = model::Tokenizer::fromGguf(model.file());
-  if (!tokenizer) {
-    std::fprintf(stderr, "rag_bench: %s\n",
-                 llvm::toString(tokenizer.takeError()).c_str());
-    return 1;
-  }
-  auto chatTemplate = model::ChatTemplate::fromGguf(model.file(), **tokenizer);
-  if (!chatTemplate) {
-    std::fprintf(stderr, "rag_bench: %s\n",
-                 llvm::toString(chatTemplate.takeError()).c_str());
-    return 1;
-  }
-  Compiler compiler{**tokenizer, *chatTemplate};
-  // Per-op timers in every run: they say where each TTFT goes.
-  model.enableProfile(true);
+/// Rows of one configuration at one document count.
+std::vector<double> ttftsOf(llvm::ArrayRef<Row> rows, unsigned docs,
+                            llvm::StringRef config) {
+  std::vector<double> values;
+  for (const Row &row : rows)
+    if (row.docs == docs && row.config == config)
+      values.push_back(row.ttftMs);
+  return values;
+}
 
-  std::FILE *tsv = nullptr;
-  if (!options.tsvPath.empty()) {
-    tsv = std::fopen(options.tsvPath.c_str(), "w");
-    if (!tsv) {
-      std::fprintf(stderr, "rag_bench: cannot write %s\n",
-                   options.tsvPath.c_str());
-      return 1;
-    }
-    std::fprintf(tsv, "docs\trep\tconfig\tttft_ms\tcpu_ms\tprompt\treused\t"
-                      "computed\trelocated\tgenerated\tdecode_tok_s\t"
-                      "forward_ms\tattention_ms\trope_ms\tgemm_ms\n");
-  }
-  std::printf("threads %d, model %s, %s GEMMs\n", omp_get_max_threads(),
-              options.modelPath.c_str(),
-              options.forceF32 ? "f32" : "default (bf16)");
+const Row *firstRow(llvm::ArrayRef<Row> rows, unsigned docs,
+                    llvm::StringRef config) {
+  for (const Row &row : rows)
+    if (row.docs == docs && row.config == config)
+      return &row;
+  return nullptr;
+}
 
-  // One executor per configuration; the cache holds two full 8k contexts,
-  // so the warm run of a repetition always finds what its cold run left.
+llvm::Error runRag(const BenchArgs &args) {
+  auto documentCounts = args.intListSetting(
+      "docs", args.quick ? llvm::ArrayRef<int64_t>{1, 4}
+                         : llvm::ArrayRef<int64_t>{1, 2, 4, 8, 15});
+  if (!documentCounts)
+    return documentCounts.takeError();
+  auto documentTokens = args.intSetting("doc-tokens", args.quick ? 128 : 512);
+  if (!documentTokens)
+    return documentTokens.takeError();
+  // Repetitions of the largest counts, whose stock rows cost the most
+  // (attention is quadratic in the prompt on this CPU).
+  auto largeRepetitions = args.intSetting("large-reps", args.quick ? 1 : 5);
+  if (!largeRepetitions)
+    return largeRepetitions.takeError();
+  auto largeFrom = args.intSetting("large-from", 8);
+  if (!largeFrom)
+    return largeFrom.takeError();
+  auto relocations = parseRelocations(
+      args.setting("relocations", args.quick ? "rope-in-kernel,rerope"
+                                             : "rope-in-kernel,rerope"));
+  if (!relocations)
+    return relocations.takeError();
+  std::string peerSetting = args.setting("peer", "auto");
+  if (peerSetting != "auto" && peerSetting != "on" && peerSetting != "off")
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--set peer=%s: expected auto, on or off",
+                                   peerSetting.c_str());
+  for (int64_t docs : *documentCounts)
+    if (docs < 1 || docs > 64)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--set docs: %lld is not in 1..64",
+                                     (long long)docs);
+  if (*documentTokens < 16 || *documentTokens > 4096)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--set doc-tokens: expected 16..4096");
+  const int repetitions = args.repetitionsOr(10, 1);
+  auto repetitionsFor = [&](int64_t docs) {
+    return docs >= *largeFrom && args.repetitions == 0
+               ? std::min<int>(repetitions, int(*largeRepetitions))
+               : repetitions;
+  };
+
+  auto session = ModelSession::load(args.modelPath);
+  if (!session)
+    return session.takeError();
+  ModelSession &model = **session;
+  const model::Tokenizer &tokenizer = model.tokenizer();
+
+  // One executor per configuration. The cache holds two 8k contexts, so
+  // the warm run of a repetition always finds what its cold run left.
   const int64_t cacheTokens = 20480;
-  auto makeExecutor =
-      [&](kv::CacheMode cacheMode,
-          kv::RelocationMode mode) -> std::unique_ptr<sched::Executor> {
-    sched::ExecutorOptions executorOptions;
-    executorOptions.cacheMode = cacheMode;
-    executorOptions.relocationMode = mode;
-    executorOptions.cacheTokens = cacheTokens;
-    auto executor =
-        sched::Executor::create(model, **tokenizer, executorOptions);
-    if (!executor) {
-      std::fprintf(stderr, "rag_bench: %s\n",
-                   llvm::toString(executor.takeError()).c_str());
-      std::exit(1);
-    }
-    return std::move(*executor);
-  };
-  const kv::RelocationMode relocations[] = {kv::RelocationMode::RopeInKernel,
-                                            kv::RelocationMode::Rerope};
+  auto prefix = model.makeExecutor(
+      kv::CacheMode::Prefix, kv::RelocationMode::RopeInKernel, cacheTokens);
+  if (!prefix)
+    return prefix.takeError();
+  std::vector<std::unique_ptr<sched::Executor>> span;
+  for (kv::RelocationMode mode : *relocations) {
+    auto executor = model.makeExecutor(kv::CacheMode::Span, mode, cacheTokens);
+    if (!executor)
+      return executor.takeError();
+    span.push_back(std::move(*executor));
+  }
+  std::unique_ptr<RagPeer> peer;
+  std::string peerNote;
+  if (peerSetting != "off") {
+    auto started = RagPeer::start(args, model);
+    if (!started) {
+      peerNote = llvm::toString(started.takeError());
+      if (peerSetting == "on")
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "the llama-server peer: %s",
+                                       peerNote.c_str());
+    } else
+      peer = std::move(*started);
+  }
 
-  auto fail = [](llvm::Error error) {
-    std::fprintf(stderr, "rag_bench: %s\n",
-                 llvm::toString(std::move(error)).c_str());
-    std::exit(1);
-  };
-  auto record = [&](unsigned docs, unsigned rep, const std::string &config,
-                    const Sample &sample) {
-    if (tsv) {
-      std::fprintf(tsv,
-                   "%u\t%u\t%s\t%.3f\t%.3f\t%u\t%u\t%u\t%u\t%u\t%.2f\t%.3f\t"
-                   "%.3f\t%.3f\t%.3f\n",
-                   docs, rep, config.c_str(), sample.ttftMs, sample.cpuMs,
-                   sample.prompt, sample.reused, sample.computed,
-                   sample.relocated, sample.generated,
-                   sample.decodeTokensPerSecond, sample.forwardMs,
-                   sample.attentionMs, sample.ropeMs, sample.gemmMs);
-      std::fflush(tsv);
-    }
-    std::printf("docs %2u rep %u %-28s ttft %9.1f ms cpu %9.1f ms prompt "
-                "%5u reused %5u computed %5u relocated %5u gen %3u %6.1f "
-                "tok/s attention %8.1f ms of %8.1f ms\n",
-                docs, rep, config.c_str(), sample.ttftMs, sample.cpuMs,
-                sample.prompt, sample.reused, sample.computed, sample.relocated,
-                sample.generated, sample.decodeTokensPerSecond,
-                sample.attentionMs, sample.forwardMs);
-    std::fflush(stdout);
-  };
-  auto measure = [&](sched::Executor &executor, const codegen::Plan &plan) {
-    auto sample = runOnce(model, executor, plan);
-    if (!sample)
-      fail(sample.takeError());
-    return *sample;
-  };
-  auto documentsFor = [&](unsigned docs, uint64_t seed) {
-    std::vector<std::string> documents;
-    for (unsigned i = 0; i < docs; ++i)
-      documents.push_back(
-          makeDocument(**tokenizer, seed * 1000 + i, options.documentTokens));
-    return documents;
-  };
-  auto compile = [&](const std::string &source) {
-    auto plan = compiler.compile(source);
-    if (!plan)
-      fail(plan.takeError());
-    return std::move(*plan);
-  };
   const std::string question = "Which document mentions the river first?";
-  // For decode: a question the model answers at length.
-  const std::string longQuestion =
-      "Copy the first document word for word, then summarize it.";
+  std::vector<Row> rows;
+  auto measure = [&](sched::Executor &executor, const codegen::Plan &plan,
+                     unsigned docs, unsigned rep,
+                     std::string config) -> llvm::Error {
+    auto outcomes = model.run(executor, plan);
+    if (!outcomes)
+      return outcomes.takeError();
+    const sched::CallStats &stats = outcomes->back().stats;
+    Row row{docs,
+            rep,
+            std::move(config),
+            1e3 * stats.ttftSeconds,
+            stats.promptTokens,
+            stats.reusedTokens,
+            stats.computedTokens,
+            stats.relocatedTokens};
+    llvm::errs() << llvm::format(
+        "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
+        "computed %5u relocated %5u\n",
+        docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
+        row.computed, row.relocated);
+    rows.push_back(std::move(row));
+    return llvm::Error::success();
+  };
 
-  std::unique_ptr<sched::Executor> prefix =
-      makeExecutor(kv::CacheMode::Prefix, kv::RelocationMode::RopeInKernel);
-  std::unique_ptr<sched::Executor> span[2] = {
-      makeExecutor(kv::CacheMode::Span, relocations[0]),
-      makeExecutor(kv::CacheMode::Span, relocations[1])};
+  LoadSampler load;
+  auto started = std::chrono::steady_clock::now();
   // Touch each executor once (page faults of the first KV writes, lazy
-  // weight repacking) so the first repetition is not an outlier.
+  // weight repacking), so the first repetition is not an outlier.
   {
     std::vector<std::string> documents = {
-        makeDocument(**tokenizer, 999999, options.documentTokens / 4)};
-    codegen::Plan plan =
-        compile(ragSource(documents, identity(1), 1, "Warm-up.", question));
-    measure(*prefix, plan);
-    measure(*span[0], plan);
-    measure(*span[1], plan);
+        makeDocument(tokenizer, args.seed * 7919 + 999999, 64)};
+    auto plan = model.compile(ragSource(documents, {0}, "Warm-up.", question));
+    if (!plan)
+      return plan.takeError();
+    if (auto outcomes = model.run(**prefix, *plan); !outcomes)
+      return outcomes.takeError();
+    for (auto &executor : span)
+      if (auto outcomes = model.run(*executor, *plan); !outcomes)
+        return outcomes.takeError();
   }
-  auto repetitionsFor = [&](size_t index) {
-    return options.repetitions[std::min(index, options.repetitions.size() - 1)];
-  };
-  unsigned rounds = 0;
-  for (size_t i = 0; i < options.documentCounts.size(); ++i)
-    rounds = std::max(rounds, repetitionsFor(i));
+
+  int rounds = 0;
+  for (int64_t docs : *documentCounts)
+    rounds = std::max(rounds, repetitionsFor(docs));
   // Round-robin over document counts, so an interrupted run still has a
-  // first repetition of every count.
-  for (unsigned rep = 0; rep < rounds; ++rep)
-    for (size_t i = 0; i < options.documentCounts.size(); ++i) {
-      if (rep >= repetitionsFor(i))
+  // first repetition of every count and the load drifts over all of them.
+  for (int rep = 0; rep < rounds; ++rep)
+    for (int64_t docsValue : *documentCounts) {
+      if (rep >= repetitionsFor(docsValue))
         continue;
-      unsigned docs = options.documentCounts[i];
-      uint64_t seed = uint64_t(docs) * 100 + rep;
-      std::vector<std::string> documents = documentsFor(docs, seed);
-      // A new system prompt per repetition: nothing is warm from before.
+      unsigned docs = unsigned(docsValue);
+      uint64_t seed = (args.seed * 1000003 + docs) * 1000 + rep;
+      std::vector<std::string> documents;
+      for (unsigned i = 0; i < docs; ++i)
+        documents.push_back(
+            makeDocument(tokenizer, seed * 100 + i, size_t(*documentTokens)));
       std::string system = "You answer questions about the documents. "
                            "Session " +
                            std::to_string(seed) + ".";
-      std::vector<unsigned> order = shuffled(docs, seed);
-      codegen::Plan inOrder =
-          compile(ragSource(documents, identity(docs), 1, system, question));
-      codegen::Plan reordered =
-          compile(ragSource(documents, order, 1, system, question));
-      record(docs, rep, "prefix-cold", measure(*prefix, inOrder));
-      record(docs, rep, "prefix-warm-shuffled", measure(*prefix, reordered));
-      bool decode = llvm::is_contained(options.decodeDocuments, docs);
-      for (int r = 0; r < 2; ++r) {
-        if (relocations[r] == kv::RelocationMode::Rerope &&
-            docs > options.reropeMaxDocuments)
-          continue;
-        std::string name = relocationName(relocations[r]);
-        record(docs, rep, "span-miss-" + name, measure(*span[r], inOrder));
-        record(docs, rep, "span-hit-" + name, measure(*span[r], reordered));
-        if (!decode)
-          continue;
-        // The same order again: rerope moved the blocks there already.
-        record(docs, rep, "span-hit-in-place-" + name,
-               measure(*span[r], reordered));
-        codegen::Plan generate = compile(ragSource(
-            documents, order, options.decodeTokens, system, longQuestion));
-        record(docs, rep, "span-decode-" + name, measure(*span[r], generate));
+      std::mt19937_64 random(seed);
+      std::vector<unsigned> orderA = shuffledOrder(docs, random, docs);
+      std::vector<unsigned> orderB = shuffledOrder(docs, random, orderA[0]);
+      auto planA =
+          model.compile(ragSource(documents, orderA, system, question));
+      if (!planA)
+        return planA.takeError();
+      auto planB =
+          model.compile(ragSource(documents, orderB, system, question));
+      if (!planB)
+        return planB.takeError();
+      if (auto error = measure(**prefix, *planA, docs, rep, "prefix-cold"))
+        return error;
+      if (auto error =
+              measure(**prefix, *planB, docs, rep, "prefix-warm-shuffled"))
+        return error;
+      for (size_t r = 0; r < span.size(); ++r) {
+        std::string name = relocationName((*relocations)[r]);
+        if (auto error =
+                measure(*span[r], *planA, docs, rep, "span-miss-" + name))
+          return error;
+        if (auto error =
+                measure(*span[r], *planB, docs, rep, "span-hit-" + name))
+          return error;
+      }
+      if (peer) {
+        for (auto [order, config] :
+             {std::pair{&*planA, "llama-server-cold"},
+              std::pair{&*planB, "llama-server-shuffled"}}) {
+          auto completion = peer->complete(*order);
+          if (!completion)
+            return completion.takeError();
+          Row row{docs,
+                  unsigned(rep),
+                  config,
+                  completion->promptMs,
+                  uint32_t(completion->promptTokensTotal),
+                  uint32_t(completion->promptTokensTotal -
+                           completion->promptTokensComputed),
+                  uint32_t(completion->promptTokensComputed),
+                  0};
+          llvm::errs() << llvm::format(
+              "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused "
+              "%5u computed %5u\n",
+              docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
+              row.computed);
+          rows.push_back(std::move(row));
+        }
       }
     }
-  if (tsv)
-    std::fclose(tsv);
-  return 0;
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
+  std::string loadLine = load.stopAndDescribe();
+
+  // --- rag.tsv ---------------------------------------------------------
+  std::string tsv = "docs\trep\tconfig\tttft_ms\tprompt\treused\tcomputed\t"
+                    "relocated\n";
+  for (const Row &row : rows)
+    tsv += printed("%u\t%u\t%s\t%.3f\t%u\t%u\t%u\t%u\n", row.docs, row.rep,
+                   row.config.c_str(), row.ttftMs, row.prompt, row.reused,
+                   row.computed, row.relocated);
+  llvm::SmallString<256> tsvPath(args.resultsDir), mdPath(args.resultsDir),
+      pngPath(args.resultsDir);
+  llvm::sys::path::append(tsvPath, args.name + ".tsv");
+  llvm::sys::path::append(mdPath, args.name + ".md");
+  llvm::sys::path::append(pngPath, args.name + ".png");
+  if (auto error = writeTextFile(tsvPath, tsv))
+    return error;
+
+  // --- rag.md ----------------------------------------------------------
+  std::vector<std::string> configs = {"prefix-cold", "prefix-warm-shuffled"};
+  for (kv::RelocationMode mode : *relocations)
+    configs.push_back(std::string("span-miss-") + relocationName(mode));
+  for (kv::RelocationMode mode : *relocations)
+    configs.push_back(std::string("span-hit-") + relocationName(mode));
+  if (peer) {
+    configs.push_back("llama-server-cold");
+    configs.push_back("llama-server-shuffled");
+  }
+  std::string md;
+  llvm::raw_string_ostream out(md);
+  out << "# RAG microbenchmark: TTFT, stock prefix caching vs span caching"
+      << (peer ? " vs llama.cpp" : "") << "\n\n"
+      << "Generated by `spanc bench rag" << (args.quick ? " --quick" : "")
+      << "` (bench/rag/RagBench.cpp) on " << timestampNow() << " in "
+      << llvm::format("%.0f", elapsed) << " s.\n\n"
+      << "## Setup\n\n"
+      << "- Model: " << model.describeModel()
+      << ", default GEMMs (bf16 where the CPU has it), greedy, "
+         "`max_tokens = 1` (TTFT only), "
+      << omp_get_max_threads() << " threads.\n"
+      << "- Machine: " << describeMachine() << ".\n"
+      << "- Load: " << loadLine
+      << " (a shared machine: compare columns, which ran interleaved, "
+         "not runs).\n"
+      << "- Query: a short system prompt (new per repetition, so nothing is "
+         "warm from before), N documents of random English words of "
+      << *documentTokens
+      << " tokens each under a `plus` (new documents per repetition), "
+         "the question as the tail; .span text → default passes → "
+         "chat-template lowering → executor, one model load.\n"
+      << "- Per repetition: order A and a shuffled order B (its first "
+         "document differs from A's). `prefix-cold`: --cache=prefix on A; "
+         "`prefix-warm-shuffled`: then B — **the stock baseline**, what a "
+         "prefix cache gives on a shuffled repeat (it reuses the system "
+         "prompt only); `span-miss`: --cache=span on A, cold; `span-hit`: "
+         "then B, warm (relocation: rope-in-kernel rotates K inside "
+         "attention, rerope rotates the stored K by the position delta).\n"
+      << "- Scaled for a 2-core CPU and an 8 192-token model: documents of "
+      << *documentTokens
+      << " tokens (the paper: 2 857), at most 15 documents (15 × 512 "
+         "tokens + prompt ≈ 7.7k fits the context); "
+      << repetitions << " repetitions per count";
+  if (repetitions != repetitionsFor(*largeFrom))
+    out << ", " << repetitionsFor(*largeFrom) << " from " << *largeFrom
+        << " documents on (each stock row there costs tens of seconds of "
+           "quadratic attention on two cores)";
+  out << ". Caches of " << cacheTokens
+      << " tokens (two full contexts), block 16, step budget 512.\n";
+  if (peer)
+    out << "- Peer: " << peer->describe()
+        << ". The same prompts rendered as raw ChatML text; "
+           "`llama-server-cold` sends order A, `llama-server-shuffled` then "
+           "order B (what `--cache-reuse` recovers); TTFT = the server's "
+           "timings.prompt_ms, side by side in the same run.\n";
+  else if (!peerNote.empty())
+    out << "- Peer: no llama-server column (" << peerNote << ").\n";
+  out << "\n## TTFT (ms, median [min, max])\n\n| docs | prompt tokens |";
+  for (const std::string &config : configs)
+    out << " " << config << " |";
+  out << "\n|---:|---:|";
+  for (size_t i = 0; i < configs.size(); ++i)
+    out << "---:|";
+  out << "\n";
+  for (int64_t docsValue : *documentCounts) {
+    unsigned docs = unsigned(docsValue);
+    const Row *first = firstRow(rows, docs, "prefix-cold");
+    out << "| " << docs << " | " << (first ? first->prompt : 0) << " |";
+    for (const std::string &config : configs) {
+      std::vector<double> values = ttftsOf(rows, docs, config);
+      out << " " << (values.empty() ? "—" : formatSpread(summarize(values), 0))
+          << " |";
+    }
+    out << "\n";
+  }
+  out << "\nRepetitions: ";
+  for (int64_t docs : *documentCounts)
+    out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
+        << ttftsOf(rows, unsigned(docs), "prefix-cold").size();
+  out << ".\n\n## Headline ratios (median TTFT)\n\n"
+      << "Stock = `prefix-warm-shuffled`. Goals (issue 7): hit ≥ 10× faster "
+         "than stock at 8+ documents; miss faster than stock from 4 "
+         "documents on.\n\n| docs |";
+  for (kv::RelocationMode mode : *relocations)
+    out << " stock / hit (" << relocationName(mode) << ") |";
+  for (kv::RelocationMode mode : *relocations)
+    out << " stock / miss (" << relocationName(mode) << ") |";
+  if (peer)
+    out << " llama-server shuffled / hit (rope-in-kernel) | llama-server "
+           "shuffled / stock |";
+  out << "\n|---:|";
+  for (size_t i = 0; i < 2 * relocations->size() + (peer ? 2 : 0); ++i)
+    out << "---:|";
+  out << "\n";
+  auto medianOf = [&](unsigned docs, llvm::StringRef config) {
+    std::vector<double> values = ttftsOf(rows, docs, config);
+    return values.empty() ? 0.0 : summarize(values).median;
+  };
+  std::vector<std::string> verdicts;
+  for (int64_t docsValue : *documentCounts) {
+    unsigned docs = unsigned(docsValue);
+    double stock = medianOf(docs, "prefix-warm-shuffled");
+    out << "| " << docs << " |";
+    for (kv::RelocationMode mode : *relocations) {
+      double hit =
+          medianOf(docs, std::string("span-hit-") + relocationName(mode));
+      out << " " << formatRatio(stock, hit) << " |";
+      if (docs >= 8 && hit > 0)
+        verdicts.push_back(
+            printed("hit ≥ 10× faster than stock at %u docs (%s): %s (%.1f×)",
+                    docs, relocationName(mode),
+                    stock / hit >= 10 ? "met" : "NOT met", stock / hit));
+    }
+    for (kv::RelocationMode mode : *relocations) {
+      double miss =
+          medianOf(docs, std::string("span-miss-") + relocationName(mode));
+      out << " " << formatRatio(stock, miss) << " |";
+      if (docs >= 4 && miss > 0)
+        verdicts.push_back(
+            printed("miss faster than stock at %u docs (%s): %s (%.2f×)", docs,
+                    relocationName(mode), stock / miss > 1 ? "met" : "NOT met",
+                    stock / miss));
+    }
+    if (peer) {
+      double peerShuffled = medianOf(docs, "llama-server-shuffled");
+      out << " "
+          << formatRatio(peerShuffled,
+                         medianOf(docs, "span-hit-rope-in-kernel"))
+          << " | " << formatRatio(peerShuffled, stock) << " |";
+    }
+    out << "\n";
+  }
+  out << "\nGoals:\n\n";
+  for (const std::string &verdict : verdicts)
+    out << "- " << verdict << "\n";
+  out << "\n## Reuse per call (tokens, first repetition)\n\n"
+      << "| docs | config | prompt | reused | computed | relocated |\n"
+      << "|---:|---|---:|---:|---:|---:|\n";
+  for (int64_t docsValue : *documentCounts)
+    for (const std::string &config : configs)
+      if (const Row *row = firstRow(rows, unsigned(docsValue), config))
+        out << "| " << row->docs << " | " << config << " | " << row->prompt
+            << " | " << row->reused << " | " << row->computed << " | "
+            << row->relocated << " |\n";
+  out << "\nRaw rows: [" << args.name << ".tsv](" << args.name
+      << ".tsv); plot: " << args.name << ".png (bench/rag/plot.py).\n";
+  out.flush();
+
+  llvm::SmallString<256> script(args.repoRoot);
+  llvm::sys::path::append(script, "bench", "rag", "plot.py");
+  if (auto error =
+          runPlotScript(script, {std::string(tsvPath), std::string(pngPath)})) {
+    llvm::errs() << "rag: no plot: " << llvm::toString(std::move(error))
+                 << "\n";
+    md += "\n(No plot this run: matplotlib or python3 missing.)\n";
+  }
+  if (auto error = writeTextFile(mdPath, md))
+    return error;
+  llvm::outs() << md;
+  return llvm::Error::success();
 }
+
+BenchRegistration registration{
+    {"rag",
+     "RAG TTFT: stock prefix cache vs span miss/hit (and llama-server), "
+     "1-15 documents of 512 tokens",
+     "  docs=1,2,4,8,15: document counts (--quick: 1,4)\n"
+     "  doc-tokens=512: tokens per document (--quick: 128)\n"
+     "  large-reps=5, large-from=8: fewer repetitions from this many "
+     "documents on (unless -r is given)\n"
+     "  relocations=rope-in-kernel,rerope: span relocation strategies\n"
+     "  peer=auto|on|off: the llama-server column (auto: when the peer "
+     "binary is built)\n",
+     runRag}};
+
+} // namespace
+
+} // namespace spanc::bench

@@ -1,0 +1,87 @@
+//===- ModelSession.h - One model, its tokenizer and executors for a bench ===//
+//
+// What the rag, nested and bulk benchmarks share: the model loads once per
+// process, programs compile from .span text through the default pipeline
+// (codegen::compileToPlan) and run on executors of any cache mode, so every
+// configuration of a benchmark is measured side by side in one run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_BENCH_RAG_MODELSESSION_H
+#define SPANC_BENCH_RAG_MODELSESSION_H
+
+#include "codegen/ChatTemplateEncoder.h"
+#include "codegen/Plan.h"
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Tokenizer.h"
+#include "runtime/sched/Executor.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spanc::bench {
+
+class ModelSession {
+public:
+  static llvm::Expected<std::unique_ptr<ModelSession>>
+  load(llvm::StringRef modelPath);
+
+  /// A fresh executor (an empty KV cache of `cacheTokens` tokens).
+  llvm::Expected<std::unique_ptr<sched::Executor>>
+  makeExecutor(kv::CacheMode cacheMode, kv::RelocationMode relocation,
+               int64_t cacheTokens) const;
+
+  /// .span text → plan through the default passes minus `skipPasses`.
+  llvm::Expected<codegen::Plan>
+  compile(llvm::StringRef source, llvm::ArrayRef<std::string> skipPasses = {},
+          llvm::StringRef name = "bench.span") const;
+
+  /// Runs `plan` to completion; an error when any call failed.
+  llvm::Expected<std::vector<sched::CallOutcome>>
+  run(sched::Executor &executor, const codegen::Plan &plan) const;
+
+  model::Model &model() const { return *loadedModel; }
+  const model::Tokenizer &tokenizer() const { return *loadedTokenizer; }
+  const model::ChatTemplate &chatTemplate() const { return *loadedTemplate; }
+  /// "SmolLM2-135M-Instruct.Q4_1.gguf (30 layers, context 8192)".
+  std::string describeModel() const;
+
+private:
+  ModelSession() = default;
+  std::string path;
+  std::unique_ptr<model::Model> loadedModel;
+  std::unique_ptr<model::Tokenizer> loadedTokenizer;
+  std::optional<model::ChatTemplate> loadedTemplate;
+  std::unique_ptr<codegen::ChatTemplateEncoder> encoder;
+};
+
+/// A double-quoted .span string literal whose value is `text` (quotes,
+/// backslashes and control characters escaped), for any text.
+std::string spanLiteral(llvm::StringRef text);
+
+/// printf into a std::string (llvm::formatv trips gcc 12's
+/// -Wmaybe-uninitialized on integers under -Werror).
+template <typename... Ts>
+std::string printed(const char *format, const Ts &...values) {
+  std::string text;
+  llvm::raw_string_ostream(text) << llvm::format(format, values...);
+  return text;
+}
+
+/// "12.3×", or "—" when either side is missing.
+std::string formatRatio(double numerator, double denominator);
+
+/// The name of a relocation mode as `spanc run --relocation` spells it.
+const char *relocationName(kv::RelocationMode mode);
+
+} // namespace spanc::bench
+
+#endif // SPANC_BENCH_RAG_MODELSESSION_H

@@ -131,17 +131,21 @@ llvm::Error runRag(const BenchArgs &args) {
   auto documentTokens = args.intSetting("doc-tokens", args.quick ? 128 : 512);
   if (!documentTokens)
     return documentTokens.takeError();
-  // Repetitions of the largest counts, whose stock rows cost the most
-  // (attention is quadratic in the prompt on this CPU).
-  auto largeRepetitions = args.intSetting("large-reps", args.quick ? 1 : 5);
-  if (!largeRepetitions)
-    return largeRepetitions.takeError();
-  auto largeFrom = args.intSetting("large-from", 8);
-  if (!largeFrom)
-    return largeFrom.takeError();
-  auto relocations = parseRelocations(
-      args.setting("relocations", args.quick ? "rope-in-kernel,rerope"
-                                             : "rope-in-kernel,rerope"));
+  // Repetitions per document count (the last value repeats): fewer for
+  // the largest counts, whose stock rows cost the most (attention is
+  // quadratic in the prompt). -r N sets every count to N.
+  auto repetitionList = args.intListSetting(
+      "reps", args.quick ? llvm::ArrayRef<int64_t>{1}
+                         : llvm::ArrayRef<int64_t>{10, 10, 5, 3, 2});
+  if (!repetitionList)
+    return repetitionList.takeError();
+  // No new repetition starts after this many seconds (a shared machine's
+  // load decides how many fit; rag.md says how many ran).
+  auto budgetSeconds = args.intSetting("budget-s", args.quick ? 0 : 660);
+  if (!budgetSeconds)
+    return budgetSeconds.takeError();
+  auto relocations = parseRelocations(args.setting(
+      "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
   if (!relocations)
     return relocations.takeError();
   std::string peerSetting = args.setting("peer", "auto");
@@ -157,11 +161,16 @@ llvm::Error runRag(const BenchArgs &args) {
   if (*documentTokens < 16 || *documentTokens > 4096)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--set doc-tokens: expected 16..4096");
-  const int repetitions = args.repetitionsOr(10, 1);
+  for (int64_t value : *repetitionList)
+    if (value < 1)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--set reps: repetitions must be >= 1");
   auto repetitionsFor = [&](int64_t docs) {
-    return docs >= *largeFrom && args.repetitions == 0
-               ? std::min<int>(repetitions, int(*largeRepetitions))
-               : repetitions;
+    if (args.repetitions > 0)
+      return args.repetitions;
+    size_t index =
+        size_t(llvm::find(*documentCounts, docs) - documentCounts->begin());
+    return int((*repetitionList)[std::min(index, repetitionList->size() - 1)]);
   };
 
   auto session = ModelSession::load(args.modelPath);
@@ -246,10 +255,17 @@ llvm::Error runRag(const BenchArgs &args) {
     rounds = std::max(rounds, repetitionsFor(docs));
   // Round-robin over document counts, so an interrupted run still has a
   // first repetition of every count and the load drifts over all of them.
-  for (int rep = 0; rep < rounds; ++rep)
+  bool outOfTime = false;
+  for (int rep = 0; rep < rounds && !outOfTime; ++rep)
     for (int64_t docsValue : *documentCounts) {
       if (rep >= repetitionsFor(docsValue))
         continue;
+      if (rep > 0 && *budgetSeconds > 0 &&
+          std::chrono::steady_clock::now() - started >
+              std::chrono::seconds(*budgetSeconds)) {
+        outOfTime = true;
+        break;
+      }
       unsigned docs = unsigned(docsValue);
       uint64_t seed = (args.seed * 1000003 + docs) * 1000 + rep;
       std::vector<std::string> documents;
@@ -372,11 +388,17 @@ llvm::Error runRag(const BenchArgs &args) {
       << *documentTokens
       << " tokens (the paper: 2 857), at most 15 documents (15 × 512 "
          "tokens + prompt ≈ 7.7k fits the context); "
-      << repetitions << " repetitions per count";
-  if (repetitions != repetitionsFor(*largeFrom))
-    out << ", " << repetitionsFor(*largeFrom) << " from " << *largeFrom
-        << " documents on (each stock row there costs tens of seconds of "
-           "quadratic attention on two cores)";
+      << "repetitions planned per count: ";
+  for (int64_t docs : *documentCounts)
+    out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
+        << repetitionsFor(docs);
+  out << " (fewer for large counts: each stock row there costs tens of "
+         "seconds of quadratic attention on two cores)";
+  if (*budgetSeconds > 0)
+    out << "; no repetition starts after " << *budgetSeconds << " s"
+        << (outOfTime ? " — this run hit that budget, so the counts "
+                        "below are what ran"
+                      : "");
   out << ". Caches of " << cacheTokens
       << " tokens (two full contexts), block 16, step budget 512.\n";
   if (peer)
@@ -498,9 +520,11 @@ BenchRegistration registration{
      "1-15 documents of 512 tokens",
      "  docs=1,2,4,8,15: document counts (--quick: 1,4)\n"
      "  doc-tokens=512: tokens per document (--quick: 128)\n"
-     "  large-reps=5, large-from=8: fewer repetitions from this many "
-     "documents on (unless -r is given)\n"
-     "  relocations=rope-in-kernel,rerope: span relocation strategies\n"
+     "  reps=10,10,5,3,2: repetitions per document count (-r N: all N)\n"
+     "  budget-s=660: start no repetition after this many seconds (0: no "
+     "limit)\n"
+     "  relocations=rope-in-kernel: span relocation strategies, comma "
+     "separated (--quick: both)\n"
      "  peer=auto|on|off: the llama-server column (auto: when the peer "
      "binary is built)\n",
      runRag}};

@@ -36,7 +36,7 @@ def main():
     ax.set_ylabel("TTFT (ms, median, min-max bars)")
     ax.set_title("RAG TTFT: stock prefix cache vs span cache")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

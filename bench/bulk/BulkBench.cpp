@@ -113,15 +113,16 @@ copyCorpus(llvm::StringRef source, llvm::StringRef copy,
   return fragments;
 }
 
-/// `count` consecutive words of `text` from a random place: a question
-/// whose answer is (mostly) in that fragment.
-std::string questionFrom(llvm::StringRef text, size_t count,
+/// `count` consecutive words of `text` from a random place: the key words
+/// of a question whose answer is (mostly) in that fragment. Only these
+/// words go to retrieval, so the question's fixed wording cannot pull the
+/// same fragment into every query.
+std::string keyWordsFrom(llvm::StringRef text, size_t count,
                          std::mt19937_64 &random) {
-  llvm::SmallVector<llvm::StringRef, 64> words;
-  for (llvm::StringRef rest = text; !rest.empty();) {
-    auto [word, tail] = rest.split(' ');
-    rest = tail;
-    word = word.trim(" \t\r\n*`:=#-_.,;()[]<>\"'");
+  llvm::SmallVector<llvm::StringRef, 64> pieces, words;
+  llvm::SplitString(text, pieces, " \t\r\n");
+  for (llvm::StringRef word : pieces) {
+    word = word.trim("*`:=#-_.,;()[]<>\"'");
     // Words only: reST markup and code symbols make poor questions.
     if (word.size() >= 2 && llvm::all_of(word, [](char c) {
           return llvm::isAlpha(c) || c == '\'' || c == '-';
@@ -129,13 +130,13 @@ std::string questionFrom(llvm::StringRef text, size_t count,
       words.push_back(word);
   }
   if (words.empty())
-    return "What does this part of the documentation explain?";
+    return "python";
   size_t start =
       words.size() > count ? random() % (words.size() - count + 1) : 0;
-  std::string question = "What does the documentation say about";
+  std::string keyWords;
   for (size_t i = start; i < std::min(words.size(), start + count); ++i)
-    question += " " + words[i].lower();
-  return question + "?";
+    keyWords += (keyWords.empty() ? "" : " ") + words[i].lower();
+  return keyWords;
 }
 
 struct Query {
@@ -304,8 +305,10 @@ llvm::Error runBulk(const BenchArgs &args) {
       std::vector<Query> queries;
       for (size_t pick : picks) {
         Query query;
-        query.question = questionFrom((*fragments)[pick].text, 6, random);
-        auto retrieved = (*index)->retrieve(query.question, unsigned(*k));
+        std::string keyWords = keyWordsFrom((*fragments)[pick].text, 6, random);
+        query.question =
+            "What does the documentation say about " + keyWords + "?";
+        auto retrieved = (*index)->retrieve(keyWords, unsigned(*k));
         if (!retrieved)
           return retrieved.takeError();
         for (const retrieval::Fragment &fragment : *retrieved)
@@ -435,8 +438,10 @@ llvm::Error runBulk(const BenchArgs &args) {
       << " tokens on average, indexed with the project's corpus index "
          "(SQLite FTS5, BM25).\n"
       << "- A bulk of B questions: B fragments drawn at random (without "
-         "repetition while the corpus lasts), each giving a question of six "
-         "consecutive words of it; each query is `system rules; plus { top-"
+         "repetition while the corpus lasts), each giving six consecutive "
+         "words of it as key words (BM25 searches these) and the question "
+         "\"What does the documentation say about <key words>?\"; each "
+         "query is `system rules; plus { top-"
       << *k
       << " BM25 fragments }; user question` with max_tokens = 1 (TTFT "
          "only), all B queries in one module, run as one plan (continuous "

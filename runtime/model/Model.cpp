@@ -111,6 +111,8 @@ kv::KvStorageConfig Model::kvStorageConfig(int64_t numBlocks, int blockSize,
   config.blockSize = blockSize;
   config.numBlocks = numBlocks;
   config.keysRotated = keysRotated;
+  config.precision =
+      halfPrecisionKv ? cpu::KvPrecision::F16 : cpu::KvPrecision::F32;
   return config;
 }
 
@@ -316,15 +318,11 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.kvWriteSeconds);
-      for (int64_t token = 0; token < numTokens; ++token) {
-        float *row = queryKeyValue.data() + token * qkvDim;
-        if (halfPrecisionKv)
-          for (int64_t col = queryDim; col < qkvDim; ++col)
-            row[col] = cpu::roundToHalf(row[col]);
-        storage.writeToken(int(layerIndex), slotBlocks[size_t(token)],
-                           slotIndices[size_t(token)], row + queryDim,
-                           row + queryDim + kvDim);
-      }
+      // The storage rounds to its precision (f16 by default, see
+      // halfPrecisionKv) and transposes K into its block layout.
+      storage.writeTokens(int(layerIndex), numTokens, slotBlocks.data(),
+                          slotIndices.data(), queryKeyValue.data() + queryDim,
+                          queryKeyValue.data() + queryDim + kvDim, qkvDim);
     }
     {
       OpTimer timer(profiling, opProfile.attentionSeconds);

@@ -42,8 +42,8 @@ struct ModelOptions {
   /// place (QuantGemv, int8 activations) instead of the packed bf16/f32
   /// copy; 0 disables. Ignored with forceF32.
   int64_t maxQuantizedRows = 4;
-  /// Round K and V to f16 precision before they are stored, as llama.cpp's
-  /// default f16 KV cache does (the storage stays f32).
+  /// Store K and V as f16, as llama.cpp's default KV cache does
+  /// (kvStorageConfig's precision); false keeps them exact in f32.
   bool halfPrecisionKv = true;
 };
 

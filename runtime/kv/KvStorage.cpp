@@ -99,6 +99,11 @@ KvStorage::create(const KvStorageConfig &config) {
         llvm::inconvertibleErrorCode(),
         "KV storage: cannot map %lld bytes for %lld blocks",
         (long long)storage->sizeInBytes_, (long long)config.numBlocks);
+  // Transparent huge pages where the kernel allows them (madvise mode):
+  // relocation, copies and attention stream K/V of many blocks, and 4 KiB
+  // pages made that a stream of TLB misses (costly under a hypervisor).
+  // Advisory only: without THP the storage works the same.
+  madvise(memory, size_t(storage->sizeInBytes_), MADV_HUGEPAGE);
   storage->memory_ = static_cast<char *>(memory);
   return storage;
 }

@@ -113,6 +113,8 @@ public:
 
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }
+  /// The K/V memory (tests compare what relocation left there).
+  const kv::KvStorage &kvStorage() const { return *storage; }
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
 

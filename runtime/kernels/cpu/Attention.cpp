@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace spanc::cpu {
 
@@ -101,6 +102,16 @@ SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
   }
   for (int dim = rotaryDim; dim < headDim; ++dim)
     _mm512_storeu_ps(out + dim * 16, load16(keyBlock + dim * 16));
+}
+
+/// Tiles of more rows than this widen f16 blocks to f32 once per block.
+constexpr int kRowsToWidenBlock = 4;
+
+/// count (a multiple of 16) elements as f32.
+template <typename Element>
+SPANC_AVX512 void widenBlock(const Element *in, int64_t count, float *out) {
+  for (int64_t index = 0; index < count; index += 16)
+    _mm512_store_ps(out + index, load16(in + index));
 }
 
 /// The scalar tile step: folds one block's keys into the tile state.
@@ -276,6 +287,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   }
   const int64_t lastLimit = tile.limit[tile.rows - 1];
   alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  alignas(64) float widenedKeys[kMaxHeadDim * 16];
+  alignas(64) float widenedValues[kMaxHeadDim * 16];
   for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
     int valid = batch.validTokens[page];
     int64_t logicalStart = context.pageStarts[page];
@@ -288,19 +301,36 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     const Element *keyBlock = static_cast<const Element *>(kv.keys) + offset;
     const Element *valueBlock =
         static_cast<const Element *>(kv.values) + offset;
-    if (context.options->keyRope) {
-      if (useAvx512) {
+    if (useAvx512) {
+      // Tiles of many rows read each K/V element many times: widen the
+      // block to f32 once (two loads per element per tile are cheaper than
+      // a conversion per FMA); decode-size tiles convert as they load.
+      const bool widen =
+          !std::is_same_v<Element, float> && tile.rows > kRowsToWidenBlock;
+      const int64_t blockElements = int64_t(headDim) * 16;
+      const float *keys = nullptr;
+      if (context.options->keyRope) {
         rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
-        foldBlockAvx512(context, tile, static_cast<const float *>(rotatedKeys),
-                        valueBlock, valid, logicalStart);
-      } else {
-        rotateKeyBlockScalar(context, keyBlock, valid, logicalStart,
-                             rotatedKeys);
-        foldBlockScalar(context, tile, static_cast<const float *>(rotatedKeys),
-                        valueBlock, valid, logicalStart);
+        keys = rotatedKeys;
+      } else if (widen) {
+        widenBlock(keyBlock, blockElements, widenedKeys);
+        keys = widenedKeys;
       }
-    } else if (useAvx512) {
-      foldBlockAvx512(context, tile, keyBlock, valueBlock, valid, logicalStart);
+      if (widen) {
+        widenBlock(valueBlock, int64_t(valid) * headDim, widenedValues);
+        foldBlockAvx512(context, tile, keys,
+                        static_cast<const float *>(widenedValues), valid,
+                        logicalStart);
+      } else if (keys) {
+        foldBlockAvx512(context, tile, keys, valueBlock, valid, logicalStart);
+      } else {
+        foldBlockAvx512(context, tile, keyBlock, valueBlock, valid,
+                        logicalStart);
+      }
+    } else if (context.options->keyRope) {
+      rotateKeyBlockScalar(context, keyBlock, valid, logicalStart, rotatedKeys);
+      foldBlockScalar(context, tile, static_cast<const float *>(rotatedKeys),
+                      valueBlock, valid, logicalStart);
     } else {
       foldBlockScalar(context, tile, keyBlock, valueBlock, valid, logicalStart);
     }

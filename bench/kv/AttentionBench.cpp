@@ -11,11 +11,15 @@
 //   decode:  1 token over 4 096 (batch 1) and 8 sequences x 1 over 2 048.
 // Prints medians with [min, max] of the kernel wall time per call and the
 // rope-in-kernel / rotated ratio; --threads=N (default 1) sets OpenMP
-// threads, --reps=N repetitions.
+// threads, --reps=N repetitions. A second table times the K/V write of a
+// 512-token prefill chunk (one layer): KvStorage::writeTokens into f16 and
+// f32 storage against the per-token scalar transposing store the forward
+// pass used before (f32 storage, K/V rounded to f16 first).
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
 #include "runtime/kv/KvStorage.h"
 
@@ -26,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -200,6 +205,70 @@ int main(int argc, char **argv) {
     std::printf(" %.2fx | %.2fx |\n", medians[1] / medians[0],
                 medians[0] / medians[2]);
     std::fflush(stdout);
+  }
+
+  // The K/V write of one layer for a 512-token chunk (32 full blocks).
+  {
+    const int64_t count = 512;
+    const int64_t rowStride = 2 * kvWidth;
+    kv::KvStorageConfig config{
+        1,    NumKvHeads,           HeadDim, BlockSize, count / BlockSize,
+        true, cpu::KvPrecision::F16};
+    auto half = kv::KvStorage::create(config);
+    config.precision = cpu::KvPrecision::F32;
+    auto full = kv::KvStorage::create(config);
+    auto previous = kv::KvStorage::create(config);
+    if (!half || !full || !previous) {
+      std::fprintf(stderr, "cannot create the K/V write storages\n");
+      return 1;
+    }
+    std::vector<float> chunk(rows.begin(), rows.begin() + count * rowStride);
+    std::vector<double> times[3];
+    for (int rep = 0; rep <= repetitions; ++rep) {
+      double start = nowMs();
+      (*half)->writeTokens(0, count, slotBlocks.data(), slotIndices.data(),
+                           chunk.data(), chunk.data() + kvWidth, rowStride);
+      double halfMs = nowMs() - start;
+      start = nowMs();
+      (*full)->writeTokens(0, count, slotBlocks.data(), slotIndices.data(),
+                           chunk.data(), chunk.data() + kvWidth, rowStride);
+      double fullMs = nowMs() - start;
+      // The previous path: round each K/V value to f16 in place, then store
+      // token by token, K transposed element by element.
+      std::vector<float> copy = chunk;
+      start = nowMs();
+      for (int64_t token = 0; token < count; ++token) {
+        float *row = copy.data() + token * rowStride;
+        for (int64_t col = 0; col < rowStride; ++col)
+          row[col] = cpu::roundToHalf(row[col]);
+        for (int head = 0; head < NumKvHeads; ++head) {
+          float *keys =
+              (*previous)->keys<float>(0, slotBlocks[size_t(token)], head);
+          float *values =
+              (*previous)->values<float>(0, slotBlocks[size_t(token)], head);
+          const int slot = slotIndices[size_t(token)];
+          for (int dim = 0; dim < HeadDim; ++dim)
+            keys[dim * BlockSize + slot] = row[head * HeadDim + dim];
+          std::memcpy(values + slot * HeadDim, row + kvWidth + head * HeadDim,
+                      sizeof(float) * HeadDim);
+        }
+      }
+      double previousMs = nowMs() - start;
+      if (rep > 0) {
+        times[0].push_back(halfMs);
+        times[1].push_back(fullMs);
+        times[2].push_back(previousMs);
+      }
+    }
+    std::printf("\nK/V write of a 512-token chunk, one layer (ms, median "
+                "[min, max]):\n\n| writeTokens, f16 | writeTokens, f32 | "
+                "previous: round + per-token scalar store, f32 | previous / "
+                "f16 |\n|---:|---:|---:|---:|\n|");
+    for (auto &series : times)
+      std::printf(" %.3f [%.3f, %.3f] |", median(series),
+                  *std::min_element(series.begin(), series.end()),
+                  *std::max_element(series.begin(), series.end()));
+    std::printf(" %.1fx |\n", median(times[2]) / median(times[0]));
   }
   return 0;
 }

@@ -13,6 +13,10 @@ namespace spanc::kv {
 
 namespace {
 
+/// The AVX-512 write path's widest head (KvStorage allows any, the vector
+/// path is taken up to this).
+constexpr int kMaxHeadDim = 256;
+
 /// Stores one run of `count` (<= 16) tokens into consecutive slots
 /// [firstSlot, firstSlot + count) of one block and head, any precision.
 template <typename Element>
@@ -48,10 +52,25 @@ SPANC_AVX512 void writeRunAvx512(int headDim, int firstSlot, int count,
   // off and never reads there.)
   const __m512i indices =
       _mm512_mullo_epi32(token, _mm512_set1_epi32(int(rowStride)));
-  for (int dim = 0; dim < headDim; ++dim) {
-    __m512 column = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), slots,
-                                             indices, keys + dim, 4);
-    cpu::store16(slots, keyBlock + dim * 16, column);
+  if (count <= 2) {
+    // Decode: one token per sequence. Converting its row (4 vectors) and
+    // storing each dimension's element is cheaper than a gather per
+    // dimension with one active lane.
+    alignas(64) Element row[kMaxHeadDim];
+    for (int index = 0; index < count; ++index) {
+      const float *key = keys + index * rowStride;
+      for (int dim = 0; dim < headDim; dim += 16)
+        cpu::store16(row + dim, cpu::load16(key + dim));
+      Element *out = keyBlock + firstSlot + index;
+      for (int dim = 0; dim < headDim; ++dim)
+        out[dim * 16] = row[dim];
+    }
+  } else {
+    for (int dim = 0; dim < headDim; ++dim) {
+      __m512 column = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), slots,
+                                               indices, keys + dim, 4);
+      cpu::store16(slots, keyBlock + dim * 16, column);
+    }
   }
   for (int token = 0; token < count; ++token) {
     const float *value = values + token * rowStride;

@@ -4,6 +4,7 @@
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
+#include "runtime/kv/HelperThreads.h"
 
 #include <cassert>
 #include <cmath>
@@ -264,8 +265,8 @@ enum class Path { Scalar, TokenMajor, DimMajor, DimMajor16 };
 
 /// Relocations of fewer blocks run on the calling thread.
 constexpr size_t MinParallelOps = 8;
-/// (op, layer) items a thread takes at a time: ~8 x 3 KiB..6 KiB of K, big
-/// enough to keep the scheduling overhead small, small enough that a thread
+/// (op, layer) items a thread claims at a time: ~8 x 3..6 KiB of K, big
+/// enough to keep the claiming overhead small, small enough that a helper
 /// preempted mid-chunk holds the batch up only briefly.
 constexpr int64_t ItemsPerChunk = 8;
 
@@ -322,6 +323,53 @@ void relocateItem(const KvBlockLayout &layout, const RopeRotation &rotation,
   }
 }
 
+/// What every item of one batch shares.
+struct BatchContext {
+  const KvBlockLayout &layout;
+  const RopeRotation &rotation;
+  Path path;
+  bool half;
+  int64_t elementBytes;
+  void *const *keyLayers;
+  void *const *valueLayers;
+  llvm::ArrayRef<RelocationOp> ops;
+  const int32_t *tableIndex;
+  const float *tables;
+};
+
+/// Items [begin, end) of a batch. Layer-major: item = layer * numOps + op,
+/// so consecutive items walk consecutive blocks of one layer's array (a
+/// span's blocks are usually allocated together), one long stream for the
+/// hardware prefetchers.
+void relocateItems(void *opaque, int64_t begin, int64_t end) {
+  const BatchContext &context = *static_cast<const BatchContext *>(opaque);
+  const KvBlockLayout &layout = context.layout;
+  const int64_t numOps = int64_t(context.ops.size());
+  for (int64_t item = begin; item < end; ++item) {
+    const size_t index = size_t(item % numOps);
+    const int layer = int(item / numOps);
+    const OpTable table = tableFor(context.rotation, context.tables,
+                                   size_t(context.tableIndex[index]));
+    // The K of the item PrefetchDistance ahead (usually a later block of
+    // the same span and layer) into L2 while this one turns: from memory,
+    // one item's loads alone keep too few cache lines in flight to reach
+    // the bandwidth.
+    if (index + PrefetchDistance < size_t(numOps))
+      prefetchBlock(static_cast<const char *>(context.keyLayers[layer]) +
+                        context.ops[index + PrefetchDistance].source *
+                            layout.blockStride * context.elementBytes,
+                    size_t(layout.blockStride * context.elementBytes));
+    if (context.half)
+      relocateItem<uint16_t>(layout, context.rotation, context.path, table,
+                             context.ops[index], context.keyLayers[layer],
+                             context.valueLayers[layer]);
+    else
+      relocateItem<float>(layout, context.rotation, context.path, table,
+                          context.ops[index], context.keyLayers[layer],
+                          context.valueLayers[layer]);
+  }
+}
+
 void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
               void *const *keyLayers, void *const *valueLayers,
               llvm::ArrayRef<RelocationOp> ops, bool allowVector) {
@@ -352,35 +400,18 @@ void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
   const Path path = choosePath(layout, rotation, allowVector);
   const bool half = layout.precision == cpu::KvPrecision::F16;
   const int64_t elementBytes = cpu::kvElementBytes(layout.precision);
-  // Layer-major items: consecutive items walk consecutive blocks of one
-  // layer's array (a span's blocks are usually allocated together), which
-  // keeps the hardware prefetchers on one long stream.
   const int64_t numOps = int64_t(ops.size());
   const int64_t numItems = numOps * layout.numLayers;
-  // A few blocks take microseconds on one thread; a parallel region costs
+  BatchContext context{layout,       rotation,     path,
+                       half,         elementBytes, keyLayers,
+                       valueLayers,  ops,          tableIndex.data(),
+                       tables.data()};
+  // A few blocks take microseconds on one thread; waking helpers costs
   // more than it saves there.
-#pragma omp parallel for schedule(dynamic, ItemsPerChunk) if (ops.size() >=    \
-                                                              MinParallelOps)
-  for (int64_t item = 0; item < numItems; ++item) {
-    const size_t index = size_t(item % numOps);
-    const int layer = int(item / numOps);
-    const OpTable table =
-        tableFor(rotation, tables.data(), size_t(tableIndex[index]));
-    // The next item's K (usually the next block of the same span and
-    // layer) into L2 while this one turns: from memory, one item's loads
-    // alone keep too few cache lines in flight to reach the bandwidth.
-    if (index + PrefetchDistance < size_t(numOps))
-      prefetchBlock(static_cast<const char *>(keyLayers[layer]) +
-                        ops[index + PrefetchDistance].source *
-                            layout.blockStride * elementBytes,
-                    size_t(layout.blockStride) * elementBytes);
-    if (half)
-      relocateItem<uint16_t>(layout, rotation, path, table, ops[index],
-                             keyLayers[layer], valueLayers[layer]);
-    else
-      relocateItem<float>(layout, rotation, path, table, ops[index],
-                          keyLayers[layer], valueLayers[layer]);
-  }
+  if (ops.size() < MinParallelOps)
+    relocateItems(&context, 0, numItems);
+  else
+    runSharedItems(numItems, ItemsPerChunk, relocateItems, &context);
 }
 
 } // namespace

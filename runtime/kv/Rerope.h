@@ -82,9 +82,10 @@ struct RelocationOp {
 
 /// Applies `ops` (one batch: no op may write a block another op of the batch
 /// reads or writes, other than an in-place op on its own block). From 8 ops
-/// (128 tokens) on, one OpenMP parallel region covers the whole batch, its
-/// work split dynamically in (op, layer) items, so a thread descheduled by
-/// other load delays the batch by one item, not by half of it. Uses AVX-512
+/// (128 tokens) on, the calling thread and helper threads (HelperThreads.h,
+/// up to the OpenMP thread limit) claim (op, layer) items 8 at a time, and
+/// the call returns when every claimed item is done: a helper the OS runs
+/// late delays the batch by at most its chunk, never by a barrier. Uses AVX-512
 /// when the CPU has it and the layout allows (token-major or
 /// dimension-major heads). keyLayers/valueLayers point at float or uint16_t
 /// elements per layout.precision.

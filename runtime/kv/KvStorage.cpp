@@ -199,16 +199,15 @@ void KvStorage::writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
         slotIndices[token] != slotIndices[token - 1] + 1)
       runStarts_.push_back(token);
   runStarts_.push_back(count);
+  // One thread: a 512-token chunk of one layer takes ~0.1 ms here, less
+  // than an OpenMP region costs on a busy machine (measured 100x slower
+  // with 2 threads under load, bench/results/kv-attention.md).
   const int64_t numRuns = int64_t(runStarts_.size()) - 1;
-  const int64_t numItems = numRuns * numHeads;
-  const int64_t *starts = runStarts_.data();
-  // A decode step's few tokens cost less than waking the threads.
-#pragma omp parallel for schedule(static) if (count >= 64)
-  for (int64_t item = 0; item < numItems; ++item) {
-    const int64_t run = item / numHeads;
-    writeRun(starts[run], int(starts[run + 1] - starts[run]),
-             int(item % numHeads));
-  }
+  for (int64_t run = 0; run < numRuns; ++run)
+    for (int head = 0; head < numHeads; ++head)
+      writeRun(runStarts_[size_t(run)],
+               int(runStarts_[size_t(run + 1)] - runStarts_[size_t(run)]),
+               head);
 }
 
 void KvStorage::copyBlock(int64_t source, int64_t destination) {

@@ -126,8 +126,7 @@ public:
   /// [numKvHeads][headDim] floats at keys + t * rowStride (V likewise at
   /// values + t * rowStride) and goes to slot slotIndices[t] of block
   /// slotBlocks[t]. Runs of consecutive slots of one block are transposed
-  /// into K's dimension-major layout 16 at a time (AVX-512 where present),
-  /// threaded over (run, head) for long steps.
+  /// into K's dimension-major layout 16 at a time (AVX-512 where present).
   void writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
                    const int32_t *slotIndices, const float *keys,
                    const float *values, int64_t rowStride);

@@ -3,12 +3,14 @@
 #include "runtime/model/Model.h"
 
 #include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 
 #include "llvm/ADT/Twine.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace spanc::model {
 
@@ -66,6 +68,18 @@ cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
 
 } // namespace
 
+llvm::StringRef numericsName(Numerics numerics) {
+  return numerics == Numerics::LlamaCpp ? "llama" : "default";
+}
+
+std::optional<Numerics> parseNumerics(llvm::StringRef name) {
+  if (name == "default")
+    return Numerics::Default;
+  if (name == "llama" || name == "llama.cpp")
+    return Numerics::LlamaCpp;
+  return std::nullopt;
+}
+
 llvm::Expected<std::unique_ptr<Model>>
 Model::load(llvm::StringRef path, const ModelOptions &options) {
   std::unique_ptr<Model> model(new Model());
@@ -89,10 +103,23 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
+  model->modelNumerics = options.numerics;
   model->halfPrecisionKv = options.halfPrecisionKv;
   model->maxQuantizedRows = options.forceF32 || !cpu::hasQuantGemvKernel()
                                 ? 0
                                 : options.maxQuantizedRows;
+  if (options.numerics == Numerics::LlamaCpp) {
+    // Every step multiplies the file's blocks (the scalar GEMV computes the
+    // same integer sums where VNNI is missing).
+    model->halfPrecisionKv = true;
+    model->maxQuantizedRows = std::numeric_limits<int64_t>::max();
+    for (const LayerWeights &layer : model->modelWeights->layers())
+      if (!layer.hasQuantized)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "%s: llama.cpp numerics need Q4_1/Q8_0 projection weights",
+            path.str().c_str());
+  }
   int64_t positions = options.maxPositions > 0
                           ? options.maxPositions
                           : std::max<int64_t>(modelConfig.contextLength, 4096);
@@ -145,6 +172,12 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
         kvConfig.numLayers, kvConfig.numKvHeads, kvConfig.headDim,
         config.numLayers, config.numKvHeads, config.headDim);
   const bool ropeInKernel = !storage.keysRotated();
+  const bool llamaNumerics = modelNumerics == Numerics::LlamaCpp;
+  if (llamaNumerics && ropeInKernel)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: llama.cpp numerics need K stored rotated (not "
+        "rope-in-kernel)");
 
   // Validate everything and lay out the batch before touching the cache.
   tokenIds.clear();
@@ -268,6 +301,14 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
 
+  auto normalize = [&](const cpu::RowShape &shape, const float *x,
+                       const float *weight, float *out) {
+    if (llamaNumerics)
+      cpu::rmsNormDoubleSum(shape, x, weight, config.rmsEpsilon, out);
+    else
+      cpu::rmsNorm(shape, x, weight, config.rmsEpsilon, out);
+  };
+
   // A projection: the packed GEMM, or for decode-size steps the repacked
   // 4/8-bit weights with int8 activations.
   const bool quantized = numTokens <= maxQuantizedRows;
@@ -287,8 +328,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     const LayerWeights &layer = modelWeights->layers()[layerIndex];
     {
       OpTimer timer(profiling, opProfile.normSeconds);
-      cpu::rmsNorm(dimRows, hidden.data(), layer.attentionNorm.data(),
-                   config.rmsEpsilon, normed.data());
+      normalize(dimRows, hidden.data(), layer.attentionNorm.data(),
+                normed.data());
     }
     {
       OpTimer timer(profiling, opProfile.qkvSeconds);
@@ -328,10 +369,15 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.attentionSeconds);
-      cpu::pagedAttention(attentionShape, attentionBatch,
-                          storage.layerView(int(layerIndex)),
-                          queryKeyValue.data(), attention.data(),
-                          attentionOptions, attentionWorkspace);
+      if (llamaNumerics)
+        cpu::halfAccumulatingAttention(attentionShape, attentionBatch,
+                                       storage.layerView(int(layerIndex)),
+                                       queryKeyValue.data(), attention.data());
+      else
+        cpu::pagedAttention(attentionShape, attentionBatch,
+                            storage.layerView(int(layerIndex)),
+                            queryKeyValue.data(), attention.data(),
+                            attentionOptions, attentionWorkspace);
     }
     {
       OpTimer timer(profiling, opProfile.attentionOutputSeconds);
@@ -347,8 +393,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.normSeconds);
-      cpu::rmsNorm(dimRows, hidden.data(), layer.feedForwardNorm.data(),
-                   config.rmsEpsilon, normed.data());
+      normalize(dimRows, hidden.data(), layer.feedForwardNorm.data(),
+                normed.data());
     }
     {
       OpTimer timer(profiling, opProfile.gateUpSeconds);
@@ -393,9 +439,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
       std::memcpy(selected.data() + row * dim, hidden.data() + token * dim,
                   sizeof(float) * size_t(dim));
   }
-  cpu::rmsNorm(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
-               modelWeights->outputNorm().data(), config.rmsEpsilon,
-               selected.data());
+  normalize(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
+            modelWeights->outputNorm().data(), selected.data());
   const cpu::PackedQuantMatrix *head = modelWeights->quantizedOutput();
   if (numRows <= maxQuantizedRows && head) {
     cpu::quantizeActivations(selected.data(), numRows, dim, dim, head->format,

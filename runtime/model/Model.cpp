@@ -4,6 +4,7 @@
 
 #include "runtime/kernels/cpu/Elementwise.h"
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
 
 #include "llvm/ADT/Twine.h"
 
@@ -111,6 +112,26 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (options.numerics == Numerics::LlamaCpp) {
     // Every step multiplies the file's blocks (the scalar GEMV computes the
     // same integer sums where VNNI is missing).
+    if (!cpu::hasLlamaCppNumerics() || !cpu::hasHalfAccumulatingAttention())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "llama.cpp numerics need AVX-512 (llama.cpp's own kernels there)");
+    if (modelConfig.ropeScaling == RopeScalingType::Yarn)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "%s: llama.cpp numerics do not cover YaRN RoPE scaling",
+          path.str().c_str());
+    cpu::LlamaCppRopeShape &rope = model->llamaRope;
+    rope.headDim = int(modelConfig.headDim);
+    rope.rotaryDim = int(modelConfig.rotaryDim);
+    rope.neox = modelConfig.ropeOrder == RopeOrder::NeoX;
+    rope.base = modelConfig.ropeTheta;
+    rope.linearScale = modelConfig.ropeScaling == RopeScalingType::Linear
+                           ? 1.0f / modelConfig.ropeScalingFactor
+                           : 1.0f;
+    const std::vector<float> &factors =
+        model->modelWeights->ropeFrequencyFactors();
+    rope.frequencyFactors = factors.empty() ? nullptr : factors.data();
     model->halfPrecisionKv = true;
     model->maxQuantizedRows = std::numeric_limits<int64_t>::max();
     for (const LayerWeights &layer : model->modelWeights->layers())
@@ -348,12 +369,20 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.ropeSeconds);
-      cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
-                     ropeTable, ropePositions.data(), queryKeyValue.data());
-      if (!ropeInKernel)
-        cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
-                       ropeTable, ropePositions.data(),
-                       queryKeyValue.data() + queryDim);
+      if (llamaNumerics) {
+        cpu::LlamaCppRopeShape shape = llamaRope;
+        shape.rows = numTokens;
+        shape.rowStride = qkvDim;
+        shape.numHeads = config.numHeads + config.numKvHeads;
+        cpu::ropeLlamaCpp(shape, ropePositions.data(), queryKeyValue.data());
+      } else {
+        cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
+                       ropeTable, ropePositions.data(), queryKeyValue.data());
+        if (!ropeInKernel)
+          cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
+                         ropeTable, ropePositions.data(),
+                         queryKeyValue.data() + queryDim);
+      }
     }
     {
       OpTimer timer(profiling, opProfile.kvWriteSeconds);
@@ -405,8 +434,13 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.swiGluSeconds);
-      cpu::swiGlu(cpu::RowShape{numTokens, ffnDim, 2 * ffnDim, ffnDim},
-                  gateUp.data(), gateUp.data() + ffnDim, feedForward.data());
+      const cpu::RowShape shape{numTokens, ffnDim, 2 * ffnDim, ffnDim};
+      if (llamaNumerics)
+        cpu::swiGluLlamaCpp(shape, gateUp.data(), gateUp.data() + ffnDim,
+                            feedForward.data());
+      else
+        cpu::swiGlu(shape, gateUp.data(), gateUp.data() + ffnDim,
+                    feedForward.data());
     }
     {
       OpTimer timer(profiling, opProfile.downSeconds);

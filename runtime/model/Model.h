@@ -16,6 +16,7 @@
 
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
 #include "runtime/kv/KvStorage.h"
@@ -165,6 +166,7 @@ private:
   int64_t maxQuantizedRows = 0;
   bool halfPrecisionKv = true;
   Numerics modelNumerics = Numerics::Default;
+  cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp
   cpu::QuantizedActivations quantizedActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;

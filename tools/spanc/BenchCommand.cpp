@@ -55,6 +55,11 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.generateTokens = values["gen-tokens"].as<int>();
   options.repetitions = values["repetitions"].as<int>();
   options.forceF32 = values.count("f32") > 0;
+  std::optional<model::Numerics> numerics =
+      model::parseNumerics(values["numerics"].as<std::string>());
+  if (!numerics)
+    return reportError("bench", "engine: --numerics must be default or llama");
+  options.numerics = *numerics;
   options.profile = values.count("profile") > 0;
   if (values.count("quick")) {
     options.promptTokens = std::min(options.promptTokens, 64);
@@ -136,6 +141,8 @@ int runBench(const std::vector<std::string> &args) {
       ("repetitions,r", po::value<int>()->default_value(5),               //
        "engine: measured repetitions (after one warm-up)")                //
       ("f32", "engine: force f32 GEMMs")                                  //
+      ("numerics", po::value<std::string>()->default_value("default"),    //
+       "engine: default, or llama (llama.cpp's arithmetic bit for bit)")  //
       ("profile", "engine: time every op and print where time goes")      //
       ("json", "engine: print one JSON object instead of a table");
   po::positional_options_description positional;

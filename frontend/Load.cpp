@@ -30,9 +30,16 @@ std::unique_ptr<ir::Module> loadModule(llvm::StringRef path,
                                           "': " + buffer.getError().message());
     return nullptr;
   }
+  return loadModuleFromBuffer(std::move(*buffer), path, diagnostics, options);
+}
+
+std::unique_ptr<ir::Module>
+loadModuleFromBuffer(std::unique_ptr<llvm::MemoryBuffer> buffer,
+                     llvm::StringRef path, ir::DiagnosticEngine &diagnostics,
+                     const FrontendOptions &options) {
   llvm::SourceMgr &sourceMgr = diagnostics.getSourceMgr();
   unsigned bufferId =
-      sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+      sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   diagnostics.registerBuffer(path, bufferId);
 
   InputKind kind = inputKindForPath(path);

@@ -14,6 +14,7 @@
 #include "ir/IR.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <memory>
 
@@ -30,6 +31,14 @@ InputKind inputKindForPath(llvm::StringRef path);
 std::unique_ptr<ir::Module> loadModule(llvm::StringRef path,
                                        ir::DiagnosticEngine &diagnostics,
                                        const FrontendOptions &options = {});
+
+/// Like loadModule, for text already in memory (generated programs,
+/// benchmarks, servers): `name` picks the reader by its extension and names
+/// the buffer in diagnostics.
+std::unique_ptr<ir::Module>
+loadModuleFromBuffer(std::unique_ptr<llvm::MemoryBuffer> buffer,
+                     llvm::StringRef name, ir::DiagnosticEngine &diagnostics,
+                     const FrontendOptions &options = {});
 
 } // namespace spanc::frontend
 

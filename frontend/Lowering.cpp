@@ -373,23 +373,21 @@ private:
   // Options
   //===--------------------------------------------------------------------===//
 
-  /// Checks and converts `gen`/`chat` options against the op's schema.
-  llvm::SmallVector<ir::NamedAttribute, 4>
-  lowerModelOptions(SpanParser::OptsContext *opts, const char *opName,
-                    bool &ok) {
-    llvm::SmallVector<ir::NamedAttribute, 4> result;
-    if (!opts)
-      return result;
-    const ir::OpInfo &info = ir::getOpInfo(ir::OpKind::Gen);
-    llvm::StringSet<> seen;
+  /// Checks each option once: known to `lookup`, not repeated, of the
+  /// spec's type and range; `accept` gets the good ones. Errors say what
+  /// `opName` accepts (`known`). Returns false if any option was bad.
+  bool convertOptions(
+      SpanParser::OptsContext *opts, llvm::StringRef opName,
+      llvm::StringRef known,
+      llvm::function_ref<const ir::AttrSpec *(llvm::StringRef)> lookup,
+      llvm::StringSet<> &seen,
+      llvm::function_ref<void(const std::string &, ir::Attribute)> accept) {
+    bool ok = true;
     for (SpanParser::OptContext *opt : opts->opt()) {
       antlr4::Token *key = opt->key->getStart();
       std::string name = key->getText();
-      const ir::AttrSpec *spec = info.findAttribute(name);
+      const ir::AttrSpec *spec = lookup(name);
       if (!spec) {
-        std::string known;
-        for (const ir::AttrSpec &candidate : info.attributes)
-          known += (known.empty() ? "" : ", ") + std::string(candidate.name);
         error(key, "unknown option '" + name + "' for " + opName +
                        "; expected one of " + known);
         ok = false;
@@ -405,8 +403,31 @@ private:
         ok = false;
         continue;
       }
-      result.push_back({name, std::move(*value)});
+      accept(name, std::move(*value));
     }
+    return ok;
+  }
+
+  /// Checks and converts `gen`/`chat` options against the op's schema.
+  llvm::SmallVector<ir::NamedAttribute, 4>
+  lowerModelOptions(SpanParser::OptsContext *opts, const char *opName,
+                    bool &ok) {
+    llvm::SmallVector<ir::NamedAttribute, 4> result;
+    if (!opts)
+      return result;
+    const ir::OpInfo &info = ir::getOpInfo(ir::OpKind::Gen);
+    std::string known;
+    for (const ir::AttrSpec &candidate : info.attributes)
+      known += (known.empty() ? "" : ", ") + std::string(candidate.name);
+    llvm::StringSet<> seen;
+    if (!convertOptions(
+            opts, opName, known,
+            [&](llvm::StringRef name) { return info.findAttribute(name); },
+            seen,
+            [&](const std::string &name, ir::Attribute value) {
+              result.push_back({name, std::move(value)});
+            }))
+      ok = false;
     return result;
   }
 
@@ -707,33 +728,18 @@ private:
     llvm::SmallVector<ir::NamedAttribute, 2> attributes;
     std::optional<std::string> queryText;
     llvm::StringSet<> seen;
-    bool ok = true;
-    for (SpanParser::OptContext *opt : retrieve->opts()->opt()) {
-      antlr4::Token *key = opt->key->getStart();
-      std::string name = key->getText();
-      const ir::AttrSpec *spec =
-          name == "query" ? &queryOption : info.findAttribute(name);
-      if (!spec) {
-        error(key, "unknown option '" + name +
-                       "' for retrieve; expected one of corpus, query, k");
-        ok = false;
-        continue;
-      }
-      if (!seen.insert(name).second) {
-        error(key, "duplicate option '" + name + "'");
-        ok = false;
-        continue;
-      }
-      std::optional<ir::Attribute> value = convertOption(opt, *spec);
-      if (!value) {
-        ok = false;
-        continue;
-      }
-      if (name == "query")
-        queryText = value->getString().str();
-      else
-        attributes.push_back({name, std::move(*value)});
-    }
+    bool ok = convertOptions(
+        retrieve->opts(), "retrieve", "corpus, query, k",
+        [&](llvm::StringRef name) {
+          return name == "query" ? &queryOption : info.findAttribute(name);
+        },
+        seen,
+        [&](const std::string &name, ir::Attribute value) {
+          if (name == "query")
+            queryText = value.getString().str();
+          else
+            attributes.push_back({name, std::move(value)});
+        });
     for (const char *required : {"corpus", "query", "k"})
       if (!seen.count(required)) {
         error(start, llvm::Twine("retrieve needs option '") + required + "'");

@@ -1,19 +1,27 @@
 //===- BenchCommand.cpp - spanc bench -------------------------------------===//
 //
-// `spanc bench engine`: pp/tg throughput of the CPU engine on a GGUF model
-// (llama-bench's protocol), as a table or as JSON for bench/engine/run.sh.
-// The other benchmarks belong to their issues.
+// `spanc bench NAME`: the benchmarks of bench/ (each registers itself in
+// bench/common/Bench.h and writes bench/results/NAME.{md,tsv,png}), plus
+// `spanc bench engine`, the pp/tg throughput of the CPU engine on a GGUF
+// model (llama-bench's protocol), as a table or as JSON for
+// bench/engine/run.sh, which runs it beside llama.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
 
+#include "bench/common/Bench.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/model/EngineBench.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <omp.h>
+
+#include <cstdlib>
 
 namespace spanc::cli {
 
@@ -53,7 +61,8 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.modelPath = values["model"].as<std::string>();
   options.promptTokens = values["prompt-tokens"].as<int>();
   options.generateTokens = values["gen-tokens"].as<int>();
-  options.repetitions = values["repetitions"].as<int>();
+  options.repetitions =
+      values.count("repetitions") ? values["repetitions"].as<int>() : 5;
   options.forceF32 = values.count("f32") > 0;
   std::optional<model::Numerics> numerics =
       model::parseNumerics(values["numerics"].as<std::string>());
@@ -124,22 +133,101 @@ int runEngineBenchmark(const po::variables_map &values) {
   return 0;
 }
 
+/// The repository root: where `bazel run` was started, $SPANC_ROOT, or the
+/// first folder up from the working one that holds WORKSPACE and bench/.
+std::string findRepoRoot() {
+  for (const char *variable : {"BUILD_WORKSPACE_DIRECTORY", "SPANC_ROOT"})
+    if (const char *value = std::getenv(variable); value && *value)
+      return value;
+  llvm::SmallString<256> folder;
+  if (!llvm::sys::fs::current_path(folder)) {
+    for (llvm::StringRef at = folder; !at.empty();
+         at = llvm::sys::path::parent_path(at)) {
+      llvm::SmallString<256> workspace(at), benchFolder(at);
+      llvm::sys::path::append(workspace, "WORKSPACE");
+      llvm::sys::path::append(benchFolder, "bench");
+      if (llvm::sys::fs::exists(workspace) &&
+          llvm::sys::fs::is_directory(benchFolder))
+        return at.str();
+    }
+  }
+  return ".";
+}
+
+std::string benchmarkList() {
+  std::string text = "  engine      pp/tg tokens per second of the CPU engine "
+                     "(bench/engine/run.sh runs it beside llama.cpp)\n";
+  for (const auto &[name, info] : bench::registeredBenchmarks())
+    text += "  " + name +
+            std::string(name.size() < 11 ? 12 - name.size() : 1, ' ') +
+            info.summary + "\n";
+  return text;
+}
+
+int runRegisteredBenchmark(const bench::BenchInfo &info,
+                           const po::variables_map &values) {
+  bench::BenchArgs args;
+  args.name = info.name;
+  args.repoRoot = findRepoRoot();
+  args.modelPath = values.count("model") ? values["model"].as<std::string>()
+                                         : defaultModelPath();
+  if (values.count("results"))
+    args.resultsDir = values["results"].as<std::string>();
+  else {
+    llvm::SmallString<256> results(args.repoRoot);
+    llvm::sys::path::append(results, "bench", "results");
+    args.resultsDir = results.str().str();
+  }
+  args.quick = values.count("quick") > 0;
+  if (values.count("repetitions")) {
+    args.repetitions = values["repetitions"].as<int>();
+    if (args.repetitions < 1)
+      return reportError("bench", "--repetitions must be at least 1");
+  }
+  if (values.count("threads"))
+    args.threads = values["threads"].as<int>();
+  args.seed = values["seed"].as<uint64_t>();
+  if (values.count("set"))
+    for (const std::string &text :
+         values["set"].as<std::vector<std::string>>()) {
+      auto [key, value] = llvm::StringRef(text).split('=');
+      if (key.empty() || value.data() == nullptr ||
+          !llvm::StringRef(text).contains('='))
+        return reportError("bench",
+                           "--set expects KEY=VALUE, got '" + text + "'");
+      args.settings[key.str()] = value.str();
+    }
+  if (!llvm::sys::fs::exists(args.modelPath))
+    return reportError("bench", "no model at '" + args.modelPath +
+                                    "' (run tools/setup.sh, or pass --model)");
+  if (llvm::Error error = info.run(args))
+    return reportError("bench",
+                       info.name + ": " + llvm::toString(std::move(error)));
+  return 0;
+}
+
 } // namespace
 
 int runBench(const std::vector<std::string> &args) {
   po::options_description options("Options");
   options.add_options()                                                   //
-      ("name", po::value<std::string>()->required(),                      //
-       "benchmark: engine, kv, rag, nested, bulk, needle, accuracy")      //
+      ("name", po::value<std::string>(), "the benchmark (see --list)")    //
+      ("list", "list the benchmarks and their settings")                  //
       ("model,m", po::value<std::string>(), "GGUF model")                 //
       ("threads,t", po::value<int>(), "CPU threads (default: all cores)") //
-      ("quick", "a small size for a smoke test")                          //
+      ("quick", "a small size for a smoke test (seconds)")                //
+      ("repetitions,r", po::value<int>(),                                 //
+       "repetitions per point (default: the benchmark's own)")            //
+      ("results", po::value<std::string>(),                               //
+       "folder for NAME.md/.tsv/.png (default: bench/results)")           //
+      ("seed", po::value<uint64_t>()->default_value(1),                   //
+       "seed of generated workloads")                                     //
+      ("set", po::value<std::vector<std::string>>(),                      //
+       "KEY=VALUE: a benchmark's own setting (see --list)")               //
       ("prompt-tokens", po::value<int>()->default_value(512),             //
        "engine: prompt length of the prefill test (ppN)")                 //
       ("gen-tokens", po::value<int>()->default_value(128),                //
        "engine: decode steps of the generation test (tgN)")               //
-      ("repetitions,r", po::value<int>()->default_value(5),               //
-       "engine: measured repetitions (after one warm-up)")                //
       ("f32", "engine: force f32 GEMMs")                                  //
       ("numerics", po::value<std::string>()->default_value("default"),    //
        "engine: default, or llama (llama.cpp's arithmetic bit for bit)")  //
@@ -147,22 +235,45 @@ int runBench(const std::vector<std::string> &args) {
       ("json", "engine: print one JSON object instead of a table");
   po::positional_options_description positional;
   positional.add("name", 1);
-  ParsedCommandLine parsed = parseCommandLine(
-      "bench", "spanc bench NAME [options]",
-      "Runs a built-in benchmark and prints its table (NAME: engine).\n"
-      "The KV cache, RAG and bulk benchmarks are scripts that write tables\n"
-      "and plots under bench/results/: bench/kv/run_relocation_bench.sh,\n"
-      "bench/rag/run.sh, bench/bulk/run.sh; bench/engine/run.sh runs this\n"
-      "one beside llama.cpp.",
-      options, positional, args);
+  std::string about =
+      "Runs a benchmark. Each one writes bench/results/NAME.md (setup,\n"
+      "machine, model, repetitions, median and spread), NAME.tsv (raw rows)\n"
+      "and NAME.png; bench/run_all.sh runs them all. Speed figures are\n"
+      "ratios taken side by side in one run. Benchmarks:\n" +
+      benchmarkList();
+  ParsedCommandLine parsed =
+      parseCommandLine("bench", "spanc bench NAME [options]", about.c_str(),
+                       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  std::string name = parsed.values["name"].as<std::string>();
+  const po::variables_map &values = parsed.values;
+  if (values.count("threads")) {
+    int threads = values["threads"].as<int>();
+    if (threads < 1)
+      return reportError("bench", "--threads must be at least 1");
+    omp_set_num_threads(threads);
+  }
+  if (values.count("list")) {
+    llvm::outs() << benchmarkList();
+    for (const auto &[name, info] : bench::registeredBenchmarks())
+      if (!info.settingsHelp.empty())
+        llvm::outs() << "\n"
+                     << name << " settings (--set KEY=VALUE):\n"
+                     << info.settingsHelp;
+    return 0;
+  }
+  if (!values.count("name"))
+    return reportError("bench", "which benchmark? (spanc bench --list)");
+  std::string name = values["name"].as<std::string>();
   if (name == "engine")
-    return runEngineBenchmark(parsed.values);
-  return notYetImplemented(
-      ("bench " + name).c_str(),
-      "#7 (the paper's benchmarks; see --help for the scripts there are)");
+    return runEngineBenchmark(values);
+  const auto &benchmarks = bench::registeredBenchmarks();
+  auto found = benchmarks.find(name);
+  if (found == benchmarks.end())
+    return reportError("bench", "unknown benchmark '" + name +
+                                    "'; the benchmarks are:\n" +
+                                    benchmarkList());
+  return runRegisteredBenchmark(found->second, values);
 }
 
 } // namespace spanc::cli

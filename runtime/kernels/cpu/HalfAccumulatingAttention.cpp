@@ -15,7 +15,9 @@
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace spanc::cpu {
 
@@ -26,16 +28,60 @@ constexpr int kLanes = 16;
 constexpr int kStep = 4 * kLanes;
 constexpr int kMaxHeadDim = 256;
 
-/// Where (slot, dim) of a page's K and V lie (see PagedKvView).
+/// An IEEE half's value (exact).
+float halfBitsToFloat(uint16_t bits) {
+  const uint32_t sign = uint32_t(bits & 0x8000u) << 16;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  float magnitude;
+  if (exponent == 0)
+    magnitude = std::ldexp(float(mantissa), -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN()
+                         : std::numeric_limits<float>::infinity();
+  else
+    magnitude = std::ldexp(float(1024 + mantissa), exponent - 25);
+  return sign ? -magnitude : magnitude;
+}
+
+/// K/V element `index` (in elements from the layer's base) of `base`,
+/// whatever the view stores: f32, or (a view with untyped pointers and a
+/// `precision`) f16 converted on read. The element type is a property of
+/// the storage, not of this kernel.
+template <typename View>
+inline float loadElement(const View &view, const void *base, int64_t index) {
+  if constexpr (std::is_same_v<std::decay_t<decltype(view.keys)>,
+                               const float *>) {
+    return static_cast<const float *>(base)[index];
+  } else {
+    using Precision = decltype(view.precision);
+    if (view.precision == Precision::F16) {
+      uint16_t bits;
+      std::memcpy(&bits, static_cast<const uint8_t *>(base) + 2 * index, 2);
+      return halfBitsToFloat(bits);
+    }
+    return static_cast<const float *>(base)[index];
+  }
+}
+
+/// One page of one KV head: its key column and value row of a slot, as f32.
 struct PageAccess {
-  const float *keys;
-  const float *values;
+  const PagedKvView *kv;
+  int64_t offset; ///< elements from the layer's base to (block, head)
+  void key(int slot, int headDim, float *out) const {
+    for (int d = 0; d < headDim; ++d)
+      out[d] = loadElement(*kv, kv->keys,
+                           offset + int64_t(d) * kv->blockSize + slot);
+  }
+  void value(int slot, int headDim, float *out) const {
+    for (int d = 0; d < headDim; ++d)
+      out[d] =
+          loadElement(*kv, kv->values, offset + int64_t(slot) * headDim + d);
+  }
 };
 
 inline PageAccess pageOf(const PagedKvView &kv, int32_t block, int kvHead) {
-  const int64_t offset =
-      int64_t(block) * kv.blockStride + kvHead * kv.headStride;
-  return {kv.keys + offset, kv.values + offset};
+  return {&kv, int64_t(block) * kv.blockStride + kvHead * kv.headStride};
 }
 
 /// The sum of 16 lanes in the order GCC's _mm512_reduce_add_ps adds them:
@@ -69,26 +115,25 @@ void attendRowScalar(const PagedAttentionShape &shape,
     PageAccess access = pageOf(kv, batch.blockIds[page], kvHead);
     for (int32_t slot = 0; slot < batch.validTokens[page] && logical <= lastKey;
          ++slot, ++logical) {
+      float key[kMaxHeadDim], value[kMaxHeadDim];
+      access.key(slot, headDim, key);
+      access.value(slot, headDim, value);
       // The dot product: per lane j of register r, fma over the steps.
       float lanes[4][kLanes] = {};
       for (int base = 0; base < vectorDims; base += kStep)
         for (int r = 0; r < 4; ++r)
           for (int j = 0; j < kLanes; ++j) {
             int d = base + r * kLanes + j;
-            lanes[r][j] =
-                std::fma(access.keys[int64_t(d) * kv.blockSize + slot],
-                         queryHalf[d], lanes[r][j]);
+            lanes[r][j] = std::fma(key[d], queryHalf[d], lanes[r][j]);
           }
       float combined[kLanes];
       for (int j = 0; j < kLanes; ++j)
         combined[j] = (lanes[0][j] + lanes[2][j]) + (lanes[1][j] + lanes[3][j]);
       double total = reduceLanes(combined);
       for (int d = vectorDims; d < headDim; ++d)
-        total += double(access.keys[int64_t(d) * kv.blockSize + slot] *
-                        queryHalf[d]);
+        total += double(key[d] * queryHalf[d]);
       float score = float(total) * shape.scale;
 
-      const float *value = access.values + int64_t(slot) * headDim;
       float weight = 1.0f, rescale = 1.0f;
       if (score > maximum) {
         rescale = std::exp(maximum - score);
@@ -125,7 +170,7 @@ SPANC_AVX512 void attendRowAvx512(const PagedAttentionShape &shape,
     accumulator[r] = _mm256_setzero_si256();
   }
   // Dimension-major K: gather the slot's column once per key.
-  alignas(64) float key[kMaxHeadDim];
+  alignas(64) float key[kMaxHeadDim], value[kMaxHeadDim];
   float maximum = -std::numeric_limits<float>::infinity(), sum = 0.0f;
   int64_t logical = 0;
   for (int32_t page = batch.pageOffsets[sequence];
@@ -133,8 +178,8 @@ SPANC_AVX512 void attendRowAvx512(const PagedAttentionShape &shape,
     PageAccess access = pageOf(kv, batch.blockIds[page], kvHead);
     for (int32_t slot = 0; slot < batch.validTokens[page] && logical <= lastKey;
          ++slot, ++logical) {
-      for (int d = 0; d < headDim; ++d)
-        key[d] = access.keys[int64_t(d) * kv.blockSize + slot];
+      access.key(slot, headDim, key);
+      access.value(slot, headDim, value);
       __m512 partial[4];
       for (int r = 0; r < 4; ++r)
         partial[r] = _mm512_setzero_ps();
@@ -147,7 +192,6 @@ SPANC_AVX512 void attendRowAvx512(const PagedAttentionShape &shape,
                                       _mm512_add_ps(partial[1], partial[3]));
       float score = _mm512_reduce_add_ps(combined) * shape.scale;
 
-      const float *value = access.values + int64_t(slot) * headDim;
       float weight = 1.0f, rescale = 1.0f;
       if (score > maximum) {
         rescale = std::exp(maximum - score);

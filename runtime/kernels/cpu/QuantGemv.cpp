@@ -5,6 +5,10 @@
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
+// GCC 12 reports its own AVX-512 conversion/reduction intrinsics (which
+// start from an "undefined" vector on purpose) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -305,8 +309,69 @@ float roundToHalf(float value) {
   return result;
 }
 
+namespace {
+
+/// One block as ggml's x86 quantizers do it (the reference path).
+void quantizeBlockScalar(const float *source, uint8_t *values, int offset,
+                         bool roundSum, float &scale, float &scaledSum) {
+  float maximum = 0;
+  for (int i = 0; i < kBlock; ++i)
+    maximum = std::max(maximum, std::abs(source[i]));
+  const float d = maximum / 127.0f;
+  // As ggml's x86 Q8 quantizers: multiply by 127 / max, round to even.
+  const float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < kBlock; ++i) {
+    int value = int(std::nearbyint(source[i] * inverse));
+    values[i] = uint8_t(value + offset);
+    sum += value;
+  }
+  // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
+  // and Q8_0 blocks (dotted signed x signed) need none.
+  scale = roundToHalf(d);
+  scaledSum = roundSum ? roundToHalf(d * float(sum)) : scale * float(sum);
+}
+
+#define SPANC_AVX512_F16C                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
+
+SPANC_AVX512_F16C inline float roundToHalfF16c(float value) {
+  return _mm_cvtss_f32(
+      _mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(value), _MM_FROUND_TO_NEAREST_INT)));
+}
+
+/// The same operations on two 16-lane vectors (same bits: the products
+/// and the round-to-even are the same instructions' semantics).
+SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
+                                           int offset, bool roundSum,
+                                           float &scale, float &scaledSum) {
+  const __m512 low = _mm512_loadu_ps(source);
+  const __m512 high = _mm512_loadu_ps(source + 16);
+  const float maximum = _mm512_reduce_max_ps(
+      _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high)));
+  const float d = maximum / 127.0f;
+  const __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i lowValues = _mm512_cvtps_epi32(
+      _mm512_roundscale_ps(_mm512_mul_ps(low, inverse), kRound));
+  const __m512i highValues = _mm512_cvtps_epi32(
+      _mm512_roundscale_ps(_mm512_mul_ps(high, inverse), kRound));
+  const int32_t sum =
+      _mm512_reduce_add_epi32(_mm512_add_epi32(lowValues, highValues));
+  const __m512i shift = _mm512_set1_epi32(offset);
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(values),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(lowValues, shift)));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(values + 16),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(highValues, shift)));
+  scale = roundToHalfF16c(d);
+  scaledSum = roundSum ? roundToHalfF16c(d * float(sum)) : scale * float(sum);
+}
+
+} // namespace
+
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantFormat format, QuantizedActivations &out) {
+                         QuantFormat format, QuantizedActivations &out,
+                         bool forceScalar) {
   const int64_t blocks = k / kBlock;
   out.format = format;
   out.rows = m;
@@ -317,29 +382,19 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
   out.scales.resize(size_t(m * blocks));
   out.scaledSums.resize(size_t(m * blocks));
   const int offset = format == QuantFormat::Q8_0 ? 128 : 0;
+  const bool roundSum = format == QuantFormat::Q4_1;
+  const bool vector = !forceScalar && cpuFeatures().hasAvx512();
   for (int64_t row = 0; row < m; ++row)
     for (int64_t block = 0; block < blocks; ++block) {
       const float *source = x + row * stride + block * kBlock;
-      float maximum = 0;
-      for (int i = 0; i < kBlock; ++i)
-        maximum = std::max(maximum, std::abs(source[i]));
-      float scale = maximum / 127.0f;
-      // As ggml's x86 Q8 quantizers: multiply by 127 / max, round to even.
-      float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
       uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
-      int32_t sum = 0;
-      for (int i = 0; i < kBlock; ++i) {
-        int value = int(std::nearbyint(source[i] * inverse));
-        values[i] = uint8_t(value + offset);
-        sum += value;
-      }
-      size_t index = size_t(row * blocks + block);
-      // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
-      // and Q8_0 blocks (dotted signed x signed) need none.
-      out.scales[index] = roundToHalf(scale);
-      out.scaledSums[index] = format == QuantFormat::Q4_1
-                                  ? roundToHalf(scale * float(sum))
-                                  : out.scales[index] * float(sum);
+      const size_t index = size_t(row * blocks + block);
+      if (vector)
+        quantizeBlockAvx512(source, values, offset, roundSum, out.scales[index],
+                            out.scaledSums[index]);
+      else
+        quantizeBlockScalar(source, values, offset, roundSum, out.scales[index],
+                            out.scaledSums[index]);
     }
 }
 

@@ -100,8 +100,10 @@ struct QuantizedActivations {
 /// Quantizes x[m][k] (k % 32 == 0, rows `stride` floats apart) into `out`
 /// (reusing its memory) for weights of `format`, as ggml's x86
 /// quantize_row_q8_1 / q8_0 do: multiply by 127 / max, round to even.
+/// `forceScalar` takes the portable path (tests: both give the same bits).
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantFormat format, QuantizedActivations &out);
+                         QuantFormat format, QuantizedActivations &out,
+                         bool forceScalar = false);
 
 /// `value` rounded to the nearest f16 (ties to even), back in f32.
 float roundToHalf(float value);

@@ -224,6 +224,30 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   }
 }
 
+TEST(QuantGemv, VectorAndScalarQuantizationAgreeBitForBit) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t columns = 256;
+  std::vector<float> x(size_t(3 * columns));
+  for (float &value : x)
+    value = normal(rng);
+  for (int i = 0; i < 32; ++i) // a zero block
+    x[size_t(32 + i)] = 0.0f;
+  for (int i = 0; i < 32; ++i) // exact halves after scaling: ties to even
+    x[size_t(64 + i)] = float(i - 16) * 0.5f + (i == 0 ? 0.0f : 0.0f);
+  x[size_t(64 + 31)] = 127.0f; // max 127: scaled values are x * 1
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    QuantizedActivations fast, scalar;
+    quantizeActivations(x.data(), 3, columns, columns, format, fast);
+    quantizeActivations(x.data(), 3, columns, columns, format, scalar, true);
+    EXPECT_EQ(fast.values, scalar.values);
+    EXPECT_EQ(fast.scales, scalar.scales);
+    EXPECT_EQ(fast.scaledSums, scalar.scaledSums);
+    EXPECT_EQ(scalar.value(0, 64 + 1), -8); // -7.5 rounds to even
+    EXPECT_EQ(scalar.value(0, 64 + 3), -6); // -6.5 too
+  }
+}
+
 TEST(QuantGemv, RoundToHalfMatchesF16Values) {
   EXPECT_EQ(roundToHalf(1.0f), 1.0f);
   EXPECT_EQ(roundToHalf(1.0f + 1.0f / 4096), 1.0f); // below half ulp

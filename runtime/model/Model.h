@@ -159,6 +159,9 @@ public:
 private:
   Model() = default;
   void reserve(int64_t numTokens);
+  /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
+  /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
+  llvm::Error feedForwardFused(const LayerWeights &layer, int64_t numTokens);
 
   std::unique_ptr<GgufFile> gguf;
   ModelConfig modelConfig;
@@ -167,7 +170,7 @@ private:
   bool halfPrecisionKv = true;
   Numerics modelNumerics = Numerics::Default;
   cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp
-  cpu::QuantizedActivations quantizedActivations;
+  cpu::QuantizedActivations quantizedActivations, feedForwardActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;
   cpu::AttentionWorkspace attentionWorkspace;

@@ -68,13 +68,14 @@ inline int64_t q41Byte(int lane, int index) {
 }
 inline int q41Shift(int index) { return (index / 4) % 2 ? 4 : 0; }
 
-/// The reference: every output's blocks folded in order, as the VNNI path.
-void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
-                float *y, int64_t outputStride) {
+/// The reference: every output's blocks folded in order, as the VNNI path,
+/// for weight rows [firstRow, endRow).
+void gemvScalarRows(const PackedQuantMatrix &weights,
+                    const QuantizedActivations &x, float *y,
+                    int64_t outputStride, int64_t firstRow, int64_t endRow) {
   const bool q41 = weights.format == QuantFormat::Q4_1;
   const int64_t tileBytes = PackedQuantMatrix::tileBytes(weights.format);
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < weights.rows; ++row) {
+  for (int64_t row = firstRow; row < endRow; ++row) {
     const int64_t group = row / kGroupRows;
     const int lane = int(row % kGroupRows);
     for (int64_t r = 0; r < x.rows; ++r) {
@@ -112,6 +113,15 @@ void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
       y[r * outputStride + row] = accumulator;
     }
   }
+}
+
+void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
+                float *y, int64_t outputStride) {
+  const int64_t chunk = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t first = 0; first < weights.rows; first += chunk)
+    gemvScalarRows(weights, x, y, outputStride, first,
+                   std::min(first + chunk, weights.rows));
 }
 
 #define SPANC_VNNI                                                             \
@@ -198,12 +208,11 @@ gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
 }
 
 template <QuantFormat Format>
-SPANC_VNNI void gemvVnni(const PackedQuantMatrix &weights,
-                         const QuantizedActivations &x, float *y,
-                         int64_t outputStride) {
+SPANC_VNNI void gemvVnniGroup(const PackedQuantMatrix &weights,
+                              const QuantizedActivations &x, float *y,
+                              int64_t outputStride, int64_t group) {
   const int64_t rows = x.rows;
-#pragma omp parallel for schedule(static)
-  for (int64_t group = 0; group < weights.groups; ++group) {
+  {
     int64_t row = 0;
     for (; row + kMaxTileRows <= rows; row += kMaxTileRows)
       gemvGroup<Format, kMaxTileRows>(weights, x, group, row, y, outputStride);
@@ -221,6 +230,14 @@ SPANC_VNNI void gemvVnni(const PackedQuantMatrix &weights,
       break;
     }
   }
+}
+
+template <QuantFormat Format>
+void gemvVnni(const PackedQuantMatrix &weights, const QuantizedActivations &x,
+              float *y, int64_t outputStride) {
+#pragma omp parallel for schedule(static)
+  for (int64_t group = 0; group < weights.groups; ++group)
+    gemvVnniGroup<Format>(weights, x, y, outputStride, group);
 }
 
 } // namespace
@@ -369,23 +386,28 @@ SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
 
 } // namespace
 
-void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantFormat format, QuantizedActivations &out,
-                         bool forceScalar) {
+void prepareActivations(int64_t m, int64_t k, QuantFormat format,
+                        QuantizedActivations &out) {
   const int64_t blocks = k / kBlock;
   out.format = format;
   out.rows = m;
   out.columns = k;
   out.blocks = blocks;
-  // resize, not assign: every element is written below.
+  // resize, not assign: every element is written by the quantizer.
   out.values.resize(size_t(m * blocks * kBlock));
   out.scales.resize(size_t(m * blocks));
   out.scaledSums.resize(size_t(m * blocks));
-  const int offset = format == QuantFormat::Q8_0 ? 128 : 0;
-  const bool roundSum = format == QuantFormat::Q4_1;
+}
+
+void quantizeActivationBlocks(const float *x, int64_t stride,
+                              int64_t firstBlock, int64_t endBlock,
+                              QuantizedActivations &out, bool forceScalar) {
+  const int offset = out.format == QuantFormat::Q8_0 ? 128 : 0;
+  const bool roundSum = out.format == QuantFormat::Q4_1;
   const bool vector = !forceScalar && cpuFeatures().hasAvx512();
-  for (int64_t row = 0; row < m; ++row)
-    for (int64_t block = 0; block < blocks; ++block) {
+  const int64_t blocks = out.blocks;
+  for (int64_t row = 0; row < out.rows; ++row)
+    for (int64_t block = firstBlock; block < endBlock; ++block) {
       const float *source = x + row * stride + block * kBlock;
       uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
       const size_t index = size_t(row * blocks + block);
@@ -396,6 +418,29 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
         quantizeBlockScalar(source, values, offset, roundSum, out.scales[index],
                             out.scaledSums[index]);
     }
+}
+
+void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
+                         QuantFormat format, QuantizedActivations &out,
+                         bool forceScalar) {
+  prepareActivations(m, k, format, out);
+  quantizeActivationBlocks(x, stride, 0, out.blocks, out, forceScalar);
+}
+
+void quantGemvGroups(const PackedQuantMatrix &weights,
+                     const QuantizedActivations &x, float *y,
+                     int64_t outputStride, int64_t firstGroup,
+                     int64_t endGroup) {
+  if (!hasQuantGemvKernel()) {
+    gemvScalarRows(weights, x, y, outputStride, firstGroup * kGroupRows,
+                   std::min(endGroup * kGroupRows, weights.rows));
+    return;
+  }
+  for (int64_t group = firstGroup; group < endGroup; ++group)
+    if (weights.format == QuantFormat::Q4_1)
+      gemvVnniGroup<QuantFormat::Q4_1>(weights, x, y, outputStride, group);
+    else
+      gemvVnniGroup<QuantFormat::Q8_0>(weights, x, y, outputStride, group);
 }
 
 void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,

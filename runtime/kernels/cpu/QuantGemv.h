@@ -105,6 +105,19 @@ void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
                          QuantFormat format, QuantizedActivations &out,
                          bool forceScalar = false);
 
+/// Sizes `out` for m rows of k values of `format` (contents undefined until
+/// quantizeActivationBlocks writes them).
+void prepareActivations(int64_t m, int64_t k, QuantFormat format,
+                        QuantizedActivations &out);
+
+/// Quantizes blocks [firstBlock, endBlock) of every row of x (rows `stride`
+/// floats apart) into a prepared `out`; no threads of its own, so that the
+/// callers inside a parallel region can split the blocks between them.
+void quantizeActivationBlocks(const float *x, int64_t stride,
+                              int64_t firstBlock, int64_t endBlock,
+                              QuantizedActivations &out,
+                              bool forceScalar = false);
+
 /// `value` rounded to the nearest f16 (ties to even), back in f32.
 float roundToHalf(float value);
 
@@ -112,6 +125,14 @@ float roundToHalf(float value);
 /// every activation row r and weight row n.
 void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                float *y, int64_t outputStride, bool forceScalar = false);
+
+/// quantGemv for the weight rows of groups [firstGroup, endGroup) (16 rows
+/// each) only, on the calling thread: for callers that split one product
+/// between the threads of their own parallel region.
+void quantGemvGroups(const PackedQuantMatrix &weights,
+                     const QuantizedActivations &x, float *y,
+                     int64_t outputStride, int64_t firstGroup,
+                     int64_t endGroup);
 
 /// Whether the VNNI path runs on this CPU.
 bool hasQuantGemvKernel();

@@ -248,6 +248,33 @@ TEST(QuantGemv, VectorAndScalarQuantizationAgreeBitForBit) {
   }
 }
 
+TEST(QuantGemv, GroupRangesAndBlockRangesComposeToTheWhole) {
+  // Splitting a product by groups of 16 rows, and a quantization by
+  // blocks, between callers gives the bits of the whole call.
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    TestMatrix matrix = makeMatrix(format, 100, 192, 12);
+    PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+    std::mt19937 rng(13);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(size_t(2 * 192));
+    for (float &value : x)
+      value = normal(rng);
+    QuantizedActivations whole, pieces;
+    quantizeActivations(x.data(), 2, 192, 192, format, whole);
+    prepareActivations(2, 192, format, pieces);
+    quantizeActivationBlocks(x.data(), 192, 4, 6, pieces);
+    quantizeActivationBlocks(x.data(), 192, 0, 4, pieces);
+    EXPECT_EQ(pieces.values, whole.values);
+    EXPECT_EQ(pieces.scales, whole.scales);
+    EXPECT_EQ(pieces.scaledSums, whole.scaledSums);
+    std::vector<float> expected(size_t(2 * 100)), split(expected.size());
+    quantGemv(packed, whole, expected.data(), 100);
+    quantGemvGroups(packed, pieces, split.data(), 100, 3, packed.groups);
+    quantGemvGroups(packed, pieces, split.data(), 100, 0, 3);
+    EXPECT_EQ(split, expected);
+  }
+}
+
 TEST(QuantGemv, RoundToHalfMatchesF16Values) {
   EXPECT_EQ(roundToHalf(1.0f), 1.0f);
   EXPECT_EQ(roundToHalf(1.0f + 1.0f / 4096), 1.0f); // below half ulp

@@ -49,3 +49,10 @@ python=/usr/bin/python3
   --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
   --single-thread-rounds="$single" \
   --peer-dir="$peer_dir" --out=bench/results/engine
+# Decode cost in CPU time (robust to the shared machine's load).
+{
+  echo
+  echo "## Decode cost in CPU time, one thread (bench/engine/cpu_per_token.sh)"
+  echo
+  bench/engine/cpu_per_token.sh "$spanc" "$llama_bench" "$model" 3
+} | tee -a bench/results/engine.md

@@ -110,6 +110,15 @@ std::string formatRatio(double numerator, double denominator) {
   return printed("%.1f×", numerator / denominator);
 }
 
+std::string commandLine(const BenchArgs &args) {
+  std::string text = args.quick ? " --quick" : "";
+  if (args.repetitions > 0)
+    text += " -r " + std::to_string(args.repetitions);
+  for (const auto &[key, value] : args.settings)
+    text += " --set " + key + "=" + value;
+  return text;
+}
+
 const char *relocationName(kv::RelocationMode mode) {
   return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
 }

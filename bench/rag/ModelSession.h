@@ -9,6 +9,7 @@
 #ifndef SPANC_BENCH_RAG_MODELSESSION_H
 #define SPANC_BENCH_RAG_MODELSESSION_H
 
+#include "bench/common/Bench.h"
 #include "codegen/ChatTemplateEncoder.h"
 #include "codegen/Plan.h"
 #include "runtime/model/ChatTemplate.h"
@@ -78,6 +79,9 @@ std::string printed(const char *format, const Ts &...values) {
 
 /// "12.3×", or "—" when either side is missing.
 std::string formatRatio(double numerator, double denominator);
+
+/// " --quick -r 3 --set k=v ...": the options a result file was made with.
+std::string commandLine(const BenchArgs &args);
 
 /// The name of a relocation mode as `spanc run --relocation` spells it.
 const char *relocationName(kv::RelocationMode mode);

@@ -220,13 +220,15 @@ llvm::Error runAccuracy(const BenchArgs &args) {
               (*runner)->run(*executors[m], *plan, &totals[{docs, mode}]);
           if (!answers)
             return answers.takeError();
-          if (answers->size() != questions.size())
-            return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                           "%zu answers for %zu questions",
-                                           answers->size(), questions.size());
-          for (size_t q = 0; q < questions.size(); ++q) {
-            auto [c, p] = questions[q];
-            const std::string &answer = (*answers)[q].text;
+          for (auto [c, p] : questions) {
+            std::string query =
+                "c" + std::to_string(c) + "p" + std::to_string(p);
+            auto answerIt = answers->find(query);
+            if (answerIt == answers->end())
+              return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                             "no answer for query %s",
+                                             query.c_str());
+            const std::string &answer = answerIt->second;
             const std::string &code = contexts[c].facts[p].code;
             bool correct = llvm::StringRef(answer).contains(code);
             bool other = false;

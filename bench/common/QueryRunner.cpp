@@ -64,7 +64,7 @@ QueryRunner::compile(llvm::StringRef source, llvm::StringRef name,
   return codegen::compileToPlan(source, name, *encoderPtr, options);
 }
 
-llvm::Expected<std::vector<QueryAnswer>>
+llvm::Expected<std::map<std::string, std::string>>
 QueryRunner::run(sched::Executor &executor, const codegen::Plan &plan,
                  RunTotals *totals) const {
   auto begin = std::chrono::steady_clock::now();
@@ -93,15 +93,12 @@ QueryRunner::run(sched::Executor &executor, const codegen::Plan &plan,
   if (totals)
     *totals += run;
 
-  std::vector<QueryAnswer> answers;
-  answers.reserve(plan.queries.size());
+  std::map<std::string, std::string> answers;
   for (const codegen::QueryPlan &query : plan.queries) {
-    QueryAnswer answer;
-    answer.query = query.name;
+    std::string &text = answers[query.name];
     for (const codegen::ResultItem &item : query.results)
       if (item.call)
-        answer.text = outcomes.at(*item.call).text;
-    answers.push_back(std::move(answer));
+        text = outcomes.at(*item.call).text;
   }
   return answers;
 }

@@ -20,17 +20,12 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace spanc::bench {
-
-/// The answer of one query: the text of its last result that is a call.
-struct QueryAnswer {
-  std::string query;
-  std::string text;
-};
 
 /// Totals over one executor run, for the report.
 struct RunTotals {
@@ -58,9 +53,11 @@ public:
   compile(llvm::StringRef source, llvm::StringRef name,
           const codegen::CompileOptions &options = {}) const;
 
-  /// Runs `plan` on `executor` in one run and returns one answer per query,
-  /// in plan order; any failed call fails the whole run, naming it.
-  llvm::Expected<std::vector<QueryAnswer>>
+  /// Runs `plan` on `executor` in one run and returns each query's answer
+  /// (the text of its last result that is a call) by query name: the plan
+  /// orders queries its own way, not as the source wrote them. Any failed
+  /// call fails the whole run, naming it.
+  llvm::Expected<std::map<std::string, std::string>>
   run(sched::Executor &executor, const codegen::Plan &plan,
       RunTotals *totals = nullptr) const;
 

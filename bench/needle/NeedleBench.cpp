@@ -105,7 +105,7 @@ llvm::Error runNeedle(const BenchArgs &args) {
   Config config;
   auto chunks = args.intListSetting(
       "chunks", args.quick ? llvm::ArrayRef<int64_t>{4}
-                           : llvm::ArrayRef<int64_t>{2, 4, 8});
+                           : llvm::ArrayRef<int64_t>{2, 4, 8, 16});
   if (!chunks)
     return chunks.takeError();
   config.chunkCounts = *chunks;
@@ -215,18 +215,26 @@ llvm::Error runNeedle(const BenchArgs &args) {
       point.hayTokens = hayTokens;
       point.mode = tree ? "tree-reduce-k2" : "flat";
       std::string source = programFor(stacks, texts, config, tree);
+      // --set dump=DIR: the programs, to replay with `spanc run`.
+      if (std::string dump = args.setting("dump", ""); !dump.empty()) {
+        llvm::SmallString<256> path(dump);
+        llvm::sys::path::append(path, "needle-" + std::to_string(chunkCount) +
+                                          "-" + point.mode + ".span");
+        if (llvm::Error error = writeTextFile(path, source))
+          return error;
+      }
       auto plan = (*runner)->compile(source, "needle.span");
       if (!plan)
         return plan.takeError();
       auto answers = (*runner)->run(**executor, *plan, &point.totals);
       if (!answers)
         return answers.takeError();
-      if (answers->size() != stacks.size())
-        return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                       "%zu answers for %zu runs",
-                                       answers->size(), stacks.size());
       for (size_t run = 0; run < stacks.size(); ++run) {
-        const std::string &answer = (*answers)[run].text;
+        auto answerIt = answers->find("run" + std::to_string(run));
+        if (answerIt == answers->end())
+          return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                         "no answer for query run%zu", run);
+        const std::string &answer = answerIt->second;
         size_t found = 0;
         for (const std::string &needle : stacks[run].needles)
           found += containsIgnoringCase(answer, needle);
@@ -339,11 +347,12 @@ llvm::Error runNeedle(const BenchArgs &args) {
 BenchRegistration registration{
     {"needle",
      "needle-in-a-haystack recall: flat vs tree-reduce k=2 as the hay grows",
-     "chunks=2,4,8: hay fragments per haystack (one point each)\n"
+     "chunks=2,4,8,16: hay fragments per haystack (one point each)\n"
      "chunk_tokens=32: tokens of hay per fragment\n"
      "needles=1: planted names per haystack\n"
      "max_tokens=12: the judge's answer length\n"
      "pool=48: distinct hay fragments the haystacks draw from\n"
+     "dump=DIR: also write each point's program to DIR/needle-N-MODE.span\n"
      "step_tokens=2048: the executor's token budget per forward step\n"
      "system=..., question=...: the judge's instructions\n"
      "needle=The visitor was {}.: the planted sentence ({} = the name)",

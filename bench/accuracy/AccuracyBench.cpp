@@ -39,7 +39,7 @@ namespace {
 
 struct Config {
   std::vector<int64_t> docCounts;
-  int64_t docTokens = 40;
+  int64_t docTokens = 32;
   int64_t maxTokens = 16;
   int64_t groupSize = 20;
   int64_t stepTokens = 2048;
@@ -139,7 +139,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
     return docCounts.takeError();
   config.docCounts = *docCounts;
   for (auto [key, target, fallback] :
-       {std::make_tuple("doc_tokens", &config.docTokens, int64_t(40)),
+       {std::make_tuple("doc_tokens", &config.docTokens, int64_t(32)),
         std::make_tuple("max_tokens", &config.maxTokens, int64_t(16)),
         std::make_tuple("group", &config.groupSize, int64_t(20)),
         std::make_tuple("step_tokens", &config.stepTokens, int64_t(2048))}) {
@@ -378,7 +378,7 @@ BenchRegistration registration{
      "planted-fact QA accuracy: causal (prefix) vs span attention per "
      "document position",
      "docs=8: documents per context (one table block each)\n"
-     "doc_tokens=40: tokens of hay per document\n"
+     "doc_tokens=32: tokens of hay per document\n"
      "max_tokens=16: the answer length\n"
      "group=20: contexts per executor run\n"
      "step_tokens=2048: the executor's token budget per forward step",

@@ -40,8 +40,9 @@ for ax, docs in zip(axes[0], doc_counts):
             n, k = points[(docs, mode, x)]
             low, high = wilson(k, n)
             rates.append(k / n)
-            lows.append(k / n - low)
-            highs.append(high - k / n)
+            # max(0, ...): at 0 or n rounding can leave a hair below zero.
+            lows.append(max(0.0, k / n - low))
+            highs.append(max(0.0, high - k / n))
         label = "prefix (causal)" if mode == "prefix" else "span"
         ax.errorbar(xs, rates, yerr=[lows, highs], marker=marker, capsize=3,
                     label=label)

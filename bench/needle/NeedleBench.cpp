@@ -294,9 +294,11 @@ llvm::Error runNeedle(const BenchArgs &args) {
      << "paper's haystacks are thousands of tokens, asked of 2B/8B models; "
      << "here at most " << config.chunkCounts.back() * config.chunkTokens
      << " hay tokens and a 135M model, with " << config.needles
-     << " needles, which keeps the small model's recall away from both 0 "
-     << "and 1 (more needles: it rarely lists all; one: it nearly always "
-     << "does at small N). The runs of a point are one executor run, so "
+     << (config.needles == 1 ? " needle" : " needles")
+     << ", short fragments and a question that echoes the planted sentence, "
+     << "which keep the small model's recall away from both 0 and 1 at the "
+     << "smallest haystack (with two needles or 64-token fragments it almost "
+     << "never names them all). The runs of a point are one executor run, so "
      << "their decoding is batched.\n\n"
      << "| fragments | hay tokens | mode | runs | full recall | rate | 95% "
         "CI | names found | calls | tokens computed | seconds |\n"

@@ -39,8 +39,9 @@ for mode, marker in (("flat", "o"), ("tree-reduce-k2", "s")):
         n, k = points[(mode, x)]
         low, high = wilson(k, n)
         rates.append(k / n)
-        lows.append(k / n - low)
-        highs.append(high - k / n)
+        # max(0, ...): at 0 or n rounding can leave a hair below zero.
+        lows.append(max(0.0, k / n - low))
+        highs.append(max(0.0, high - k / n))
     ax.errorbar(xs, rates, yerr=[lows, highs], marker=marker, capsize=3,
                 label=mode)
 ax.set_xscale("log", base=2)

@@ -187,6 +187,8 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   // (docs, mode, position) → tally
   std::map<std::tuple<int64_t, std::string, int64_t>, Tally> tallies;
   std::map<std::pair<int64_t, std::string>, RunTotals> totals;
+  // (docs, context, position) → correct per mode, for the paired counts.
+  std::map<std::tuple<int64_t, size_t, size_t>, std::pair<bool, bool>> paired;
   std::mt19937_64 random(args.seed);
   uint64_t contextSeed = args.seed * 1000003;
   for (int64_t docs : config.docCounts) {
@@ -235,6 +237,8 @@ llvm::Error runAccuracy(const BenchArgs &args) {
             for (size_t d = 0; d < contexts[c].facts.size() && !correct; ++d)
               other |= d != p && llvm::StringRef(answer).contains(
                                      contexts[c].facts[d].code);
+            auto &pair = paired[{docs, c, p}];
+            (m == 0 ? pair.first : pair.second) = correct;
             Tally &tally = tallies[{docs, mode, int64_t(p)}];
             ++tally.questions;
             tally.correct += correct;
@@ -343,6 +347,21 @@ llvm::Error runAccuracy(const BenchArgs &args) {
        << pt.computedTokens << " / " << llvm::format("%.0f", pt.seconds)
        << " | " << st.calls << " / " << st.computedTokens << " / "
        << llvm::format("%.0f", st.seconds) << " |\n";
+  }
+  os << "\nPaired over the same questions:\n\n| documents | both correct | "
+        "prefix only | span only | neither |\n|---|---|---|---|---|\n";
+  for (int64_t docs : config.docCounts) {
+    size_t both = 0, prefixOnly = 0, spanOnly = 0, neither = 0;
+    for (const auto &[key, pair] : paired) {
+      if (std::get<0>(key) != docs)
+        continue;
+      both += pair.first && pair.second;
+      prefixOnly += pair.first && !pair.second;
+      spanOnly += !pair.first && pair.second;
+      neither += !pair.first && !pair.second;
+    }
+    os << "| " << docs << " | " << both << " | " << prefixOnly << " | "
+       << spanOnly << " | " << neither << " |\n";
   }
   if (!config.docCounts.empty()) {
     int64_t docs = config.docCounts.back();

@@ -91,6 +91,8 @@ struct PointResult {
   int64_t chunks = 0, hayTokens = 0;
   std::string mode;
   size_t runs = 0, fullRecall = 0, needlesFound = 0, needlesTotal = 0;
+  /// Per run: full recall (for the paired comparison of the two modes).
+  std::vector<bool> recalled;
   RunTotals totals;
 };
 
@@ -239,6 +241,7 @@ llvm::Error runNeedle(const BenchArgs &args) {
         for (const std::string &needle : stacks[run].needles)
           found += containsIgnoringCase(answer, needle);
         bool full = found == stacks[run].needles.size();
+        point.recalled.push_back(full);
         ++point.runs;
         point.fullRecall += full;
         point.needlesFound += found;
@@ -313,6 +316,24 @@ llvm::Error runNeedle(const BenchArgs &args) {
                                    std::max<size_t>(1, point.needlesTotal))
        << " | " << point.totals.calls << " | " << point.totals.computedTokens
        << " | " << llvm::format("%.1f", point.totals.seconds) << " |\n";
+  }
+  // Paired: the same haystacks in both modes.
+  os << "\nPaired over the same haystacks (full recall):\n\n"
+     << "| fragments | both | flat only | tree only | neither |\n"
+     << "|---|---|---|---|---|\n";
+  for (size_t i = 0; i + 1 < points.size(); i += 2) {
+    const PointResult &f = points[i], &t = points[i + 1];
+    size_t both = 0, flatOnly = 0, treeOnly = 0, neither = 0;
+    for (size_t run = 0; run < f.recalled.size() && run < t.recalled.size();
+         ++run) {
+      bool a = f.recalled[run], b = t.recalled[run];
+      both += a && b;
+      flatOnly += a && !b;
+      treeOnly += !a && b;
+      neither += !a && !b;
+    }
+    os << "| " << f.chunks << " | " << both << " | " << flatOnly << " | "
+       << treeOnly << " | " << neither << " |\n";
   }
   // The headline: the largest haystack, flat vs tree.
   const PointResult *flat = nullptr, *tree = nullptr;

@@ -52,7 +52,7 @@ accuracy)
   rows=$(tail -n +2 "$out/accuracy.tsv" | wc -l)
   [[ $rows == 32 ]] || fail "accuracy.tsv has $rows rows, want 32"
   for position in 0 1 2 3; do
-    grep -qE "^\| 4 \| $position \| 4 \|" "$out/accuracy.md" ||
+    grep -qE "^\| 4 \| $position \| 4 \| [01]\.[0-9]{2} \|" "$out/accuracy.md" ||
       fail "accuracy.md lacks position $position"
   done
   # correct = the answer holds the code; each mode answers every question.

@@ -6,6 +6,10 @@ own warm-up) and then `spanc bench engine` (same sizes, same threads), each
 as a child process whose peak RSS is read from wait4(). Throughput samples
 (tokens/s) from all rounds are pooled: the table shows median, standard
 deviation, min and max per engine and test, and the ratio of medians.
+With --single-thread-rounds N > 0 the same comparison follows with one
+thread each (a second table), and `spanc bench engine --profile` runs once
+per thread count for the "where the time goes" section. Load averages are
+recorded before and after.
 """
 import argparse, datetime, json, os, platform, statistics, subprocess, sys
 
@@ -54,24 +58,15 @@ def summary(samples):
             "min": min(samples), "max": max(samples), "n": len(samples)}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
-        parser.add_argument("--" + name, required=True)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--pp", type=int, default=512)
-    parser.add_argument("--tg", type=int, default=128)
-    args = parser.parse_args()
-
+def measure(args, threads, rounds):
+    """Alternating rounds of llama-bench and spanc bench engine."""
     samples = {("llama.cpp", "pp"): [], ("llama.cpp", "tg"): [],
                ("spanc", "pp"): [], ("spanc", "tg"): []}
     rss = {"llama.cpp": 0, "spanc": 0}
     llama_info, spanc_info = {}, {}
-    for round_index in range(args.rounds):
+    for round_index in range(rounds):
         out, peak = run_measured([
-            args.llama_bench, "-m", args.model, "-t", str(args.threads),
+            args.llama_bench, "-m", args.model, "-t", str(threads),
             "-p", str(args.pp), "-n", str(args.tg), "-r", str(args.reps),
             "-o", "json"])
         pp, tg, llama_info = llama_samples(out)
@@ -80,59 +75,26 @@ def main():
         rss["llama.cpp"] = max(rss["llama.cpp"], peak)
         out, peak = run_measured([
             args.spanc, "bench", "engine", "-m", args.model, "-t",
-            str(args.threads), "--prompt-tokens", str(args.pp),
+            str(threads), "--prompt-tokens", str(args.pp),
             "--gen-tokens", str(args.tg), "-r", str(args.reps), "--json"])
         spanc_info = json.loads(out.strip().splitlines()[-1])
         samples[("spanc", "pp")] += spanc_info["pp_samples"]
         samples[("spanc", "tg")] += spanc_info["tg_samples"]
         rss["spanc"] = max(rss["spanc"], peak)
-        print(f"round {round_index + 1}/{args.rounds}: llama.cpp pp "
-              f"{statistics.median(pp):.1f} tg {statistics.median(tg):.1f}; "
-              f"spanc pp {statistics.median(spanc_info['pp_samples']):.1f} tg "
-              f"{statistics.median(spanc_info['tg_samples']):.1f} tok/s",
-              flush=True)
-
+        print(f"{threads} threads, round {round_index + 1}/{rounds}: "
+              f"llama.cpp pp {statistics.median(pp):.1f} tg "
+              f"{statistics.median(tg):.1f}; spanc pp "
+              f"{statistics.median(spanc_info['pp_samples']):.1f} tg "
+              f"{statistics.median(spanc_info['tg_samples']):.1f} tok/s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
     stats = {key: summary(value) for key, value in samples.items()}
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), platform.processor())
-    fix_note = ""
-    source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
-                              "ggml-cpu", "amx", "mmq.cpp")
-    for path in (source_mmq,):
-        if os.path.exists(path) and "spanc: AMX tile config barrier" in open(
-                path, errors="replace").read():
-            fix_note = ("llama.cpp was built with the AMX tile-config compiler "
-                        "barrier (upstream PR #26954; see shared/PEERS.md) so "
-                        "its AMX path runs instead of crashing.")
+    return samples, stats, rss, llama_info, spanc_info
+
+
+def table(args, stats):
     lines = [
-        "# CPU engine: spanc vs llama.cpp",
-        "",
-        f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
-        "`bench/engine/run.sh` on one machine, in one run, the two engines "
-        f"alternating over {args.rounds} rounds of {args.reps} repetitions "
-        f"each (after each tool's own warm-up): {cpu}, {os.cpu_count()} "
-        f"cores, {args.threads} threads each.",
-        f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
-        f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
-        f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
-        f"for prefill via oneDNN, VNNI Q4_1/Q8_0 GEMV for decode; CPU "
-        f"features: {spanc_info.get('cpu')}).",
-        "",
-        "| test | engine | median tok/s | stdev | min | max | samples | ratio spanc/llama.cpp |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for test, size in (("pp", args.pp), ("tg", args.tg)):
-        peer = stats[("llama.cpp", test)]
-        ours = stats[("spanc", test)]
-        for engine in ("llama.cpp", "spanc"):
-            s = stats[(engine, test)]
-            ratio = (f"{ours['median'] / peer['median']:.2f}x"
-                     if engine == "spanc" and peer and ours else "")
-            lines.append(
-                f"| {test}{size} | {engine} | {s['median']:.1f} | "
-                f"{s['stdev']:.1f} | {s['min']:.1f} | {s['max']:.1f} | "
-                f"{s['n']} | {ratio} |")
+    lines += table(args, stats)
     lines += [
         "",
         f"Peak RSS (whole process, max over rounds): llama.cpp "
@@ -141,9 +103,19 @@ def main():
     ]
     if fix_note:
         lines += [fix_note, ""]
-    load = os.getloadavg()
-    lines += [f"Load average when the run ended: {load[0]:.1f} "
+    lines += [f"Load average (1 min) when the run started: "
+              f"{load_before[0]:.1f}, when it ended: {load_after[0]:.1f} "
               f"(the machine is shared; numbers under load are noisy).", ""]
+    if single:
+        lines += [f"## One thread each ({args.single_thread_rounds} rounds "
+                  f"of {args.reps} repetitions, same sizes)", ""]
+        lines += table(args, single[1])
+        lines += [""]
+    lines += ["## Profile: `spanc bench engine --profile` (per-op wall time, "
+              "2 measured repetitions)", ""]
+    for threads, rows in profiles:
+        lines += [f"{threads} thread{'s' if threads > 1 else ''}:", "", "```"]
+        lines += rows + ["```", ""]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

@@ -5,6 +5,7 @@
 # bench/results/engine.md and bench/results/engine.png.
 #
 #   bench/engine/run.sh [--rounds=N] [--reps=N] [--threads=N] [--model=FILE]
+#                       [--single-thread-rounds=N]  (default 2; 0: no 1-thread table)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -15,12 +16,14 @@ cd "$root"
 rounds=3
 reps=3
 threads=2
+single=2
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 for arg in "$@"; do
   case "$arg" in
     --rounds=*) rounds="${arg#*=}" ;;
     --reps=*) reps="${arg#*=}" ;;
     --threads=*) threads="${arg#*=}" ;;
+    --single-thread-rounds=*) single="${arg#*=}" ;;
     --model=*) model="${arg#*=}" ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
@@ -44,4 +47,12 @@ python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 "$python" bench/engine/compare.py --spanc="$spanc" --llama-bench="$llama_bench" \
   --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
+  --single-thread-rounds="$single" \
   --peer-dir="$peer_dir" --out=bench/results/engine
+# Decode cost in CPU time (robust to the shared machine's load).
+{
+  echo
+  echo "## Decode cost in CPU time, one thread (bench/engine/cpu_per_token.sh)"
+  echo
+  bench/engine/cpu_per_token.sh "$spanc" "$llama_bench" "$model" 3
+} | tee -a bench/results/engine.md

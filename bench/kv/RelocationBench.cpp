@@ -1,7 +1,8 @@
 //===- RelocationBench.cpp - ReRoPE relocation throughput (CIDRA steps) ---===//
 //
 // For the SmolLM2-135M KV shape (30 layers, 3 KV heads, head dim 64, block
-// 16, f32, KvStorage's layout) this measures one scheduler step's relocation
+// 16, KvStorage's layout; f16 elements, the default, and f32 for comparison
+// in the same run) this measures one scheduler step's relocation
 // the way the runtime does it: R requests are admitted, each reusing a cached
 // 512-token span at a new offset, KvCacheManager::planStep builds the CIDRA
 // plan, RelocationExecutor applies it. Two workloads:
@@ -11,6 +12,8 @@
 // Throughput = relocated tokens / (plan + kernel time). Each repetition
 // first streams a buffer larger than the L3 cache so the blocks come from
 // memory ("cold"), unless --warm. Prints a table; --tsv=FILE writes rows.
+// The 2-thread rows run right after the 1-thread rows of the same workload,
+// so their ratio is taken under the same machine load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -91,9 +94,9 @@ struct Bench {
   RequestId nextId = 1;
   int step = 0;
 
-  Bench() {
-    KvStorageConfig config{NumLayers, NumKvHeads, HeadDim,
-                           BlockSize, NumBlocks,  true};
+  explicit Bench(cpu::KvPrecision precision) {
+    KvStorageConfig config{NumLayers, NumKvHeads, HeadDim,  BlockSize,
+                           NumBlocks, true,       precision};
     auto created = KvStorage::create(config);
     if (!created) {
       std::fprintf(stderr, "%s\n", llvm::toString(created.takeError()).c_str());
@@ -102,16 +105,23 @@ struct Bench {
     storage = std::move(*created);
     // Touch every page with non-trivial values (mmap pages start as the
     // shared zero page, which would make the first writes page faults).
+    const bool half = precision == cpu::KvPrecision::F16;
     for (int layer = 0; layer < NumLayers; ++layer)
       for (int64_t block = 0; block < NumBlocks; ++block)
-        for (int head = 0; head < NumKvHeads; ++head) {
-          float *keys = storage->keys(layer, block, head);
-          float *values = storage->values(layer, block, head);
+        for (int head = 0; head < NumKvHeads; ++head)
           for (int i = 0; i < HeadDim * BlockSize; ++i) {
-            keys[i] = float((i * 7 + block) % 13) * 0.1f - 0.6f;
-            values[i] = float((i * 5 + layer) % 11) * 0.1f - 0.5f;
+            float key = float((i * 7 + block) % 13) * 0.1f - 0.6f;
+            float value = float((i * 5 + layer) % 11) * 0.1f - 0.5f;
+            if (half) {
+              storage->keys<uint16_t>(layer, block, head)[i] =
+                  cpu::floatToHalf(key);
+              storage->values<uint16_t>(layer, block, head)[i] =
+                  cpu::floatToHalf(value);
+            } else {
+              storage->keys<float>(layer, block, head)[i] = key;
+              storage->values<float>(layer, block, head)[i] = value;
+            }
           }
-        }
     rope.headDim = HeadDim;
     rope.rotaryDim = HeadDim;
     rope.theta = 100000.0f;
@@ -184,16 +194,16 @@ struct Bench {
     return sample;
   }
 
-  std::vector<float *> keyLayers() {
-    std::vector<float *> layers;
+  std::vector<void *> keyLayers() {
+    std::vector<void *> layers;
     for (int layer = 0; layer < NumLayers; ++layer)
-      layers.push_back(storage->keys(layer, 0, 0));
+      layers.push_back(storage->keyData(layer, 0, 0));
     return layers;
   }
-  std::vector<float *> valueLayers() {
-    std::vector<float *> layers;
+  std::vector<void *> valueLayers() {
+    std::vector<void *> layers;
     for (int layer = 0; layer < NumLayers; ++layer)
-      layers.push_back(storage->values(layer, 0, 0));
+      layers.push_back(storage->valueData(layer, 0, 0));
     return layers;
   }
 };
@@ -233,7 +243,6 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  Bench bench;
   std::vector<char> flushBuffer(warm ? 0 : size_t(384) << 20, 1);
   std::FILE *tsv = tsvPath.empty() ? nullptr : std::fopen(tsvPath.c_str(), "w");
   if (!tsvPath.empty() && !tsv) {
@@ -245,67 +254,87 @@ int main(int argc, char **argv) {
                       "in_place\tbatches\tplan_ms\tkernel_ms\ttokens_per_ms\t"
                       "tokens_per_ms_min\ttokens_per_ms_max\t"
                       "cpu_tokens_per_ms\n");
-  std::printf("SmolLM2 KV shape: %d layers x %d KV heads x head dim %d, block "
-              "%d, f32; span %d tokens; %s; %d repetitions (median, "
-              "[min, max])\n\n",
-              NumLayers, NumKvHeads, HeadDim, BlockSize, spanTokens,
-              warm ? "warm caches" : "cold (L3 flushed per repetition)",
-              repetitions);
+  std::printf(
+      "SmolLM2 KV shape: %d layers x %d KV heads x head dim %d, block "
+      "%d; path avx512/scalar: f16 K/V (the default), avx512-f32: f32 K/V; "
+      "span %d tokens; %s; %d repetitions (median, "
+      "[min, max])\n\n",
+      NumLayers, NumKvHeads, HeadDim, BlockSize, spanTokens,
+      warm ? "warm caches" : "cold (L3 flushed per repetition)", repetitions);
   std::printf("| workload | path | threads | requests | tokens | copies | "
               "batches | plan ms | kernel ms | tokens/ms (wall) | tokens/ms "
               "(CPU time) |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
   struct Config {
+    cpu::KvPrecision precision;
     const char *workload;
     const char *path;
     int threads;
+    /// Requests this row is run for (empty: all of requestCounts).
+    std::vector<int> only;
   };
-  const Config configs[] = {{"distinct", "avx512", 1},
-                            {"distinct", "avx512", 2},
-                            {"distinct", "scalar", 1},
-                            {"shared", "avx512", 1},
-                            {"shared", "avx512", 2}};
-  for (const Config &config : configs) {
-    omp_set_num_threads(config.threads);
-    const bool shared = std::strcmp(config.workload, "shared") == 0;
-    const bool scalar = std::strcmp(config.path, "scalar") == 0;
-    for (int requests : requestCounts) {
-      if (scalar && requests != 4 && requests != 1)
-        continue; // the scalar path is a reference point, not a sweep
-      bench.run(requests, shared, scalar); // warm-up (page tables, code)
-      std::vector<double> throughputs, plans, kernels, cpuThroughputs;
-      Sample last;
-      for (int rep = 0; rep < repetitions; ++rep) {
-        if (!warm)
-          flushCaches(flushBuffer);
-        last = bench.run(requests, shared, scalar);
-        throughputs.push_back(double(last.tokens) /
-                              (last.planMs + last.kernelMs));
-        cpuThroughputs.push_back(double(last.tokens) / last.cpuMs);
-        plans.push_back(last.planMs);
-        kernels.push_back(last.kernelMs);
-      }
-      double best = *std::max_element(throughputs.begin(), throughputs.end());
-      double worst = *std::min_element(throughputs.begin(), throughputs.end());
-      // CPU time only means something for one thread (idle OpenMP threads
-      // spin and are counted too).
-      char cpuText[32] = "-";
-      if (config.threads == 1)
-        std::snprintf(cpuText, sizeof(cpuText), "%.0f", median(cpuThroughputs));
-      std::printf("| %s | %s | %d | %d | %zu | %u | %u | %.3f | %.3f | %.0f "
-                  "[%.0f, %.0f] | %s |\n",
-                  config.workload, config.path, config.threads, requests,
-                  last.tokens, last.copies, last.batches, median(plans),
-                  median(kernels), median(throughputs), worst, best, cpuText);
-      std::fflush(stdout);
-      if (tsv)
-        std::fprintf(tsv,
-                     "%s\t%s\t%d\t%d\t%zu\t%u\t%u\t%u\t%.4f\t%.4f\t%.1f\t"
-                     "%.1f\t%.1f\t%.1f\n",
-                     config.workload, config.path, config.threads, requests,
-                     last.tokens, last.copies, last.inPlace, last.batches,
-                     median(plans), median(kernels), median(throughputs), worst,
-                     best, config.threads == 1 ? median(cpuThroughputs) : 0.0);
+  // Per precision, per workload and request count, 1 then 2 threads back to
+  // back (their ratio under the same load), then the scalar reference.
+  const cpu::KvPrecision precisions[] = {cpu::KvPrecision::F16,
+                                         cpu::KvPrecision::F32};
+  for (cpu::KvPrecision precision : precisions) {
+    const bool half = precision == cpu::KvPrecision::F16;
+    Bench bench(precision);
+    for (const char *workload : {"distinct", "shared"}) {
+      std::vector<Config> configs = {
+          {precision, workload, half ? "avx512" : "avx512-f32", 1, {}},
+          {precision, workload, half ? "avx512" : "avx512-f32", 2, {}}};
+      if (half && std::strcmp(workload, "distinct") == 0)
+        configs.push_back({precision, workload, "scalar", 1, {1, 4}});
+      for (int requests : requestCounts)
+        for (const Config &config : configs) {
+          if (!config.only.empty() &&
+              std::find(config.only.begin(), config.only.end(), requests) ==
+                  config.only.end())
+            continue;
+          omp_set_num_threads(config.threads);
+          const bool shared = std::strcmp(config.workload, "shared") == 0;
+          const bool scalar = std::strcmp(config.path, "scalar") == 0;
+          bench.run(requests, shared, scalar); // warm-up (page tables, code)
+          std::vector<double> throughputs, plans, kernels, cpuThroughputs;
+          Sample last;
+          for (int rep = 0; rep < repetitions; ++rep) {
+            if (!warm)
+              flushCaches(flushBuffer);
+            last = bench.run(requests, shared, scalar);
+            throughputs.push_back(double(last.tokens) /
+                                  (last.planMs + last.kernelMs));
+            cpuThroughputs.push_back(double(last.tokens) / last.cpuMs);
+            plans.push_back(last.planMs);
+            kernels.push_back(last.kernelMs);
+          }
+          double best =
+              *std::max_element(throughputs.begin(), throughputs.end());
+          double worst =
+              *std::min_element(throughputs.begin(), throughputs.end());
+          // CPU time only means something for one thread (idle OpenMP
+          // threads spin and are counted too).
+          char cpuText[32] = "-";
+          if (config.threads == 1)
+            std::snprintf(cpuText, sizeof(cpuText), "%.0f",
+                          median(cpuThroughputs));
+          std::printf("| %s | %s | %d | %d | %zu | %u | %u | %.3f | %.3f | "
+                      "%.0f [%.0f, %.0f] | %s |\n",
+                      config.workload, config.path, config.threads, requests,
+                      last.tokens, last.copies, last.batches, median(plans),
+                      median(kernels), median(throughputs), worst, best,
+                      cpuText);
+          std::fflush(stdout);
+          if (tsv)
+            std::fprintf(tsv,
+                         "%s\t%s\t%d\t%d\t%zu\t%u\t%u\t%u\t%.4f\t%.4f\t"
+                         "%.1f\t%.1f\t%.1f\t%.1f\n",
+                         config.workload, config.path, config.threads, requests,
+                         last.tokens, last.copies, last.inPlace, last.batches,
+                         median(plans), median(kernels), median(throughputs),
+                         worst, best,
+                         config.threads == 1 ? median(cpuThroughputs) : 0.0);
+        }
     }
   }
   if (tsv)

@@ -15,12 +15,14 @@ if [[ -n ${BAZEL_SYMLINK_PREFIX:-} ]]; then build+=("--symlink_prefix=$BAZEL_SYM
 bazel "${startup[@]}" build "${build[@]}" //bench/kv:relocation_bench
 bin="$(bazel "${startup[@]}" info "${build[@]}" bazel-bin 2>/dev/null)/bench/kv/relocation_bench"
 work="$(mktemp -d)"
+echo "start $(date +%T): $(uptime)" >"$work/load.txt"
 "$bin" "$reps" --tsv="$work/cold.tsv" | tee "$work/cold.txt"
 "$bin" "$reps" --warm --tsv="$work/warm.tsv" | tee "$work/warm.txt"
 # Upper bound of the kernel: one 64-token span (4 blocks, 1.4 MiB of K) that
 # stays in the L2 cache.
 "$bin" "$reps" --warm --span-tokens=64 --requests=1 --tsv="$work/hot.tsv" |
   tee "$work/hot.txt"
+echo "end $(date +%T): $(uptime)" >>"$work/load.txt"
 mkdir -p bench/results
 # Debian's python3 has matplotlib (python3-matplotlib); a pyenv python may not.
 python=/usr/bin/python3

@@ -2,17 +2,92 @@
 
 #include "runtime/kv/KvStorage.h"
 
+#include "runtime/kernels/cpu/CpuFeatures.h"
+
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace spanc::kv {
+
+namespace {
+
+/// The AVX-512 write path's widest head (KvStorage allows any, the vector
+/// path is taken up to this).
+constexpr int kMaxHeadDim = 256;
+
+/// Stores one run of `count` (<= 16) tokens into consecutive slots
+/// [firstSlot, firstSlot + count) of one block and head, any precision.
+template <typename Element>
+void writeRunScalar(int headDim, int blockSize, int firstSlot, int count,
+                    const float *keys, const float *values, int64_t rowStride,
+                    Element *keyBlock, Element *valueBlock) {
+  for (int token = 0; token < count; ++token) {
+    const float *key = keys + token * rowStride;
+    const float *value = values + token * rowStride;
+    const int slot = firstSlot + token;
+    for (int dim = 0; dim < headDim; ++dim) {
+      cpu::storeElement(keyBlock + dim * blockSize + slot, key[dim]);
+      cpu::storeElement(valueBlock + slot * headDim + dim, value[dim]);
+    }
+  }
+}
+
+/// The same for 16-slot blocks and headDim % 16 == 0: K's transpose is one
+/// gather of the run's tokens per dimension (a 16-lane column of the
+/// token-major rows), stored as one masked row of the dimension-major block.
+template <typename Element>
+SPANC_AVX512 void writeRunAvx512(int headDim, int firstSlot, int count,
+                                 const float *keys, const float *values,
+                                 int64_t rowStride, Element *keyBlock,
+                                 Element *valueBlock) {
+  // Lane j is slot j of the block; slots [firstSlot, firstSlot + count)
+  // read tokens 0 .. count-1 of the run, the others are left untouched.
+  const __mmask16 slots = __mmask16(((1u << count) - 1) << firstSlot);
+  const __m512i token = _mm512_sub_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32(firstSlot));
+  // (Lanes before firstSlot get negative indices; the gather masks them
+  // off and never reads there.)
+  const __m512i indices =
+      _mm512_mullo_epi32(token, _mm512_set1_epi32(int(rowStride)));
+  if (count <= 2) {
+    // Decode: one token per sequence. Converting its row (4 vectors) and
+    // storing each dimension's element is cheaper than a gather per
+    // dimension with one active lane.
+    alignas(64) Element row[kMaxHeadDim];
+    for (int index = 0; index < count; ++index) {
+      const float *key = keys + index * rowStride;
+      for (int dim = 0; dim < headDim; dim += 16)
+        cpu::store16(row + dim, cpu::load16(key + dim));
+      Element *out = keyBlock + firstSlot + index;
+      for (int dim = 0; dim < headDim; ++dim)
+        out[dim * 16] = row[dim];
+    }
+  } else {
+    for (int dim = 0; dim < headDim; ++dim) {
+      __m512 column = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), slots,
+                                               indices, keys + dim, 4);
+      cpu::store16(slots, keyBlock + dim * 16, column);
+    }
+  }
+  for (int token = 0; token < count; ++token) {
+    const float *value = values + token * rowStride;
+    Element *out = valueBlock + (firstSlot + token) * headDim;
+    for (int dim = 0; dim < headDim; dim += 16)
+      cpu::store16(out + dim, cpu::load16(value + dim));
+  }
+}
+
+} // namespace
 
 KvStorage::KvStorage(const KvStorageConfig &config) : config_(config) {
   headStride_ = int64_t(config.headDim) * config.blockSize;
   blockStride_ = headStride_ * config.numKvHeads;
   layerStride_ = blockStride_ * config.numBlocks;
-  sizeInBytes_ = layerStride_ * 2 * config.numLayers * int64_t(sizeof(float));
+  sizeInBytes_ = layerStride_ * 2 * config.numLayers *
+                 int64_t(cpu::kvElementBytes(config.precision));
 }
 
 KvStorage::~KvStorage() {
@@ -43,36 +118,114 @@ KvStorage::create(const KvStorageConfig &config) {
         llvm::inconvertibleErrorCode(),
         "KV storage: cannot map %lld bytes for %lld blocks",
         (long long)storage->sizeInBytes_, (long long)config.numBlocks);
-  storage->memory_ = static_cast<float *>(memory);
+  // Transparent huge pages where the kernel allows them (madvise mode):
+  // relocation, copies and attention stream K/V of many blocks, and 4 KiB
+  // pages made that a stream of TLB misses (costly under a hypervisor).
+  // Advisory only: without THP the storage works the same.
+  madvise(memory, size_t(storage->sizeInBytes_), MADV_HUGEPAGE);
+  storage->memory_ = static_cast<char *>(memory);
   return storage;
+}
+
+float KvStorage::key(int layer, int64_t block, int kvHead, int slot,
+                     int dim) const {
+  auto *self = const_cast<KvStorage *>(this);
+  const int64_t offset = dim * keyDimStride() + slot * keySlotStride();
+  if (config_.precision == cpu::KvPrecision::F16)
+    return cpu::halfToFloat(self->keys<uint16_t>(layer, block, kvHead)[offset]);
+  return self->keys<float>(layer, block, kvHead)[offset];
+}
+
+float KvStorage::value(int layer, int64_t block, int kvHead, int slot,
+                       int dim) const {
+  auto *self = const_cast<KvStorage *>(this);
+  const int64_t offset = slot * valueSlotStride() + dim;
+  if (config_.precision == cpu::KvPrecision::F16)
+    return cpu::halfToFloat(
+        self->values<uint16_t>(layer, block, kvHead)[offset]);
+  return self->values<float>(layer, block, kvHead)[offset];
 }
 
 void KvStorage::writeToken(int layer, int64_t block, int slot, const float *key,
                            const float *value) {
+  const int32_t blockId = int32_t(block), slotIndex = slot;
+  writeTokens(layer, 1, &blockId, &slotIndex, key, value, 0);
+}
+
+void KvStorage::writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
+                            const int32_t *slotIndices, const float *keys,
+                            const float *values, int64_t rowStride) {
   const int headDim = config_.headDim;
-  for (int head = 0; head < config_.numKvHeads; ++head) {
-    float *keyBlock = keys(layer, block, head);
-    const float *keyHead = key + head * headDim;
-    for (int dim = 0; dim < headDim; ++dim)
-      keyBlock[dim * config_.blockSize + slot] = keyHead[dim];
-    std::memcpy(values(layer, block, head) + slot * headDim,
-                value + head * headDim, sizeof(float) * size_t(headDim));
-  }
+  const int blockSize = config_.blockSize;
+  const int numHeads = config_.numKvHeads;
+  const bool half = config_.precision == cpu::KvPrecision::F16;
+  const bool vector =
+      cpu::cpuFeatures().hasAvx512() && blockSize == 16 && headDim % 16 == 0;
+  // Runs: maximal groups of tokens in consecutive slots of one block (a
+  // prefill chunk is a few full blocks; a decode step one token each).
+  // Found on the fly by each item from its start token: item i covers the
+  // run starting at token i, if one starts there.
+  auto writeRun = [&](int64_t first, int length, int head) {
+    const int64_t block = slotBlocks[first];
+    const int firstSlot = slotIndices[first];
+    const float *runKeys = keys + first * rowStride + head * headDim;
+    const float *runValues = values + first * rowStride + head * headDim;
+    if (half) {
+      uint16_t *keyBlock = this->keys<uint16_t>(layer, block, head);
+      uint16_t *valueBlock = this->values<uint16_t>(layer, block, head);
+      if (vector)
+        writeRunAvx512(headDim, firstSlot, length, runKeys, runValues,
+                       rowStride, keyBlock, valueBlock);
+      else
+        writeRunScalar(headDim, blockSize, firstSlot, length, runKeys,
+                       runValues, rowStride, keyBlock, valueBlock);
+    } else {
+      float *keyBlock = this->keys<float>(layer, block, head);
+      float *valueBlock = this->values<float>(layer, block, head);
+      if (vector)
+        writeRunAvx512(headDim, firstSlot, length, runKeys, runValues,
+                       rowStride, keyBlock, valueBlock);
+      else
+        writeRunScalar(headDim, blockSize, firstSlot, length, runKeys,
+                       runValues, rowStride, keyBlock, valueBlock);
+    }
+  };
+  // Runs: maximal groups of tokens in consecutive slots of one block (a
+  // prefill chunk is a few full blocks, a decode step one token per
+  // sequence); runStarts_ ends with `count`.
+  runStarts_.clear();
+  for (int64_t token = 0; token < count; ++token)
+    if (token == 0 || slotBlocks[token] != slotBlocks[token - 1] ||
+        slotIndices[token] != slotIndices[token - 1] + 1)
+      runStarts_.push_back(token);
+  runStarts_.push_back(count);
+  // One thread: a 512-token chunk of one layer takes ~0.1 ms here, less
+  // than an OpenMP region costs on a busy machine (measured 100x slower
+  // with 2 threads under load, bench/results/kv-attention.md).
+  const int64_t numRuns = int64_t(runStarts_.size()) - 1;
+  for (int64_t run = 0; run < numRuns; ++run)
+    for (int head = 0; head < numHeads; ++head)
+      writeRun(runStarts_[size_t(run)],
+               int(runStarts_[size_t(run + 1)] - runStarts_[size_t(run)]),
+               head);
 }
 
 void KvStorage::copyBlock(int64_t source, int64_t destination) {
+  const size_t bytes = size_t(blockStride_) * size_t(elementBytes());
   for (int layer = 0; layer < config_.numLayers; ++layer) {
-    std::memcpy(keys(layer, destination, 0), keys(layer, source, 0),
-                sizeof(float) * size_t(blockStride_));
-    std::memcpy(values(layer, destination, 0), values(layer, source, 0),
-                sizeof(float) * size_t(blockStride_));
+    std::memcpy(keyData(layer, destination, 0), keyData(layer, source, 0),
+                bytes);
+    std::memcpy(valueData(layer, destination, 0), valueData(layer, source, 0),
+                bytes);
   }
 }
 
 cpu::PagedKvView KvStorage::layerView(int layer) const {
+  auto *self = const_cast<KvStorage *>(this);
   cpu::PagedKvView view;
-  view.keys = memory_ + layerOffset(layer, false);
-  view.values = memory_ + layerOffset(layer, true);
+  view.keys = self->keyData(layer, 0, 0);
+  view.values = self->valueData(layer, 0, 0);
+  view.precision = config_.precision;
   view.blockStride = blockStride_;
   view.headStride = headStride_;
   view.blockSize = config_.blockSize;

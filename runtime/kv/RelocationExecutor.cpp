@@ -56,14 +56,15 @@ RelocationExecutor::RelocationExecutor(KvStorage &storage,
   layout_.headStride = storage.headStride();
   layout_.tokenStride = KvStorage::keySlotStride();
   layout_.dimStride = storage.keyDimStride();
+  layout_.precision = storage.precision();
   rotation_.pairing = config.order == cpu::RopeOrder::NeoX
                           ? RopePairing::NeoX
                           : RopePairing::Normal;
   rotation_.rotaryDim = config.rotaryDim;
   rotation_.frequencies = frequencies_.data();
   for (int layer = 0; layer < shape.numLayers; ++layer) {
-    keyLayers_.push_back(storage.keys(layer, 0, 0));
-    valueLayers_.push_back(storage.values(layer, 0, 0));
+    keyLayers_.push_back(storage.keyData(layer, 0, 0));
+    valueLayers_.push_back(storage.valueData(layer, 0, 0));
   }
 }
 

@@ -42,7 +42,7 @@ private:
   KvBlockLayout layout_;
   std::vector<double> frequencies_;
   RopeRotation rotation_;
-  std::vector<float *> keyLayers_, valueLayers_;
+  std::vector<void *> keyLayers_, valueLayers_;
 };
 
 } // namespace spanc::kv

@@ -8,11 +8,22 @@
 // the destination is another block. The kernel is a free function over raw
 // per-layer pointers and strides, so it serves any block layout (token-major
 // or dimension-major heads) without knowing KvStorage. It computes cos/sin
-// once per operation into one table per call, never per token.
+// once per distinct delta into one table per call, never per token.
+//
+// Elements are f32 or IEEE half (KvBlockLayout::precision). Half K is
+// widened to f32, turned in f32 and rounded back to half (nearest even):
+// the rotation applies to the f16-rounded K the cache holds, since nothing
+// else is kept. A relocated element is therefore within one half rounding
+// of K rotated directly at the target position and rounded once, and equal
+// to the stored half turned exactly and rounded (both tested). f32 storage
+// turns to within float rounding of direct rotation (tested to 1e-4).
+// An op with delta 0 (a copy-on-write copy) copies bits and rounds nothing.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KV_REROPE_H
 #define SPANC_RUNTIME_KV_REROPE_H
+
+#include "runtime/kernels/cpu/Half.h"
 
 #include "llvm/ADT/ArrayRef.h"
 
@@ -41,12 +52,14 @@ std::vector<double> ropeFrequencies(double theta, int rotaryDim,
 /// Where element (block, layer, head, token, dim) of K lies: at
 /// `keyLayers[layer][block * blockStride + head * headStride + token *
 /// tokenStride + dim * dimStride]`. V of (block, layer, head) is the
-/// blockSize * headDim contiguous floats at `valueLayers[layer][block *
+/// blockSize * headDim contiguous elements at `valueLayers[layer][block *
 /// blockStride + head * headStride]`, in any order within (V is only
-/// copied). All strides are in floats. KvStorage (K dimension-major, V
-/// slot-major): tokenStride 1, dimStride blockSize, headStride
-/// storage.headStride(), blockStride storage.blockStride(), keyLayers[l] =
-/// storage.keys(l, 0, 0), valueLayers[l] = storage.values(l, 0, 0).
+/// copied). All strides are in elements (float or half, per `precision`).
+/// KvStorage (K dimension-major, V slot-major): tokenStride 1, dimStride
+/// blockSize, headStride storage.headStride(), blockStride
+/// storage.blockStride(), keyLayers[l] = storage.keyData(l, 0, 0),
+/// valueLayers[l] = storage.valueData(l, 0, 0), precision
+/// storage.precision().
 struct KvBlockLayout {
   int numLayers = 0;
   int numKvHeads = 0;
@@ -56,6 +69,7 @@ struct KvBlockLayout {
   int64_t headStride = 0;
   int64_t tokenStride = 0;
   int64_t dimStride = 0;
+  cpu::KvPrecision precision = cpu::KvPrecision::F32;
 };
 
 /// One relocation: destination's K = source's K turned by `delta`
@@ -67,17 +81,22 @@ struct RelocationOp {
 };
 
 /// Applies `ops` (one batch: no op may write a block another op of the batch
-/// reads or writes, other than an in-place op on its own block), threaded
-/// with OpenMP over layers x ops from 8 ops (128 tokens) on. Uses AVX-512 when
-/// the CPU has it and the layout allows (token-major or dimension-major heads).
+/// reads or writes, other than an in-place op on its own block). From 8 ops
+/// (128 tokens) on, the calling thread and helper threads (HelperThreads.h,
+/// up to the OpenMP thread limit) claim (op, layer) items 8 at a time, and
+/// the call returns when every claimed item is done: a helper the OS runs
+/// late delays the batch by at most its chunk, never by a barrier. Uses AVX-512
+/// when the CPU has it and the layout allows (token-major or
+/// dimension-major heads). keyLayers/valueLayers point at float or uint16_t
+/// elements per layout.precision.
 void relocateBlocks(const KvBlockLayout &layout, const RopeRotation &rotation,
-                    float *const *keyLayers, float *const *valueLayers,
+                    void *const *keyLayers, void *const *valueLayers,
                     llvm::ArrayRef<RelocationOp> ops);
 
 /// The same without AVX-512 (the scalar reference; also for benchmarks).
 void relocateBlocksScalar(const KvBlockLayout &layout,
-                          const RopeRotation &rotation, float *const *keyLayers,
-                          float *const *valueLayers,
+                          const RopeRotation &rotation, void *const *keyLayers,
+                          void *const *valueLayers,
                           llvm::ArrayRef<RelocationOp> ops);
 
 /// Whether relocateBlocks takes its AVX-512 path on this CPU and `layout`.

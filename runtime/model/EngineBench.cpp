@@ -50,6 +50,7 @@ runEngineBench(const EngineBenchOptions &options) {
   auto loadStart = std::chrono::steady_clock::now();
   ModelOptions modelOptions;
   modelOptions.forceF32 = options.forceF32;
+  modelOptions.numerics = options.numerics;
   auto model = Model::load(options.modelPath, modelOptions);
   if (!model)
     return model.takeError();

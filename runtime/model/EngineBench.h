@@ -24,6 +24,7 @@ struct EngineBenchOptions {
   int generateTokens = 128;
   int repetitions = 5;
   bool forceF32 = false;
+  Numerics numerics = Numerics::Default;
   bool profile = false;
 };
 

@@ -3,12 +3,17 @@
 #include "runtime/model/Model.h"
 
 #include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
 
 #include "llvm/ADT/Twine.h"
+
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace spanc::model {
 
@@ -66,6 +71,18 @@ cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
 
 } // namespace
 
+llvm::StringRef numericsName(Numerics numerics) {
+  return numerics == Numerics::LlamaCpp ? "llama" : "default";
+}
+
+std::optional<Numerics> parseNumerics(llvm::StringRef name) {
+  if (name == "default")
+    return Numerics::Default;
+  if (name == "llama" || name == "llama.cpp")
+    return Numerics::LlamaCpp;
+  return std::nullopt;
+}
+
 llvm::Expected<std::unique_ptr<Model>>
 Model::load(llvm::StringRef path, const ModelOptions &options) {
   std::unique_ptr<Model> model(new Model());
@@ -89,10 +106,43 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
+  model->modelNumerics = options.numerics;
   model->halfPrecisionKv = options.halfPrecisionKv;
   model->maxQuantizedRows = options.forceF32 || !cpu::hasQuantGemvKernel()
                                 ? 0
                                 : options.maxQuantizedRows;
+  if (options.numerics == Numerics::LlamaCpp) {
+    // Every step multiplies the file's blocks (the scalar GEMV computes the
+    // same integer sums where VNNI is missing).
+    if (!cpu::hasLlamaCppNumerics() || !cpu::hasHalfAccumulatingAttention())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "llama.cpp numerics need AVX-512 (llama.cpp's own kernels there)");
+    if (modelConfig.ropeScaling == RopeScalingType::Yarn)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "%s: llama.cpp numerics do not cover YaRN RoPE scaling",
+          path.str().c_str());
+    cpu::LlamaCppRopeShape &rope = model->llamaRope;
+    rope.headDim = int(modelConfig.headDim);
+    rope.rotaryDim = int(modelConfig.rotaryDim);
+    rope.neox = modelConfig.ropeOrder == RopeOrder::NeoX;
+    rope.base = modelConfig.ropeTheta;
+    rope.linearScale = modelConfig.ropeScaling == RopeScalingType::Linear
+                           ? 1.0f / modelConfig.ropeScalingFactor
+                           : 1.0f;
+    const std::vector<float> &factors =
+        model->modelWeights->ropeFrequencyFactors();
+    rope.frequencyFactors = factors.empty() ? nullptr : factors.data();
+    model->halfPrecisionKv = true;
+    model->maxQuantizedRows = std::numeric_limits<int64_t>::max();
+    for (const LayerWeights &layer : model->modelWeights->layers())
+      if (!layer.hasQuantized)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "%s: llama.cpp numerics need Q4_1/Q8_0 projection weights",
+            path.str().c_str());
+  }
   int64_t positions = options.maxPositions > 0
                           ? options.maxPositions
                           : std::max<int64_t>(modelConfig.contextLength, 4096);
@@ -111,6 +161,8 @@ kv::KvStorageConfig Model::kvStorageConfig(int64_t numBlocks, int blockSize,
   config.blockSize = blockSize;
   config.numBlocks = numBlocks;
   config.keysRotated = keysRotated;
+  config.precision =
+      halfPrecisionKv ? cpu::KvPrecision::F16 : cpu::KvPrecision::F32;
   return config;
 }
 
@@ -131,6 +183,72 @@ void Model::reserve(int64_t numTokens) {
   selected.resize(size_t(numTokens * dim));
 }
 
+llvm::Error Model::feedForwardFused(const LayerWeights &layer,
+                                    int64_t numTokens) {
+  // Decode-size steps: gate|up, SwiGLU, the quantization of its output and
+  // the down projection in one parallel region with one barrier. Each
+  // thread takes a range of 32-column blocks of the FFN width: the gate and
+  // up rows of those columns (groups g and g + ffnDim/16 of the stacked
+  // matrix), their SwiGLU and their activation blocks, so that nothing but
+  // the down projection (which reads every block) waits for the others.
+  // The arithmetic per element is that of the unfused path.
+  const int64_t dim = modelConfig.embeddingDim;
+  const int64_t ffnDim = modelConfig.feedForwardDim;
+  const int64_t ffnGroups = ffnDim / cpu::PackedQuantMatrix::kGroupRows;
+  const int64_t units = ffnDim / 32;
+  const bool llamaNumerics = modelNumerics == Numerics::LlamaCpp;
+  cpu::quantizeActivations(normed.data(), numTokens, dim, dim,
+                           layer.gateUpQuantized.format, quantizedActivations);
+  cpu::prepareActivations(numTokens, ffnDim, layer.downQuantized.format,
+                          feedForwardActivations);
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point middle;
+#pragma omp parallel
+  {
+    const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t first = units * thread / threads;
+    const int64_t end = units * (thread + 1) / threads;
+    const int64_t groupsPerUnit = 32 / cpu::PackedQuantMatrix::kGroupRows;
+    if (end > first) {
+      cpu::quantGemvGroups(layer.gateUpQuantized, quantizedActivations,
+                           gateUp.data(), 2 * ffnDim, first * groupsPerUnit,
+                           end * groupsPerUnit);
+      cpu::quantGemvGroups(layer.gateUpQuantized, quantizedActivations,
+                           gateUp.data(), 2 * ffnDim,
+                           ffnGroups + first * groupsPerUnit,
+                           ffnGroups + end * groupsPerUnit);
+      const cpu::RowShape shape{numTokens, (end - first) * 32, 2 * ffnDim,
+                                ffnDim};
+      const float *gate = gateUp.data() + first * 32;
+      const float *up = gate + ffnDim;
+      float *out = feedForward.data() + first * 32;
+      if (llamaNumerics)
+        cpu::swiGluLlamaCpp(shape, gate, up, out);
+      else
+        cpu::swiGlu(shape, gate, up, out);
+      cpu::quantizeActivationBlocks(feedForward.data(), ffnDim, first, end,
+                                    feedForwardActivations);
+    }
+#pragma omp barrier
+#pragma omp master
+    if (profiling)
+      middle = std::chrono::steady_clock::now();
+#pragma omp for schedule(static)
+    for (int64_t group = 0; group < layer.downQuantized.groups; ++group)
+      cpu::quantGemvGroups(layer.downQuantized, feedForwardActivations,
+                           projected.data(), dim, group, group + 1);
+  }
+  if (profiling) {
+    const auto finish = std::chrono::steady_clock::now();
+    // SwiGLU runs inside the gate|up share of the region.
+    opProfile.gateUpSeconds +=
+        std::chrono::duration<double>(middle - start).count();
+    opProfile.downSeconds +=
+        std::chrono::duration<double>(finish - middle).count();
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
                            kv::KvStorage &storage, ForwardOutput &output) {
   const ModelConfig &config = modelConfig;
@@ -145,6 +263,12 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
         kvConfig.numLayers, kvConfig.numKvHeads, kvConfig.headDim,
         config.numLayers, config.numKvHeads, config.headDim);
   const bool ropeInKernel = !storage.keysRotated();
+  const bool llamaNumerics = modelNumerics == Numerics::LlamaCpp;
+  if (llamaNumerics && ropeInKernel)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: llama.cpp numerics need K stored rotated (not "
+        "rope-in-kernel)");
 
   // Validate everything and lay out the batch before touching the cache.
   tokenIds.clear();
@@ -268,6 +392,14 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
 
+  auto normalize = [&](const cpu::RowShape &shape, const float *x,
+                       const float *weight, float *out) {
+    if (llamaNumerics)
+      cpu::rmsNormDoubleSum(shape, x, weight, config.rmsEpsilon, out);
+    else
+      cpu::rmsNorm(shape, x, weight, config.rmsEpsilon, out);
+  };
+
   // A projection: the packed GEMM, or for decode-size steps the repacked
   // 4/8-bit weights with int8 activations.
   const bool quantized = numTokens <= maxQuantizedRows;
@@ -287,8 +419,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     const LayerWeights &layer = modelWeights->layers()[layerIndex];
     {
       OpTimer timer(profiling, opProfile.normSeconds);
-      cpu::rmsNorm(dimRows, hidden.data(), layer.attentionNorm.data(),
-                   config.rmsEpsilon, normed.data());
+      normalize(dimRows, hidden.data(), layer.attentionNorm.data(),
+                normed.data());
     }
     {
       OpTimer timer(profiling, opProfile.qkvSeconds);
@@ -307,31 +439,40 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.ropeSeconds);
-      cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
-                     ropeTable, ropePositions.data(), queryKeyValue.data());
-      if (!ropeInKernel)
-        cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
-                       ropeTable, ropePositions.data(),
-                       queryKeyValue.data() + queryDim);
-    }
-    {
-      OpTimer timer(profiling, opProfile.kvWriteSeconds);
-      for (int64_t token = 0; token < numTokens; ++token) {
-        float *row = queryKeyValue.data() + token * qkvDim;
-        if (halfPrecisionKv)
-          for (int64_t col = queryDim; col < qkvDim; ++col)
-            row[col] = cpu::roundToHalf(row[col]);
-        storage.writeToken(int(layerIndex), slotBlocks[size_t(token)],
-                           slotIndices[size_t(token)], row + queryDim,
-                           row + queryDim + kvDim);
+      if (llamaNumerics) {
+        cpu::LlamaCppRopeShape shape = llamaRope;
+        shape.rows = numTokens;
+        shape.rowStride = qkvDim;
+        shape.numHeads = config.numHeads + config.numKvHeads;
+        cpu::ropeLlamaCpp(shape, ropePositions.data(), queryKeyValue.data());
+      } else {
+        cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
+                       ropeTable, ropePositions.data(), queryKeyValue.data());
+        if (!ropeInKernel)
+          cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
+                         ropeTable, ropePositions.data(),
+                         queryKeyValue.data() + queryDim);
       }
     }
     {
+      OpTimer timer(profiling, opProfile.kvWriteSeconds);
+      // The storage rounds to its precision (f16 by default, see
+      // halfPrecisionKv) and transposes K into its block layout.
+      storage.writeTokens(int(layerIndex), numTokens, slotBlocks.data(),
+                          slotIndices.data(), queryKeyValue.data() + queryDim,
+                          queryKeyValue.data() + queryDim + kvDim, qkvDim);
+    }
+    {
       OpTimer timer(profiling, opProfile.attentionSeconds);
-      cpu::pagedAttention(attentionShape, attentionBatch,
-                          storage.layerView(int(layerIndex)),
-                          queryKeyValue.data(), attention.data(),
-                          attentionOptions, attentionWorkspace);
+      if (llamaNumerics)
+        cpu::halfAccumulatingAttention(attentionShape, attentionBatch,
+                                       storage.layerView(int(layerIndex)),
+                                       queryKeyValue.data(), attention.data());
+      else
+        cpu::pagedAttention(attentionShape, attentionBatch,
+                            storage.layerView(int(layerIndex)),
+                            queryKeyValue.data(), attention.data(),
+                            attentionOptions, attentionWorkspace);
     }
     {
       OpTimer timer(profiling, opProfile.attentionOutputSeconds);
@@ -347,27 +488,37 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     {
       OpTimer timer(profiling, opProfile.normSeconds);
-      cpu::rmsNorm(dimRows, hidden.data(), layer.feedForwardNorm.data(),
-                   config.rmsEpsilon, normed.data());
+      normalize(dimRows, hidden.data(), layer.feedForwardNorm.data(),
+                normed.data());
     }
-    {
-      OpTimer timer(profiling, opProfile.gateUpSeconds);
-      if (llvm::Error error =
-              project(layer.gateUp, layer.gateUpQuantized, layer.hasQuantized,
-                      normed.data(), numTokens, gateUp.data()))
+    if (quantized && layer.hasQuantized && ffnDim % 32 == 0) {
+      if (llvm::Error error = feedForwardFused(layer, numTokens))
         return error;
-    }
-    {
-      OpTimer timer(profiling, opProfile.swiGluSeconds);
-      cpu::swiGlu(cpu::RowShape{numTokens, ffnDim, 2 * ffnDim, ffnDim},
-                  gateUp.data(), gateUp.data() + ffnDim, feedForward.data());
-    }
-    {
-      OpTimer timer(profiling, opProfile.downSeconds);
-      if (llvm::Error error =
-              project(layer.down, layer.downQuantized, layer.hasQuantized,
-                      feedForward.data(), numTokens, projected.data()))
-        return error;
+    } else {
+      {
+        OpTimer timer(profiling, opProfile.gateUpSeconds);
+        if (llvm::Error error =
+                project(layer.gateUp, layer.gateUpQuantized, layer.hasQuantized,
+                        normed.data(), numTokens, gateUp.data()))
+          return error;
+      }
+      {
+        OpTimer timer(profiling, opProfile.swiGluSeconds);
+        const cpu::RowShape shape{numTokens, ffnDim, 2 * ffnDim, ffnDim};
+        if (llamaNumerics)
+          cpu::swiGluLlamaCpp(shape, gateUp.data(), gateUp.data() + ffnDim,
+                              feedForward.data());
+        else
+          cpu::swiGlu(shape, gateUp.data(), gateUp.data() + ffnDim,
+                      feedForward.data());
+      }
+      {
+        OpTimer timer(profiling, opProfile.downSeconds);
+        if (llvm::Error error =
+                project(layer.down, layer.downQuantized, layer.hasQuantized,
+                        feedForward.data(), numTokens, projected.data()))
+          return error;
+      }
     }
     {
       OpTimer timer(profiling, opProfile.residualSeconds);
@@ -393,9 +544,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
       std::memcpy(selected.data() + row * dim, hidden.data() + token * dim,
                   sizeof(float) * size_t(dim));
   }
-  cpu::rmsNorm(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
-               modelWeights->outputNorm().data(), config.rmsEpsilon,
-               selected.data());
+  normalize(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
+            modelWeights->outputNorm().data(), selected.data());
   const cpu::PackedQuantMatrix *head = modelWeights->quantizedOutput();
   if (numRows <= maxQuantizedRows && head) {
     cpu::quantizeActivations(selected.data(), numRows, dim, dim, head->format,

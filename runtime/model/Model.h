@@ -16,6 +16,7 @@
 
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
 #include "runtime/kv/KvStorage.h"
@@ -28,9 +29,28 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace spanc::model {
+
+/// How the forward pass rounds.
+enum class Numerics {
+  /// The fastest path: bf16 (AMX) or f32 GEMMs for prefill, int8 GEMVs for
+  /// decode-size steps, f32 attention.
+  Default,
+  /// llama.cpp's CPU arithmetic on a Q4_1/Q8_0 GGUF, for token-for-token
+  /// comparisons: every projection multiplies the file's blocks with
+  /// activations quantized per block of 32 (Q8_1/Q8_0, scales in f16), K/V
+  /// rounded to f16, and attention with flash attention's f16 query and
+  /// f16 value accumulator (HalfAccumulatingAttention.h). Slower prefill
+  /// (no AMX GEMM); needs rotated-K storage.
+  LlamaCpp,
+};
+
+llvm::StringRef numericsName(Numerics numerics);
+/// "default" or "llama" (also "llama.cpp").
+std::optional<Numerics> parseNumerics(llvm::StringRef name);
 
 struct ModelOptions {
   /// Force f32 GEMMs (debugging, bit-closer comparisons); otherwise bf16
@@ -42,9 +62,12 @@ struct ModelOptions {
   /// place (QuantGemv, int8 activations) instead of the packed bf16/f32
   /// copy; 0 disables. Ignored with forceF32.
   int64_t maxQuantizedRows = 4;
-  /// Round K and V to f16 precision before they are stored, as llama.cpp's
-  /// default f16 KV cache does (the storage stays f32).
+  /// Store K and V as f16, as llama.cpp's default KV cache does
+  /// (kvStorageConfig's precision); false keeps them exact in f32.
   bool halfPrecisionKv = true;
+  /// Numerics::LlamaCpp overrides forceF32, maxQuantizedRows and
+  /// halfPrecisionKv.
+  Numerics numerics = Numerics::Default;
 };
 
 /// Which logits a sequence wants back.
@@ -112,6 +135,7 @@ public:
   const cpu::RopeConfig &ropeConfig() const { return ropeTable.config(); }
   const GgufFile &file() const { return *gguf; }
   cpu::GemmPrecision gemmPrecision() const { return gemm->precision(); }
+  Numerics numerics() const { return modelNumerics; }
   const ModelWeights &weights() const { return *modelWeights; }
 
   /// The KV storage shape this model needs (callers pick numBlocks,
@@ -135,13 +159,18 @@ public:
 private:
   Model() = default;
   void reserve(int64_t numTokens);
+  /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
+  /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
+  llvm::Error feedForwardFused(const LayerWeights &layer, int64_t numTokens);
 
   std::unique_ptr<GgufFile> gguf;
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
   int64_t maxQuantizedRows = 0;
   bool halfPrecisionKv = true;
-  cpu::QuantizedActivations quantizedActivations;
+  Numerics modelNumerics = Numerics::Default;
+  cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp
+  cpu::QuantizedActivations quantizedActivations, feedForwardActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;
   cpu::AttentionWorkspace attentionWorkspace;

@@ -98,7 +98,7 @@ llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
 /// are all of one kind it reads (one matrix: one parallel region per step).
 bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
                    cpu::PackedQuantMatrix &packed) {
-  llvm::SmallVector<cpu::PackedQuantMatrix, 3> parts;
+  llvm::SmallVector<cpu::QuantMatrix, 3> parts;
   for (const GgufTensor *tensor : tensors) {
     cpu::QuantMatrix view;
     if (tensor->shape.size() != 2 || tensor->shape[0] % 32 != 0)
@@ -116,14 +116,9 @@ bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
     view.columns = int64_t(tensor->shape[0]);
     view.rows = int64_t(tensor->shape[1]);
     view.rowBytes = int64_t(tensor->rowBytes());
-    parts.push_back(cpu::packQuantMatrix(view));
+    parts.push_back(view);
   }
-  packed = std::move(parts[0]);
-  for (size_t index = 1; index < parts.size(); ++index) {
-    packed.bytes.insert(packed.bytes.end(), parts[index].bytes.begin(),
-                        parts[index].bytes.end());
-    packed.rows += parts[index].rows;
-  }
+  packed = cpu::packQuantMatrices(parts.data(), parts.size());
   return true;
 }
 

@@ -38,8 +38,9 @@ struct ExecutorOptions {
   kv::CacheMode cacheMode = kv::CacheMode::Span;
   /// rope-in-kernel by default: K is stored unrotated, so a cached block is
   /// bit-identical wherever it is reused and answers never depend on what
-  /// the cache held. rerope rotates stored K by the position delta, which
-  /// rounds (about 1e-7 relative) and can flip a greedy near-tie.
+  /// the cache held. rerope rotates stored K by the position delta and
+  /// rounds it again to the storage precision (f16 by default: ~5e-4
+  /// relative; f32: ~1e-7), which can flip a greedy near-tie.
   kv::RelocationMode relocationMode = kv::RelocationMode::RopeInKernel;
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
@@ -113,6 +114,8 @@ public:
 
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }
+  /// The K/V memory (tests compare what relocation left there).
+  const kv::KvStorage &kvStorage() const { return *storage; }
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
 

@@ -64,6 +64,11 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.repetitions =
       values.count("repetitions") ? values["repetitions"].as<int>() : 5;
   options.forceF32 = values.count("f32") > 0;
+  std::optional<model::Numerics> numerics =
+      model::parseNumerics(values["numerics"].as<std::string>());
+  if (!numerics)
+    return reportError("bench", "engine: --numerics must be default or llama");
+  options.numerics = *numerics;
   options.profile = values.count("profile") > 0;
   if (values.count("quick")) {
     options.promptTokens = std::min(options.promptTokens, 64);
@@ -224,6 +229,8 @@ int runBench(const std::vector<std::string> &args) {
       ("gen-tokens", po::value<int>()->default_value(128),                //
        "engine: decode steps of the generation test (tgN)")               //
       ("f32", "engine: force f32 GEMMs")                                  //
+      ("numerics", po::value<std::string>()->default_value("default"),    //
+       "engine: default, or llama (llama.cpp's arithmetic bit for bit)")  //
       ("profile", "engine: time every op and print where time goes")      //
       ("json", "engine: print one JSON object instead of a table");
   po::positional_options_description positional;

@@ -47,7 +47,10 @@ int runGenerate(const std::vector<std::string> &args) {
       ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")   //
       ("threads,t", po::value<int>(), "CPU threads (default: all cores)")  //
       ("chat", "wrap the prompt as a user message of the chat template")   //
-      ("f32", "force f32 GEMMs (debugging)");
+      ("f32", "force f32 GEMMs (debugging)")                               //
+      ("numerics", po::value<std::string>()->default_value("default"),     //
+       "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/"  //
+       "Q8_0 models, AVX-512; slower prefill)");
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -79,6 +82,11 @@ int runGenerate(const std::vector<std::string> &args) {
 
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("f32") > 0;
+  std::optional<model::Numerics> numerics =
+      model::parseNumerics(values["numerics"].as<std::string>());
+  if (!numerics)
+    return reportError("generate", "--numerics must be default or llama");
+  modelOptions.numerics = *numerics;
   auto loaded =
       model::Model::load(values["model"].as<std::string>(), modelOptions);
   if (!loaded)

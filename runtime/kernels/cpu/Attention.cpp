@@ -4,9 +4,11 @@
 // sequence and KV head. For each visible page the tile computes its scores
 // against the block's (up to 16) keys, folds them into per-row online
 // softmax states (running max, running sum, accumulator), and never
-// materializes a score row. The AVX-512 path needs blockSize 16 and
-// headDim % 16 == 0; the scalar path takes any shape and is the reference
-// the fast path is tested against.
+// materializes a score row. K/V elements (f32 or IEEE half) are converted
+// to f32 as they are loaded, inside the score and value loops; everything
+// is computed in f32. The AVX-512 path needs blockSize 16 and headDim % 16
+// == 0; the scalar path takes any shape and is the reference the fast path
+// is tested against.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace spanc::cpu {
 
@@ -55,23 +58,67 @@ struct TileState {
   alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
 };
 
-/// Copies the block's K for one head into `out` (same dimension-major
-/// layout) with each valid slot rotated to its logical index.
-void rotateKeyBlock(const CallContext &context, const float *keyBlock,
-                    int valid, int64_t logicalStart, float *out) {
+/// Copies the block's K for one head into `out` as f32 (same
+/// dimension-major layout) with each valid slot rotated to its logical
+/// index (rope-in-kernel); the scalar reference.
+template <typename Element>
+void rotateKeyBlockScalar(const CallContext &context, const Element *keyBlock,
+                          int valid, int64_t logicalStart, float *out) {
   const PagedKvView &kv = *context.kv;
   const RopeTable &table = *context.options->keyRope;
-  const int headDim = context.shape->headDim;
-  std::memcpy(out, keyBlock, sizeof(float) * size_t(headDim) * kv.blockSize);
+  const int64_t count = int64_t(context.shape->headDim) * kv.blockSize;
+  for (int64_t index = 0; index < count; ++index)
+    out[index] = loadElement(keyBlock + index);
   for (int slot = 0; slot < valid; ++slot)
     rotateHead(table.config().order, table.config().rotaryDim,
                table.row(logicalStart + slot), out + slot, kv.blockSize);
 }
 
+/// The same for 16-slot blocks: a pair's two dimension rows are two
+/// vectors, its cos/sin at the 16 consecutive logical indices two loads
+/// from the pair-major table (slots past `valid` are rotated too, by the
+/// next positions' angles, and never scored). Same arithmetic as
+/// rotateHead (a*c - b*s, a*s + b*c).
+template <typename Element>
+SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
+                                       const Element *keyBlock,
+                                       int64_t logicalStart, float *out) {
+  const RopeTable &table = *context.options->keyRope;
+  const int headDim = context.shape->headDim;
+  const int rotaryDim = table.config().rotaryDim;
+  const int half = rotaryDim / 2;
+  const bool normal = table.config().order == RopeOrder::Normal;
+  for (int pair = 0; pair < half; ++pair) {
+    const int first = normal ? 2 * pair : pair;
+    const int second = normal ? 2 * pair + 1 : pair + half;
+    const __m512 c = _mm512_loadu_ps(table.cosByPosition(pair) + logicalStart);
+    const __m512 s = _mm512_loadu_ps(table.sinByPosition(pair) + logicalStart);
+    const __m512 a = load16(keyBlock + first * 16);
+    const __m512 b = load16(keyBlock + second * 16);
+    _mm512_storeu_ps(out + first * 16,
+                     _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+    _mm512_storeu_ps(out + second * 16,
+                     _mm512_add_ps(_mm512_mul_ps(a, s), _mm512_mul_ps(b, c)));
+  }
+  for (int dim = rotaryDim; dim < headDim; ++dim)
+    _mm512_storeu_ps(out + dim * 16, load16(keyBlock + dim * 16));
+}
+
+/// Tiles of more rows than this widen f16 blocks to f32 once per block.
+constexpr int kRowsToWidenBlock = 4;
+
+/// count (a multiple of 16) elements as f32.
+template <typename Element>
+SPANC_AVX512 void widenBlock(const Element *in, int64_t count, float *out) {
+  for (int64_t index = 0; index < count; index += 16)
+    _mm512_store_ps(out + index, load16(in + index));
+}
+
 /// The scalar tile step: folds one block's keys into the tile state.
+template <typename KeyElement, typename ValueElement>
 void foldBlockScalar(const CallContext &context, TileState &tile,
-                     const float *keyBlock, const float *valueBlock, int valid,
-                     int64_t logicalStart) {
+                     const KeyElement *keyBlock, const ValueElement *valueBlock,
+                     int valid, int64_t logicalStart) {
   const int headDim = context.shape->headDim;
   const int blockSize = context.kv->blockSize;
   float scores[kMaxBlockSize];
@@ -85,7 +132,7 @@ void foldBlockScalar(const CallContext &context, TileState &tile,
     for (int slot = 0; slot < count; ++slot) {
       float dot = 0;
       for (int dim = 0; dim < headDim; ++dim)
-        dot += query[dim] * keyBlock[dim * blockSize + slot];
+        dot += query[dim] * loadElement(keyBlock + dim * blockSize + slot);
       scores[slot] = dot;
       blockMax = std::max(blockMax, dot);
     }
@@ -98,9 +145,9 @@ void foldBlockScalar(const CallContext &context, TileState &tile,
     for (int slot = 0; slot < count; ++slot) {
       float weight = std::exp(scores[slot] - newMax);
       blockSum += weight;
-      const float *value = valueBlock + slot * headDim;
+      const ValueElement *value = valueBlock + slot * headDim;
       for (int dim = 0; dim < headDim; ++dim)
-        accumulator[dim] += weight * value[dim];
+        accumulator[dim] += weight * loadElement(value + dim);
     }
     tile.sum[row] = tile.sum[row] * correction + blockSum;
     tile.maxScore[row] = newMax;
@@ -109,14 +156,14 @@ void foldBlockScalar(const CallContext &context, TileState &tile,
 
 /// Scores of `Rows` query rows against the 16 slots of one block:
 /// out[r][slot] = sum_d query[r][d] * key[d][slot].
-template <int Rows>
+template <int Rows, typename KeyElement>
 SPANC_AVX512 inline void scoreRows(const float *query, int headDim,
-                                   const float *keyBlock, float *out) {
+                                   const KeyElement *keyBlock, float *out) {
   __m512 accumulators[Rows];
   for (int row = 0; row < Rows; ++row)
     accumulators[row] = _mm512_setzero_ps();
   for (int dim = 0; dim < headDim; ++dim) {
-    __m512 keys = _mm512_loadu_ps(keyBlock + dim * 16);
+    __m512 keys = load16(keyBlock + dim * 16);
     for (int row = 0; row < Rows; ++row)
       accumulators[row] = _mm512_fmadd_ps(
           _mm512_set1_ps(query[row * headDim + dim]), keys, accumulators[row]);
@@ -125,8 +172,9 @@ SPANC_AVX512 inline void scoreRows(const float *query, int headDim,
     _mm512_storeu_ps(out + row * 16, accumulators[row]);
 }
 
+template <typename KeyElement>
 SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
-                            const float *keyBlock, float *out) {
+                            const KeyElement *keyBlock, float *out) {
   int row = 0;
   for (; row + 8 <= rows; row += 8)
     scoreRows<8>(query + row * headDim, headDim, keyBlock, out + row * 16);
@@ -158,9 +206,10 @@ SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
 }
 
 /// The AVX-512 tile step (blockSize 16, headDim % 16 == 0).
+template <typename KeyElement, typename ValueElement>
 SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
-                                  const float *keyBlock,
-                                  const float *valueBlock, int valid,
+                                  const KeyElement *keyBlock,
+                                  const ValueElement *valueBlock, int valid,
                                   int64_t logicalStart) {
   const int headDim = context.shape->headDim;
   const int chunks = headDim / 16;
@@ -195,16 +244,17 @@ SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
     for (int chunk = 0; chunk < chunks; ++chunk) {
       __m512 sum =
           _mm512_mul_ps(_mm512_loadu_ps(accumulator + chunk * 16), scale);
-      const float *value = valueBlock + chunk * 16;
+      const ValueElement *value = valueBlock + chunk * 16;
       for (int slot = 0; slot < count; ++slot)
         sum = _mm512_fmadd_ps(_mm512_set1_ps(weightValues[slot]),
-                              _mm512_loadu_ps(value + slot * headDim), sum);
+                              load16(value + slot * headDim), sum);
       _mm512_storeu_ps(accumulator + chunk * 16, sum);
     }
   }
 }
 
 /// Runs one work item: a tile of rows against a range of its pages.
+template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
              bool useAvx512, float *partial, float *output) {
   const PagedAttentionShape &shape = *context.shape;
@@ -237,6 +287,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   }
   const int64_t lastLimit = tile.limit[tile.rows - 1];
   alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  alignas(64) float widenedKeys[kMaxHeadDim * 16];
+  alignas(64) float widenedValues[kMaxHeadDim * 16];
   for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
     int valid = batch.validTokens[page];
     int64_t logicalStart = context.pageStarts[page];
@@ -245,18 +297,43 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     if (valid == 0)
       continue;
     int64_t block = batch.blockIds[page];
-    const float *keyBlock =
-        kv.keys + block * kv.blockStride + item.kvHead * kv.headStride;
-    const float *valueBlock =
-        kv.values + block * kv.blockStride + item.kvHead * kv.headStride;
-    if (context.options->keyRope) {
-      rotateKeyBlock(context, keyBlock, valid, logicalStart, rotatedKeys);
-      keyBlock = rotatedKeys;
-    }
-    if (useAvx512)
-      foldBlockAvx512(context, tile, keyBlock, valueBlock, valid, logicalStart);
-    else
+    const int64_t offset = block * kv.blockStride + item.kvHead * kv.headStride;
+    const Element *keyBlock = static_cast<const Element *>(kv.keys) + offset;
+    const Element *valueBlock =
+        static_cast<const Element *>(kv.values) + offset;
+    if (useAvx512) {
+      // Tiles of many rows read each K/V element many times: widen the
+      // block to f32 once (two loads per element per tile are cheaper than
+      // a conversion per FMA); decode-size tiles convert as they load.
+      const bool widen =
+          !std::is_same_v<Element, float> && tile.rows > kRowsToWidenBlock;
+      const int64_t blockElements = int64_t(headDim) * 16;
+      const float *keys = nullptr;
+      if (context.options->keyRope) {
+        rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
+        keys = rotatedKeys;
+      } else if (widen) {
+        widenBlock(keyBlock, blockElements, widenedKeys);
+        keys = widenedKeys;
+      }
+      if (widen) {
+        widenBlock(valueBlock, int64_t(valid) * headDim, widenedValues);
+        foldBlockAvx512(context, tile, keys,
+                        static_cast<const float *>(widenedValues), valid,
+                        logicalStart);
+      } else if (keys) {
+        foldBlockAvx512(context, tile, keys, valueBlock, valid, logicalStart);
+      } else {
+        foldBlockAvx512(context, tile, keyBlock, valueBlock, valid,
+                        logicalStart);
+      }
+    } else if (context.options->keyRope) {
+      rotateKeyBlockScalar(context, keyBlock, valid, logicalStart, rotatedKeys);
+      foldBlockScalar(context, tile, static_cast<const float *>(rotatedKeys),
+                      valueBlock, valid, logicalStart);
+    } else {
       foldBlockScalar(context, tile, keyBlock, valueBlock, valid, logicalStart);
+    }
   }
 
   if (partial) {
@@ -405,9 +482,12 @@ void pagedAttention(const PagedAttentionShape &shape,
 #pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
   for (int64_t index = 0; index < numItems; ++index) {
     const AttentionWorkItem &item = workspace.items[size_t(index)];
-    runItem(context, item, useAvx512,
-            item.partial >= 0 ? partials + item.partial * stateFloats : nullptr,
-            output);
+    float *partial =
+        item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
+    if (kv.precision == KvPrecision::F16)
+      runItem<uint16_t>(context, item, useAvx512, partial, output);
+    else
+      runItem<float>(context, item, useAvx512, partial, output);
   }
   if (numPartials == 0)
     return;

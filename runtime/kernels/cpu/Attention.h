@@ -18,6 +18,7 @@
 #ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H
 #define SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H
 
+#include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/Rope.h"
 
 #include <cstdint>
@@ -25,17 +26,19 @@
 
 namespace spanc::cpu {
 
-/// One layer of physical KV memory as the kernel reads it (f32).
-///   K of (block b, head h): keys + b*blockStride + h*headStride, stored
-///     dimension-major: element (slot s, dim d) at [d * blockSize + s], so
-///     the 16 slots of one dimension are one AVX-512 vector.
+/// One layer of physical KV memory as the kernel reads it; elements are
+/// f32 or IEEE half (`precision`), converted to f32 as they are read.
+///   K of (block b, head h): keys + b*blockStride + h*headStride elements,
+///     stored dimension-major: element (slot s, dim d) at [d * blockSize +
+///     s], so the 16 slots of one dimension are one AVX-512 vector.
 ///   V of (block b, head h): values + b*blockStride + h*headStride, stored
 ///     slot-major: element (slot s, dim d) at [s * headDim + d].
 struct PagedKvView {
-  const float *keys = nullptr;
-  const float *values = nullptr;
-  int64_t blockStride = 0; ///< floats between consecutive blocks
-  int64_t headStride = 0;  ///< floats between KV heads inside one block
+  const void *keys = nullptr;
+  const void *values = nullptr;
+  KvPrecision precision = KvPrecision::F32;
+  int64_t blockStride = 0; ///< elements between consecutive blocks
+  int64_t headStride = 0;  ///< elements between KV heads inside one block
   int blockSize = 16;
 };
 

@@ -28,6 +28,27 @@ void rmsNorm(const RowShape &shape, const float *x, const float *weight,
   }
 }
 
+void rmsNormDoubleSum(const RowShape &shape, const float *x,
+                      const float *weight, float epsilon, float *out) {
+  const int64_t cols = shape.cols;
+#pragma omp parallel for schedule(static) if (shape.rows > 1)
+  for (int64_t row = 0; row < shape.rows; ++row) {
+    const float *__restrict in = x + row * shape.inputStride;
+    float *__restrict dst = out + row * shape.outputStride;
+    double sum = 0;
+    for (int64_t col = 0; col < cols; ++col) {
+      const float square = in[col] * in[col];
+      sum += double(square);
+    }
+    const float mean = float(sum / double(cols));
+    const float scale = 1.0f / std::sqrt(mean + epsilon);
+    for (int64_t col = 0; col < cols; ++col) {
+      const float scaled = in[col] * scale;
+      dst[col] = scaled * weight[col];
+    }
+  }
+}
+
 namespace {
 
 SPANC_AVX512 void swiGluRowAvx512(const float *gate, const float *up,

@@ -25,6 +25,13 @@ struct RowShape {
 void rmsNorm(const RowShape &shape, const float *x, const float *weight,
              float epsilon, float *out);
 
+/// The same with llama.cpp's arithmetic (ggml's rms_norm fused with the
+/// weight multiply): the sum of squares in double, each square rounded to
+/// f32 first, mean and scale in f32, out = (x * scale) * weight. For the
+/// engine's llama.cpp numerics mode.
+void rmsNormDoubleSum(const RowShape &shape, const float *x,
+                      const float *weight, float epsilon, float *out);
+
 /// out[r][c] = silu(gate[r][c]) * up[r][c], silu(g) = g / (1 + e^-g); gate
 /// and up rows are `shape.inputStride` apart (e.g. the two halves of one
 /// fused gate|up GEMM output).

@@ -5,6 +5,10 @@
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
+// GCC 12 reports its own AVX-512 conversion/reduction intrinsics (which
+// start from an "undefined" vector on purpose) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,14 +18,12 @@ namespace spanc::cpu {
 namespace {
 
 constexpr int kBlock = 32;
-constexpr int kPairValues = 64;
+constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 constexpr int kMaxTileRows = 4;
 
-/// Where value `index` (0..31) of block `half` (0, 1) of a pair goes in the
-/// interleaved order: 4-value chunks alternate between the two blocks.
-inline int interleavedPosition(int half, int index) {
-  return (index / 4) * 8 + half * 4 + index % 4;
-}
+// Offsets inside a tile (see PackedQuantMatrix::tileBytes).
+constexpr int64_t kQ41Scales = 256, kQ41Minimums = 288;
+constexpr int64_t kQ80Compensation = 512, kQ80Scales = 576;
 
 float halfToFloatScalar(uint16_t bits) {
   uint32_t sign = uint32_t(bits & 0x8000) << 16;
@@ -56,112 +58,176 @@ uint16_t readHalf(const uint8_t *bytes) {
   return bits;
 }
 
-/// The exact per-row result from the packed integers (the reference).
-void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
-                float *y, int64_t outputStride) {
+/// Where value `index` (0..31) of row lane `lane` goes in a tile.
+inline int64_t q80Position(int lane, int index) {
+  return (index / 4) * 64 + lane * 4 + index % 4;
+}
+/// Q4_1: the byte and nibble of value `index` of lane `lane`.
+inline int64_t q41Byte(int lane, int index) {
+  return (index / 8) * 64 + lane * 4 + index % 4;
+}
+inline int q41Shift(int index) { return (index / 4) % 2 ? 4 : 0; }
+
+/// The reference: every output's blocks folded in order, as the VNNI path,
+/// for weight rows [firstRow, endRow).
+void gemvScalarRows(const PackedQuantMatrix &weights,
+                    const QuantizedActivations &x, float *y,
+                    int64_t outputStride, int64_t firstRow, int64_t endRow) {
   const bool q41 = weights.format == QuantFormat::Q4_1;
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < weights.rows; ++row) {
-    const uint8_t *rowData = weights.bytes.data() + row * weights.rowBytes;
+  const int64_t tileBytes = PackedQuantMatrix::tileBytes(weights.format);
+  for (int64_t row = firstRow; row < endRow; ++row) {
+    const int64_t group = row / kGroupRows;
+    const int lane = int(row % kGroupRows);
     for (int64_t r = 0; r < x.rows; ++r) {
-      double total = 0;
-      for (int64_t pair = 0; pair < weights.pairs; ++pair) {
-        const uint8_t *data =
-            rowData + pair * PackedQuantMatrix::pairBytes(weights.format);
-        const int8_t *a = x.values.data() + (r * x.pairs + pair) * kPairValues;
-        int32_t dots[2] = {0, 0};
-        for (int position = 0; position < kPairValues; ++position) {
-          int half = (position / 4) % 2;
-          int32_t weight = q41 ? (position < 32 ? data[position] & 0xf
-                                                : data[position - 32] >> 4)
-                               : int32_t(data[position]);
-          dots[half] += weight * a[position];
+      float accumulator = 0.0f;
+      for (int64_t block = 0; block < weights.blocks; ++block) {
+        const uint8_t *tile =
+            weights.bytes.data() + (group * weights.blocks + block) * tileBytes;
+        const uint8_t *a = x.values.data() + (r * x.blocks + block) * kBlock;
+        int32_t dot = 0;
+        float scale, offset = 0;
+        for (int index = 0; index < kBlock; ++index) {
+          if (q41)
+            dot +=
+                int32_t((tile[q41Byte(lane, index)] >> q41Shift(index)) & 0xf) *
+                int32_t(int8_t(a[index]));
+          else
+            dot += int32_t(a[index]) *
+                   int32_t(int8_t(tile[q80Position(lane, index)]));
         }
-        const uint8_t *scales = data + (q41 ? 32 : 64);
-        for (int half = 0; half < 2; ++half) {
-          size_t block = size_t((r * x.pairs + pair) * 2 + half);
-          double scale = halfToFloatScalar(readHalf(scales + 2 * half));
-          double offset =
-              q41 ? halfToFloatScalar(readHalf(scales + 4 + 2 * half))
-                  : -128.0 * scale;
-          total += scale * x.scales[block] * dots[half] +
-                   offset * x.scaledSums[block];
+        if (q41) {
+          scale = halfToFloatScalar(readHalf(tile + kQ41Scales + 2 * lane));
+          offset = halfToFloatScalar(readHalf(tile + kQ41Minimums + 2 * lane));
+        } else {
+          int32_t compensation;
+          std::memcpy(&compensation, tile + kQ80Compensation + 4 * lane, 4);
+          dot -= compensation;
+          scale = halfToFloatScalar(readHalf(tile + kQ80Scales + 2 * lane));
         }
+        const size_t index = size_t(r * x.blocks + block);
+        accumulator =
+            std::fma(float(dot), scale * x.scales[index], accumulator);
+        if (q41)
+          accumulator = std::fma(offset, x.scaledSums[index], accumulator);
       }
-      y[r * outputStride + row] = float(total);
+      y[r * outputStride + row] = accumulator;
     }
   }
+}
+
+void gemvScalar(const PackedQuantMatrix &weights, const QuantizedActivations &x,
+                float *y, int64_t outputStride) {
+  const int64_t chunk = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t first = 0; first < weights.rows; first += chunk)
+    gemvScalarRows(weights, x, y, outputStride, first,
+                   std::min(first + chunk, weights.rows));
 }
 
 #define SPANC_VNNI                                                             \
   __attribute__((                                                              \
       target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
-/// Two f16 values at `bytes` as floats in lanes 0 and 1.
-SPANC_VNNI inline __m128 loadHalfPair(const uint8_t *bytes) {
-  int32_t bits;
-  std::memcpy(&bits, bytes, sizeof(bits));
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-}
-
-SPANC_VNNI inline __m128 loadFloatPair(const float *values) {
-  return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(values)));
-}
-
+/// Rows [firstRow, firstRow + TileRows) of the activations against one
+/// group of 16 weight rows.
 template <QuantFormat Format, int TileRows>
-SPANC_VNNI void gemvRowsVnni(const PackedQuantMatrix &weights,
-                             const QuantizedActivations &x, int64_t firstRow,
-                             float *y, int64_t outputStride) {
-  constexpr int64_t pairBytes = PackedQuantMatrix::pairBytes(Format);
-  const int64_t pairs = weights.pairs;
-  const int8_t *activations = x.values.data() + firstRow * pairs * kPairValues;
-  const float *activationScales = x.scales.data() + firstRow * pairs * 2;
-  const float *activationSums = x.scaledSums.data() + firstRow * pairs * 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < weights.rows; ++row) {
-    const uint8_t *data = weights.bytes.data() + row * weights.rowBytes;
-    __m512 accumulators[TileRows];
-    __m128 offsets[TileRows];
-    for (int r = 0; r < TileRows; ++r) {
-      accumulators[r] = _mm512_setzero_ps();
-      offsets[r] = _mm_setzero_ps();
-    }
-    for (int64_t pair = 0; pair < pairs; ++pair, data += pairBytes) {
-      __m512i packed;
-      __m128 scales, pairOffsets;
-      if constexpr (Format == QuantFormat::Q4_1) {
-        __m256i nibbles =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(data));
-        const __m256i mask = _mm256_set1_epi8(0x0f);
-        packed = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_and_si256(nibbles, mask)),
-            _mm256_and_si256(_mm256_srli_epi16(nibbles, 4), mask), 1);
-        scales = loadHalfPair(data + 32);
-        pairOffsets = loadHalfPair(data + 36);
-      } else {
-        packed = _mm512_loadu_si512(data);
-        scales = loadHalfPair(data + 64);
-        pairOffsets = _mm_mul_ps(scales, _mm_set1_ps(-128.0f));
+SPANC_VNNI inline void
+gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
+          int64_t group, int64_t firstRow, float *y, int64_t outputStride) {
+  constexpr int64_t tileBytes = PackedQuantMatrix::tileBytes(Format);
+  const int64_t blocks = weights.blocks;
+  const uint8_t *tile = weights.bytes.data() + group * blocks * tileBytes;
+  const uint8_t *activations = x.values.data() + firstRow * blocks * kBlock;
+  const float *activationScales = x.scales.data() + firstRow * blocks;
+  const float *activationSums = x.scaledSums.data() + firstRow * blocks;
+  __m512 accumulators[TileRows];
+  for (int r = 0; r < TileRows; ++r)
+    accumulators[r] = _mm512_setzero_ps();
+  for (int64_t block = 0; block < blocks; ++block, tile += tileBytes) {
+    __m512i values[8];
+    __m512 scales, minimums, compensation;
+    if constexpr (Format == QuantFormat::Q4_1) {
+      const __m512i mask = _mm512_set1_epi8(0x0f);
+      for (int p = 0; p < 4; ++p) {
+        __m512i bytes = _mm512_loadu_si512(tile + p * 64);
+        values[2 * p] = _mm512_and_si512(bytes, mask);
+        values[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
       }
-      for (int r = 0; r < TileRows; ++r) {
-        const int64_t index = r * pairs + pair;
-        __m512i dot = _mm512_dpbusd_epi32(
-            _mm512_setzero_si512(), packed,
-            _mm512_loadu_si512(activations + index * kPairValues));
-        // Even lanes hold block 0 of the pair, odd lanes block 1.
-        __m512 combined = _mm512_broadcast_f32x2(
-            _mm_mul_ps(scales, loadFloatPair(activationScales + index * 2)));
-        accumulators[r] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), combined, accumulators[r]);
-        offsets[r] = _mm_fmadd_ps(
-            pairOffsets, loadFloatPair(activationSums + index * 2), offsets[r]);
-      }
+      scales = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i *>(tile + kQ41Scales)));
+      minimums = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i *>(tile + kQ41Minimums)));
+    } else {
+      for (int k = 0; k < 8; ++k)
+        values[k] = _mm512_loadu_si512(tile + k * 64);
+      scales = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i *>(tile + kQ80Scales)));
+      (void)minimums;
+      (void)compensation;
     }
     for (int r = 0; r < TileRows; ++r) {
-      __m128 offset = offsets[r];
-      y[(firstRow + r) * outputStride + row] =
-          _mm512_reduce_add_ps(accumulators[r]) + _mm_cvtss_f32(offset) +
-          _mm_cvtss_f32(_mm_movehdup_ps(offset));
+      const uint8_t *a = activations + (r * blocks + block) * kBlock;
+      int32_t words[8];
+      std::memcpy(words, a, sizeof(words));
+      // Two independent chains; integer sums are exact in any order.
+      __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        if constexpr (Format == QuantFormat::Q4_1) {
+          even =
+              _mm512_dpbusd_epi32(even, values[k], _mm512_set1_epi32(words[k]));
+          odd = _mm512_dpbusd_epi32(odd, values[k + 1],
+                                    _mm512_set1_epi32(words[k + 1]));
+        } else {
+          even =
+              _mm512_dpbusd_epi32(even, _mm512_set1_epi32(words[k]), values[k]);
+          odd = _mm512_dpbusd_epi32(odd, _mm512_set1_epi32(words[k + 1]),
+                                    values[k + 1]);
+        }
+      }
+      __m512i dot = _mm512_add_epi32(even, odd);
+      if constexpr (Format == QuantFormat::Q8_0)
+        dot =
+            _mm512_sub_epi32(dot, _mm512_loadu_si512(tile + kQ80Compensation));
+      const int64_t index = r * blocks + block;
+      accumulators[r] = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(dot),
+          _mm512_mul_ps(scales, _mm512_set1_ps(activationScales[index])),
+          accumulators[r]);
+      if constexpr (Format == QuantFormat::Q4_1)
+        accumulators[r] = _mm512_fmadd_ps(
+            minimums, _mm512_set1_ps(activationSums[index]), accumulators[r]);
+    }
+  }
+  const int64_t firstColumn = group * kGroupRows;
+  const int64_t valid =
+      std::min<int64_t>(kGroupRows, weights.rows - firstColumn);
+  const __mmask16 mask = __mmask16((1u << valid) - 1);
+  for (int r = 0; r < TileRows; ++r)
+    _mm512_mask_storeu_ps(y + (firstRow + r) * outputStride + firstColumn, mask,
+                          accumulators[r]);
+}
+
+template <QuantFormat Format>
+SPANC_VNNI void gemvVnniGroup(const PackedQuantMatrix &weights,
+                              const QuantizedActivations &x, float *y,
+                              int64_t outputStride, int64_t group) {
+  const int64_t rows = x.rows;
+  {
+    int64_t row = 0;
+    for (; row + kMaxTileRows <= rows; row += kMaxTileRows)
+      gemvGroup<Format, kMaxTileRows>(weights, x, group, row, y, outputStride);
+    switch (rows - row) {
+    case 3:
+      gemvGroup<Format, 3>(weights, x, group, row, y, outputStride);
+      break;
+    case 2:
+      gemvGroup<Format, 2>(weights, x, group, row, y, outputStride);
+      break;
+    case 1:
+      gemvGroup<Format, 1>(weights, x, group, row, y, outputStride);
+      break;
+    default:
+      break;
     }
   }
 }
@@ -169,22 +235,9 @@ SPANC_VNNI void gemvRowsVnni(const PackedQuantMatrix &weights,
 template <QuantFormat Format>
 void gemvVnni(const PackedQuantMatrix &weights, const QuantizedActivations &x,
               float *y, int64_t outputStride) {
-  int64_t row = 0;
-  for (; row + kMaxTileRows <= x.rows; row += kMaxTileRows)
-    gemvRowsVnni<Format, kMaxTileRows>(weights, x, row, y, outputStride);
-  switch (x.rows - row) {
-  case 3:
-    gemvRowsVnni<Format, 3>(weights, x, row, y, outputStride);
-    break;
-  case 2:
-    gemvRowsVnni<Format, 2>(weights, x, row, y, outputStride);
-    break;
-  case 1:
-    gemvRowsVnni<Format, 1>(weights, x, row, y, outputStride);
-    break;
-  default:
-    break;
-  }
+#pragma omp parallel for schedule(static)
+  for (int64_t group = 0; group < weights.groups; ++group)
+    gemvVnniGroup<Format>(weights, x, y, outputStride, group);
 }
 
 } // namespace
@@ -194,44 +247,50 @@ bool hasQuantGemvKernel() {
   return features.hasAvx512() && features.avx512vnni;
 }
 
-PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix) {
+PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
   PackedQuantMatrix packed;
-  packed.format = matrix.format;
-  packed.rows = matrix.rows;
-  packed.columns = matrix.columns;
-  const int64_t blocks = matrix.columns / kBlock;
-  packed.pairs = (blocks + 1) / 2;
-  const int64_t pairBytes = PackedQuantMatrix::pairBytes(matrix.format);
-  packed.rowBytes = packed.pairs * pairBytes;
-  packed.bytes.assign(size_t(packed.rows * packed.rowBytes), 0);
-  const int64_t blockBytes = quantBlockBytes(matrix.format);
-  const bool q41 = matrix.format == QuantFormat::Q4_1;
+  packed.format = parts[0].format;
+  packed.columns = parts[0].columns;
+  for (size_t part = 0; part < count; ++part)
+    packed.rows += parts[part].rows;
+  packed.blocks = packed.columns / kBlock;
+  packed.groups = (packed.rows + kGroupRows - 1) / kGroupRows;
+  const int64_t tileBytes = PackedQuantMatrix::tileBytes(packed.format);
+  packed.bytes.assign(size_t(packed.groups * packed.blocks * tileBytes), 0);
+  // Source row of each stacked row.
+  std::vector<const uint8_t *> sources(size_t(packed.rows));
+  int64_t row = 0;
+  for (size_t part = 0; part < count; ++part)
+    for (int64_t index = 0; index < parts[part].rows; ++index)
+      sources[size_t(row++)] = parts[part].data + index * parts[part].rowBytes;
+  const int64_t blockBytes = quantBlockBytes(packed.format);
+  const bool q41 = packed.format == QuantFormat::Q4_1;
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < matrix.rows; ++row) {
-    const uint8_t *source = matrix.data + row * matrix.rowBytes;
-    uint8_t *destination = packed.bytes.data() + row * packed.rowBytes;
-    for (int64_t block = 0; block < blocks; ++block) {
-      const uint8_t *in = source + block * blockBytes;
-      uint8_t *pair = destination + (block / 2) * pairBytes;
-      int half = int(block % 2);
-      for (int index = 0; index < kBlock; ++index) {
-        int position = interleavedPosition(half, index);
-        if (q41) {
+  for (int64_t stacked = 0; stacked < packed.rows; ++stacked) {
+    const int64_t group = stacked / kGroupRows;
+    const int lane = int(stacked % kGroupRows);
+    for (int64_t block = 0; block < packed.blocks; ++block) {
+      const uint8_t *in = sources[size_t(stacked)] + block * blockBytes;
+      uint8_t *tile =
+          packed.bytes.data() + (group * packed.blocks + block) * tileBytes;
+      if (q41) {
+        for (int index = 0; index < kBlock; ++index) {
           uint8_t value =
               index < 16 ? in[4 + index] & 0xf : in[4 + index - 16] >> 4;
-          if (position < 32)
-            pair[position] |= value;
-          else
-            pair[position - 32] |= uint8_t(value << 4);
-        } else {
-          pair[position] = uint8_t(int(int8_t(in[2 + index])) + 128);
+          tile[q41Byte(lane, index)] |= uint8_t(value << q41Shift(index));
         }
+        std::memcpy(tile + kQ41Scales + 2 * lane, in, 2);
+        std::memcpy(tile + kQ41Minimums + 2 * lane, in + 2, 2);
+      } else {
+        int32_t sum = 0;
+        for (int index = 0; index < kBlock; ++index) {
+          tile[q80Position(lane, index)] = in[2 + index];
+          sum += int8_t(in[2 + index]);
+        }
+        int32_t compensation = 128 * sum;
+        std::memcpy(tile + kQ80Compensation + 4 * lane, &compensation, 4);
+        std::memcpy(tile + kQ80Scales + 2 * lane, in, 2);
       }
-      // Scales (and Q4_1 minimums) stay f16; a padding block keeps 0.
-      uint8_t *scales = pair + (q41 ? 32 : 64);
-      std::memcpy(scales + 2 * half, in, 2);
-      if (q41)
-        std::memcpy(scales + 4 + 2 * half, in + 2, 2);
     }
   }
   return packed;
@@ -267,41 +326,121 @@ float roundToHalf(float value) {
   return result;
 }
 
-void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantFormat format, QuantizedActivations &out) {
+namespace {
+
+/// One block as ggml's x86 quantizers do it (the reference path).
+void quantizeBlockScalar(const float *source, uint8_t *values, int offset,
+                         bool roundSum, float &scale, float &scaledSum) {
+  float maximum = 0;
+  for (int i = 0; i < kBlock; ++i)
+    maximum = std::max(maximum, std::abs(source[i]));
+  const float d = maximum / 127.0f;
+  // As ggml's x86 Q8 quantizers: multiply by 127 / max, round to even.
+  const float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < kBlock; ++i) {
+    int value = int(std::nearbyint(source[i] * inverse));
+    values[i] = uint8_t(value + offset);
+    sum += value;
+  }
+  // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
+  // and Q8_0 blocks (dotted signed x signed) need none.
+  scale = roundToHalf(d);
+  scaledSum = roundSum ? roundToHalf(d * float(sum)) : scale * float(sum);
+}
+
+#define SPANC_AVX512_F16C                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
+
+SPANC_AVX512_F16C inline float roundToHalfF16c(float value) {
+  return _mm_cvtss_f32(
+      _mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(value), _MM_FROUND_TO_NEAREST_INT)));
+}
+
+/// The same operations on two 16-lane vectors (same bits: the products
+/// and the round-to-even are the same instructions' semantics).
+SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
+                                           int offset, bool roundSum,
+                                           float &scale, float &scaledSum) {
+  const __m512 low = _mm512_loadu_ps(source);
+  const __m512 high = _mm512_loadu_ps(source + 16);
+  const float maximum = _mm512_reduce_max_ps(
+      _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high)));
+  const float d = maximum / 127.0f;
+  const __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i lowValues = _mm512_cvtps_epi32(
+      _mm512_roundscale_ps(_mm512_mul_ps(low, inverse), kRound));
+  const __m512i highValues = _mm512_cvtps_epi32(
+      _mm512_roundscale_ps(_mm512_mul_ps(high, inverse), kRound));
+  const int32_t sum =
+      _mm512_reduce_add_epi32(_mm512_add_epi32(lowValues, highValues));
+  const __m512i shift = _mm512_set1_epi32(offset);
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(values),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(lowValues, shift)));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(values + 16),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(highValues, shift)));
+  scale = roundToHalfF16c(d);
+  scaledSum = roundSum ? roundToHalfF16c(d * float(sum)) : scale * float(sum);
+}
+
+} // namespace
+
+void prepareActivations(int64_t m, int64_t k, QuantFormat format,
+                        QuantizedActivations &out) {
   const int64_t blocks = k / kBlock;
+  out.format = format;
   out.rows = m;
   out.columns = k;
-  out.pairs = (blocks + 1) / 2;
-  out.values.assign(size_t(m * out.pairs * kPairValues), 0);
-  out.scales.assign(size_t(m * out.pairs * 2), 0.0f);
-  out.scaledSums.assign(size_t(m * out.pairs * 2), 0.0f);
-  for (int64_t row = 0; row < m; ++row)
-    for (int64_t block = 0; block < blocks; ++block) {
+  out.blocks = blocks;
+  // resize, not assign: every element is written by the quantizer.
+  out.values.resize(size_t(m * blocks * kBlock));
+  out.scales.resize(size_t(m * blocks));
+  out.scaledSums.resize(size_t(m * blocks));
+}
+
+void quantizeActivationBlocks(const float *x, int64_t stride,
+                              int64_t firstBlock, int64_t endBlock,
+                              QuantizedActivations &out, bool forceScalar) {
+  const int offset = out.format == QuantFormat::Q8_0 ? 128 : 0;
+  const bool roundSum = out.format == QuantFormat::Q4_1;
+  const bool vector = !forceScalar && cpuFeatures().hasAvx512();
+  const int64_t blocks = out.blocks;
+  for (int64_t row = 0; row < out.rows; ++row)
+    for (int64_t block = firstBlock; block < endBlock; ++block) {
       const float *source = x + row * stride + block * kBlock;
-      float maximum = 0;
-      for (int i = 0; i < kBlock; ++i)
-        maximum = std::max(maximum, std::abs(source[i]));
-      float scale = maximum / 127.0f;
-      // As ggml's x86 Q8 quantizers: multiply by 127 / max, round to even.
-      float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
-      int8_t *pair =
-          out.values.data() + (row * out.pairs + block / 2) * kPairValues;
-      int half = int(block % 2);
-      int32_t sum = 0;
-      for (int i = 0; i < kBlock; ++i) {
-        int8_t value = int8_t(std::nearbyint(source[i] * inverse));
-        pair[interleavedPosition(half, i)] = value;
-        sum += value;
-      }
-      size_t index = size_t(row * out.pairs * 2 + block);
-      // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
-      // and Q8_0 blocks (dotted signed x signed) need none.
-      out.scales[index] = roundToHalf(scale);
-      out.scaledSums[index] = format == QuantFormat::Q4_1
-                                  ? roundToHalf(scale * float(sum))
-                                  : out.scales[index] * float(sum);
+      uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
+      const size_t index = size_t(row * blocks + block);
+      if (vector)
+        quantizeBlockAvx512(source, values, offset, roundSum, out.scales[index],
+                            out.scaledSums[index]);
+      else
+        quantizeBlockScalar(source, values, offset, roundSum, out.scales[index],
+                            out.scaledSums[index]);
     }
+}
+
+void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
+                         QuantFormat format, QuantizedActivations &out,
+                         bool forceScalar) {
+  prepareActivations(m, k, format, out);
+  quantizeActivationBlocks(x, stride, 0, out.blocks, out, forceScalar);
+}
+
+void quantGemvGroups(const PackedQuantMatrix &weights,
+                     const QuantizedActivations &x, float *y,
+                     int64_t outputStride, int64_t firstGroup,
+                     int64_t endGroup) {
+  if (!hasQuantGemvKernel()) {
+    gemvScalarRows(weights, x, y, outputStride, firstGroup * kGroupRows,
+                   std::min(endGroup * kGroupRows, weights.rows));
+    return;
+  }
+  for (int64_t group = firstGroup; group < endGroup; ++group)
+    if (weights.format == QuantFormat::Q4_1)
+      gemvVnniGroup<QuantFormat::Q4_1>(weights, x, y, outputStride, group);
+    else
+      gemvVnniGroup<QuantFormat::Q8_0>(weights, x, y, outputStride, group);
 }
 
 void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,

@@ -3,24 +3,33 @@
 // Decoding multiplies one activation row (or a few) by every weight: the
 // cost is reading the weights, so reading them as 4.5/8.5-bit blocks beats
 // bf16 by 2-4x in bytes. Activations are quantized per block of 32 to int8
-// with an f32 scale (and their sum), and each weight block is dotted in
-// integers with AVX-512 VNNI (u8 x s8 -> s32), then scaled:
-//   Q4_1: w = d*q + m, q in [0,16)  => d*da*sum(q*a) + m*(da*sum(a))
-//   Q8_0: w = d*q, q in [-128,128)  => d*da*(sum((q+128)*a) - 128*sum(a))
+// with an f16 scale d (and, for Q4_1 weights, s = d * sum of the block's
+// int8 values, in f16), as ggml's Q8_1/Q8_0 activation blocks are, and
+// each weight block is dotted in integers with AVX-512 VNNI (u8 x s8 ->
+// s32), then scaled. Per output the blocks are folded in order, exactly as
+// llama.cpp's AMX/VNNI kernels do:
+//   Q4_1: acc = fma(dot, dw * da, acc); acc = fma(mw, sa, acc)
+//   Q8_0: acc = fma(dot, dw * da, acc)
+// so that a product is bit for bit llama.cpp's (the integer dot products
+// are exact; only the order of float operations could differ, and it does
+// not).
 //
-// At load time the GGUF blocks are repacked (packQuantMatrix) in pairs of
-// blocks whose 64 values are interleaved in 4-value chunks (block 0, block
-// 1, block 0, ...), so that one VNNI instruction yields per-block partial
-// sums in alternating lanes and a pair's two scales apply with one
-// broadcast; Q8_0 values are stored +128 (unsigned). The activations are
-// quantized into the same order. Rows with an odd number of blocks get a
-// zero block. A scalar path computes the same integer sums (tests, CPUs
-// without VNNI).
+// At load time the GGUF blocks are repacked (packQuantMatrix) into tiles of
+// 16 weight rows x one block: lane j of the tile's vectors holds 4
+// consecutive values of row j, so one VNNI instruction with a broadcast
+// activation dword yields 16 rows' partial sums and no horizontal sum is
+// ever needed; the 16 scales (and Q4_1 minimums) follow as f16. Q4_1 tiles
+// keep nibbles (low nibble: values 8p..8p+3 of vector p's pair, high:
+// 8p+4..8p+7); Q8_0 tiles keep int8 values plus 128 * (sum of each row's
+// block), so that activations can be offset to unsigned (a + 128). A scalar
+// path computes the same operations in the same order (tests, CPUs without
+// VNNI): both give the same bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
 #define SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -43,41 +52,71 @@ struct QuantMatrix {
   int64_t rowBytes = 0;
 };
 
-/// The same weights repacked for quantGemv.
+/// Weights repacked for quantGemv: [group of 16 rows][block] tiles.
 struct PackedQuantMatrix {
+  static constexpr int64_t kGroupRows = 16;
   QuantFormat format = QuantFormat::Q4_1;
   int64_t rows = 0;
   int64_t columns = 0;
-  int64_t pairs = 0;    ///< block pairs per row
-  int64_t rowBytes = 0; ///< pairs * pairBytes
+  int64_t blocks = 0; ///< blocks of 32 per row
+  int64_t groups = 0; ///< ceil(rows / 16); missing rows are zero
   std::vector<uint8_t> bytes;
-  /// Q4_1: 32 bytes of nibbles, 2 f16 scales, 2 f16 minimums (40);
-  /// Q8_0: 64 bytes of value+128, 2 f16 scales (68).
-  static constexpr int64_t pairBytes(QuantFormat format) {
-    return format == QuantFormat::Q4_1 ? 40 : 68;
+  /// Q4_1: 256 bytes of nibbles, 16 f16 scales, 16 f16 minimums (320);
+  /// Q8_0: 512 int8 values, 16 int32 compensations 128 * sum(row's
+  /// block), 16 f16 scales, 32 bytes of padding (640, a multiple of 64).
+  static constexpr int64_t tileBytes(QuantFormat format) {
+    return format == QuantFormat::Q4_1 ? 320 : 640;
   }
 };
 
-PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix);
+/// Packs `count` matrices of one format and width stacked by rows (e.g. Q,
+/// K and V into one QKV matrix).
+PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count);
+inline PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix) {
+  return packQuantMatrices(&matrix, 1);
+}
 
-/// Activation rows quantized to int8 in the pair-interleaved order; per
-/// block (natural block index) the scale and scale * sum of its values.
-/// Both are rounded to f16 as ggml's Q8_1 (for Q4_1 weights) and Q8_0 (for
-/// Q8_0 weights) activation blocks store them, so that the products equal
-/// llama.cpp's up to the order of float additions.
+/// Activation rows quantized per block of 32, for weights of `format`.
+/// values: [rows][blocks * 32] in natural order, the int8 value's bits for
+/// Q4_1 weights, value + 128 (unsigned) for Q8_0 weights. scales: d =
+/// max|x| / 127 rounded to f16; scaledSums: d * (sum of the block's int8
+/// values), rounded to f16 for Q4_1 as ggml's Q8_1 stores it.
 struct QuantizedActivations {
+  QuantFormat format = QuantFormat::Q4_1;
   int64_t rows = 0;
   int64_t columns = 0;
-  int64_t pairs = 0;
-  std::vector<int8_t> values;    ///< [rows][pairs * 64]
-  std::vector<float> scales;     ///< [rows][pairs * 2]
-  std::vector<float> scaledSums; ///< [rows][pairs * 2]
+  int64_t blocks = 0;
+  std::vector<uint8_t> values;
+  std::vector<float> scales;
+  std::vector<float> scaledSums;
+  /// The int8 value of (row, column) whatever the format.
+  int8_t value(int64_t row, int64_t column) const {
+    uint8_t stored = values[size_t(row * blocks * 32 + column)];
+    return format == QuantFormat::Q8_0 ? int8_t(int(stored) - 128)
+                                       : int8_t(stored);
+  }
 };
 
 /// Quantizes x[m][k] (k % 32 == 0, rows `stride` floats apart) into `out`
-/// (reusing its memory) for weights of `format`.
+/// (reusing its memory) for weights of `format`, as ggml's x86
+/// quantize_row_q8_1 / q8_0 do: multiply by 127 / max, round to even.
+/// `forceScalar` takes the portable path (tests: both give the same bits).
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
-                         QuantFormat format, QuantizedActivations &out);
+                         QuantFormat format, QuantizedActivations &out,
+                         bool forceScalar = false);
+
+/// Sizes `out` for m rows of k values of `format` (contents undefined until
+/// quantizeActivationBlocks writes them).
+void prepareActivations(int64_t m, int64_t k, QuantFormat format,
+                        QuantizedActivations &out);
+
+/// Quantizes blocks [firstBlock, endBlock) of every row of x (rows `stride`
+/// floats apart) into a prepared `out`; no threads of its own, so that the
+/// callers inside a parallel region can split the blocks between them.
+void quantizeActivationBlocks(const float *x, int64_t stride,
+                              int64_t firstBlock, int64_t endBlock,
+                              QuantizedActivations &out,
+                              bool forceScalar = false);
 
 /// `value` rounded to the nearest f16 (ties to even), back in f32.
 float roundToHalf(float value);
@@ -86,6 +125,14 @@ float roundToHalf(float value);
 /// every activation row r and weight row n.
 void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                float *y, int64_t outputStride, bool forceScalar = false);
+
+/// quantGemv for the weight rows of groups [firstGroup, endGroup) (16 rows
+/// each) only, on the calling thread: for callers that split one product
+/// between the threads of their own parallel region.
+void quantGemvGroups(const PackedQuantMatrix &weights,
+                     const QuantizedActivations &x, float *y,
+                     int64_t outputStride, int64_t firstGroup,
+                     int64_t endGroup);
 
 /// Whether the VNNI path runs on this CPU.
 bool hasQuantGemvKernel();

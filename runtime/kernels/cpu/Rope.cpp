@@ -64,6 +64,13 @@ RopeTable::RopeTable(const RopeConfig &config, int64_t numPositions)
     float *row = values_.data() + position * config.rotaryDim;
     ropeAngles(config, double(position), row, row + half);
   }
+  pairMajor_.assign(size_t(config.rotaryDim * pairStride()), 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int index = 0; index < config.rotaryDim; ++index) {
+    float *out = pairMajor_.data() + int64_t(index) * pairStride();
+    for (int64_t position = 0; position < numPositions; ++position)
+      out[position] = values_[size_t(position * config.rotaryDim + index)];
+  }
 }
 
 void rotateHead(RopeOrder order, int rotaryDim, const float *cosSin, float *x,

@@ -40,7 +40,10 @@ void ropeAngles(const RopeConfig &config, double position, float *cosOut,
                 float *sinOut);
 
 /// cos/sin for positions [0, numPositions): row p holds rotaryDim/2 cos
-/// values followed by rotaryDim/2 sin values.
+/// values followed by rotaryDim/2 sin values. The same values are also kept
+/// pair-major (position fastest), so the attention kernel rotates the 16
+/// keys of a dimension-major block with one vector load of 16 consecutive
+/// positions' cos (and sin) per pair.
 class RopeTable {
 public:
   RopeTable() = default;
@@ -53,11 +56,25 @@ public:
   const float *row(int64_t position) const {
     return values_.data() + position * config_.rotaryDim;
   }
+  /// cos (sin) of pair `pair` at positions 0, 1, ...: element p is
+  /// row(p)[pair] (row(p)[half + pair]). Readable up to numPositions() +
+  /// kPairMajorPadding (zeros past the end), so a 16-lane load at any valid
+  /// position stays inside.
+  const float *cosByPosition(int pair) const {
+    return pairMajor_.data() + int64_t(pair) * pairStride();
+  }
+  const float *sinByPosition(int pair) const {
+    return pairMajor_.data() + int64_t(halfDim() + pair) * pairStride();
+  }
+  static constexpr int64_t kPairMajorPadding = 16;
 
 private:
+  int64_t pairStride() const { return numPositions_ + kPairMajorPadding; }
+
   RopeConfig config_;
   int64_t numPositions_ = 0;
   std::vector<float> values_;
+  std::vector<float> pairMajor_;
 };
 
 /// Rotates one head vector in place: `x[d * stride]` is dimension d, so the

@@ -1,9 +1,11 @@
 //===- AttentionTest.cpp - Paged attention against dense masked softmax ---===//
 //
-// Every case builds page lists over a KvStorage, runs the kernel (AVX-512
-// and scalar paths) and compares each output row with a dense reference in
-// double precision that sees only the logical tokens of its sequence,
-// causally, with GQA head sharing.
+// Every case builds page lists over a KvStorage (f32 and f16 elements), runs
+// the kernel (AVX-512 and scalar paths) and compares each output row with a
+// dense reference in double precision that sees only the logical tokens of
+// its sequence, causally, with GQA head sharing. With f16 storage the
+// reference reads the K/V the storage holds (each value rounded to half):
+// the kernel must compute exactly on what is stored.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,13 +36,17 @@ struct Case {
   int blockSize = 16;
   int64_t numBlocks = 64;
   bool ropeInKernel = false;
+  RopeOrder ropeOrder = RopeOrder::Normal;
   std::vector<TestSequence> sequences;
 };
 
 /// Fills every slot of every block with random K/V and runs the kernel and
 /// the reference on the case's sequences.
-void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
+void runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
+                 KvPrecision precision) {
+  SCOPED_TRACE(precision == KvPrecision::F16 ? "f16 storage" : "f32 storage");
   kv::KvStorageConfig config;
+  config.precision = precision;
   config.numLayers = 2;
   config.numKvHeads = testCase.numKvHeads;
   config.headDim = testCase.headDim;
@@ -68,6 +74,11 @@ void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
       for (float &x : value)
         x = normal(rng);
       storage.writeToken(layer, block, slot, key.data(), value.data());
+      if (precision == KvPrecision::F16)
+        for (int index = 0; index < kvWidth; ++index) {
+          key[size_t(index)] = halfToFloat(floatToHalf(key[size_t(index)]));
+          value[size_t(index)] = halfToFloat(floatToHalf(value[size_t(index)]));
+        }
       keyOf[size_t(block * testCase.blockSize + slot)] = key;
       valueOf[size_t(block * testCase.blockSize + slot)] = value;
     }
@@ -75,6 +86,7 @@ void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
   RopeConfig ropeConfig;
   ropeConfig.headDim = ropeConfig.rotaryDim = testCase.headDim;
   ropeConfig.theta = 10000.0f;
+  ropeConfig.order = testCase.ropeOrder;
   RopeTable ropeTable(ropeConfig, 1024);
 
   std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
@@ -175,6 +187,11 @@ void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
   }
 }
 
+void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
+  runCaseWith(testCase, forceScalar, minPagesPerSplit, KvPrecision::F32);
+  runCaseWith(testCase, forceScalar, minPagesPerSplit, KvPrecision::F16);
+}
+
 TestSequence contiguous(int firstBlock, int numTokens, int numQueries,
                         int blockSize = 16) {
   TestSequence sequence;
@@ -242,6 +259,21 @@ TEST(PagedAttention, RopeInKernelRotatesKeysAtTheirLogicalIndex) {
   testCase.sequences = {sequence, contiguous(20, 300, 1)};
   runCase(testCase, false, 2);
   runCase(testCase, true, 2);
+}
+
+TEST(PagedAttention, RopeInKernelRotatesNeoXPairs) {
+  Case testCase;
+  testCase.ropeInKernel = true;
+  testCase.ropeOrder = RopeOrder::NeoX;
+  testCase.numQueryHeads = 4;
+  testCase.numKvHeads = 2;
+  TestSequence sequence;
+  sequence.blockIds = {2, 6, 1};
+  sequence.validTokens = {16, 11, 16};
+  sequence.numQueries = 20;
+  testCase.sequences = {sequence, contiguous(10, 45, 2)};
+  runCase(testCase, false, 1);
+  runCase(testCase, true, 1);
 }
 
 TEST(PagedAttention, ScalarPathTakesOddShapes) {

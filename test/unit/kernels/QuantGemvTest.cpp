@@ -91,27 +91,20 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
       double expected = 0, exact = 0, magnitude = 0;
       for (int64_t col = 0; col < columns; ++col) {
         double weight = matrix.dequantized[size_t(row * columns + col)];
-        // Activations are stored pair-interleaved in chunks of 4.
         int64_t block = col / 32, index = col % 32;
-        int64_t position = (index / 4) * 8 + (block % 2) * 4 + index % 4;
         double activation =
-            double(quantized.values[size_t(
-                (r * quantized.pairs + block / 2) * 64 + position)]) *
-            quantized.scales[size_t(r * quantized.pairs * 2 + block)];
+            double(quantized.value(r, col)) *
+            quantized.scales[size_t(r * quantized.blocks + block)];
         expected += weight * activation;
         if (format == QuantFormat::Q4_1 && index == 0) {
           // Q4_1's minimum multiplies the block's sum as ggml stores it
           // (f16), not the exact sum of the dequantized activations.
           double exactSum = 0;
-          for (int i = 0; i < 32; ++i) {
-            int64_t p = (i / 4) * 8 + (block % 2) * 4 + i % 4;
-            exactSum +=
-                double(quantized.values[size_t(
-                    (r * quantized.pairs + block / 2) * 64 + p)]) *
-                quantized.scales[size_t(r * quantized.pairs * 2 + block)];
-          }
+          for (int i = 0; i < 32; ++i)
+            exactSum += double(quantized.value(r, block * 32 + i)) *
+                        quantized.scales[size_t(r * quantized.blocks + block)];
           double storedSum =
-              quantized.scaledSums[size_t(r * quantized.pairs * 2 + block)];
+              quantized.scaledSums[size_t(r * quantized.blocks + block)];
           expected += matrix.minimums[size_t(row * (columns / 32) + block)] *
                       (storedSum - exactSum);
         }
@@ -121,8 +114,9 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
       float got = fast[size_t(r * outputStride + row)];
       ASSERT_NEAR(got, expected, 1e-5 * magnitude + 1e-6)
           << "activation row " << r << " weight row " << row;
-      ASSERT_NEAR(scalar[size_t(r * outputStride + row)], expected,
-                  1e-5 * magnitude + 1e-6);
+      // Both paths fold the same operations in the same order.
+      ASSERT_EQ(scalar[size_t(r * outputStride + row)], got)
+          << "activation row " << r << " weight row " << row;
       // int8 activations cost under 1% of the terms' magnitude.
       ASSERT_NEAR(got, exact, 1e-2 * magnitude);
     }
@@ -144,6 +138,68 @@ TEST(QuantGemv, OddBlockCountsWork) {
   checkGemv(QuantFormat::Q8_0, 9, 32, 1);
 }
 
+/// llama.cpp's AMX/VNNI kernels fold each output's blocks in order:
+/// acc = fma(dot, dw * da, acc), then for Q4_1 acc = fma(mw, sa, acc).
+/// Computed here from the GGUF blocks themselves; the packed kernel must
+/// give the same bits (on any row count, with stacked parts).
+void checkLlamaCppFold(QuantFormat format, int64_t rows, int64_t columns,
+                       int64_t activationRows) {
+  TestMatrix top = makeMatrix(format, rows / 2, columns, 7);
+  TestMatrix bottom = makeMatrix(format, rows - rows / 2, columns, 8);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(size_t(activationRows * columns));
+  for (float &value : x)
+    value = normal(rng);
+  QuantizedActivations quantized;
+  quantizeActivations(x.data(), activationRows, columns, columns, format,
+                      quantized);
+  QuantMatrix parts[] = {top.view, bottom.view};
+  PackedQuantMatrix packed = packQuantMatrices(parts, 2);
+  ASSERT_EQ(packed.rows, rows);
+  std::vector<float> y(size_t(activationRows * rows));
+  quantGemv(packed, quantized, y.data(), rows);
+  const int64_t blocks = columns / 32, blockBytes = quantBlockBytes(format);
+  for (int64_t r = 0; r < activationRows; ++r)
+    for (int64_t row = 0; row < rows; ++row) {
+      const TestMatrix &source = row < rows / 2 ? top : bottom;
+      const int64_t sourceRow = row < rows / 2 ? row : row - rows / 2;
+      float accumulator = 0.0f;
+      for (int64_t block = 0; block < blocks; ++block) {
+        const uint8_t *data =
+            source.bytes.data() + (sourceRow * blocks + block) * blockBytes;
+        uint16_t bits;
+        std::memcpy(&bits, data, 2);
+        float scale = halfValue(bits);
+        int32_t dot = 0;
+        for (int i = 0; i < 32; ++i) {
+          int32_t weight =
+              format == QuantFormat::Q4_1
+                  ? (i < 16 ? data[4 + i] & 0xf : data[4 + i - 16] >> 4)
+                  : int8_t(data[2 + i]);
+          dot += weight * quantized.value(r, block * 32 + i);
+        }
+        const size_t index = size_t(r * blocks + block);
+        accumulator =
+            std::fma(float(dot), scale * quantized.scales[index], accumulator);
+        if (format == QuantFormat::Q4_1) {
+          std::memcpy(&bits, data + 2, 2);
+          accumulator = std::fma(halfValue(bits), quantized.scaledSums[index],
+                                 accumulator);
+        }
+      }
+      ASSERT_EQ(y[size_t(r * rows + row)], accumulator)
+          << "activation row " << r << " weight row " << row;
+    }
+}
+
+TEST(QuantGemv, FoldsBlocksInLlamaCppOrderBitForBit) {
+  checkLlamaCppFold(QuantFormat::Q4_1, 40, 576, 1);
+  checkLlamaCppFold(QuantFormat::Q4_1, 35, 1536, 6);
+  checkLlamaCppFold(QuantFormat::Q8_0, 48, 576, 1);
+  checkLlamaCppFold(QuantFormat::Q8_0, 19, 256, 5);
+}
+
 TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i)
@@ -153,11 +209,10 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   ASSERT_EQ(quantized.scales.size(), 2u);
   EXPECT_FLOAT_EQ(quantized.scales[0], roundToHalf(5.0f / 127)); // max 5
   EXPECT_FLOAT_EQ(quantized.scales[1], roundToHalf(10.75f / 127));
-  // Values interleave the pair's two blocks in chunks of 4.
   for (int half = 0; half < 2; ++half) {
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
-      int8_t value = quantized.values[size_t((i / 4) * 8 + half * 4 + i % 4)];
+      int8_t value = quantized.value(0, half * 32 + i);
       sum += value;
       EXPECT_NEAR(value * quantized.scales[size_t(half)],
                   x[size_t(half * 32 + i)],
@@ -166,6 +221,57 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
     float maximum = half == 0 ? 5.0f : 10.75f;
     EXPECT_FLOAT_EQ(quantized.scaledSums[size_t(half)],
                     roundToHalf(float(sum) * (maximum / 127)));
+  }
+}
+
+TEST(QuantGemv, VectorAndScalarQuantizationAgreeBitForBit) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t columns = 256;
+  std::vector<float> x(size_t(3 * columns));
+  for (float &value : x)
+    value = normal(rng);
+  for (int i = 0; i < 32; ++i) // a zero block
+    x[size_t(32 + i)] = 0.0f;
+  for (int i = 0; i < 32; ++i) // exact halves after scaling: ties to even
+    x[size_t(64 + i)] = float(i - 16) * 0.5f + (i == 0 ? 0.0f : 0.0f);
+  x[size_t(64 + 31)] = 127.0f; // max 127: scaled values are x * 1
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    QuantizedActivations fast, scalar;
+    quantizeActivations(x.data(), 3, columns, columns, format, fast);
+    quantizeActivations(x.data(), 3, columns, columns, format, scalar, true);
+    EXPECT_EQ(fast.values, scalar.values);
+    EXPECT_EQ(fast.scales, scalar.scales);
+    EXPECT_EQ(fast.scaledSums, scalar.scaledSums);
+    EXPECT_EQ(scalar.value(0, 64 + 1), -8); // -7.5 rounds to even
+    EXPECT_EQ(scalar.value(0, 64 + 3), -6); // -6.5 too
+  }
+}
+
+TEST(QuantGemv, GroupRangesAndBlockRangesComposeToTheWhole) {
+  // Splitting a product by groups of 16 rows, and a quantization by
+  // blocks, between callers gives the bits of the whole call.
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    TestMatrix matrix = makeMatrix(format, 100, 192, 12);
+    PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+    std::mt19937 rng(13);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(size_t(2 * 192));
+    for (float &value : x)
+      value = normal(rng);
+    QuantizedActivations whole, pieces;
+    quantizeActivations(x.data(), 2, 192, 192, format, whole);
+    prepareActivations(2, 192, format, pieces);
+    quantizeActivationBlocks(x.data(), 192, 4, 6, pieces);
+    quantizeActivationBlocks(x.data(), 192, 0, 4, pieces);
+    EXPECT_EQ(pieces.values, whole.values);
+    EXPECT_EQ(pieces.scales, whole.scales);
+    EXPECT_EQ(pieces.scaledSums, whole.scaledSums);
+    std::vector<float> expected(size_t(2 * 100)), split(expected.size());
+    quantGemv(packed, whole, expected.data(), 100);
+    quantGemvGroups(packed, pieces, split.data(), 100, 3, packed.groups);
+    quantGemvGroups(packed, pieces, split.data(), 100, 0, 3);
+    EXPECT_EQ(split, expected);
   }
 }
 

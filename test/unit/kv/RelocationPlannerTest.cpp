@@ -32,7 +32,7 @@ struct Storage {
   std::vector<double> frequencies = ropeFrequencies(10000.0, HeadDim);
   RopeRotation rotation{RopePairing::Normal, HeadDim, frequencies.data()};
   std::vector<std::vector<float>> keys, values;
-  std::vector<float *> keyPointers, valuePointers;
+  std::vector<void *> keyPointers, valuePointers;
 
   explicit Storage(uint32_t numBlocks) {
     std::mt19937 random(99);

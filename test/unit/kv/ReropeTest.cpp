@@ -4,10 +4,14 @@
 // in double; relocation must give what rotating the same vectors directly at
 // the target positions gives (again in double), to 1e-4, for both pair
 // orders, both head layouts, partial rotary dims, in-place and copying ops.
+// Half-precision storage: the relocated halves are the stored halves turned
+// exactly and rounded once (within half an f16 ulp), hence within ~1.2 f16
+// ulps of K rotated directly at the target and rounded once.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kv/Rerope.h"
+#include "runtime/kernels/cpu/Half.h"
 
 #include <gtest/gtest.h>
 
@@ -32,7 +36,7 @@ struct Fixture {
   KvBlockLayout layout;
   int numBlocks;
   std::vector<std::vector<float>> keys, values;
-  std::vector<float *> keyPointers, valuePointers;
+  std::vector<void *> keyPointers, valuePointers;
 
   Fixture(int numLayers, int numHeads, int headDim, int blockSize,
           int numBlocks, bool dimMajor, int64_t padding)
@@ -286,6 +290,183 @@ TEST(Relocation, ThreadedBatchEqualsOneOpAtATime) {
                    serial.valuePointers.data(), op);
   EXPECT_EQ(threaded.keys, serial.keys);
   EXPECT_EQ(threaded.values, serial.values);
+}
+
+} // namespace
+
+namespace {
+
+/// The spacing of IEEE halves around |x| (2^-24 below the normal range).
+double halfUlp(double x) {
+  int exponent;
+  std::frexp(std::max(std::abs(x), std::ldexp(1.0, -14)), &exponent);
+  return std::ldexp(1.0, exponent - 1 - 10);
+}
+
+class HalfRelocation : public ::testing::TestWithParam<std::tuple<Case, bool>> {
+};
+
+TEST_P(HalfRelocation, TurnsTheStoredHalvesAndRoundsOnce) {
+  const Case c = std::get<0>(GetParam());
+  const bool vector = std::get<1>(GetParam());
+  const double theta = 10000.0;
+  const int numLayers = 2, numHeads = 2, headDim = 64;
+  for (int blockSize : {16, 12}) {
+    SCOPED_TRACE("block size " + std::to_string(blockSize));
+    KvBlockLayout layout;
+    layout.numLayers = numLayers;
+    layout.numKvHeads = numHeads;
+    layout.headDim = headDim;
+    layout.blockSize = blockSize;
+    layout.tokenStride = c.dimMajor ? 1 : headDim;
+    layout.dimStride = c.dimMajor ? blockSize : 1;
+    layout.headStride = int64_t(headDim) * blockSize;
+    layout.blockStride = layout.headStride * numHeads;
+    layout.precision = spanc::cpu::KvPrecision::F16;
+    const int numBlocks = 4;
+    std::vector<std::vector<uint16_t>> keys, values;
+    std::vector<void *> keyPointers, valuePointers;
+    std::mt19937 random(77 + blockSize);
+    std::uniform_real_distribution<double> uniform(-3.0, 3.0);
+    for (int layer = 0; layer < numLayers; ++layer) {
+      keys.emplace_back(size_t(layout.blockStride) * numBlocks);
+      values.emplace_back(size_t(layout.blockStride) * numBlocks);
+      for (uint16_t &x : keys.back())
+        x = spanc::cpu::floatToHalf(float(uniform(random)));
+      for (uint16_t &x : values.back())
+        x = spanc::cpu::floatToHalf(float(uniform(random)));
+    }
+    for (int layer = 0; layer < numLayers; ++layer) {
+      keyPointers.push_back(keys[layer].data());
+      valuePointers.push_back(values[layer].data());
+    }
+    const auto before = keys;
+    const auto valuesBefore = values;
+    // Block 0 in place by +300, block 1 copied to 2 by -41, block 3 copied
+    // nowhere (untouched).
+    std::vector<RelocationOp> ops = {{0, 0, 300}, {1, 2, -41}};
+    std::vector<double> frequencies = ropeFrequencies(theta, c.rotaryDim);
+    RopeRotation rotation{c.pairing, c.rotaryDim, frequencies.data()};
+    if (vector)
+      relocateBlocks(layout, rotation, keyPointers.data(), valuePointers.data(),
+                     ops);
+    else
+      relocateBlocksScalar(layout, rotation, keyPointers.data(),
+                           valuePointers.data(), ops);
+    auto at = [&](int block, int head, int token, int dim) {
+      return size_t(block * layout.blockStride + head * layout.headStride +
+                    token * layout.tokenStride + dim * layout.dimStride);
+    };
+    const int half = c.rotaryDim / 2;
+    for (const RelocationOp &op : ops)
+      for (int layer = 0; layer < numLayers; ++layer)
+        for (int head = 0; head < numHeads; ++head)
+          for (int token = 0; token < blockSize; ++token) {
+            for (int pair = 0; pair < half; ++pair) {
+              int first = c.pairing == RopePairing::Normal ? 2 * pair : pair;
+              int second =
+                  c.pairing == RopePairing::Normal ? 2 * pair + 1 : pair + half;
+              double a = spanc::cpu::halfToFloat(
+                  before[layer][at(op.source, head, token, first)]);
+              double b = spanc::cpu::halfToFloat(
+                  before[layer][at(op.source, head, token, second)]);
+              double angle = double(op.delta) * frequencies[size_t(pair)];
+              double expected[2] = {a * std::cos(angle) - b * std::sin(angle),
+                                    a * std::sin(angle) + b * std::cos(angle)};
+              int dims[2] = {first, second};
+              for (int which = 0; which < 2; ++which) {
+                double got = spanc::cpu::halfToFloat(
+                    keys[layer][at(op.destination, head, token, dims[which])]);
+                ASSERT_LE(std::abs(got - expected[which]),
+                          0.5 * halfUlp(expected[which]) + 1e-6)
+                    << "layer " << layer << " head " << head << " token "
+                    << token << " dim " << dims[which];
+              }
+            }
+            for (int dim = c.rotaryDim; dim < headDim; ++dim)
+              ASSERT_EQ(keys[layer][at(op.destination, head, token, dim)],
+                        before[layer][at(op.source, head, token, dim)]);
+            if (op.source != op.destination) {
+              for (int dim = 0; dim < headDim; ++dim)
+                ASSERT_EQ(values[layer][at(op.destination, head, token, dim)],
+                          valuesBefore[layer][at(op.source, head, token, dim)]);
+            }
+          }
+    // The copy's source and the untouched block keep their bits.
+    for (int layer = 0; layer < numLayers; ++layer)
+      for (int64_t i = 0; i < layout.blockStride; ++i) {
+        for (int block : {1, 3}) {
+          ASSERT_EQ(keys[layer][size_t(block * layout.blockStride + i)],
+                    before[layer][size_t(block * layout.blockStride + i)]);
+        }
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLayouts, HalfRelocation,
+    ::testing::Combine(::testing::Values(Case{RopePairing::Normal, false, 64},
+                                         Case{RopePairing::NeoX, false, 64},
+                                         Case{RopePairing::Normal, true, 64},
+                                         Case{RopePairing::NeoX, true, 64},
+                                         Case{RopePairing::NeoX, true, 48}),
+                       ::testing::Bool()));
+
+TEST(HalfRelocation, IsWithinOneRoundingOfDirectRotation) {
+  // K rotated at its stored position and rounded to half, relocated, against
+  // the same raw vector rotated directly at the target and rounded once.
+  const double theta = 100000.0;
+  const int headDim = 64, blockSize = 16;
+  KvBlockLayout layout{1,
+                       1,
+                       headDim,
+                       blockSize,
+                       headDim * blockSize,
+                       headDim * blockSize,
+                       1,
+                       blockSize,
+                       spanc::cpu::KvPrecision::F16};
+  std::vector<double> frequencies = ropeFrequencies(theta, headDim);
+  RopeRotation rotation{RopePairing::Normal, headDim, frequencies.data()};
+  std::mt19937 random(3);
+  std::uniform_real_distribution<double> uniform(-4.0, 4.0);
+  std::vector<std::vector<double>> raw(blockSize);
+  std::vector<uint16_t> keys(size_t(headDim * blockSize)),
+      values(keys.size(), 0);
+  const int64_t stored = 7, target = 4000;
+  for (int token = 0; token < blockSize; ++token) {
+    raw[size_t(token)].resize(headDim);
+    for (double &x : raw[size_t(token)])
+      x = uniform(random);
+    std::vector<double> y =
+        rotateReference(raw[size_t(token)], RopePairing::Normal, headDim, theta,
+                        double(stored + token));
+    for (int dim = 0; dim < headDim; ++dim)
+      keys[size_t(dim * blockSize + token)] =
+          spanc::cpu::floatToHalf(float(y[size_t(dim)]));
+  }
+  void *keyLayer = keys.data(), *valueLayer = values.data();
+  RelocationOp op{0, 0, target - stored};
+  relocateBlocks(layout, rotation, &keyLayer, &valueLayer, op);
+  double worstUlps = 0;
+  for (int token = 0; token < blockSize; ++token) {
+    std::vector<double> direct =
+        rotateReference(raw[size_t(token)], RopePairing::Normal, headDim, theta,
+                        double(target + token));
+    for (int pair = 0; pair < headDim / 2; ++pair) {
+      double norm =
+          std::hypot(direct[size_t(2 * pair)], direct[size_t(2 * pair + 1)]);
+      for (int dim : {2 * pair, 2 * pair + 1}) {
+        double got =
+            spanc::cpu::halfToFloat(keys[size_t(dim * blockSize + token)]);
+        worstUlps = std::max(worstUlps, std::abs(got - direct[size_t(dim)]) /
+                                            halfUlp(norm));
+      }
+    }
+  }
+  // Stored rounding (<= 1/2 ulp per component, turned) + the new rounding.
+  EXPECT_LE(worstUlps, 1.25);
+  EXPECT_GT(worstUlps, 0.0) << "f16 storage rounds: an exact match is a bug";
 }
 
 } // namespace

@@ -1,13 +1,18 @@
-//===- ExecutorTest.cpp - End-to-end span queries on SmolLM2 --------------===//
+//===- ExecutorTest.cpp - End-to-end span queries through the executor ----===//
 //
-// The runtime's correctness properties, checked on the real model with
-// greedy decoding: a warm cache answers like a cold one; spans hit in any
-// order and position (AB then BA) with the answer of a cold run, under both
-// relocation strategies; stock prefix caching agrees with no caching; two
-// calls that use one cached span at different offsets in the same step
-// each get their solo answer; a cache far too small for the workload
-// changes no answer; a bulk answers like its queries one by one. The model
-// runs with f32 GEMMs (`spanc run --batch-invariant`), whose results do not
+// The runtime's correctness properties (issue #5, item 6), checked through
+// sched::Executor with greedy decoding on SmolLM2 (skipped when absent) and
+// on two tiny random-weight models the build generates
+// (//test/data/synthetic: llama with normal RoPE pairs, qwen2 with NeoX
+// pairs and Q/K/V biases; GQA 4/2 heads of dim 64), each with f32 and with
+// f16 (the default) K/V storage: (a) a span-cache hit gives the miss's
+// first-token logits and greedy answer under both relocations; (b) K that
+// ReRoPE relocated equals K the miss computed at those positions; (c) AB
+// then BA reuses every span block; (d) one cached span at two offsets in one
+// step gives each call its solo answer; (e) a cache 4x too small changes no
+// answer; (f) stock prefix caching agrees with no caching; and a warm cache
+// or a bulk answers like a cold run or its queries one by one. Models run
+// with f32 GEMMs (`spanc run --batch-invariant`), whose results do not
 // depend on how many rows share a step.
 //
 //===----------------------------------------------------------------------===//
@@ -27,8 +32,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 namespace spanc {
 namespace {
@@ -49,41 +56,88 @@ raises the cache hit rate. Continuous batching lets all ready calls share
 one forward pass per step."""
 )";
 
-class ExecutorTest : public ::testing::Test {
+/// A model the tests run on.
+struct ModelCase {
+  const char *name;
+  /// Path relative to SPANC_ROOT (installed models) or to the test's
+  /// working directory, the runfiles root (generated ones).
+  const char *path;
+  bool installed;
+  /// Store K/V as f16 (the default) or exactly in f32.
+  bool halfPrecisionKv;
+};
+
+/// A loaded model with its tokenizer and chat template.
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::ChatTemplate> chatTemplate;
+};
+
+class ExecutorTest : public ::testing::TestWithParam<ModelCase> {
 protected:
-  static void SetUpTestSuite() {
+  /// Loads each model once for the whole suite (SmolLM2 packs 135M
+  /// weights); nullptr when an installed model is absent.
+  static LoadedModel *load(const ModelCase &modelCase) {
+    static std::map<std::string, std::unique_ptr<LoadedModel>> loaded;
+    auto found = loaded.find(modelCase.name);
+    if (found != loaded.end())
+      return found->second.get();
+    std::unique_ptr<LoadedModel> &slot = loaded[modelCase.name];
     const char *root = std::getenv("SPANC_ROOT");
-    std::string path = std::string(root ? root : ".") +
-                       "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!llvm::sys::fs::exists(path))
-      return;
+    std::string path = modelCase.installed ? std::string(root ? root : ".") +
+                                                 "/" + modelCase.path
+                                           : std::string(modelCase.path);
+    if (!llvm::sys::fs::exists(path)) {
+      EXPECT_TRUE(modelCase.installed) << "generated model missing at " << path;
+      return nullptr;
+    }
     // f32 GEMMs: oneDNN's bf16 kernels round differently with the number
     // of rows in a step, which would make a call's answer depend on what
     // shares its step; the properties below are exact only without that.
-    // And K/V kept in f32 (not rounded to f16 as llama.cpp stores them), so
-    // ReRoPE's rotation of a stored K is not rounded twice.
     model::ModelOptions modelOptions;
     modelOptions.forceF32 = true;
-    modelOptions.halfPrecisionKv = false;
-    auto loaded = model::Model::load(path, modelOptions);
-    ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
-    model = std::move(*loaded);
-    auto tokens = model::Tokenizer::fromGguf(model->file());
-    ASSERT_TRUE(bool(tokens)) << llvm::toString(tokens.takeError());
-    tokenizer = std::move(*tokens);
-    auto chat = model::ChatTemplate::fromGguf(model->file(), *tokenizer);
-    ASSERT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
-    chatTemplate = std::make_unique<model::ChatTemplate>(std::move(*chat));
-  }
-  static void TearDownTestSuite() {
-    chatTemplate.reset();
-    tokenizer.reset();
-    model.reset();
-  }
-  void SetUp() override {
+    modelOptions.halfPrecisionKv = modelCase.halfPrecisionKv;
+    auto result = std::make_unique<LoadedModel>();
+    auto model = model::Model::load(path, modelOptions);
+    EXPECT_TRUE(bool(model)) << llvm::toString(model.takeError());
     if (!model)
-      GTEST_SKIP() << "SmolLM2 is not installed: run tools/setup.sh";
+      return nullptr;
+    result->model = std::move(*model);
+    auto tokens = model::Tokenizer::fromGguf(result->model->file());
+    EXPECT_TRUE(bool(tokens)) << llvm::toString(tokens.takeError());
+    if (!tokens)
+      return nullptr;
+    result->tokenizer = std::move(*tokens);
+    auto chat = model::ChatTemplate::fromGguf(result->model->file(),
+                                              *result->tokenizer);
+    EXPECT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
+    if (!chat)
+      return nullptr;
+    result->chatTemplate =
+        std::make_unique<model::ChatTemplate>(std::move(*chat));
+    slot = std::move(result);
+    return slot.get();
   }
+
+  void SetUp() override {
+    LoadedModel *loaded = load(GetParam());
+    if (!loaded)
+      GTEST_SKIP() << GetParam().path
+                   << " is not installed: run tools/setup.sh";
+    model = loaded->model.get();
+    tokenizer = loaded->tokenizer.get();
+    chatTemplate = loaded->chatTemplate.get();
+  }
+
+  /// (a): hit = miss first-token logits and greedy answers, both
+  /// relocations.
+  void checkHitLogitsEqualMiss();
+
+  /// Whether K/V are exact (f32 storage): the issue's 1e-3 logits bound and
+  /// 1e-4 relocated-K bound hold there; f16 storage rounds every K, and
+  /// ReRoPE turns the rounded K and rounds again.
+  bool exactKv() const { return !GetParam().halfPrecisionKv; }
 
   /// Compiles `queries` (after the shared documents) through the default
   /// pipeline and lowers it.
@@ -127,6 +181,20 @@ protected:
     return std::move(*executor);
   }
 
+  /// The tokens of every span segment of `call`, one vector per segment.
+  static std::vector<std::vector<kv::TokenId>>
+  spanSegments(const codegen::Call &call) {
+    std::vector<std::vector<kv::TokenId>> spans;
+    for (const codegen::PlanSegment &segment : call.segments)
+      if (segment.kind == kv::SegmentKind::Span) {
+        spans.emplace_back();
+        for (const codegen::Piece &piece : segment.pieces)
+          spans.back().insert(spans.back().end(), piece.tokens.begin(),
+                              piece.tokens.end());
+      }
+    return spans;
+  }
+
   /// Answers by query name (every result call's tokens, in order).
   using Answers = std::map<std::string, std::vector<kv::TokenId>>;
   static Answers answers(const codegen::Plan &plan,
@@ -150,14 +218,10 @@ protected:
     return total;
   }
 
-  static std::unique_ptr<model::Model> model;
-  static std::unique_ptr<model::Tokenizer> tokenizer;
-  static std::unique_ptr<model::ChatTemplate> chatTemplate;
+  model::Model *model = nullptr;
+  model::Tokenizer *tokenizer = nullptr;
+  model::ChatTemplate *chatTemplate = nullptr;
 };
-
-std::unique_ptr<model::Model> ExecutorTest::model;
-std::unique_ptr<model::Tokenizer> ExecutorTest::tokenizer;
-std::unique_ptr<model::ChatTemplate> ExecutorTest::chatTemplate;
 
 std::string query(const std::string &name, const std::string &system,
                   const std::string &spans, const std::string &question) {
@@ -173,7 +237,7 @@ const std::string kBA =
     query("q", "Answer in one sentence.", "fragment rope fragment pool",
           "What happens when the pool is full?");
 
-TEST_F(ExecutorTest, WarmCacheGivesTheColdAnswer) {
+TEST_P(ExecutorTest, WarmCacheGivesTheColdAnswer) {
   codegen::Plan plan = compile(kAB);
   auto executor = makeExecutor();
   auto cold = executor->run(plan);
@@ -184,7 +248,7 @@ TEST_F(ExecutorTest, WarmCacheGivesTheColdAnswer) {
   EXPECT_EQ(warm[0].stats.generatedTokens, 8u);
 }
 
-TEST_F(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
+TEST_P(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
   codegen::Plan ab = compile(kAB), ba = compile(kBA);
   auto coldExecutor = makeExecutor();
   Answers cold = answers(ba, coldExecutor->run(ba));
@@ -211,12 +275,30 @@ TEST_F(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
   }
 }
 
-TEST_F(ExecutorTest, ASpanHitGivesTheLogitsOfTheMissUnderBothRelocations) {
+TEST_P(ExecutorTest, ASpanHitGivesTheLogitsOfTheMissUnderBothRelocations) {
+  checkHitLogitsEqualMiss();
+}
+
+/// SmolLM2 with the default f16 K/V: the hit = miss check only (a second
+/// SmolLM2 load; the other properties do not depend on the precision).
+class DefaultKvExecutorTest : public ExecutorTest {};
+
+TEST_P(DefaultKvExecutorTest,
+       ASpanHitGivesTheLogitsOfTheMissUnderBothRelocations) {
+  checkHitLogitsEqualMiss();
+}
+
+void ExecutorTest::checkHitLogitsEqualMiss() {
   // BA cold (every block computed) against BA after AB (both documents
-  // reused at other offsets): the first token's logits agree to 1e-3.
+  // reused at other offsets): the first token's logits agree to 1e-3 with
+  // f32 K/V (1e-2 with f16, below) and the greedy answers are identical.
+  // rope-in-kernel reuses unrotated K bit for bit at any precision; ReRoPE
+  // turns the stored K (f16: the rounded K, rounded again, see Rerope.h).
   codegen::Plan ab = compile(kAB), ba = compile(kBA);
   for (kv::RelocationMode mode :
        {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+    const char *name =
+        mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
     auto cold = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
     auto miss = cold->run(ba);
     auto warm = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
@@ -230,15 +312,129 @@ TEST_F(ExecutorTest, ASpanHitGivesTheLogitsOfTheMissUnderBothRelocations) {
       maxDifference = std::max(
           maxDifference,
           double(std::fabs(hit[0].firstLogits[i] - miss[0].firstLogits[i])));
-    EXPECT_LE(maxDifference, 1e-3)
-        << (mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel");
+    std::printf("[ %s ] %s: hit vs miss logits max |diff| %.3g\n",
+                GetParam().name, name, maxDifference);
     if (mode == kv::RelocationMode::RopeInKernel) {
       EXPECT_EQ(maxDifference, 0.0) << "unrotated K is reused bit for bit";
+    } else if (exactKv()) {
+      EXPECT_LE(maxDifference, 1e-3) << name;
+    } else {
+      // f16 K/V: under ReRoPE a span is computed at the offset it first
+      // appears at, so every later layer attended to layer-0 K rounded to
+      // f16 at other positions than the miss's. Measured on SmolLM2: 6.5e-3,
+      // the same as before K/V were stored as f16 (f32 storage of
+      // f16-rounded values, relocation not re-rounded: 6.5e-3); the tiny
+      // models 2e-4..6e-4. The greedy answer must not change.
+      EXPECT_LE(maxDifference, 1e-2) << name;
     }
+    auto argmax = [](const std::vector<float> &logits) {
+      return std::max_element(logits.begin(), logits.end()) - logits.begin();
+    };
+    EXPECT_EQ(argmax(hit[0].firstLogits), argmax(miss[0].firstLogits)) << name;
+    EXPECT_EQ(hit[0].tokens, miss[0].tokens) << name;
   }
 }
 
-TEST_F(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
+/// The spacing of IEEE halves around |x|.
+double halfUlp(double x) {
+  int exponent;
+  std::frexp(std::max(std::abs(x), std::ldexp(1.0, -14)), &exponent);
+  return std::ldexp(1.0, exponent - 1 - 10);
+}
+
+TEST_P(ExecutorTest, ReropeRelocatedKeysEqualKeysComputedAtTheTargetPositions) {
+  // AB then BA under ReRoPE turns both documents' cached K to BA's
+  // positions; a cold BA computes them there. Block by block (found by
+  // hash in both pools), K and V agree to 1e-4 with f32 storage in every
+  // layer. With f16 storage, layer 0 (a function of tokens and positions
+  // only) has relocated K within 1.25 f16 ulps of each rotating pair's
+  // magnitude (the stored rounding turned, plus the new rounding) and cold
+  // K within 0.5, so 1.75 ulps apart at most, and identical V. Under ReRoPE
+  // a span is computed at the offset it first appears at, so later layers
+  // attended to layer-0 K rounded at other positions: with f16 their K/V
+  // differ by ~1e-3 of the head's scale (bounded here at 1e-2).
+  codegen::Plan ab = compile(kAB), ba = compile(kBA);
+  auto warm = makeExecutor(kv::CacheMode::Span, kv::RelocationMode::Rerope);
+  warm->run(ab);
+  auto hit = warm->run(ba);
+  ASSERT_GT(hit[0].stats.relocatedTokens, 0u);
+  auto cold = makeExecutor(kv::CacheMode::Span, kv::RelocationMode::Rerope);
+  cold->run(ba);
+  const kv::KvStorage &hitKv = warm->kvStorage(), &missKv = cold->kvStorage();
+  const kv::KvStorageConfig &shape = hitKv.config();
+  const cpu::RopeConfig &rope = model->ropeConfig();
+  const int half = rope.rotaryDim / 2;
+  auto partner = [&](int dim) {
+    if (dim >= rope.rotaryDim)
+      return -1;
+    if (rope.order == cpu::RopeOrder::Normal)
+      return dim ^ 1;
+    return dim < half ? dim + half : dim - half;
+  };
+  const kv::BlockHasher &hasher = warm->hasher();
+  size_t blocksCompared = 0;
+  double worst = 0; // in units of the allowed error
+  for (const std::vector<kv::TokenId> &span : spanSegments(ba.calls[0])) {
+    llvm::SmallVector<kv::BlockHash, 16> hashes;
+    hasher.hashChain(hasher.root(), span, warm->options().blockSize, hashes);
+    for (const kv::BlockHash &hash : hashes) {
+      std::optional<kv::BlockId> hitBlock = warm->pool().lookup(hash);
+      std::optional<kv::BlockId> missBlock = cold->pool().lookup(hash);
+      ASSERT_TRUE(hitBlock && missBlock) << "span block " << hash.str();
+      ASSERT_EQ(warm->pool().storedPosition(*hitBlock),
+                cold->pool().storedPosition(*missBlock));
+      const int valid = int(cold->pool().numTokens(*missBlock));
+      ASSERT_EQ(int(warm->pool().numTokens(*hitBlock)), valid);
+      for (int layer = 0; layer < shape.numLayers; ++layer)
+        for (int head = 0; head < shape.numKvHeads; ++head)
+          for (int slot = 0; slot < valid; ++slot) {
+            // The head's scale at this slot (for later f16 layers).
+            double keyScale = 0, valueScale = 0;
+            for (int dim = 0; dim < shape.headDim; ++dim) {
+              keyScale =
+                  std::max(keyScale, double(std::abs(missKv.key(
+                                         layer, *missBlock, head, slot, dim))));
+              valueScale = std::max(
+                  valueScale, double(std::abs(missKv.value(layer, *missBlock,
+                                                           head, slot, dim))));
+            }
+            for (int dim = 0; dim < shape.headDim; ++dim) {
+              double got = hitKv.key(layer, *hitBlock, head, slot, dim);
+              double expected = missKv.key(layer, *missBlock, head, slot, dim);
+              int other = partner(dim);
+              double magnitude =
+                  other < 0 ? std::abs(expected)
+                            : std::hypot(expected,
+                                         double(missKv.key(layer, *missBlock,
+                                                           head, slot, other)));
+              double gotValue = hitKv.value(layer, *hitBlock, head, slot, dim);
+              double value = missKv.value(layer, *missBlock, head, slot, dim);
+              double keyAllowed, valueAllowed;
+              if (exactKv()) {
+                keyAllowed = valueAllowed = 1e-4;
+              } else if (layer == 0) {
+                // Layer 0's K/V depend on the tokens and positions only.
+                keyAllowed = 1.75 * halfUlp(magnitude) + 1e-6;
+                valueAllowed = 1e-9; // bit for bit
+              } else {
+                // Later layers attended to f16 K rounded at other
+                // positions: close, not within an ulp of each element.
+                keyAllowed = 1e-2 * keyScale + 1e-6;
+                valueAllowed = 1e-2 * valueScale + 1e-6;
+              }
+              worst = std::max(worst, std::abs(got - expected) / keyAllowed);
+              worst =
+                  std::max(worst, std::abs(gotValue - value) / valueAllowed);
+            }
+          }
+      ++blocksCompared;
+    }
+  }
+  EXPECT_GT(blocksCompared, 4u);
+  EXPECT_LE(worst, 1.0);
+}
+
+TEST_P(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
   codegen::Plan ab = compile(kAB), ba = compile(kBA);
   auto prefix = makeExecutor(kv::CacheMode::Prefix);
   auto off = makeExecutor(kv::CacheMode::Off);
@@ -255,7 +451,7 @@ TEST_F(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
   EXPECT_LT(reused(prefixBA), 32u);
 }
 
-TEST_F(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {
+TEST_P(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {
   // Warm `pool` at one offset, then two queries that want it at two other
   // offsets, admitted into the same step.
   codegen::Plan warmUp = compile(query("w", "Hi.", "fragment pool", "Hi?"));
@@ -281,7 +477,7 @@ TEST_F(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {
   EXPECT_EQ(result["far"], soloFar["far"]);
 }
 
-TEST_F(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
+TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
   std::string bulk =
       query("a", "Be brief.", "fragment pool fragment rope", "Summarize.") +
       query("b", "Be brief.", "fragment rope fragment bulk", "Summarize.") +
@@ -319,7 +515,7 @@ TEST_F(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
   EXPECT_EQ(answers(plan, again), answers(plan, reference));
 }
 
-TEST_F(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {
+TEST_P(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {
   std::string a =
       query("a", "Be brief.", "fragment pool fragment rope", "What is ReRoPE?");
   std::string b =
@@ -331,6 +527,41 @@ TEST_F(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {
   EXPECT_EQ(together["b"],
             answers(compile(b), makeExecutor()->run(compile(b)))["b"]);
 }
+
+} // namespace
+} // namespace spanc
+
+namespace spanc {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ExecutorTest,
+    ::testing::Values(ModelCase{"SmolLM2_f32",
+                                "models/SmolLM2-135M-Instruct.Q4_1.gguf", true,
+                                false},
+                      ModelCase{"TinyLlama_f32",
+                                "test/data/synthetic/tiny-llama-synthetic.gguf",
+                                false, false},
+                      ModelCase{"TinyLlama_f16",
+                                "test/data/synthetic/tiny-llama-synthetic.gguf",
+                                false, true},
+                      ModelCase{"TinyQwen2_f32",
+                                "test/data/synthetic/tiny-qwen2-synthetic.gguf",
+                                false, false},
+                      ModelCase{"TinyQwen2_f16",
+                                "test/data/synthetic/tiny-qwen2-synthetic.gguf",
+                                false, true}),
+    [](const ::testing::TestParamInfo<ModelCase> &info) {
+      return std::string(info.param.name);
+    });
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, DefaultKvExecutorTest,
+    ::testing::Values(ModelCase{
+        "SmolLM2_f16", "models/SmolLM2-135M-Instruct.Q4_1.gguf", true, true}),
+    [](const ::testing::TestParamInfo<ModelCase> &info) {
+      return std::string(info.param.name);
+    });
 
 } // namespace
 } // namespace spanc

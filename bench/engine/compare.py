@@ -93,6 +93,82 @@ def measure(args, threads, rounds):
 
 def table(args, stats):
     lines = [
+        "| test | engine | median tok/s | stdev | min | max | samples | ratio spanc/llama.cpp |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for test, size in (("pp", args.pp), ("tg", args.tg)):
+        peer = stats[("llama.cpp", test)]
+        ours = stats[("spanc", test)]
+        for engine in ("llama.cpp", "spanc"):
+            s = stats[(engine, test)]
+            ratio = (f"{ours['median'] / peer['median']:.2f}x"
+                     if engine == "spanc" and peer and ours else "")
+            lines.append(
+                f"| {test}{size} | {engine} | {s['median']:.1f} | "
+                f"{s['stdev']:.1f} | {s['min']:.1f} | {s['max']:.1f} | "
+                f"{s['n']} | {ratio} |")
+    return lines
+
+
+def profile(args, threads):
+    out = subprocess.run(
+        [args.spanc, "bench", "engine", "-m", args.model, "-t", str(threads),
+         "--prompt-tokens", str(args.pp), "--gen-tokens", str(args.tg), "-r",
+         "2", "--profile"], capture_output=True, text=True, check=True)
+    text = out.stdout + out.stderr
+    return [line for line in text.splitlines()
+            if line.startswith(("prefill profile", "decode profile", "  "))]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
+        parser.add_argument("--" + name, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pp", type=int, default=512)
+    parser.add_argument("--tg", type=int, default=128)
+    parser.add_argument("--single-thread-rounds", type=int, default=0)
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    samples, stats, rss, llama_info, spanc_info = measure(
+        args, args.threads, args.rounds)
+    single = None
+    if args.single_thread_rounds > 0:
+        single = measure(args, 1, args.single_thread_rounds)
+    profiles = [(threads, profile(args, threads))
+                for threads in sorted({args.threads, 1} if single else
+                                      {args.threads}, reverse=True)]
+    load_after = os.getloadavg()
+
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), platform.processor())
+    fix_note = ""
+    source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
+                              "ggml-cpu", "amx", "mmq.cpp")
+    for path in (source_mmq,):
+        if os.path.exists(path) and "spanc: AMX tile config barrier" in open(
+                path, errors="replace").read():
+            fix_note = ("llama.cpp was built with the AMX tile-config compiler "
+                        "barrier (upstream PR #26954; see shared/PEERS.md) so "
+                        "its AMX path runs instead of crashing.")
+    lines = [
+        "# CPU engine: spanc vs llama.cpp",
+        "",
+        f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
+        "`bench/engine/run.sh` on one machine, in one run, the two engines "
+        f"alternating over {args.rounds} rounds of {args.reps} repetitions "
+        f"each (after each tool's own warm-up): {cpu}, {os.cpu_count()} "
+        f"cores, {args.threads} threads each.",
+        f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
+        f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
+        f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
+        f"for prefill via oneDNN, VNNI Q4_1/Q8_0 GEMV for decode; CPU "
+        f"features: {spanc_info.get('cpu')}).",
+        "",
     ]
     lines += table(args, stats)
     lines += [

@@ -32,6 +32,9 @@ public:
 
   void run(int64_t numItems, int64_t chunk, ItemRangeFunction body,
            void *context, int maxThreads) {
+    // One batch at a time: concurrent callers (several executors in one
+    // process) take turns; the pool's state describes a single batch.
+    std::lock_guard<std::mutex> turn(batchMutex);
     const int helpers = std::max(0, maxThreads - 1);
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -103,6 +106,7 @@ private:
     }
   }
 
+  std::mutex batchMutex;
   std::mutex mutex;
   std::condition_variable wake;
   std::vector<std::thread> threads;

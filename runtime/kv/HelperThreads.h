@@ -29,8 +29,8 @@ using ItemRangeFunction = void (*)(void *context, int64_t begin, int64_t end);
 /// Runs `body` over [0, numItems) in chunks of `chunk` items, on the calling
 /// thread and up to `maxThreads - 1` helpers (maxThreads <= 0: the OpenMP
 /// thread limit). Every item is processed exactly once; returns when all
-/// are done. Not reentrant: one batch at a time per process (relocation is
-/// applied by the scheduler thread).
+/// are done. Batches run one at a time per process: concurrent callers wait
+/// for their turn (`body` must not call runSharedItems itself).
 void runSharedItems(int64_t numItems, int64_t chunk, ItemRangeFunction body,
                     void *context, int maxThreads = 0);
 

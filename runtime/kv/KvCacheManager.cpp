@@ -52,6 +52,8 @@ struct KvCacheManager::RequestState {
   uint32_t numPromptBlocks = 0;
   bool pending = true;    ///< admitted, planStep not yet run
   bool committed = false; ///< prefill K/V computed
+  /// Hashes of the prompt blocks it computes, in inFlight_ until committed.
+  llvm::SmallVector<BlockHash, 16> inFlight;
 };
 
 KvCacheManager::KvCacheManager(BlockPool &pool, BlockHasher hasher,
@@ -273,6 +275,10 @@ AdmitResult KvCacheManager::admit(RequestId id,
     block.block = (*fresh)[nextFresh++];
     pool_.setNumTokens(block.block, block.numTokens);
     pool_.setStoredPosition(block.block, block.position);
+    if (cacheMode_ != CacheMode::Off) {
+      request->inFlight.push_back(block.hash);
+      ++inFlight_[block.hash];
+    }
   }
 
   // Compute runs: maximal stretches of misses inside one segment.
@@ -383,6 +389,34 @@ void KvCacheManager::commitPrefill(RequestId id) {
     return;
   request.committed = true;
   cacheBlocks(request, 0, request.numPromptBlocks);
+  forgetInFlight(request);
+}
+
+void KvCacheManager::forgetInFlight(RequestState &request) {
+  for (const BlockHash &hash : request.inFlight) {
+    auto found = inFlight_.find(hash);
+    if (--found->second == 0)
+      inFlight_.erase(found);
+  }
+  request.inFlight.clear();
+}
+
+bool KvCacheManager::needsBlocksInFlight(
+    llvm::ArrayRef<Segment> segments) const {
+  if (inFlight_.empty() || cacheMode_ == CacheMode::Off)
+    return false;
+  auto layout = layoutRequest(segments, cacheMode_, pool_.blockSize(), hasher_);
+  if (!layout) {
+    llvm::consumeError(layout.takeError()); // admit() reports it
+    return false;
+  }
+  // The last prompt block is computed anyway (see admit()).
+  for (size_t index = 0; index + 1 < layout->blocks.size(); ++index) {
+    const BlockHash &hash = layout->blocks[index].hash;
+    if (inFlight_.count(hash) && !pool_.lookup(hash))
+      return true;
+  }
+  return false;
 }
 
 namespace {
@@ -484,6 +518,7 @@ void KvCacheManager::release(RequestId id) {
       pool_.cacheBlock(block.block, block.hash);
     }
   }
+  forgetInFlight(request);
   dropReferences(request);
   if (request.pending)
     pending_.erase(llvm::find(pending_, id));

@@ -181,6 +181,12 @@ public:
   /// nothing changed. `id` must not be in use.
   AdmitResult admit(RequestId id, llvm::ArrayRef<Segment> segments);
 
+  /// Whether `segments` would miss a block that an admitted request is
+  /// computing right now (admitted, prefill not yet committed). Admitting
+  /// it now would compute that block a second time; admitted after the
+  /// other's commitPrefill it hits. Cheap when nothing is in flight.
+  bool needsBlocksInFlight(llvm::ArrayRef<Segment> segments) const;
+
   /// The plan of an admitted request (valid until release).
   const RequestPlan &plan(RequestId id) const;
   bool contains(RequestId id) const;
@@ -214,6 +220,7 @@ private:
   const RequestState &state(RequestId id) const;
   void cacheBlocks(RequestState &request, uint32_t begin, uint32_t end);
   void dropReferences(RequestState &request);
+  void forgetInFlight(RequestState &request);
 
   BlockPool &pool_;
   BlockHasher hasher_;
@@ -222,6 +229,8 @@ private:
   llvm::DenseMap<RequestId, std::unique_ptr<RequestState>> requests_;
   /// Requests admitted since the last planStep, in admission order.
   llvm::SmallVector<RequestId, 8> pending_;
+  /// Hashes of blocks being computed by admitted requests, with counts.
+  llvm::DenseMap<BlockHash, uint32_t> inFlight_;
 };
 
 } // namespace spanc::kv

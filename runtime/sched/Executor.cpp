@@ -5,6 +5,8 @@
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Sampler.h"
 
+#include "llvm/ADT/ScopeExit.h"
+
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -156,6 +158,12 @@ std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
 
 bool Executor::admitReady(RunState &state) {
   bool admittedAny = false;
+  // Calls held back for blocks in flight go back to the front, in order,
+  // however this returns.
+  std::deque<codegen::CallId> heldBack;
+  auto restoreHeldBack = llvm::make_scope_exit([&] {
+    state.ready.insert(state.ready.begin(), heldBack.begin(), heldBack.end());
+  });
   while (!state.ready.empty()) {
     codegen::CallId callId = state.ready.front();
     const codegen::Call &call = state.plan->calls[callId];
@@ -188,6 +196,14 @@ bool Executor::admitReady(RunState &state) {
       params.topP = float(call.options.topP);
       params.seed = call.options.seed;
       active->sampler = std::make_unique<model::Sampler>(params);
+    }
+
+    if (executorOptions.shareInFlightBlocks &&
+        cacheManager->needsBlocksInFlight(active->segments)) {
+      state.preempted[callId] = std::move(active);
+      state.ready.pop_front();
+      heldBack.push_back(callId);
+      continue;
     }
 
     // Admission control: besides its prompt (which admit() checks), a call

@@ -49,6 +49,12 @@ struct ExecutorOptions {
   int64_t stepTokenBudget = 512;
   /// Keep each call's first-token logits in its outcome.
   bool keepFirstLogits = false;
+  /// Hold a ready call back while a block it would miss is being computed
+  /// by a running call (in-flight sharing): admitted a step or two later,
+  /// it hits that block instead of computing it again. Other ready calls
+  /// are admitted past it. Off: concurrent calls that share a cold span
+  /// each compute it.
+  bool shareInFlightBlocks = true;
 };
 
 /// Per-call figures for --stats.

@@ -12,6 +12,7 @@
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "passes/PassManager.h"
+#include "runtime/kernels/cpu/Half.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
@@ -400,9 +401,11 @@ int runRun(const std::vector<std::string> &args) {
   if (!plan)
     return 1;
 
-  const model::ModelConfig &config = (*model)->config();
-  int64_t bytesPerToken =
-      int64_t(2) * config.numLayers * config.numKvHeads * config.headDim * 4;
+  // K and V of every layer, at the storage precision (f16 by default).
+  const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
+  int64_t bytesPerToken = int64_t(2) * storageConfig.numLayers *
+                          storageConfig.numKvHeads * storageConfig.headDim *
+                          cpu::kvElementBytes(storageConfig.precision);
   if (!parseCacheSize(values["kv-cache"].as<std::string>(), bytesPerToken,
                       executorOptions.cacheTokens))
     return reportError("run", "--kv-cache takes a token count (65536) or a "

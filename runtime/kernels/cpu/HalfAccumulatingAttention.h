@@ -24,8 +24,15 @@
 // roundings per layer are enough to flip near-tied greedy picks. This one
 // is for reference runs: one (token, head) row per task, no tiling.
 //
-// It reads the same PagedKvView (keys stored rotated; rope-in-kernel
-// storage is not supported) and the same batch description.
+// It reads the same PagedKvView (f32 or f16 elements; keys stored rotated,
+// rope-in-kernel storage is not supported) and the same batch description.
+//
+// Scope of the match: llama.cpp takes this one-row path for batches of
+// fewer than 64 query rows and caches of fewer than 512 cells; longer
+// prompt batches go through its tiled kernel (f32 accumulation) and long
+// single-token contexts through a split-KV path, which this kernel does not
+// imitate. The greedy reference (prompts of 8-26 tokens, 32 decode steps)
+// lies entirely inside that scope.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_HALFACCUMULATINGATTENTION_H

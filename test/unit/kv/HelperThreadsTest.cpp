@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -76,6 +77,27 @@ TEST(HelperThreads, ReturnsOnlyWhenEveryItemIsDone) {
   runSharedItems(64, 4, slow, &counts, 2);
   for (int64_t item = 0; item < 64; ++item)
     ASSERT_EQ(counts.hits[size_t(item)].load(), 1) << item;
+}
+
+TEST(HelperThreads, ConcurrentCallersTakeTurns) {
+  // Two executors relocating at once (e.g. two server sessions): each
+  // caller's batch still runs every one of its own items exactly once.
+  std::vector<std::unique_ptr<Counts>> counts;
+  for (int caller = 0; caller < 3; ++caller)
+    counts.push_back(std::make_unique<Counts>(5000 + caller));
+  std::vector<std::thread> callers;
+  for (int caller = 0; caller < 3; ++caller)
+    callers.emplace_back([&, caller] {
+      for (int batch = 0; batch < 50; ++batch)
+        runSharedItems(5000 + caller, 8, count, counts[size_t(caller)].get(),
+                       2);
+    });
+  for (std::thread &thread : callers)
+    thread.join();
+  for (int caller = 0; caller < 3; ++caller)
+    for (int64_t item = 0; item < 5000 + caller; ++item)
+      ASSERT_EQ(counts[size_t(caller)]->hits[size_t(item)].load(), 50)
+          << "caller " << caller << " item " << item;
 }
 
 } // namespace

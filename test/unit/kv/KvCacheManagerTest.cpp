@@ -643,3 +643,50 @@ TEST(LayoutRequest, PrintsSegmentsBlocksAndPages) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(KvCacheManager, BlocksInFlightAreSeenUntilCommitted) {
+  Fixture fixture(64, CacheMode::Span);
+  KvCacheManager &manager = fixture.manager;
+  std::vector<TokenId> document = tokens(40, 1000);
+  std::vector<Segment> first = {prefix(tokens(16, 1)), span(document),
+                                tail({5})};
+  // The same span at another offset, and a request sharing nothing.
+  std::vector<Segment> shifted = {prefix(tokens(48, 100)), span(document),
+                                  tail({6})};
+  std::vector<Segment> unrelated = {prefix(tokens(20, 500)),
+                                    span(tokens(40, 3000)), tail({7})};
+  EXPECT_FALSE(manager.needsBlocksInFlight(shifted));
+  ASSERT_EQ(manager.admit(1, first).status, AdmitStatus::Admitted);
+  EXPECT_TRUE(manager.needsBlocksInFlight(shifted));
+  EXPECT_FALSE(manager.needsBlocksInFlight(unrelated));
+  auto step = manager.planStep();
+  ASSERT_TRUE(bool(step)) << llvm::toString(step.takeError());
+  manager.finishStep(*step);
+  EXPECT_TRUE(manager.needsBlocksInFlight(shifted)); // still computing
+  manager.commitPrefill(1);
+  EXPECT_FALSE(manager.needsBlocksInFlight(shifted)); // now a hit
+  ASSERT_EQ(manager.admit(2, shifted).status, AdmitStatus::Admitted);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 1), 3u);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+TEST(KvCacheManager, ReleasingAnUncommittedRequestClearsItsBlocksInFlight) {
+  Fixture fixture(64, CacheMode::Prefix);
+  std::vector<Segment> prompt = {prefix(tokens(64, 1)), tail({5})};
+  ASSERT_EQ(fixture.manager.admit(1, prompt).status, AdmitStatus::Admitted);
+  EXPECT_TRUE(fixture.manager.needsBlocksInFlight(prompt));
+  fixture.manager.release(1); // preempted before its prefill ran
+  EXPECT_FALSE(fixture.manager.needsBlocksInFlight(prompt));
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+TEST(KvCacheManager, NothingIsInFlightWithoutACache) {
+  Fixture fixture(64, CacheMode::Off);
+  std::vector<Segment> prompt = {prefix(tokens(64, 1)), tail({5})};
+  ASSERT_EQ(fixture.manager.admit(1, prompt).status, AdmitStatus::Admitted);
+  EXPECT_FALSE(fixture.manager.needsBlocksInFlight(prompt));
+}
+
+} // namespace

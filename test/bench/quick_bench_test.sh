@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Smoke test of one quality benchmark: `spanc bench NAME --quick` writes
+# NAME.md, NAME.tsv and NAME.png, and their rows agree with each other.
+#   quick_bench_test.sh SPANC NAME
+# Skips (passes, saying so) when the model is absent.
+set -euo pipefail
+spanc="$1"
+name="$2"
+model="${SPANC_ROOT:-.}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [[ ! -e $model ]]; then
+  echo "SKIPPED: model not found at $model"
+  exit 0
+fi
+out="${TEST_TMPDIR:-$(mktemp -d)}/results"
+# One thread: on a loaded machine two threads spend most of a step at
+# OpenMP barriers (see bench/results/engine.md).
+"$spanc" bench "$name" --quick -t 1 --model "$model" --results "$out" >"$out.log" 2>&1 || {
+  cat "$out.log"
+  echo "FAIL: spanc bench $name --quick exited with an error"
+  exit 1
+}
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+for ext in md tsv png; do
+  [[ -s $out/$name.$ext ]] || fail "$out/$name.$ext missing or empty"
+done
+[[ "$(head -c 8 "$out/$name.png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] ||
+  fail "$name.png is not a PNG"
+grep -q "Headline" "$out/$name.md" || fail "$name.md has no headline"
+grep -q "load average" "$out/$name.md" || fail "$name.md has no load line"
+
+case $name in
+needle)
+  # --quick: 4 fragments of 32 tokens, 6 haystacks, flat and tree.
+  rows=$(tail -n +2 "$out/needle.tsv" | wc -l)
+  [[ $rows == 12 ]] || fail "needle.tsv has $rows rows, want 12"
+  for mode in flat tree-reduce-k2; do
+    grep -qE "^\| 4 \| 128 \| $mode \| 6 \| [0-6] \|" "$out/needle.md" ||
+      fail "needle.md lacks the 4-fragment $mode row"
+  done
+  # full_recall = (found == needles), and a found needle is in the answer.
+  awk -F'\t' 'NR > 1 {
+      if (($6 == $5) != ($7 == 1)) { print "row " NR ": full_recall disagrees"; bad = 1 }
+      if ($6 == 1 && $5 == 1 && index(tolower($8), tolower($9)) == 0) {
+        print "row " NR ": counted a needle the answer lacks"; bad = 1 }
+    } END { exit bad }' "$out/needle.tsv" || fail "needle.tsv is inconsistent"
+  ;;
+accuracy)
+  # --quick: 4 contexts of 4 documents, a question per document, 2 modes.
+  rows=$(tail -n +2 "$out/accuracy.tsv" | wc -l)
+  [[ $rows == 32 ]] || fail "accuracy.tsv has $rows rows, want 32"
+  for position in 0 1 2 3; do
+    grep -qE "^\| 4 \| $position \| 4 \| [01]\.[0-9]{2} \|" "$out/accuracy.md" ||
+      fail "accuracy.md lacks position $position"
+  done
+  # correct = the answer holds the code; each mode answers every question.
+  awk -F'\t' 'NR > 1 {
+      if ((index($8, $7) > 0) != ($5 == 1)) { print "row " NR ": correct disagrees"; bad = 1 }
+      if ($5 == 1 && $6 == 1) { print "row " NR ": correct and other"; bad = 1 }
+      seen[$4]++
+    } END { if (seen["prefix"] != 16 || seen["span"] != 16) bad = 1; exit bad }' \
+    "$out/accuracy.tsv" || fail "accuracy.tsv is inconsistent"
+  ;;
+*) fail "unknown benchmark $name" ;;
+esac
+echo "PASS: spanc bench $name --quick"

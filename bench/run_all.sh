@@ -25,6 +25,10 @@ quick=0
 for arg in "$@"; do [[ $arg == --quick ]] && quick=1; done
 names="${ONLY:-$("$spanc" bench --list | awk 'NF && $1 ~ /^[a-z-]+$/ && $1 != "engine" {print $1}')}"
 export SPANC_ROOT="$root"
+# Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine
+# spinning threads steal the core the other benchmark thread needs (bulk
+# --quick: 62 s spinning, 10 s passive). libgomp reads it at start-up.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 status=0
 summary=()
 for name in $names; do

@@ -18,8 +18,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/common/Bench.h"
+#include "bench/common/ModelSession.h"
 #include "bench/common/Names.h"
-#include "bench/common/QueryRunner.h"
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
 
@@ -163,10 +163,10 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         ">= 64");
 
   LoadSampler load;
-  auto runner = QueryRunner::load(args.modelPath);
-  if (!runner)
-    return runner.takeError();
-  const model::Tokenizer &tokenizer = (*runner)->tokenizer();
+  auto session = ModelSession::load(args.modelPath);
+  if (!session)
+    return session.takeError();
+  const model::Tokenizer &tokenizer = (*session)->tokenizer();
 
   const std::pair<const char *, kv::CacheMode> modes[] = {
       {"prefix", kv::CacheMode::Prefix}, {"span", kv::CacheMode::Span}};
@@ -176,7 +176,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
     options.cacheMode = mode;
     options.cacheTokens = 16384;
     options.stepTokenBudget = config.stepTokens;
-    auto executor = (*runner)->makeExecutor(options);
+    auto executor = (*session)->makeExecutor(options);
     if (!executor)
       return executor.takeError();
     executors.push_back(std::move(*executor));
@@ -213,13 +213,13 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         if (questions.empty())
           continue;
         std::string source = programFor(contexts, questions, config);
-        auto plan = (*runner)->compile(source, "accuracy.span");
+        auto plan = (*session)->compile(source, "accuracy.span");
         if (!plan)
           return plan.takeError();
         for (size_t m = 0; m < std::size(modes); ++m) {
           std::string mode = modes[m].first;
           auto answers =
-              (*runner)->run(*executors[m], *plan, &totals[{docs, mode}]);
+              (*session)->answers(*executors[m], *plan, &totals[{docs, mode}]);
           if (!answers)
             return answers.takeError();
           for (auto [c, p] : questions) {
@@ -277,7 +277,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
      << "Measured " << timestampNow() << " by `spanc bench accuracy"
      << (args.quick ? " --quick" : "") << "` (seed " << args.seed << ").\n\n"
      << "- Machine: " << describeMachine() << "; " << loadLine << ".\n"
-     << "- Model: " << (*runner)->describeModel()
+     << "- Model: " << (*session)->describeModel()
      << ", greedy, `max_tokens = " << config.maxTokens << "`.\n"
      << "- Workload: " << config.contexts << " contexts per document count; "
      << "a context is N documents of " << config.docTokens

@@ -18,8 +18,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/common/Bench.h"
+#include "bench/common/ModelSession.h"
 #include "bench/common/Report.h"
-#include "bench/rag/ModelSession.h"
 #include "runtime/retrieval/Chunker.h"
 #include "runtime/retrieval/CorpusIndex.h"
 
@@ -333,7 +333,7 @@ llvm::Error runBulk(const BenchArgs &args) {
         std::vector<std::string> skip;
         if (!config.bulkOrder)
           skip.push_back("bulk-order");
-        auto plan = model.compile(source, skip);
+        auto plan = model.compileSkipping(source, skip);
         if (!plan)
           return plan.takeError();
         // A fresh cache per run: each configuration starts cold.

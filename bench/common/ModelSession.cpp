@@ -1,11 +1,13 @@
 //===- ModelSession.cpp - One model, its tokenizer and executors ----------===//
 
-#include "bench/rag/ModelSession.h"
+#include "bench/common/ModelSession.h"
 
 #include "codegen/CompilePipeline.h"
 
 #include "llvm/Support/Path.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace spanc::bench {
@@ -32,6 +34,21 @@ ModelSession::load(llvm::StringRef modelPath) {
   return session;
 }
 
+RunTotals &RunTotals::operator+=(const RunTotals &other) {
+  calls += other.calls;
+  promptTokens += other.promptTokens;
+  computedTokens += other.computedTokens;
+  reusedTokens += other.reusedTokens;
+  generatedTokens += other.generatedTokens;
+  seconds += other.seconds;
+  return *this;
+}
+
+llvm::Expected<std::unique_ptr<sched::Executor>>
+ModelSession::makeExecutor(const sched::ExecutorOptions &options) const {
+  return sched::Executor::create(*loadedModel, *loadedTokenizer, options);
+}
+
 llvm::Expected<std::unique_ptr<sched::Executor>>
 ModelSession::makeExecutor(kv::CacheMode cacheMode,
                            kv::RelocationMode relocation,
@@ -40,27 +57,70 @@ ModelSession::makeExecutor(kv::CacheMode cacheMode,
   options.cacheMode = cacheMode;
   options.relocationMode = relocation;
   options.cacheTokens = cacheTokens;
-  return sched::Executor::create(*loadedModel, *loadedTokenizer, options);
+  return makeExecutor(options);
 }
 
 llvm::Expected<codegen::Plan>
-ModelSession::compile(llvm::StringRef source,
-                      llvm::ArrayRef<std::string> skipPasses,
-                      llvm::StringRef name) const {
-  codegen::CompileOptions options;
-  options.skipPasses.assign(skipPasses.begin(), skipPasses.end());
+ModelSession::compile(llvm::StringRef source, llvm::StringRef name,
+                      const codegen::CompileOptions &options) const {
   return codegen::compileToPlan(source, name, *encoder, options);
 }
 
+llvm::Expected<codegen::Plan>
+ModelSession::compileSkipping(llvm::StringRef source,
+                              llvm::ArrayRef<std::string> skipPasses) const {
+  codegen::CompileOptions options;
+  options.skipPasses.assign(skipPasses.begin(), skipPasses.end());
+  return compile(source, "bench.span", options);
+}
+
 llvm::Expected<std::vector<sched::CallOutcome>>
-ModelSession::run(sched::Executor &executor, const codegen::Plan &plan) const {
+ModelSession::run(sched::Executor &executor, const codegen::Plan &plan,
+                  RunTotals *totals) const {
+  auto begin = std::chrono::steady_clock::now();
   std::vector<sched::CallOutcome> outcomes = executor.run(plan);
-  for (size_t call = 0; call < outcomes.size(); ++call)
-    if (!outcomes[call].succeeded)
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+          .count();
+  if (outcomes.size() != plan.calls.size())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the executor returned %zu outcomes for %zu calls", outcomes.size(),
+        plan.calls.size());
+  RunTotals run;
+  run.seconds = seconds;
+  for (size_t call = 0; call < outcomes.size(); ++call) {
+    const sched::CallOutcome &outcome = outcomes[call];
+    if (!outcome.succeeded)
       return llvm::createStringError(
-          llvm::inconvertibleErrorCode(), "call %zu (%s) failed: %s", call,
-          plan.calls[call].location.c_str(), outcomes[call].error.c_str());
+          llvm::inconvertibleErrorCode(), "call %zu (%s, %s) failed: %s", call,
+          plan.calls[call].query.c_str(), plan.calls[call].location.c_str(),
+          outcome.error.c_str());
+    ++run.calls;
+    run.promptTokens += outcome.stats.promptTokens;
+    run.computedTokens += outcome.stats.computedTokens;
+    run.reusedTokens += outcome.stats.reusedTokens;
+    run.generatedTokens += outcome.stats.generatedTokens;
+  }
+  if (totals)
+    *totals += run;
   return outcomes;
+}
+
+llvm::Expected<std::map<std::string, std::string>>
+ModelSession::answers(sched::Executor &executor, const codegen::Plan &plan,
+                      RunTotals *totals) const {
+  auto outcomes = run(executor, plan, totals);
+  if (!outcomes)
+    return outcomes.takeError();
+  std::map<std::string, std::string> answers;
+  for (const codegen::QueryPlan &query : plan.queries) {
+    std::string &text = answers[query.name];
+    for (const codegen::ResultItem &item : query.results)
+      if (item.call)
+        text = outcomes->at(*item.call).text;
+  }
+  return answers;
 }
 
 std::string ModelSession::describeModel() const {
@@ -121,6 +181,22 @@ std::string commandLine(const BenchArgs &args) {
 
 const char *relocationName(kv::RelocationMode mode) {
   return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
+}
+
+std::pair<double, double> wilsonInterval(size_t successes, size_t trials) {
+  if (trials == 0)
+    return {0.0, 1.0};
+  const double z = 1.959963984540054; // the 97.5% normal quantile
+  double n = double(trials), p = double(successes) / n;
+  double denominator = 1 + z * z / n;
+  double center = (p + z * z / (2 * n)) / denominator;
+  double half =
+      z * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator;
+  return {std::max(0.0, center - half), std::min(1.0, center + half)};
+}
+
+bool containsIgnoringCase(llvm::StringRef haystack, llvm::StringRef needle) {
+  return haystack.find_insensitive(needle) != llvm::StringRef::npos;
 }
 
 } // namespace spanc::bench

@@ -1,16 +1,18 @@
 //===- ModelSession.h - One model, its tokenizer and executors for a bench ===//
 //
-// What the rag, nested and bulk benchmarks share: the model loads once per
+// What every benchmark that runs a model shares: the model loads once per
 // process, programs compile from .span text through the default pipeline
 // (codegen::compileToPlan) and run on executors of any cache mode, so every
-// configuration of a benchmark is measured side by side in one run.
+// configuration of a benchmark is measured side by side in one run; plus
+// small helpers for result files (literals, ratios, intervals).
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_BENCH_RAG_MODELSESSION_H
-#define SPANC_BENCH_RAG_MODELSESSION_H
+#ifndef SPANC_BENCH_COMMON_MODELSESSION_H
+#define SPANC_BENCH_COMMON_MODELSESSION_H
 
 #include "bench/common/Bench.h"
 #include "codegen/ChatTemplateEncoder.h"
+#include "codegen/CompilePipeline.h"
 #include "codegen/Plan.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
@@ -23,6 +25,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,24 +33,53 @@
 
 namespace spanc::bench {
 
+/// Totals over executor runs, for reports.
+struct RunTotals {
+  size_t calls = 0;
+  uint64_t promptTokens = 0, computedTokens = 0, reusedTokens = 0,
+           generatedTokens = 0;
+  double seconds = 0;
+  RunTotals &operator+=(const RunTotals &other);
+};
+
+/// One model loaded once, its tokenizer and chat template, and what every
+/// benchmark does with it: compile span programs, make executors, run.
 class ModelSession {
 public:
   static llvm::Expected<std::unique_ptr<ModelSession>>
   load(llvm::StringRef modelPath);
 
-  /// A fresh executor (an empty KV cache of `cacheTokens` tokens).
+  /// A fresh executor (an empty KV cache) over the loaded model.
+  llvm::Expected<std::unique_ptr<sched::Executor>>
+  makeExecutor(const sched::ExecutorOptions &options) const;
+  /// The same, with the usual knobs: cache mode, relocation, capacity.
   llvm::Expected<std::unique_ptr<sched::Executor>>
   makeExecutor(kv::CacheMode cacheMode, kv::RelocationMode relocation,
                int64_t cacheTokens) const;
 
+  /// .span text → plan through the default passes (compile options: --set,
+  /// tree-reduce, passes to skip, ...). `name` picks the reader (.span,
+  /// .json) and names the text in diagnostics.
+  llvm::Expected<codegen::Plan>
+  compile(llvm::StringRef source, llvm::StringRef name = "bench.span",
+          const codegen::CompileOptions &options = {}) const;
   /// .span text → plan through the default passes minus `skipPasses`.
   llvm::Expected<codegen::Plan>
-  compile(llvm::StringRef source, llvm::ArrayRef<std::string> skipPasses = {},
-          llvm::StringRef name = "bench.span") const;
+  compileSkipping(llvm::StringRef source,
+                  llvm::ArrayRef<std::string> skipPasses) const;
 
-  /// Runs `plan` to completion; an error when any call failed.
+  /// Runs `plan` to completion; an error when any call failed. `totals`,
+  /// when given, accumulates the run's calls, tokens and wall time.
   llvm::Expected<std::vector<sched::CallOutcome>>
-  run(sched::Executor &executor, const codegen::Plan &plan) const;
+  run(sched::Executor &executor, const codegen::Plan &plan,
+      RunTotals *totals = nullptr) const;
+
+  /// Runs `plan` and returns each query's answer (the text of its last
+  /// result that is a call) by query name: the plan orders queries its own
+  /// way, not as the source wrote them.
+  llvm::Expected<std::map<std::string, std::string>>
+  answers(sched::Executor &executor, const codegen::Plan &plan,
+          RunTotals *totals = nullptr) const;
 
   model::Model &model() const { return *loadedModel; }
   const model::Tokenizer &tokenizer() const { return *loadedTokenizer; }
@@ -86,6 +118,12 @@ std::string commandLine(const BenchArgs &args);
 /// The name of a relocation mode as `spanc run --relocation` spells it.
 const char *relocationName(kv::RelocationMode mode);
 
+/// Wilson score interval (95%) of `successes` out of `trials`: {low, high}.
+std::pair<double, double> wilsonInterval(size_t successes, size_t trials);
+
+/// Whether `needle` occurs in `haystack`, ignoring case.
+bool containsIgnoringCase(llvm::StringRef haystack, llvm::StringRef needle);
+
 } // namespace spanc::bench
 
-#endif // SPANC_BENCH_RAG_MODELSESSION_H
+#endif // SPANC_BENCH_COMMON_MODELSESSION_H

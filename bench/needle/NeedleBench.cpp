@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/common/Bench.h"
+#include "bench/common/ModelSession.h"
 #include "bench/common/Names.h"
-#include "bench/common/QueryRunner.h"
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
 
@@ -157,16 +157,16 @@ llvm::Error runNeedle(const BenchArgs &args) {
                                    "1 and chunk_tokens >= 16");
 
   LoadSampler load;
-  auto runner = QueryRunner::load(args.modelPath);
-  if (!runner)
-    return runner.takeError();
-  const model::Tokenizer &tokenizer = (*runner)->tokenizer();
+  auto session = ModelSession::load(args.modelPath);
+  if (!session)
+    return session.takeError();
+  const model::Tokenizer &tokenizer = (*session)->tokenizer();
   sched::ExecutorOptions executorOptions;
   executorOptions.cacheTokens = 32768;
   // Fewer, larger steps: a step's fixed cost (~150 parallel regions) is
   // what hurts on a loaded 2-core machine, not its size.
   executorOptions.stepTokenBudget = config.stepTokens;
-  auto executor = (*runner)->makeExecutor(executorOptions);
+  auto executor = (*session)->makeExecutor(executorOptions);
   if (!executor)
     return executor.takeError();
 
@@ -225,10 +225,10 @@ llvm::Error runNeedle(const BenchArgs &args) {
         if (llvm::Error error = writeTextFile(path, source))
           return error;
       }
-      auto plan = (*runner)->compile(source, "needle.span");
+      auto plan = (*session)->compile(source, "needle.span");
       if (!plan)
         return plan.takeError();
-      auto answers = (*runner)->run(**executor, *plan, &point.totals);
+      auto answers = (*session)->answers(**executor, *plan, &point.totals);
       if (!answers)
         return answers.takeError();
       for (size_t run = 0; run < stacks.size(); ++run) {
@@ -272,7 +272,7 @@ llvm::Error runNeedle(const BenchArgs &args) {
      << "Measured " << timestampNow() << " by `spanc bench needle"
      << (args.quick ? " --quick" : "") << "` (seed " << args.seed << ").\n\n"
      << "- Machine: " << describeMachine() << "; " << loadLine << ".\n"
-     << "- Model: " << (*runner)->describeModel()
+     << "- Model: " << (*session)->describeModel()
      << ", greedy, `max_tokens = " << config.maxTokens << "`.\n"
      << "- Workload: " << config.runs << " haystacks per point; a haystack is "
      << "N fragments of " << config.chunkTokens

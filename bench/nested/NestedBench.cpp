@@ -19,9 +19,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/common/Bench.h"
+#include "bench/common/ModelSession.h"
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
-#include "bench/rag/ModelSession.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
@@ -216,7 +216,7 @@ llvm::Error runNested(const BenchArgs &args) {
             makeDocument(model.tokenizer(), seed, size_t(*applicantTokens));
         std::string source =
             nestedSource(fanOut, temperature, *innerTokens, seed, applicant);
-        auto stockPlan = model.compile(source, {"plus-distribute"});
+        auto stockPlan = model.compileSkipping(source, {"plus-distribute"});
         if (!stockPlan)
           return stockPlan.takeError();
         auto spanPlan = model.compile(source);

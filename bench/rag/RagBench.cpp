@@ -23,7 +23,7 @@
 #include "bench/common/Bench.h"
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
-#include "bench/rag/ModelSession.h"
+#include "bench/common/ModelSession.h"
 #include "bench/rag/RagPeer.h"
 
 #include "llvm/ADT/STLExtras.h"

@@ -11,7 +11,7 @@
 #define SPANC_BENCH_RAG_RAGPEER_H
 
 #include "bench/common/Bench.h"
-#include "bench/rag/ModelSession.h"
+#include "bench/common/ModelSession.h"
 #include "codegen/Plan.h"
 
 #include "llvm/Support/Error.h"

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/common/Names.h"
-#include "bench/common/QueryRunner.h"
+#include "bench/common/ModelSession.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,4 @@
-//===- ModelSessionTest.cpp - bench/rag ModelSession helpers
-//---------------===//
+//===- ModelSessionTest.cpp - bench/common ModelSession helpers ----------===//
 //
 // spanLiteral must turn any text (corpus fragments carry quotes, backslashes,
 // newlines and control characters) into a .span string whose value is the
@@ -7,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "bench/rag/ModelSession.h"
+#include "bench/common/ModelSession.h"
 #include "ir/Parser.h"
 
 #include "gtest/gtest.h"

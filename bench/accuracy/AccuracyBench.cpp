@@ -378,18 +378,9 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   os << "\nRaw rows, with every answer: `accuracy.tsv`.\n";
   os.flush();
 
-  llvm::SmallString<256> mdPath(args.resultsDir), tsvPath(args.resultsDir),
-      pngPath(args.resultsDir), script(args.repoRoot);
-  llvm::sys::path::append(mdPath, "accuracy.md");
-  llvm::sys::path::append(tsvPath, "accuracy.tsv");
-  llvm::sys::path::append(pngPath, "accuracy.png");
-  llvm::sys::path::append(script, "bench", "accuracy", "plot.py");
-  if (llvm::Error error = writeTextFile(tsvPath, tsv))
+  if (llvm::Error error = writeTextFile(resultPath(args, ".tsv"), tsv))
     return error;
-  if (llvm::Error error = writeTextFile(mdPath, md))
-    return error;
-  llvm::outs() << md;
-  return runPlotScript(script, {std::string(tsvPath), std::string(pngPath)});
+  return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{

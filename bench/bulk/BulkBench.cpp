@@ -389,12 +389,7 @@ llvm::Error runBulk(const BenchArgs &args) {
                 row.meanTtftMs, row.medianTtftMs, row.wallMs,
                 (unsigned long long)row.prompt, (unsigned long long)row.reused,
                 (unsigned long long)row.computed, row.preemptions);
-  llvm::SmallString<256> tsvPath(args.resultsDir), mdPath(args.resultsDir),
-      pngPath(args.resultsDir);
-  llvm::sys::path::append(tsvPath, args.name + ".tsv");
-  llvm::sys::path::append(mdPath, args.name + ".md");
-  llvm::sys::path::append(pngPath, args.name + ".png");
-  if (auto error = writeTextFile(tsvPath, tsv))
+  if (auto error = writeTextFile(resultPath(args, ".tsv"), tsv))
     return error;
 
   // --- bulk.md ---------------------------------------------------------
@@ -511,18 +506,7 @@ llvm::Error runBulk(const BenchArgs &args) {
       << ".tsv); plot: " << args.name << ".png (bench/bulk/plot.py).\n";
   out.flush();
 
-  llvm::SmallString<256> script(args.repoRoot);
-  llvm::sys::path::append(script, "bench", "bulk", "plot.py");
-  if (auto error =
-          runPlotScript(script, {std::string(tsvPath), std::string(pngPath)})) {
-    llvm::errs() << "bulk: no plot: " << llvm::toString(std::move(error))
-                 << "\n";
-    md += "\n(No plot this run: matplotlib or python3 missing.)\n";
-  }
-  if (auto error = writeTextFile(mdPath, md))
-    return error;
-  llvm::outs() << md;
-  return llvm::Error::success();
+  return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{

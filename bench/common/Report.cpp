@@ -186,6 +186,27 @@ llvm::Error runPlotScript(llvm::StringRef script,
   return llvm::Error::success();
 }
 
+std::string resultPath(const BenchArgs &args, llvm::StringRef extension) {
+  llvm::SmallString<256> path(args.resultsDir);
+  llvm::sys::path::append(path, args.name + extension);
+  return path.str().str();
+}
+
+llvm::Error finishResults(const BenchArgs &args, std::string markdown) {
+  llvm::SmallString<256> script(args.repoRoot);
+  llvm::sys::path::append(script, "bench", args.name, "plot.py");
+  if (llvm::Error error = runPlotScript(
+          script, {resultPath(args, ".tsv"), resultPath(args, ".png")})) {
+    std::string reason = llvm::toString(std::move(error));
+    llvm::errs() << args.name << ": no plot: " << reason << "\n";
+    markdown += "\n(No plot this run: " + reason + ")\n";
+  }
+  if (llvm::Error error = writeTextFile(resultPath(args, ".md"), markdown))
+    return error;
+  llvm::outs() << markdown;
+  return llvm::Error::success();
+}
+
 std::string timestampNow() {
   std::time_t now = std::time(nullptr);
   char text[32];

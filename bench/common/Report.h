@@ -11,6 +11,8 @@
 #ifndef SPANC_BENCH_COMMON_REPORT_H
 #define SPANC_BENCH_COMMON_REPORT_H
 
+#include "bench/common/Bench.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -68,6 +70,14 @@ llvm::Error writeTextFile(llvm::StringRef path, llvm::StringRef text);
 /// its matplotlib). Fails with the script's exit status and stderr.
 llvm::Error runPlotScript(llvm::StringRef script,
                           llvm::ArrayRef<std::string> args);
+
+/// <resultsDir>/<name><extension>: resultPath(args, ".tsv").
+std::string resultPath(const BenchArgs &args, llvm::StringRef extension);
+
+/// How every benchmark ends: draws <name>.png from <name>.tsv (which the
+/// benchmark wrote) with bench/<name>/plot.py — when it cannot, it says why
+/// on stderr and in the .md — then writes <name>.md and prints it.
+llvm::Error finishResults(const BenchArgs &args, std::string markdown);
 
 /// Today's date and time, "2026-11-29 17:40".
 std::string timestampNow();

@@ -353,18 +353,9 @@ llvm::Error runNeedle(const BenchArgs &args) {
         "excluded). Raw rows, with every answer: `needle.tsv`.\n";
   os.flush();
 
-  llvm::SmallString<256> mdPath(args.resultsDir), tsvPath(args.resultsDir),
-      pngPath(args.resultsDir), script(args.repoRoot);
-  llvm::sys::path::append(mdPath, "needle.md");
-  llvm::sys::path::append(tsvPath, "needle.tsv");
-  llvm::sys::path::append(pngPath, "needle.png");
-  llvm::sys::path::append(script, "bench", "needle", "plot.py");
-  if (llvm::Error error = writeTextFile(tsvPath, tsv))
+  if (llvm::Error error = writeTextFile(resultPath(args, ".tsv"), tsv))
     return error;
-  if (llvm::Error error = writeTextFile(mdPath, md))
-    return error;
-  llvm::outs() << md;
-  return runPlotScript(script, {std::string(tsvPath), std::string(pngPath)});
+  return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{

@@ -249,12 +249,7 @@ llvm::Error runNested(const BenchArgs &args) {
                    (long long)row.fanOut, row.temperature, row.rep,
                    row.config.c_str(), row.ttftMs, row.calls, row.prompt,
                    row.reused, row.computed, row.relocated, row.totalMs);
-  llvm::SmallString<256> tsvPath(args.resultsDir), mdPath(args.resultsDir),
-      pngPath(args.resultsDir);
-  llvm::sys::path::append(tsvPath, args.name + ".tsv");
-  llvm::sys::path::append(mdPath, args.name + ".md");
-  llvm::sys::path::append(pngPath, args.name + ".png");
-  if (auto error = writeTextFile(tsvPath, tsv))
+  if (auto error = writeTextFile(resultPath(args, ".tsv"), tsv))
     return error;
 
   // --- nested.md -------------------------------------------------------
@@ -415,18 +410,7 @@ llvm::Error runNested(const BenchArgs &args) {
       << ".tsv); plot: " << args.name << ".png (bench/nested/plot.py).\n";
   out.flush();
 
-  llvm::SmallString<256> script(args.repoRoot);
-  llvm::sys::path::append(script, "bench", "nested", "plot.py");
-  if (auto error =
-          runPlotScript(script, {std::string(tsvPath), std::string(pngPath)})) {
-    llvm::errs() << "nested: no plot: " << llvm::toString(std::move(error))
-                 << "\n";
-    md += "\n(No plot this run: matplotlib or python3 missing.)\n";
-  }
-  if (auto error = writeTextFile(mdPath, md))
-    return error;
-  llvm::outs() << md;
-  return llvm::Error::success();
+  return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{

@@ -21,9 +21,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/common/Bench.h"
+#include "bench/common/ModelSession.h"
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
-#include "bench/common/ModelSession.h"
 #include "bench/rag/RagPeer.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -337,12 +337,7 @@ llvm::Error runRag(const BenchArgs &args) {
     tsv += printed("%u\t%u\t%s\t%.3f\t%u\t%u\t%u\t%u\n", row.docs, row.rep,
                    row.config.c_str(), row.ttftMs, row.prompt, row.reused,
                    row.computed, row.relocated);
-  llvm::SmallString<256> tsvPath(args.resultsDir), mdPath(args.resultsDir),
-      pngPath(args.resultsDir);
-  llvm::sys::path::append(tsvPath, args.name + ".tsv");
-  llvm::sys::path::append(mdPath, args.name + ".md");
-  llvm::sys::path::append(pngPath, args.name + ".png");
-  if (auto error = writeTextFile(tsvPath, tsv))
+  if (auto error = writeTextFile(resultPath(args, ".tsv"), tsv))
     return error;
 
   // --- rag.md ----------------------------------------------------------
@@ -500,18 +495,7 @@ llvm::Error runRag(const BenchArgs &args) {
       << ".tsv); plot: " << args.name << ".png (bench/rag/plot.py).\n";
   out.flush();
 
-  llvm::SmallString<256> script(args.repoRoot);
-  llvm::sys::path::append(script, "bench", "rag", "plot.py");
-  if (auto error =
-          runPlotScript(script, {std::string(tsvPath), std::string(pngPath)})) {
-    llvm::errs() << "rag: no plot: " << llvm::toString(std::move(error))
-                 << "\n";
-    md += "\n(No plot this run: matplotlib or python3 missing.)\n";
-  }
-  if (auto error = writeTextFile(mdPath, md))
-    return error;
-  llvm::outs() << md;
-  return llvm::Error::success();
+  return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{

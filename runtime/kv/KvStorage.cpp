@@ -170,25 +170,20 @@ void KvStorage::writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
     const int firstSlot = slotIndices[first];
     const float *runKeys = keys + first * rowStride + head * headDim;
     const float *runValues = values + first * rowStride + head * headDim;
-    if (half) {
-      uint16_t *keyBlock = this->keys<uint16_t>(layer, block, head);
-      uint16_t *valueBlock = this->values<uint16_t>(layer, block, head);
+    auto writeTyped = [&](auto *keyBlock, auto *valueBlock) {
       if (vector)
         writeRunAvx512(headDim, firstSlot, length, runKeys, runValues,
                        rowStride, keyBlock, valueBlock);
       else
         writeRunScalar(headDim, blockSize, firstSlot, length, runKeys,
                        runValues, rowStride, keyBlock, valueBlock);
-    } else {
-      float *keyBlock = this->keys<float>(layer, block, head);
-      float *valueBlock = this->values<float>(layer, block, head);
-      if (vector)
-        writeRunAvx512(headDim, firstSlot, length, runKeys, runValues,
-                       rowStride, keyBlock, valueBlock);
-      else
-        writeRunScalar(headDim, blockSize, firstSlot, length, runKeys,
-                       runValues, rowStride, keyBlock, valueBlock);
-    }
+    };
+    if (half)
+      writeTyped(this->keys<uint16_t>(layer, block, head),
+                 this->values<uint16_t>(layer, block, head));
+    else
+      writeTyped(this->keys<float>(layer, block, head),
+                 this->values<float>(layer, block, head));
   };
   // Runs: maximal groups of tokens in consecutive slots of one block (a
   // prefill chunk is a few full blocks, a decode step one token per

@@ -11,13 +11,12 @@
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <type_traits>
 
 namespace spanc::cpu {
 
@@ -28,40 +27,13 @@ constexpr int kLanes = 16;
 constexpr int kStep = 4 * kLanes;
 constexpr int kMaxHeadDim = 256;
 
-/// An IEEE half's value (exact).
-float halfBitsToFloat(uint16_t bits) {
-  const uint32_t sign = uint32_t(bits & 0x8000u) << 16;
-  const int exponent = (bits >> 10) & 0x1f;
-  const int mantissa = bits & 0x3ff;
-  float magnitude;
-  if (exponent == 0)
-    magnitude = std::ldexp(float(mantissa), -24);
-  else if (exponent == 31)
-    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                         : std::numeric_limits<float>::infinity();
-  else
-    magnitude = std::ldexp(float(1024 + mantissa), exponent - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-/// K/V element `index` (in elements from the layer's base) of `base`,
-/// whatever the view stores: f32, or (a view with untyped pointers and a
-/// `precision`) f16 converted on read. The element type is a property of
-/// the storage, not of this kernel.
-template <typename View>
-inline float loadElement(const View &view, const void *base, int64_t index) {
-  if constexpr (std::is_same_v<std::decay_t<decltype(view.keys)>,
-                               const float *>) {
-    return static_cast<const float *>(base)[index];
-  } else {
-    using Precision = decltype(view.precision);
-    if (view.precision == Precision::F16) {
-      uint16_t bits;
-      std::memcpy(&bits, static_cast<const uint8_t *>(base) + 2 * index, 2);
-      return halfBitsToFloat(bits);
-    }
-    return static_cast<const float *>(base)[index];
-  }
+/// K/V element `index` (in elements from the layer's base) of `base`, in
+/// the view's storage precision, as f32.
+inline float loadElement(const PagedKvView &view, const void *base,
+                         int64_t index) {
+  if (view.precision == KvPrecision::F16)
+    return cpu::loadElement(static_cast<const uint16_t *>(base) + index);
+  return cpu::loadElement(static_cast<const float *>(base) + index);
 }
 
 /// One page of one KV head: its key column and value row of a slot, as f32.

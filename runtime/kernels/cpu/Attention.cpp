@@ -51,9 +51,11 @@ struct CallContext {
 /// The per-row online softmax state of one tile, plus its scaled queries.
 struct TileState {
   int rows = 0;
-  int64_t limit[kMaxRows];  ///< last visible logical key index per row
-  float maxScore[kMaxRows]; ///< running max (-inf before any key)
-  float sum[kMaxRows];      ///< running sum of exp(score - max)
+  int64_t limit[kMaxRows]; ///< last visible logical key index per row
+  /// Running max (-inf before any key); rows past `rows` stay -inf so the
+  /// fast path can treat the 16 maxima as one vector.
+  alignas(64) float maxScore[kMaxRows];
+  float sum[kMaxRows]; ///< running sum of exp(score - max)
   alignas(64) float query[kMaxRows * kMaxHeadDim];
   alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
 };
@@ -205,16 +207,91 @@ SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
   }
 }
 
-/// The AVX-512 tile step (blockSize 16, headDim % 16 == 0).
+/// P.V for `Rows` consecutive rows that see the same `count` slots of a
+/// block, over `Chunks` 16-dim chunks starting at `dim`: each value vector
+/// is loaded once for all rows, and the Rows x Chunks accumulator chains
+/// are independent (a single row's chunks are too few chains to hide the
+/// FMA latency). Every row still computes exactly
+///   acc = acc * correction; for slot in [0, count): acc += w[slot] * v[slot]
+/// in that order, so its result does not depend on which rows share the
+/// group.
+template <int Rows, int Chunks, typename ValueElement>
+SPANC_AVX512 inline void
+accumulateRows(float *accumulator, int headDim, const float *corrections,
+               const float *weights, const ValueElement *value, int count) {
+  __m512 sums[Rows][Chunks];
+  for (int row = 0; row < Rows; ++row) {
+    const __m512 scale = _mm512_set1_ps(corrections[row]);
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      sums[row][chunk] = _mm512_mul_ps(
+          _mm512_loadu_ps(accumulator + row * headDim + chunk * 16), scale);
+  }
+  for (int slot = 0; slot < count; ++slot) {
+    __m512 values[Chunks];
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      values[chunk] = load16(value + slot * headDim + chunk * 16);
+    for (int row = 0; row < Rows; ++row) {
+      const __m512 weight = _mm512_set1_ps(weights[row * 16 + slot]);
+      for (int chunk = 0; chunk < Chunks; ++chunk)
+        sums[row][chunk] =
+            _mm512_fmadd_ps(weight, values[chunk], sums[row][chunk]);
+    }
+  }
+  for (int row = 0; row < Rows; ++row)
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      _mm512_storeu_ps(accumulator + row * headDim + chunk * 16,
+                       sums[row][chunk]);
+}
+
+/// accumulateRows over all chunks of the head, four at a time.
+template <int Rows, typename ValueElement>
+SPANC_AVX512 inline void
+accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
+                   const float *weights, const ValueElement *value, int count) {
+  const int chunks = headDim / 16;
+  int chunk = 0;
+  for (; chunk + 4 <= chunks; chunk += 4)
+    accumulateRows<Rows, 4>(accumulator + chunk * 16, headDim, corrections,
+                            weights, value + chunk * 16, count);
+  switch (chunks - chunk) {
+  case 3:
+    accumulateRows<Rows, 3>(accumulator + chunk * 16, headDim, corrections,
+                            weights, value + chunk * 16, count);
+    break;
+  case 2:
+    accumulateRows<Rows, 2>(accumulator + chunk * 16, headDim, corrections,
+                            weights, value + chunk * 16, count);
+    break;
+  case 1:
+    accumulateRows<Rows, 1>(accumulator + chunk * 16, headDim, corrections,
+                            weights, value + chunk * 16, count);
+    break;
+  default:
+    break;
+  }
+}
+
+/// Rows per P.V group: 4 rows x 4 chunks = 16 accumulators, plus the 4
+/// shared value vectors and a weight, fit the 32 vector registers.
+constexpr int kRowsPerGroup = 4;
+
+/// The AVX-512 tile step (blockSize 16, headDim % 16 == 0). The softmax
+/// bookkeeping of all rows is one vector over rows (the running max, the
+/// correction exp), so a row costs no scalar exp call per block; each
+/// row's operations are the same whatever tile it is in.
 template <typename KeyElement, typename ValueElement>
 SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
                                   const KeyElement *keyBlock,
                                   const ValueElement *valueBlock, int valid,
                                   int64_t logicalStart) {
+  static_assert(kMaxRows == 16, "row vectors hold 16 rows");
   const int headDim = context.shape->headDim;
-  const int chunks = headDim / 16;
   alignas(64) float scores[kMaxRows * 16];
-  // Rows whose causal limit ends before this block see none of it.
+  alignas(64) float blockMax[kMaxRows];
+  alignas(64) float corrections[kMaxRows];
+  int counts[kMaxRows];
+  // Rows whose causal limit ends before this block see none of it; limits
+  // grow with the row, so every later row sees at least one slot.
   int firstRow = 0;
   while (firstRow < tile.rows && tile.limit[firstRow] < logicalStart)
     ++firstRow;
@@ -222,34 +299,67 @@ SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
     return;
   scoreTile(tile.query + firstRow * headDim, tile.rows - firstRow, headDim,
             keyBlock, scores + firstRow * 16);
+  const __m512 negativeInfinity = _mm512_set1_ps(kNegativeInfinity);
+  for (int row = 0; row < kMaxRows; ++row)
+    blockMax[row] = kNegativeInfinity;
   for (int row = firstRow; row < tile.rows; ++row) {
-    int64_t count =
-        std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1);
-    if (count <= 0)
-      continue;
-    __mmask16 mask = __mmask16((1u << count) - 1);
-    __m512 rowScores = _mm512_mask_loadu_ps(_mm512_set1_ps(kNegativeInfinity),
-                                            mask, scores + row * 16);
-    float blockMax = _mm512_reduce_max_ps(rowScores);
-    float newMax = std::max(tile.maxScore[row], blockMax);
-    float correction = std::exp(tile.maxScore[row] - newMax);
-    __m512 weights = _mm512_maskz_mov_ps(
-        mask, exp512(_mm512_sub_ps(rowScores, _mm512_set1_ps(newMax))));
-    tile.sum[row] = tile.sum[row] * correction + _mm512_reduce_add_ps(weights);
-    tile.maxScore[row] = newMax;
-    alignas(64) float weightValues[16];
-    _mm512_store_ps(weightValues, weights);
+    counts[row] =
+        int(std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1));
+    __mmask16 mask = __mmask16((1u << counts[row]) - 1);
+    blockMax[row] = _mm512_reduce_max_ps(
+        _mm512_mask_loadu_ps(negativeInfinity, mask, scores + row * 16));
+  }
+  // Rows that see none of the block keep max -inf here and are not
+  // touched below; a row's first block (old max -inf) gets correction 0.
+  const __m512 oldMax = _mm512_load_ps(tile.maxScore);
+  const __m512 newMax = _mm512_max_ps(oldMax, _mm512_load_ps(blockMax));
+  const __mmask16 seen =
+      _mm512_cmp_ps_mask(oldMax, negativeInfinity, _CMP_NEQ_OQ);
+  _mm512_store_ps(
+      corrections,
+      _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(oldMax, newMax))));
+  alignas(64) float weights[kMaxRows * 16];
+  for (int row = firstRow; row < tile.rows; ++row) {
+    __mmask16 mask = __mmask16((1u << counts[row]) - 1);
+    __m512 rowScores = _mm512_maskz_loadu_ps(mask, scores + row * 16);
+    __m512 weightRow = _mm512_maskz_mov_ps(
+        mask, exp512(_mm512_sub_ps(rowScores, _mm512_set1_ps(newMax[row]))));
+    tile.sum[row] =
+        tile.sum[row] * corrections[row] + _mm512_reduce_add_ps(weightRow);
+    _mm512_store_ps(weights + row * 16, weightRow);
+  }
+  _mm512_mask_store_ps(
+      tile.maxScore,
+      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1)), newMax);
+  // P.V over runs of rows with the same count (all rows off the diagonal;
+  // on it, the heads of one token).
+  for (int row = firstRow; row < tile.rows;) {
+    int rows = 1;
+    while (rows < kRowsPerGroup && row + rows < tile.rows &&
+           counts[row + rows] == counts[row])
+      ++rows;
     float *accumulator = tile.accumulator + row * headDim;
-    __m512 scale = _mm512_set1_ps(correction);
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      __m512 sum =
-          _mm512_mul_ps(_mm512_loadu_ps(accumulator + chunk * 16), scale);
-      const ValueElement *value = valueBlock + chunk * 16;
-      for (int slot = 0; slot < count; ++slot)
-        sum = _mm512_fmadd_ps(_mm512_set1_ps(weightValues[slot]),
-                              load16(value + slot * headDim), sum);
-      _mm512_storeu_ps(accumulator + chunk * 16, sum);
+    const float *rowCorrections = corrections + row;
+    const float *rowWeights = weights + row * 16;
+    switch (rows) {
+    case 4:
+      accumulateRowGroup<4>(accumulator, headDim, rowCorrections, rowWeights,
+                            valueBlock, counts[row]);
+      break;
+    case 3:
+      accumulateRowGroup<3>(accumulator, headDim, rowCorrections, rowWeights,
+                            valueBlock, counts[row]);
+      break;
+    case 2:
+      accumulateRowGroup<2>(accumulator, headDim, rowCorrections, rowWeights,
+                            valueBlock, counts[row]);
+      break;
+    default:
+      accumulateRowGroup<1>(accumulator, headDim, rowCorrections, rowWeights,
+                            valueBlock, counts[row]);
+      break;
     }
+    row += rows;
   }
 }
 
@@ -271,6 +381,7 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
 
   TileState tile;
   tile.rows = item.numRows;
+  std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
   for (int row = 0; row < tile.rows; ++row) {
     int tileRow = item.firstRow + row;
     int64_t token = tileRow / groupSize;

@@ -55,8 +55,11 @@ struct TileState {
   /// Running max (-inf before any key); rows past `rows` stay -inf so the
   /// fast path can treat the 16 maxima as one vector.
   alignas(64) float maxScore[kMaxRows];
-  float sum[kMaxRows]; ///< running sum of exp(score - max)
+  alignas(64) float sum[kMaxRows]; ///< running sum of exp(score - max)
   alignas(64) float query[kMaxRows * kMaxHeadDim];
+  /// The same queries dimension-major (the 16 rows of one dim are one
+  /// vector; rows past `rows` zero) for foldBlockByDim.
+  alignas(64) float queryByDim[kMaxHeadDim * kMaxRows];
   alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
 };
 
@@ -208,17 +211,19 @@ SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
 }
 
 /// P.V for `Rows` consecutive rows that see the same `count` slots of a
-/// block, over `Chunks` 16-dim chunks starting at `dim`: each value vector
-/// is loaded once for all rows, and the Rows x Chunks accumulator chains
-/// are independent (a single row's chunks are too few chains to hide the
-/// FMA latency). Every row still computes exactly
+/// block, over `Chunks` 16-dim chunks: each value vector is loaded once for
+/// all rows, and the Rows x Chunks accumulator chains are independent (one
+/// row's chunks are too few chains to hide the FMA latency). Row r's weight
+/// of slot s is weights[r * rowStep + s * slotStep]. Every row computes
+/// exactly
 ///   acc = acc * correction; for slot in [0, count): acc += w[slot] * v[slot]
 /// in that order, so its result does not depend on which rows share the
 /// group.
 template <int Rows, int Chunks, typename ValueElement>
 SPANC_AVX512 inline void
 accumulateRows(float *accumulator, int headDim, const float *corrections,
-               const float *weights, const ValueElement *value, int count) {
+               const float *weights, int rowStep, int slotStep,
+               const ValueElement *value, int count) {
   __m512 sums[Rows][Chunks];
   for (int row = 0; row < Rows; ++row) {
     const __m512 scale = _mm512_set1_ps(corrections[row]);
@@ -231,7 +236,8 @@ accumulateRows(float *accumulator, int headDim, const float *corrections,
     for (int chunk = 0; chunk < Chunks; ++chunk)
       values[chunk] = load16(value + slot * headDim + chunk * 16);
     for (int row = 0; row < Rows; ++row) {
-      const __m512 weight = _mm512_set1_ps(weights[row * 16 + slot]);
+      const __m512 weight =
+          _mm512_set1_ps(weights[row * rowStep + slot * slotStep]);
       for (int chunk = 0; chunk < Chunks; ++chunk)
         sums[row][chunk] =
             _mm512_fmadd_ps(weight, values[chunk], sums[row][chunk]);
@@ -247,24 +253,29 @@ accumulateRows(float *accumulator, int headDim, const float *corrections,
 template <int Rows, typename ValueElement>
 SPANC_AVX512 inline void
 accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
-                   const float *weights, const ValueElement *value, int count) {
+                   const float *weights, int rowStep, int slotStep,
+                   const ValueElement *value, int count) {
   const int chunks = headDim / 16;
   int chunk = 0;
   for (; chunk + 4 <= chunks; chunk += 4)
     accumulateRows<Rows, 4>(accumulator + chunk * 16, headDim, corrections,
-                            weights, value + chunk * 16, count);
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
   switch (chunks - chunk) {
   case 3:
     accumulateRows<Rows, 3>(accumulator + chunk * 16, headDim, corrections,
-                            weights, value + chunk * 16, count);
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
     break;
   case 2:
     accumulateRows<Rows, 2>(accumulator + chunk * 16, headDim, corrections,
-                            weights, value + chunk * 16, count);
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
     break;
   case 1:
     accumulateRows<Rows, 1>(accumulator + chunk * 16, headDim, corrections,
-                            weights, value + chunk * 16, count);
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
     break;
   default:
     break;
@@ -275,26 +286,120 @@ accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
 /// shared value vectors and a weight, fit the 32 vector registers.
 constexpr int kRowsPerGroup = 4;
 
-/// The AVX-512 tile step (blockSize 16, headDim % 16 == 0). The softmax
-/// bookkeeping of all rows is one vector over rows (the running max, the
-/// correction exp), so a row costs no scalar exp call per block; each
-/// row's operations are the same whatever tile it is in.
+/// P.V of rows [firstRow, tile.rows) over runs of rows with the same count
+/// (all rows off the diagonal; on it, the heads of one token).
+template <typename ValueElement>
+SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
+                                 const int *counts, const float *corrections,
+                                 const float *weights, int rowStep,
+                                 int slotStep, const ValueElement *valueBlock) {
+  for (int row = firstRow; row < tile.rows;) {
+    int rows = 1;
+    while (rows < kRowsPerGroup && row + rows < tile.rows &&
+           counts[row + rows] == counts[row])
+      ++rows;
+    float *accumulator = tile.accumulator + row * headDim;
+    const float *rowWeights = weights + row * rowStep;
+    switch (rows) {
+    case 4:
+      accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    case 3:
+      accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    case 2:
+      accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    default:
+      accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    }
+    row += rows;
+  }
+}
+
+/// The sum of a row's 16 weights in one fixed tree order,
+///   ((w0+w8)+(w4+w12)) + ((w2+w10)+(w6+w14)) + ... i.e. lanes i + i+8,
+///   then i + i+4, then i + i+2, then 0 + 1,
+/// which foldBlockByDim reproduces lane-wise over 16 rows at once.
+SPANC_AVX512 inline float sumLanes(__m512 weights) {
+  const __m256 eights = _mm256_add_ps(
+      _mm512_castps512_ps256(weights),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(weights), 1)));
+  const __m128 fours = _mm_add_ps(_mm256_castps256_ps128(eights),
+                                  _mm256_extractf128_ps(eights, 1));
+  const __m128 twos = _mm_add_ps(fours, _mm_movehl_ps(fours, fours));
+  return _mm_cvtss_f32(_mm_add_ss(twos, _mm_movehdup_ps(twos)));
+}
+
+/// The online softmax update of rows [firstRow, tile.rows) from this
+/// block's maxima: newMax = max(old, blockMax); correction = e^(old -
+/// newMax), 0 for a row's first block (old max -inf). One vector over the
+/// 16 rows, so no row pays a scalar exp per block.
+SPANC_AVX512 inline __m512 updateMaxima(TileState &tile, int firstRow,
+                                        __m512 blockMax, float *corrections) {
+  const __m512 oldMax = _mm512_load_ps(tile.maxScore);
+  const __m512 newMax = _mm512_max_ps(oldMax, blockMax);
+  const __mmask16 seen = _mm512_cmp_ps_mask(
+      oldMax, _mm512_set1_ps(kNegativeInfinity), _CMP_NEQ_OQ);
+  _mm512_store_ps(
+      corrections,
+      _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(oldMax, newMax))));
+  const __mmask16 rows =
+      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1));
+  _mm512_mask_store_ps(tile.maxScore, rows, newMax);
+  return newMax;
+}
+
+/// sum = sum * correction + blockSum for rows [firstRow, tile.rows).
+SPANC_AVX512 inline void updateSums(TileState &tile, int firstRow,
+                                    const float *corrections,
+                                    __m512 blockSums) {
+  const __mmask16 rows =
+      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1));
+  const __m512 sums = _mm512_load_ps(tile.sum);
+  _mm512_mask_store_ps(
+      tile.sum, rows,
+      _mm512_add_ps(_mm512_mul_ps(sums, _mm512_load_ps(corrections)),
+                    blockSums));
+}
+
+/// The first row that sees any of the block (limits grow with the row, so
+/// every later row sees at least one slot), and each row's slot count.
+inline int visibleRows(const TileState &tile, int valid, int64_t logicalStart,
+                       int *counts) {
+  int firstRow = kMaxRows;
+  for (int row = 0; row < kMaxRows; ++row) {
+    int64_t count =
+        row < tile.rows
+            ? std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1)
+            : 0;
+    counts[row] = int(std::max<int64_t>(0, count));
+    if (count > 0 && firstRow == kMaxRows)
+      firstRow = row;
+  }
+  return std::min(firstRow, tile.rows);
+}
+
+/// The AVX-512 tile step for few rows (decode), scores one row vector per
+/// query row (blockSize 16, headDim % 16 == 0).
 template <typename KeyElement, typename ValueElement>
-SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
-                                  const KeyElement *keyBlock,
-                                  const ValueElement *valueBlock, int valid,
-                                  int64_t logicalStart) {
-  static_assert(kMaxRows == 16, "row vectors hold 16 rows");
+SPANC_AVX512 void foldBlockByRow(const CallContext &context, TileState &tile,
+                                 const KeyElement *keyBlock,
+                                 const ValueElement *valueBlock, int valid,
+                                 int64_t logicalStart) {
   const int headDim = context.shape->headDim;
   alignas(64) float scores[kMaxRows * 16];
   alignas(64) float blockMax[kMaxRows];
   alignas(64) float corrections[kMaxRows];
-  int counts[kMaxRows];
-  // Rows whose causal limit ends before this block see none of it; limits
-  // grow with the row, so every later row sees at least one slot.
-  int firstRow = 0;
-  while (firstRow < tile.rows && tile.limit[firstRow] < logicalStart)
-    ++firstRow;
+  alignas(64) float blockSums[kMaxRows] = {};
+  alignas(64) float weights[kMaxRows * 16];
+  alignas(64) int counts[kMaxRows];
+  const int firstRow = visibleRows(tile, valid, logicalStart, counts);
   if (firstRow == tile.rows)
     return;
   scoreTile(tile.query + firstRow * headDim, tile.rows - firstRow, headDim,
@@ -303,64 +408,79 @@ SPANC_AVX512 void foldBlockAvx512(const CallContext &context, TileState &tile,
   for (int row = 0; row < kMaxRows; ++row)
     blockMax[row] = kNegativeInfinity;
   for (int row = firstRow; row < tile.rows; ++row) {
-    counts[row] =
-        int(std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1));
     __mmask16 mask = __mmask16((1u << counts[row]) - 1);
     blockMax[row] = _mm512_reduce_max_ps(
         _mm512_mask_loadu_ps(negativeInfinity, mask, scores + row * 16));
   }
-  // Rows that see none of the block keep max -inf here and are not
-  // touched below; a row's first block (old max -inf) gets correction 0.
-  const __m512 oldMax = _mm512_load_ps(tile.maxScore);
-  const __m512 newMax = _mm512_max_ps(oldMax, _mm512_load_ps(blockMax));
-  const __mmask16 seen =
-      _mm512_cmp_ps_mask(oldMax, negativeInfinity, _CMP_NEQ_OQ);
-  _mm512_store_ps(
-      corrections,
-      _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(oldMax, newMax))));
-  alignas(64) float weights[kMaxRows * 16];
+  alignas(64) float newMax[kMaxRows];
+  _mm512_store_ps(newMax, updateMaxima(tile, firstRow, _mm512_load_ps(blockMax),
+                                       corrections));
   for (int row = firstRow; row < tile.rows; ++row) {
     __mmask16 mask = __mmask16((1u << counts[row]) - 1);
-    __m512 rowScores = _mm512_maskz_loadu_ps(mask, scores + row * 16);
     __m512 weightRow = _mm512_maskz_mov_ps(
-        mask, exp512(_mm512_sub_ps(rowScores, _mm512_set1_ps(newMax[row]))));
-    tile.sum[row] =
-        tile.sum[row] * corrections[row] + _mm512_reduce_add_ps(weightRow);
+        mask,
+        exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + row * 16),
+                             _mm512_set1_ps(newMax[row]))));
+    blockSums[row] = sumLanes(weightRow);
     _mm512_store_ps(weights + row * 16, weightRow);
   }
-  _mm512_mask_store_ps(
-      tile.maxScore,
-      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1)), newMax);
-  // P.V over runs of rows with the same count (all rows off the diagonal;
-  // on it, the heads of one token).
-  for (int row = firstRow; row < tile.rows;) {
-    int rows = 1;
-    while (rows < kRowsPerGroup && row + rows < tile.rows &&
-           counts[row + rows] == counts[row])
-      ++rows;
-    float *accumulator = tile.accumulator + row * headDim;
-    const float *rowCorrections = corrections + row;
-    const float *rowWeights = weights + row * 16;
-    switch (rows) {
-    case 4:
-      accumulateRowGroup<4>(accumulator, headDim, rowCorrections, rowWeights,
-                            valueBlock, counts[row]);
-      break;
-    case 3:
-      accumulateRowGroup<3>(accumulator, headDim, rowCorrections, rowWeights,
-                            valueBlock, counts[row]);
-      break;
-    case 2:
-      accumulateRowGroup<2>(accumulator, headDim, rowCorrections, rowWeights,
-                            valueBlock, counts[row]);
-      break;
-    default:
-      accumulateRowGroup<1>(accumulator, headDim, rowCorrections, rowWeights,
-                            valueBlock, counts[row]);
-      break;
-    }
-    row += rows;
+  updateSums(tile, firstRow, corrections, _mm512_load_ps(blockSums));
+  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 16, 1,
+                 valueBlock);
+}
+
+/// The AVX-512 tile step for many rows (prefill), with the rows as vector
+/// lanes: scores are one vector of 16 rows per key slot (queries
+/// dimension-major, each key element broadcast), so the block max, the
+/// weights and their sums are lane-wise over rows instead of horizontal
+/// reductions per row. Each row's operations are exactly foldBlockByRow's:
+/// the same FMA chain over dims per score, max (exact in any order), the
+/// same exp512 per lane and sumLanes' tree order for the block sum; so a
+/// row gives the same bits in a decode-size tile as in a full one. Keys and
+/// values are f32 (callers widen f16 blocks for tiles this large).
+SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
+                                 const float *keyBlock, const float *valueBlock,
+                                 int valid, int64_t logicalStart) {
+  const int headDim = context.shape->headDim;
+  alignas(64) int counts[kMaxRows];
+  alignas(64) float corrections[kMaxRows];
+  alignas(64) float weights[16 * kMaxRows]; ///< [slot][row]
+  const int firstRow = visibleRows(tile, valid, logicalStart, counts);
+  if (firstRow == tile.rows)
+    return;
+  __m512 scores[16];
+  for (int slot = 0; slot < 16; ++slot)
+    scores[slot] = _mm512_setzero_ps();
+  for (int dim = 0; dim < headDim; ++dim) {
+    const __m512 query = _mm512_load_ps(tile.queryByDim + dim * kMaxRows);
+    const float *keys = keyBlock + dim * 16;
+    for (int slot = 0; slot < 16; ++slot)
+      scores[slot] =
+          _mm512_fmadd_ps(query, _mm512_set1_ps(keys[slot]), scores[slot]);
   }
+  const __m512i rowCounts =
+      _mm512_load_si512(reinterpret_cast<const void *>(counts));
+  __mmask16 sees[16]; ///< per slot: the rows that see it
+  __m512 blockMax = _mm512_set1_ps(kNegativeInfinity);
+  for (int slot = 0; slot < 16; ++slot) {
+    sees[slot] = _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot));
+    blockMax = _mm512_mask_max_ps(blockMax, sees[slot], blockMax, scores[slot]);
+  }
+  const __m512 newMax = updateMaxima(tile, firstRow, blockMax, corrections);
+  for (int slot = 0; slot < 16; ++slot)
+    scores[slot] = _mm512_maskz_mov_ps(
+        sees[slot], exp512(_mm512_sub_ps(scores[slot], newMax)));
+  for (int slot = 0; slot < 16; ++slot)
+    _mm512_store_ps(weights + slot * kMaxRows, scores[slot]);
+  for (int slot = 0; slot < 8; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 8]);
+  for (int slot = 0; slot < 4; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 4]);
+  for (int slot = 0; slot < 2; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 2]);
+  updateSums(tile, firstRow, corrections, _mm512_add_ps(scores[0], scores[1]));
+  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 1,
+                 kMaxRows, valueBlock);
 }
 
 /// Runs one work item: a tile of rows against a range of its pages.
@@ -382,6 +502,13 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   TileState tile;
   tile.rows = item.numRows;
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
+  std::fill(tile.sum, tile.sum + kMaxRows, 0.0f);
+  // Rows past the tile score as zero queries in the row-vector path (and
+  // are masked out); only that path reads queryByDim.
+  if (tile.rows < kMaxRows && tile.rows > kRowsToWidenBlock)
+    for (int dim = 0; dim < headDim; ++dim)
+      std::fill(tile.queryByDim + dim * kMaxRows + tile.rows,
+                tile.queryByDim + (dim + 1) * kMaxRows, 0.0f);
   for (int row = 0; row < tile.rows; ++row) {
     int tileRow = item.firstRow + row;
     int64_t token = tileRow / groupSize;
@@ -392,8 +519,10 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     const float *query = context.queries +
                          (firstQueryRow + token) * shape.queryRowStride +
                          int64_t(head) * headDim;
-    for (int dim = 0; dim < headDim; ++dim)
+    for (int dim = 0; dim < headDim; ++dim) {
       tile.query[row * headDim + dim] = query[dim] * shape.scale;
+      tile.queryByDim[dim * kMaxRows + row] = query[dim] * shape.scale;
+    }
     std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
   }
   const int64_t lastLimit = tile.limit[tile.rows - 1];
@@ -416,8 +545,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
       // Tiles of many rows read each K/V element many times: widen the
       // block to f32 once (two loads per element per tile are cheaper than
       // a conversion per FMA); decode-size tiles convert as they load.
-      const bool widen =
-          !std::is_same_v<Element, float> && tile.rows > kRowsToWidenBlock;
+      const bool manyRows = tile.rows > kRowsToWidenBlock;
+      const bool widen = !std::is_same_v<Element, float> && manyRows;
       const int64_t blockElements = int64_t(headDim) * 16;
       const float *keys = nullptr;
       if (context.options->keyRope) {
@@ -427,16 +556,22 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
         widenBlock(keyBlock, blockElements, widenedKeys);
         keys = widenedKeys;
       }
-      if (widen) {
-        widenBlock(valueBlock, int64_t(valid) * headDim, widenedValues);
-        foldBlockAvx512(context, tile, keys,
-                        static_cast<const float *>(widenedValues), valid,
-                        logicalStart);
+      if (manyRows) {
+        const float *values = nullptr;
+        if constexpr (std::is_same_v<Element, float>) {
+          if (!keys)
+            keys = keyBlock;
+          values = valueBlock;
+        } else {
+          widenBlock(valueBlock, int64_t(valid) * headDim, widenedValues);
+          values = widenedValues;
+        }
+        foldBlockByDim(context, tile, keys, values, valid, logicalStart);
       } else if (keys) {
-        foldBlockAvx512(context, tile, keys, valueBlock, valid, logicalStart);
+        foldBlockByRow(context, tile, keys, valueBlock, valid, logicalStart);
       } else {
-        foldBlockAvx512(context, tile, keyBlock, valueBlock, valid,
-                        logicalStart);
+        foldBlockByRow(context, tile, keyBlock, valueBlock, valid,
+                       logicalStart);
       }
     } else if (context.options->keyRope) {
       rotateKeyBlockScalar(context, keyBlock, valid, logicalStart, rotatedKeys);

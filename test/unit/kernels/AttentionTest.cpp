@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -294,6 +295,126 @@ TEST(PagedAttention, WideGroupsSpanSeveralTiles) {
   testCase.sequences = {contiguous(0, 33, 3)};
   runCase(testCase, false);
   runCase(testCase, true);
+}
+
+/// Runs the AVX-512 path (scalar where the CPU lacks it) on sequences that
+/// all share `pages` of one random storage, sequence s asking for its last
+/// numQueries[s] tokens; returns each sequence's output rows, without key
+/// splits so a row's arithmetic depends on its pages only.
+std::vector<std::vector<float>> runTails(KvPrecision precision,
+                                         bool ropeInKernel,
+                                         const TestSequence &pages,
+                                         const std::vector<int> &numQueries) {
+  const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
+  const int64_t numBlocks = 40;
+  kv::KvStorageConfig config;
+  config.precision = precision;
+  config.numLayers = 1;
+  config.numKvHeads = numKvHeads;
+  config.headDim = headDim;
+  config.blockSize = blockSize;
+  config.numBlocks = numBlocks;
+  config.keysRotated = !ropeInKernel;
+  auto storage = kv::KvStorage::create(config);
+  EXPECT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> key(numKvHeads * headDim), value(key.size());
+  for (int64_t block = 0; block < numBlocks; ++block)
+    for (int slot = 0; slot < blockSize; ++slot) {
+      for (size_t index = 0; index < key.size(); ++index) {
+        key[index] = normal(rng);
+        value[index] = normal(rng);
+      }
+      (*storage)->writeToken(0, block, slot, key.data(), value.data());
+    }
+  RopeConfig ropeConfig;
+  ropeConfig.headDim = ropeConfig.rotaryDim = headDim;
+  ropeConfig.theta = 10000.0f;
+  RopeTable ropeTable(ropeConfig, 1024);
+
+  // The query of logical token t is the same in every call: seeded by t.
+  int length = 0;
+  for (int valid : pages.validTokens)
+    length += valid;
+  const int64_t width = int64_t(numQueryHeads) * headDim;
+  std::vector<float> tokenQueries(size_t(length * width));
+  for (float &x : tokenQueries)
+    x = normal(rng);
+  std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
+                       validTokens;
+  std::vector<float> queries;
+  for (int count : numQueries) {
+    queryOffsets.push_back(queryOffsets.back() + count);
+    pageOffsets.push_back(pageOffsets.back() + int32_t(pages.blockIds.size()));
+    blockIds.insert(blockIds.end(), pages.blockIds.begin(),
+                    pages.blockIds.end());
+    validTokens.insert(validTokens.end(), pages.validTokens.begin(),
+                       pages.validTokens.end());
+    queries.insert(queries.end(), tokenQueries.end() - count * width,
+                   tokenQueries.end());
+  }
+  std::vector<float> output(queries.size(), 0.0f);
+  PagedAttentionShape shape;
+  shape.numQueryHeads = numQueryHeads;
+  shape.numKvHeads = numKvHeads;
+  shape.headDim = headDim;
+  shape.scale = 1.0f / std::sqrt(float(headDim));
+  shape.queryRowStride = shape.outputRowStride = width;
+  PagedAttentionBatch batch;
+  batch.numSequences = int(numQueries.size());
+  batch.queryOffsets = queryOffsets.data();
+  batch.pageOffsets = pageOffsets.data();
+  batch.blockIds = blockIds.data();
+  batch.validTokens = validTokens.data();
+  PagedAttentionOptions options;
+  options.minPagesPerSplit = 1000;
+  options.keyRope = ropeInKernel ? &ropeTable : nullptr;
+  AttentionWorkspace workspace;
+  pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
+                 output.data(), options, workspace);
+  std::vector<std::vector<float>> rows;
+  for (size_t sequence = 0; sequence < numQueries.size(); ++sequence)
+    rows.emplace_back(output.begin() + queryOffsets[sequence] * width,
+                      output.begin() + queryOffsets[sequence + 1] * width);
+  return rows;
+}
+
+TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
+  // A span-cache hit computes a prompt's last tokens in a short tail (few
+  // rows: decode-size tiles of one row per head) where a miss computes them
+  // inside full 16-row tiles among other tokens and sequences; the
+  // executor needs the same bits either way, so each row's arithmetic must
+  // not depend on its tile's size, neighbours or lane.
+  TestSequence pages;
+  pages.blockIds = {3, 17, 8, 21, 5, 30, 12, 1, 25, 9};
+  pages.validTokens = {16, 16, 9, 16, 16, 3, 16, 16, 16, 11};
+  int length = 0;
+  for (int valid : pages.validTokens)
+    length += valid;
+  for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
+    for (bool rope : {false, true}) {
+      SCOPED_TRACE(std::string(precision == KvPrecision::F16 ? "f16" : "f32") +
+                   (rope ? ", rope-in-kernel" : ", rotated K"));
+      // One call: the whole prompt, then tails of 1, 2, 5 and 7 tokens
+      // (3 to 21 rows per KV head) sharing the call with it.
+      const std::vector<int> counts = {length, 1, 2, 5, 7};
+      auto together = runTails(precision, rope, pages, counts);
+      for (size_t index = 1; index < counts.size(); ++index) {
+        // The same tail alone in its call.
+        auto alone = runTails(precision, rope, pages, {counts[index]});
+        const std::vector<float> &full = together[0];
+        const std::vector<float> &tail = together[index];
+        ASSERT_EQ(tail.size(), alone[0].size());
+        EXPECT_EQ(0, std::memcmp(tail.data(), alone[0].data(),
+                                 tail.size() * sizeof(float)))
+            << "tail of " << counts[index] << " alone vs in a batch";
+        EXPECT_EQ(0, std::memcmp(tail.data(),
+                                 full.data() + full.size() - tail.size(),
+                                 tail.size() * sizeof(float)))
+            << "tail of " << counts[index] << " vs the same rows in the prompt";
+      }
+    }
 }
 
 } // namespace

@@ -112,11 +112,15 @@ SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
 /// Tiles of more rows than this widen f16 blocks to f32 once per block.
 constexpr int kRowsToWidenBlock = 4;
 
+/// The most floats the per-thread block caches may take together (256 MiB;
+/// a 16k-token prompt takes 8 MiB per thread with head dim 64).
+constexpr int64_t kMaxBlockCacheFloats = int64_t(64) << 20;
+
 /// count (a multiple of 16) elements as f32.
 template <typename Element>
 SPANC_AVX512 void widenBlock(const Element *in, int64_t count, float *out) {
   for (int64_t index = 0; index < count; index += 16)
-    _mm512_store_ps(out + index, load16(in + index));
+    _mm512_storeu_ps(out + index, load16(in + index));
 }
 
 /// The scalar tile step: folds one block's keys into the tile state.
@@ -486,7 +490,8 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 /// Runs one work item: a tile of rows against a range of its pages.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, float *partial, float *output) {
+             bool useAvx512, float *partial, float *output, float *blockCache,
+             int32_t *blockCacheTags) {
   const PagedAttentionShape &shape = *context.shape;
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
@@ -548,6 +553,23 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
       const bool manyRows = tile.rows > kRowsToWidenBlock;
       const bool widen = !std::is_same_v<Element, float> && manyRows;
       const int64_t blockElements = int64_t(headDim) * 16;
+      if (manyRows && blockCache) {
+        // The thread's f32 copy of this page for this KV head, made by the
+        // first of its tiles that reads the page.
+        float *cachedKeys = blockCache + int64_t(page) * 2 * blockElements;
+        float *cachedValues = cachedKeys + blockElements;
+        if (blockCacheTags[page] != item.kvHead + 1) {
+          if (context.options->keyRope)
+            rotateKeyBlockAvx512(context, keyBlock, logicalStart, cachedKeys);
+          else
+            widenBlock(keyBlock, blockElements, cachedKeys);
+          widenBlock(valueBlock, int64_t(valid) * headDim, cachedValues);
+          blockCacheTags[page] = item.kvHead + 1;
+        }
+        foldBlockByDim(context, tile, cachedKeys, cachedValues, valid,
+                       logicalStart);
+        continue;
+      }
       const float *keys = nullptr;
       if (context.options->keyRope) {
         rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
@@ -725,15 +747,47 @@ void pagedAttention(const PagedAttentionShape &shape,
       &shape, &kv, &options, &batch, workspace.pageStarts.data(), queries};
   const int64_t numItems = int64_t(workspace.items.size());
   float *partials = workspace.partials.data();
+
+  // The per-thread block cache, for rope-in-kernel prefill tiles (rotating
+  // a block costs about a tenth of folding it into a 16-row tile; merely
+  // widening f16 is cheap enough that the L1-resident per-tile copy wins)
+  // while it stays affordable (a big batch's pages would not fit the
+  // caches anyway).
+  bool anyManyRows = false;
+  for (const AttentionWorkItem &item : workspace.items)
+    anyManyRows |= item.numRows > kRowsToWidenBlock;
+  const int numThreads = numItems > 1 ? omp_get_max_threads() : 1;
+  const int64_t entryFloats = int64_t(2) * shape.headDim * 16;
+  const int64_t cacheFloats = int64_t(totalPages) * entryFloats;
+  const bool useCache = useAvx512 && anyManyRows && options.keyRope &&
+                        cacheFloats * numThreads <= kMaxBlockCacheFloats;
+  if (useCache) {
+    // + 16: room to start the entries on a cache line.
+    if (workspace.blockCache.size() < size_t(cacheFloats * numThreads + 16))
+      workspace.blockCache.resize(size_t(cacheFloats * numThreads + 16));
+    workspace.blockCacheTags.assign(size_t(totalPages) * numThreads, 0);
+  }
+  float *blockCache = nullptr;
+  if (useCache) {
+    blockCache = workspace.blockCache.data();
+    blockCache += (64 - reinterpret_cast<uintptr_t>(blockCache) % 64) % 64 /
+                  sizeof(float);
+  }
+  int32_t *blockCacheTags =
+      useCache ? workspace.blockCacheTags.data() : nullptr;
 #pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
   for (int64_t index = 0; index < numItems; ++index) {
     const AttentionWorkItem &item = workspace.items[size_t(index)];
     float *partial =
         item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
+    const int thread = numItems > 1 ? omp_get_thread_num() : 0;
+    float *cache = blockCache ? blockCache + thread * cacheFloats : nullptr;
+    int32_t *tags =
+        blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
     if (kv.precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, useAvx512, partial, output);
+      runItem<uint16_t>(context, item, useAvx512, partial, output, cache, tags);
     else
-      runItem<float>(context, item, useAvx512, partial, output);
+      runItem<float>(context, item, useAvx512, partial, output, cache, tags);
   }
   if (numPartials == 0)
     return;

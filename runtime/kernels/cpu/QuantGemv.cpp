@@ -20,6 +20,7 @@ namespace {
 constexpr int kBlock = 32;
 constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 constexpr int kMaxTileRows = 4;
+constexpr int64_t kPrefetchBytes = 4096;
 
 // Offsets inside a Q4_1 tile; Q8_0 value tiles, then the group's scales
 // (see PackedQuantMatrix::tileBytes).
@@ -169,6 +170,12 @@ gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
     accumulators[r] = _mm512_setzero_ps();
   for (int64_t block = 0; block < blocks;
        ++block, tile += valueStride, tileScales += scaleStride) {
+    // The weights stream from L3/memory once per token: ask for the lines
+    // a few tiles ahead so more misses are in flight than the hardware
+    // prefetcher keeps.
+    for (int64_t line = 0; line < valueStride; line += 64)
+      _mm_prefetch(reinterpret_cast<const char *>(tile + kPrefetchBytes + line),
+                   _MM_HINT_T0);
     __m512i values[8];
     __m512 minimums;
     if constexpr (q41) {

@@ -28,6 +28,8 @@ export SPANC_ROOT="$root"
 # Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine
 # spinning threads steal the core the other benchmark thread needs (bulk
 # --quick: 62 s spinning, 10 s passive). libgomp reads it at start-up.
+# The engine comparison below runs alone and keeps the caller's policy.
+caller_wait_policy="${OMP_WAIT_POLICY-}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 status=0
 summary=()
@@ -49,7 +51,12 @@ if ((quick)); then
 elif [[ -z ${ONLY:-} || " $ONLY " == *" engine "* ]]; then
   start=$(date +%s)
   echo "== bench/engine/run.sh ($(date +%T))" >&2
-  if bench/engine/run.sh; then
+  if [[ -n $caller_wait_policy ]]; then
+    engine_env=(env OMP_WAIT_POLICY="$caller_wait_policy")
+  else
+    engine_env=(env -u OMP_WAIT_POLICY)
+  fi
+  if "${engine_env[@]}" bench/engine/run.sh; then
     summary+=("engine: ok, $(($(date +%s) - start)) s")
   else
     summary+=("engine: FAILED after $(($(date +%s) - start)) s")

@@ -20,10 +20,28 @@ namespace {
 constexpr int kBlock = 32;
 constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 constexpr int kMaxTileRows = 4;
+constexpr int64_t kPrefetchBytes = 4096;
 
-// Offsets inside a tile (see PackedQuantMatrix::tileBytes).
+// Offsets inside a Q4_1 tile; Q8_0 value tiles, then the group's scales
+// (see PackedQuantMatrix::tileBytes).
 constexpr int64_t kQ41Scales = 256, kQ41Minimums = 288;
-constexpr int64_t kQ80Compensation = 512, kQ80Scales = 576;
+constexpr int64_t kQ80ValueBytes = 512, kQ80ScaleBytes = 32;
+
+/// Byte offsets of the values and of the 16 f16 scales of (group, block).
+inline int64_t valuesOffset(QuantFormat format, int64_t blocks, int64_t group,
+                            int64_t block) {
+  const int64_t tileBytes = PackedQuantMatrix::tileBytes(format);
+  return format == QuantFormat::Q4_1
+             ? (group * blocks + block) * tileBytes
+             : group * blocks * tileBytes + block * kQ80ValueBytes;
+}
+inline int64_t scalesOffset(QuantFormat format, int64_t blocks, int64_t group,
+                            int64_t block) {
+  return format == QuantFormat::Q4_1
+             ? valuesOffset(format, blocks, group, block) + kQ41Scales
+             : valuesOffset(format, blocks, group, blocks) +
+                   block * kQ80ScaleBytes;
+}
 
 float halfToFloatScalar(uint16_t bits) {
   uint32_t sign = uint32_t(bits & 0x8000) << 16;
@@ -74,7 +92,6 @@ void gemvScalarRows(const PackedQuantMatrix &weights,
                     const QuantizedActivations &x, float *y,
                     int64_t outputStride, int64_t firstRow, int64_t endRow) {
   const bool q41 = weights.format == QuantFormat::Q4_1;
-  const int64_t tileBytes = PackedQuantMatrix::tileBytes(weights.format);
   for (int64_t row = firstRow; row < endRow; ++row) {
     const int64_t group = row / kGroupRows;
     const int lane = int(row % kGroupRows);
@@ -82,7 +99,11 @@ void gemvScalarRows(const PackedQuantMatrix &weights,
       float accumulator = 0.0f;
       for (int64_t block = 0; block < weights.blocks; ++block) {
         const uint8_t *tile =
-            weights.bytes.data() + (group * weights.blocks + block) * tileBytes;
+            weights.bytes.data() +
+            valuesOffset(weights.format, weights.blocks, group, block);
+        const uint8_t *scales =
+            weights.bytes.data() +
+            scalesOffset(weights.format, weights.blocks, group, block);
         const uint8_t *a = x.values.data() + (r * x.blocks + block) * kBlock;
         int32_t dot = 0;
         float scale, offset = 0;
@@ -92,19 +113,15 @@ void gemvScalarRows(const PackedQuantMatrix &weights,
                 int32_t((tile[q41Byte(lane, index)] >> q41Shift(index)) & 0xf) *
                 int32_t(int8_t(a[index]));
           else
-            dot += int32_t(a[index]) *
-                   int32_t(int8_t(tile[q80Position(lane, index)]));
-        }
-        if (q41) {
-          scale = halfToFloatScalar(readHalf(tile + kQ41Scales + 2 * lane));
-          offset = halfToFloatScalar(readHalf(tile + kQ41Minimums + 2 * lane));
-        } else {
-          int32_t compensation;
-          std::memcpy(&compensation, tile + kQ80Compensation + 4 * lane, 4);
-          dot -= compensation;
-          scale = halfToFloatScalar(readHalf(tile + kQ80Scales + 2 * lane));
+            dot += int32_t(tile[q80Position(lane, index)]) *
+                   int32_t(int8_t(a[index]));
         }
         const size_t index = size_t(r * x.blocks + block);
+        scale = halfToFloatScalar(readHalf(scales + 2 * lane));
+        if (q41)
+          offset = halfToFloatScalar(readHalf(tile + kQ41Minimums + 2 * lane));
+        else // the weights were stored + 128
+          dot -= 128 * x.sums[index];
         accumulator =
             std::fma(float(dot), scale * x.scales[index], accumulator);
         if (q41)
@@ -134,37 +151,49 @@ template <QuantFormat Format, int TileRows>
 SPANC_VNNI inline void
 gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
           int64_t group, int64_t firstRow, float *y, int64_t outputStride) {
-  constexpr int64_t tileBytes = PackedQuantMatrix::tileBytes(Format);
+  constexpr bool q41 = Format == QuantFormat::Q4_1;
+  // Q4_1 tiles hold their scales; Q8_0 scales follow the group's values.
+  constexpr int64_t valueStride =
+      q41 ? PackedQuantMatrix::tileBytes(Format) : kQ80ValueBytes;
+  constexpr int64_t scaleStride = q41 ? valueStride : kQ80ScaleBytes;
   const int64_t blocks = weights.blocks;
-  const uint8_t *tile = weights.bytes.data() + group * blocks * tileBytes;
+  const uint8_t *tile =
+      weights.bytes.data() + valuesOffset(Format, blocks, group, 0);
+  const uint8_t *tileScales =
+      weights.bytes.data() + scalesOffset(Format, blocks, group, 0);
   const uint8_t *activations = x.values.data() + firstRow * blocks * kBlock;
   const float *activationScales = x.scales.data() + firstRow * blocks;
   const float *activationSums = x.scaledSums.data() + firstRow * blocks;
+  const int32_t *activationIntegerSums = x.sums.data() + firstRow * blocks;
   __m512 accumulators[TileRows];
   for (int r = 0; r < TileRows; ++r)
     accumulators[r] = _mm512_setzero_ps();
-  for (int64_t block = 0; block < blocks; ++block, tile += tileBytes) {
+  for (int64_t block = 0; block < blocks;
+       ++block, tile += valueStride, tileScales += scaleStride) {
+    // The weights stream from L3/memory once per token: ask for the lines
+    // a few tiles ahead so more misses are in flight than the hardware
+    // prefetcher keeps.
+    for (int64_t line = 0; line < valueStride; line += 64)
+      _mm_prefetch(reinterpret_cast<const char *>(tile + kPrefetchBytes + line),
+                   _MM_HINT_T0);
     __m512i values[8];
-    __m512 scales, minimums, compensation;
-    if constexpr (Format == QuantFormat::Q4_1) {
+    __m512 minimums;
+    if constexpr (q41) {
       const __m512i mask = _mm512_set1_epi8(0x0f);
       for (int p = 0; p < 4; ++p) {
         __m512i bytes = _mm512_loadu_si512(tile + p * 64);
         values[2 * p] = _mm512_and_si512(bytes, mask);
         values[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
       }
-      scales = _mm512_cvtph_ps(_mm256_loadu_si256(
-          reinterpret_cast<const __m256i *>(tile + kQ41Scales)));
       minimums = _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i *>(tile + kQ41Minimums)));
     } else {
       for (int k = 0; k < 8; ++k)
         values[k] = _mm512_loadu_si512(tile + k * 64);
-      scales = _mm512_cvtph_ps(_mm256_loadu_si256(
-          reinterpret_cast<const __m256i *>(tile + kQ80Scales)));
       (void)minimums;
-      (void)compensation;
     }
+    const __m512 scales = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(tileScales)));
     for (int r = 0; r < TileRows; ++r) {
       const uint8_t *a = activations + (r * blocks + block) * kBlock;
       int32_t words[8];
@@ -172,28 +201,21 @@ gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
       // Two independent chains; integer sums are exact in any order.
       __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
       for (int k = 0; k < 8; k += 2) {
-        if constexpr (Format == QuantFormat::Q4_1) {
-          even =
-              _mm512_dpbusd_epi32(even, values[k], _mm512_set1_epi32(words[k]));
-          odd = _mm512_dpbusd_epi32(odd, values[k + 1],
-                                    _mm512_set1_epi32(words[k + 1]));
-        } else {
-          even =
-              _mm512_dpbusd_epi32(even, _mm512_set1_epi32(words[k]), values[k]);
-          odd = _mm512_dpbusd_epi32(odd, _mm512_set1_epi32(words[k + 1]),
-                                    values[k + 1]);
-        }
+        even =
+            _mm512_dpbusd_epi32(even, values[k], _mm512_set1_epi32(words[k]));
+        odd = _mm512_dpbusd_epi32(odd, values[k + 1],
+                                  _mm512_set1_epi32(words[k + 1]));
       }
       __m512i dot = _mm512_add_epi32(even, odd);
-      if constexpr (Format == QuantFormat::Q8_0)
-        dot =
-            _mm512_sub_epi32(dot, _mm512_loadu_si512(tile + kQ80Compensation));
       const int64_t index = r * blocks + block;
+      if constexpr (!q41) // the weights were stored + 128
+        dot = _mm512_sub_epi32(
+            dot, _mm512_set1_epi32(128 * activationIntegerSums[index]));
       accumulators[r] = _mm512_fmadd_ps(
           _mm512_cvtepi32_ps(dot),
           _mm512_mul_ps(scales, _mm512_set1_ps(activationScales[index])),
           accumulators[r]);
-      if constexpr (Format == QuantFormat::Q4_1)
+      if constexpr (q41)
         accumulators[r] = _mm512_fmadd_ps(
             minimums, _mm512_set1_ps(activationSums[index]), accumulators[r]);
     }
@@ -256,7 +278,8 @@ PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
   packed.blocks = packed.columns / kBlock;
   packed.groups = (packed.rows + kGroupRows - 1) / kGroupRows;
   const int64_t tileBytes = PackedQuantMatrix::tileBytes(packed.format);
-  packed.bytes.assign(size_t(packed.groups * packed.blocks * tileBytes), 0);
+  packed.bytes.resize(size_t(packed.groups * packed.blocks * tileBytes));
+  std::fill(packed.bytes.begin(), packed.bytes.end(), 0);
   // Source row of each stacked row.
   std::vector<const uint8_t *> sources(size_t(packed.rows));
   int64_t row = 0;
@@ -271,26 +294,24 @@ PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
     const int lane = int(stacked % kGroupRows);
     for (int64_t block = 0; block < packed.blocks; ++block) {
       const uint8_t *in = sources[size_t(stacked)] + block * blockBytes;
-      uint8_t *tile =
-          packed.bytes.data() + (group * packed.blocks + block) * tileBytes;
+      uint8_t *tile = packed.bytes.data() +
+                      valuesOffset(packed.format, packed.blocks, group, block);
+      uint8_t *scales =
+          packed.bytes.data() +
+          scalesOffset(packed.format, packed.blocks, group, block);
       if (q41) {
         for (int index = 0; index < kBlock; ++index) {
           uint8_t value =
               index < 16 ? in[4 + index] & 0xf : in[4 + index - 16] >> 4;
           tile[q41Byte(lane, index)] |= uint8_t(value << q41Shift(index));
         }
-        std::memcpy(tile + kQ41Scales + 2 * lane, in, 2);
         std::memcpy(tile + kQ41Minimums + 2 * lane, in + 2, 2);
       } else {
-        int32_t sum = 0;
-        for (int index = 0; index < kBlock; ++index) {
-          tile[q80Position(lane, index)] = in[2 + index];
-          sum += int8_t(in[2 + index]);
-        }
-        int32_t compensation = 128 * sum;
-        std::memcpy(tile + kQ80Compensation + 4 * lane, &compensation, 4);
-        std::memcpy(tile + kQ80Scales + 2 * lane, in, 2);
+        for (int index = 0; index < kBlock; ++index)
+          tile[q80Position(lane, index)] =
+              uint8_t(int(int8_t(in[2 + index])) + 128);
       }
+      std::memcpy(scales + 2 * lane, in, 2);
     }
   }
   return packed;
@@ -329,8 +350,8 @@ float roundToHalf(float value) {
 namespace {
 
 /// One block as ggml's x86 quantizers do it (the reference path).
-void quantizeBlockScalar(const float *source, uint8_t *values, int offset,
-                         bool roundSum, float &scale, float &scaledSum) {
+void quantizeBlockScalar(const float *source, uint8_t *values, bool roundSum,
+                         float &scale, float &scaledSum, int32_t &blockSum) {
   float maximum = 0;
   for (int i = 0; i < kBlock; ++i)
     maximum = std::max(maximum, std::abs(source[i]));
@@ -340,9 +361,10 @@ void quantizeBlockScalar(const float *source, uint8_t *values, int offset,
   int32_t sum = 0;
   for (int i = 0; i < kBlock; ++i) {
     int value = int(std::nearbyint(source[i] * inverse));
-    values[i] = uint8_t(value + offset);
+    values[i] = uint8_t(int8_t(value));
     sum += value;
   }
+  blockSum = sum;
   // ggml keeps d = max/127 in f16; Q8_1 also keeps s = d * sum in f16,
   // and Q8_0 blocks (dotted signed x signed) need none.
   scale = roundToHalf(d);
@@ -360,8 +382,9 @@ SPANC_AVX512_F16C inline float roundToHalfF16c(float value) {
 /// The same operations on two 16-lane vectors (same bits: the products
 /// and the round-to-even are the same instructions' semantics).
 SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
-                                           int offset, bool roundSum,
-                                           float &scale, float &scaledSum) {
+                                           bool roundSum, float &scale,
+                                           float &scaledSum,
+                                           int32_t &blockSum) {
   const __m512 low = _mm512_loadu_ps(source);
   const __m512 high = _mm512_loadu_ps(source + 16);
   const float maximum = _mm512_reduce_max_ps(
@@ -375,11 +398,11 @@ SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
       _mm512_roundscale_ps(_mm512_mul_ps(high, inverse), kRound));
   const int32_t sum =
       _mm512_reduce_add_epi32(_mm512_add_epi32(lowValues, highValues));
-  const __m512i shift = _mm512_set1_epi32(offset);
   _mm_storeu_si128(reinterpret_cast<__m128i *>(values),
-                   _mm512_cvtepi32_epi8(_mm512_add_epi32(lowValues, shift)));
+                   _mm512_cvtepi32_epi8(lowValues));
   _mm_storeu_si128(reinterpret_cast<__m128i *>(values + 16),
-                   _mm512_cvtepi32_epi8(_mm512_add_epi32(highValues, shift)));
+                   _mm512_cvtepi32_epi8(highValues));
+  blockSum = sum;
   scale = roundToHalfF16c(d);
   scaledSum = roundSum ? roundToHalfF16c(d * float(sum)) : scale * float(sum);
 }
@@ -397,12 +420,12 @@ void prepareActivations(int64_t m, int64_t k, QuantFormat format,
   out.values.resize(size_t(m * blocks * kBlock));
   out.scales.resize(size_t(m * blocks));
   out.scaledSums.resize(size_t(m * blocks));
+  out.sums.resize(size_t(m * blocks));
 }
 
 void quantizeActivationBlocks(const float *x, int64_t stride,
                               int64_t firstBlock, int64_t endBlock,
                               QuantizedActivations &out, bool forceScalar) {
-  const int offset = out.format == QuantFormat::Q8_0 ? 128 : 0;
   const bool roundSum = out.format == QuantFormat::Q4_1;
   const bool vector = !forceScalar && cpuFeatures().hasAvx512();
   const int64_t blocks = out.blocks;
@@ -412,11 +435,11 @@ void quantizeActivationBlocks(const float *x, int64_t stride,
       uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
       const size_t index = size_t(row * blocks + block);
       if (vector)
-        quantizeBlockAvx512(source, values, offset, roundSum, out.scales[index],
-                            out.scaledSums[index]);
+        quantizeBlockAvx512(source, values, roundSum, out.scales[index],
+                            out.scaledSums[index], out.sums[index]);
       else
-        quantizeBlockScalar(source, values, offset, roundSum, out.scales[index],
-                            out.scaledSums[index]);
+        quantizeBlockScalar(source, values, roundSum, out.scales[index],
+                            out.scaledSums[index], out.sums[index]);
     }
 }
 

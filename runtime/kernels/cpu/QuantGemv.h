@@ -20,14 +20,20 @@
 // activation dword yields 16 rows' partial sums and no horizontal sum is
 // ever needed; the 16 scales (and Q4_1 minimums) follow as f16. Q4_1 tiles
 // keep nibbles (low nibble: values 8p..8p+3 of vector p's pair, high:
-// 8p+4..8p+7); Q8_0 tiles keep int8 values plus 128 * (sum of each row's
-// block), so that activations can be offset to unsigned (a + 128). A scalar
-// path computes the same operations in the same order (tests, CPUs without
+// 8p+4..8p+7); Q8_0 tiles keep the int8 values offset to unsigned
+// (w + 128), so that the signed activations need no offset and the
+// correction 128 * (sum of the activation block) is one broadcast per block
+// for all 16 rows; a group's Q8_0 scales follow its values, so that a Q8_0
+// group is exactly as many bytes as its GGUF blocks (34 per row and block)
+// and every value vector stays 64-byte aligned. A scalar path computes the
+// same operations in the same order (tests, CPUs without
 // VNNI): both give the same bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
 #define SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
+
+#include "runtime/kernels/cpu/AlignedAllocator.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -60,12 +66,12 @@ struct PackedQuantMatrix {
   int64_t columns = 0;
   int64_t blocks = 0; ///< blocks of 32 per row
   int64_t groups = 0; ///< ceil(rows / 16); missing rows are zero
-  std::vector<uint8_t> bytes;
-  /// Q4_1: 256 bytes of nibbles, 16 f16 scales, 16 f16 minimums (320);
-  /// Q8_0: 512 int8 values, 16 int32 compensations 128 * sum(row's
-  /// block), 16 f16 scales, 32 bytes of padding (640, a multiple of 64).
+  std::vector<uint8_t, AlignedAllocator<uint8_t>> bytes;
+  /// Bytes per group and block. Q4_1 tiles: 256 bytes of nibbles, 16 f16
+  /// scales, 16 f16 minimums (320). Q8_0: 512 values w + 128 per tile, and
+  /// after the group's `blocks` tiles their 16 f16 scales each (32 bytes).
   static constexpr int64_t tileBytes(QuantFormat format) {
-    return format == QuantFormat::Q4_1 ? 320 : 640;
+    return format == QuantFormat::Q4_1 ? 320 : 544;
   }
 };
 
@@ -77,10 +83,10 @@ inline PackedQuantMatrix packQuantMatrix(const QuantMatrix &matrix) {
 }
 
 /// Activation rows quantized per block of 32, for weights of `format`.
-/// values: [rows][blocks * 32] in natural order, the int8 value's bits for
-/// Q4_1 weights, value + 128 (unsigned) for Q8_0 weights. scales: d =
+/// values: [rows][blocks * 32] int8 values in natural order. scales: d =
 /// max|x| / 127 rounded to f16; scaledSums: d * (sum of the block's int8
-/// values), rounded to f16 for Q4_1 as ggml's Q8_1 stores it.
+/// values), rounded to f16 for Q4_1 as ggml's Q8_1 stores it; sums: that
+/// sum as an integer (Q8_0 weights subtract 128 * sum, see above).
 struct QuantizedActivations {
   QuantFormat format = QuantFormat::Q4_1;
   int64_t rows = 0;
@@ -89,11 +95,10 @@ struct QuantizedActivations {
   std::vector<uint8_t> values;
   std::vector<float> scales;
   std::vector<float> scaledSums;
-  /// The int8 value of (row, column) whatever the format.
+  std::vector<int32_t> sums;
+  /// The int8 value of (row, column).
   int8_t value(int64_t row, int64_t column) const {
-    uint8_t stored = values[size_t(row * blocks * 32 + column)];
-    return format == QuantFormat::Q8_0 ? int8_t(int(stored) - 128)
-                                       : int8_t(stored);
+    return int8_t(values[size_t(row * blocks * 32 + column)]);
   }
 };
 

@@ -487,6 +487,26 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
                  kMaxRows, valueBlock);
 }
 
+/// queryByDim[dim][row] = base[rowOffsets[row] + dim] * scale for the
+/// tile's rows, 0 for the 16 - rows lanes past them: one gather per dim
+/// instead of a scalar transposition (a split tile folds only a few pages,
+/// so its setup is not negligible).
+SPANC_AVX512 void gatherQueriesByDim(const float *base,
+                                     const int32_t *rowOffsets, int rows,
+                                     int headDim, float scale,
+                                     float *queryByDim) {
+  const __mmask16 mask = __mmask16((1u << rows) - 1);
+  const __m512i offsets = _mm512_maskz_loadu_epi32(mask, rowOffsets);
+  const __m512 scales = _mm512_set1_ps(scale);
+  for (int dim = 0; dim < headDim; ++dim)
+    _mm512_store_ps(queryByDim + dim * kMaxRows,
+                    _mm512_maskz_mul_ps(mask,
+                                        _mm512_mask_i32gather_ps(
+                                            _mm512_setzero_ps(), mask, offsets,
+                                            base + dim, sizeof(float)),
+                                        scales));
+}
+
 /// Runs one work item: a tile of rows against a range of its pages.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
@@ -508,12 +528,10 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   tile.rows = item.numRows;
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
   std::fill(tile.sum, tile.sum + kMaxRows, 0.0f);
-  // Rows past the tile score as zero queries in the row-vector path (and
-  // are masked out); only that path reads queryByDim.
-  if (tile.rows < kMaxRows && tile.rows > kRowsToWidenBlock)
-    for (int dim = 0; dim < headDim; ++dim)
-      std::fill(tile.queryByDim + dim * kMaxRows + tile.rows,
-                tile.queryByDim + (dim + 1) * kMaxRows, 0.0f);
+  // foldBlockByDim reads only queryByDim, the other paths only query.
+  const bool byDim = useAvx512 && tile.rows > kRowsToWidenBlock;
+  alignas(64) int32_t rowOffsets[kMaxRows] = {};
+  bool offsetsFit = true;
   for (int row = 0; row < tile.rows; ++row) {
     int tileRow = item.firstRow + row;
     int64_t token = tileRow / groupSize;
@@ -521,14 +539,36 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     tile.limit[row] = length - numQueries + token;
     tile.maxScore[row] = kNegativeInfinity;
     tile.sum[row] = 0;
-    const float *query = context.queries +
-                         (firstQueryRow + token) * shape.queryRowStride +
-                         int64_t(head) * headDim;
-    for (int dim = 0; dim < headDim; ++dim) {
-      tile.query[row * headDim + dim] = query[dim] * shape.scale;
-      tile.queryByDim[dim * kMaxRows + row] = query[dim] * shape.scale;
+    const int64_t offset =
+        token * shape.queryRowStride + int64_t(head) * headDim;
+    rowOffsets[row] = int32_t(offset);
+    offsetsFit &= offset <= std::numeric_limits<int32_t>::max() - headDim;
+    if (!byDim) {
+      const float *query =
+          context.queries + firstQueryRow * shape.queryRowStride + offset;
+      for (int dim = 0; dim < headDim; ++dim)
+        tile.query[row * headDim + dim] = query[dim] * shape.scale;
     }
     std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
+  }
+  if (byDim) {
+    const float *base = context.queries + firstQueryRow * shape.queryRowStride;
+    if (offsetsFit) {
+      gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, shape.scale,
+                         tile.queryByDim);
+    } else {
+      // Rows past the tile score as zero queries (and are masked out).
+      std::fill(tile.queryByDim, tile.queryByDim + headDim * kMaxRows, 0.0f);
+      for (int row = 0; row < tile.rows; ++row) {
+        int tileRow = item.firstRow + row;
+        int64_t token = tileRow / groupSize;
+        int head = item.kvHead * groupSize + tileRow % groupSize;
+        const float *query =
+            base + token * shape.queryRowStride + int64_t(head) * headDim;
+        for (int dim = 0; dim < headDim; ++dim)
+          tile.queryByDim[dim * kMaxRows + row] = query[dim] * shape.scale;
+      }
+    }
   }
   const int64_t lastLimit = tile.limit[tile.rows - 1];
   alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];

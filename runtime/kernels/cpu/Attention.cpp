@@ -8,7 +8,14 @@
 // to f32 as they are loaded, inside the score and value loops; everything
 // is computed in f32. The AVX-512 path needs blockSize 16 and headDim % 16
 // == 0; the scalar path takes any shape and is the reference the fast path
-// is tested against.
+// is tested against. The AVX-512 path has two tile steps: decode-size tiles
+// (foldBlockByRow) score one vector of slots per row; prefill tiles
+// (foldBlockByDim) hold the 16 rows as vector lanes, so the softmax
+// bookkeeping is lane-wise with no horizontal reduction per row. Both do
+// the same float operations per row in the same order (test:
+// RowResultsDoNotDependOnTheTile), because the executor needs a span-cache
+// hit's short tail to give the bits the long prompt gave. P.V runs over
+// groups of rows sharing each value load.
 //
 //===----------------------------------------------------------------------===//
 

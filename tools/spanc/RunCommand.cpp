@@ -146,12 +146,13 @@ nlohmann::json toJson(const codegen::Plan &plan,
 }
 
 /// The live progress line on stderr: calls done/total, tokens generated,
-/// elapsed seconds. Drawn only once a run has taken a second (quick runs
-/// stay quiet), at most ten times a second, and erased by clear().
+/// elapsed seconds. Drawn only once a run has taken `delaySeconds` (quick
+/// runs stay quiet), at most ten times a second, and erased by clear().
 class ProgressLine {
 public:
-  explicit ProgressLine(bool enabled)
-      : enabled(enabled), start(std::chrono::steady_clock::now()) {}
+  ProgressLine(bool enabled, double delaySeconds)
+      : enabled(enabled), delaySeconds(delaySeconds),
+        start(std::chrono::steady_clock::now()) {}
   ~ProgressLine() { clear(); }
 
   void update(const sched::ExecutorProgress &progress) {
@@ -160,7 +161,7 @@ public:
     double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    if (elapsed < 1.0 || elapsed - lastDrawn < 0.1)
+    if (elapsed < delaySeconds || (shown && elapsed - lastDrawn < 0.1))
       return;
     lastDrawn = elapsed;
     // \r returns to the line's start; ESC [K erases what a longer previous
@@ -184,6 +185,7 @@ public:
 
 private:
   bool enabled;
+  double delaySeconds;
   std::chrono::steady_clock::time_point start;
   double lastDrawn = 0;
   bool shown = false;
@@ -296,7 +298,10 @@ int runRun(const std::vector<std::string> &args) {
        "alone (bf16 kernels round differently with the batch size)")       //
       ("stats", "per-call statistics on stderr: TTFT, prompt tokens "      //
                 "reused/computed/relocated, hit rate, decode tokens/s")    //
-      ("json", "print results and statistics as JSON on stdout");
+      ("json", "print results and statistics as JSON on stdout")           //
+      ("progress-after", po::value<double>()->default_value(1.0),          //
+       "when stderr is a terminal, draw a progress line (calls, tokens, "  //
+       "seconds) once a run has taken this many seconds; 0: at once");
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -447,7 +452,8 @@ int runRun(const std::vector<std::string> &args) {
       !(streamed && llvm::sys::Process::StandardOutIsDisplayed());
   for (unsigned iteration = 0; iteration < repeat; ++iteration) {
     auto start = std::chrono::steady_clock::now();
-    ProgressLine progressLine(showProgress);
+    ProgressLine progressLine(showProgress,
+                              values["progress-after"].as<double>());
     outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr,
                                 [&](const sched::ExecutorProgress &progress) {
                                   progressLine.update(progress);

@@ -23,7 +23,9 @@ spanc="$(bazel "${startup[@]}" info "${build[@]}" bazel-bin 2>/dev/null)/tools/s
 
 quick=0
 for arg in "$@"; do [[ $arg == --quick ]] && quick=1; done
-names="${ONLY:-$("$spanc" bench --list | awk 'NF && $1 ~ /^[a-z-]+$/ && $1 != "engine" {print $1}')}"
+# `spanc bench --list` prints the benchmarks, a blank line, then each one's
+# settings under a "NAME settings" header: take the first block only.
+names="${ONLY:-$("$spanc" bench --list | awk 'NF == 0 {exit} $1 ~ /^[a-z-]+$/ && $1 != "engine" {print $1}')}"
 export SPANC_ROOT="$root"
 # Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine
 # spinning threads steal the core the other benchmark thread needs (bulk

@@ -69,11 +69,15 @@ runEngineBench(const EngineBenchOptions &options) {
   for (int32_t &id : prompt)
     id = token(rng);
 
-  // Repetition 0 is the warm-up (primitive creation, page faults).
-  for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
-    bool measured = repetition > 0;
-    (*model)->enableProfile(options.profile && measured);
-    if (options.promptTokens > 0) {
+  // As llama-bench does: every prefill repetition, then every decode
+  // repetition, each series after its own warm-up (repetition 0: primitive
+  // creation, page faults). Interleaving them would time each prefill after
+  // a decode pass over the 4/8-bit weights has pushed the bf16 ones out of
+  // the last-level cache.
+  if (options.promptTokens > 0)
+    for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
+      bool measured = repetition > 0;
+      (*model)->enableProfile(options.profile && measured);
       (*runner)->reset();
       (*model)->resetProfile();
       auto start = std::chrono::steady_clock::now();
@@ -86,7 +90,10 @@ runEngineBench(const EngineBenchOptions &options) {
         result.prefillProfile += (*model)->profile();
       }
     }
-    if (options.generateTokens > 0) {
+  if (options.generateTokens > 0)
+    for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
+      bool measured = repetition > 0;
+      (*model)->enableProfile(options.profile && measured);
       (*runner)->reset();
       (*model)->resetProfile();
       int32_t next = prompt.empty() ? 1 : prompt[0];
@@ -104,7 +111,6 @@ runEngineBench(const EngineBenchOptions &options) {
         result.decodeProfile += (*model)->profile();
       }
     }
-  }
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   result.peakRssBytes = int64_t(usage.ru_maxrss) * 1024;

@@ -25,8 +25,10 @@
 // correction 128 * (sum of the activation block) is one broadcast per block
 // for all 16 rows; a group's Q8_0 scales follow its values, so that a Q8_0
 // group is exactly as many bytes as its GGUF blocks (34 per row and block)
-// and every value vector stays 64-byte aligned. A scalar path computes the
-// same operations in the same order (tests, CPUs without
+// and its value vectors stay 64-byte aligned (for an even number of blocks
+// per row, as in every model we run). The kernel prefetches the weight
+// stream a few KiB ahead: decode is bound by memory latency. A scalar path
+// computes the same operations in the same order (tests, CPUs without
 // VNNI): both give the same bits.
 //
 //===----------------------------------------------------------------------===//

@@ -139,8 +139,8 @@ llvm::Error runRag(const BenchArgs &args) {
   if (!repetitionList)
     return repetitionList.takeError();
   // The peer's own repetitions per count: llama-server prefills a long
-  // prompt minutes slower than we do on two cores (its rows are most of
-  // the run's time), so it runs the first few repetitions only.
+  // prompt 2-3x slower than our stock path on two cores (~50 s at 15
+  // documents, twice per repetition), so it runs the first few only.
   auto peerRepetitionList = args.intListSetting(
       "peer-reps", args.quick ? llvm::ArrayRef<int64_t>{1}
                               : llvm::ArrayRef<int64_t>{3, 3, 3, 2, 1});
@@ -410,7 +410,7 @@ llvm::Error runRag(const BenchArgs &args) {
       out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
           << peerRepetitionsFor(docs);
     out << " (the first ones of each count: llama-server's long prefills "
-           "take minutes on two cores)";
+           "take up to a minute each on two cores)";
   }
   if (*budgetSeconds > 0)
     out << "; no repetition starts after " << *budgetSeconds << " s"

@@ -3,13 +3,17 @@
 runs with full recall against hay tokens, flat vs tree-reduce, with Wilson
 95% intervals."""
 import csv
-import math
+import os
 import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+from plotting import wilson  # noqa: E402
 
 source = sys.argv[1] if len(sys.argv) > 1 else "bench/results/needle.tsv"
 target = sys.argv[2] if len(sys.argv) > 2 else "bench/results/needle.png"
@@ -19,14 +23,6 @@ with open(source) as f:
         key = (row["mode"], int(row["hay_tokens"]))
         runs, full = points.get(key, (0, 0))
         points[key] = (runs + 1, full + int(row["full_recall"]))
-
-
-def wilson(k, n, z=1.959963984540054):
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return c - h, c + h
 
 
 fig, ax = plt.subplots(figsize=(6, 4))

@@ -1,0 +1,13 @@
+"""What the benchmarks' plot scripts share (bench/NAME/plot.py imports it
+from this folder)."""
+import math
+
+
+def wilson(k, n, z=1.959963984540054):
+    """The Wilson 95% interval of k successes in n trials (the one the
+    result tables print, bench/common/ModelSession's wilsonInterval)."""
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return c - h, c + h

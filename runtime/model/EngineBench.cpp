@@ -4,6 +4,8 @@
 
 #include "runtime/model/Engine.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -74,43 +76,49 @@ runEngineBench(const EngineBenchOptions &options) {
   // creation, page faults). Interleaving them would time each prefill after
   // a decode pass over the 4/8-bit weights has pushed the bf16 ones out of
   // the last-level cache.
+  auto timeSeries = [&](int64_t tokens, llvm::function_ref<llvm::Error()> run,
+                        std::vector<double> &tokensPerSecond,
+                        ForwardProfile &profile) -> llvm::Error {
+    for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
+      bool measured = repetition > 0;
+      (*model)->enableProfile(options.profile && measured);
+      (*runner)->reset();
+      (*model)->resetProfile();
+      auto start = std::chrono::steady_clock::now();
+      if (llvm::Error error = run())
+        return error;
+      double seconds = secondsSince(start);
+      if (measured) {
+        tokensPerSecond.push_back(double(tokens) / seconds);
+        profile += (*model)->profile();
+      }
+    }
+    return llvm::Error::success();
+  };
   if (options.promptTokens > 0)
-    for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
-      bool measured = repetition > 0;
-      (*model)->enableProfile(options.profile && measured);
-      (*runner)->reset();
-      (*model)->resetProfile();
-      auto start = std::chrono::steady_clock::now();
-      auto logits = (*runner)->append(prompt, options.promptTokens);
-      if (!logits)
-        return logits.takeError();
-      double seconds = secondsSince(start);
-      if (measured) {
-        result.prefillTokensPerSecond.push_back(options.promptTokens / seconds);
-        result.prefillProfile += (*model)->profile();
-      }
-    }
+    if (llvm::Error error = timeSeries(
+            options.promptTokens,
+            [&]() -> llvm::Error {
+              auto logits = (*runner)->append(prompt, options.promptTokens);
+              return logits ? llvm::Error::success() : logits.takeError();
+            },
+            result.prefillTokensPerSecond, result.prefillProfile))
+      return error;
   if (options.generateTokens > 0)
-    for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
-      bool measured = repetition > 0;
-      (*model)->enableProfile(options.profile && measured);
-      (*runner)->reset();
-      (*model)->resetProfile();
-      int32_t next = prompt.empty() ? 1 : prompt[0];
-      auto start = std::chrono::steady_clock::now();
-      for (int step = 0; step < options.generateTokens; ++step) {
-        auto logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
-        if (!logits)
-          return logits.takeError();
-        next = token(rng);
-      }
-      double seconds = secondsSince(start);
-      if (measured) {
-        result.decodeTokensPerSecond.push_back(options.generateTokens /
-                                               seconds);
-        result.decodeProfile += (*model)->profile();
-      }
-    }
+    if (llvm::Error error = timeSeries(
+            options.generateTokens,
+            [&]() -> llvm::Error {
+              int32_t next = prompt.empty() ? 1 : prompt[0];
+              for (int step = 0; step < options.generateTokens; ++step) {
+                auto logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
+                if (!logits)
+                  return logits.takeError();
+                next = token(rng);
+              }
+              return llvm::Error::success();
+            },
+            result.decodeTokensPerSecond, result.decodeProfile))
+      return error;
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   result.peakRssBytes = int64_t(usage.ru_maxrss) * 1024;

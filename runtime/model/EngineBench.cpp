@@ -52,12 +52,14 @@ runEngineBench(const EngineBenchOptions &options) {
   auto loadStart = std::chrono::steady_clock::now();
   ModelOptions modelOptions;
   modelOptions.forceF32 = options.forceF32;
+  modelOptions.gemmKernel = options.gemmKernel;
   modelOptions.numerics = options.numerics;
   auto model = Model::load(options.modelPath, modelOptions);
   if (!model)
     return model.takeError();
   result.loadSeconds = secondsSince(loadStart);
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
+  result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
   auto runner = SequenceRunner::create(
       **model, std::max(options.promptTokens, options.generateTokens));
   if (!runner)

@@ -24,6 +24,7 @@ struct EngineBenchOptions {
   int generateTokens = 128;
   int repetitions = 5;
   bool forceF32 = false;
+  cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
   Numerics numerics = Numerics::Default;
   bool profile = false;
 };
@@ -34,6 +35,7 @@ struct EngineBenchResult {
   double loadSeconds = 0;
   int64_t peakRssBytes = 0;
   std::string precision;
+  std::string gemmKernel;        ///< "amx" or "onednn"
   ForwardProfile prefillProfile; ///< summed over repetitions (if profiled)
   ForwardProfile decodeProfile;
 };

@@ -101,7 +101,8 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
         "%s: %u attention heads are not a multiple of %u KV heads",
         path.str().c_str(), modelConfig.numHeads, modelConfig.numKvHeads);
   model->gemm = std::make_unique<cpu::GemmEngine>(
-      options.forceF32 ? cpu::GemmPrecision::F32 : cpu::defaultGemmPrecision());
+      options.forceF32 ? cpu::GemmPrecision::F32 : cpu::defaultGemmPrecision(),
+      options.gemmKernel);
   auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm);
   if (!weights)
     return weights.takeError();

@@ -56,6 +56,9 @@ struct ModelOptions {
   /// Force f32 GEMMs (debugging, bit-closer comparisons); otherwise bf16
   /// where the CPU multiplies bf16 natively.
   bool forceF32 = false;
+  /// Who runs the bf16 GEMMs: spanc's AMX kernel where the CPU has AMX
+  /// (oneDNN otherwise), or oneDNN always (for comparisons).
+  cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
   /// Positions the RoPE table covers; 0 = the model's context length.
   int64_t maxPositions = 0;
   /// Steps of at most this many tokens multiply the 4/8-bit weights in
@@ -135,6 +138,7 @@ public:
   const cpu::RopeConfig &ropeConfig() const { return ropeTable.config(); }
   const GgufFile &file() const { return *gguf; }
   cpu::GemmPrecision gemmPrecision() const { return gemm->precision(); }
+  cpu::GemmKernel gemmKernel() const { return gemm->kernel(); }
   Numerics numerics() const { return modelNumerics; }
   const ModelWeights &weights() const { return *modelWeights; }
 

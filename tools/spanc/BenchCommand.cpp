@@ -12,6 +12,7 @@
 
 #include "bench/common/Bench.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/Gemm.h"
 #include "runtime/model/EngineBench.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -64,6 +65,11 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.repetitions =
       values.count("repetitions") ? values["repetitions"].as<int>() : 5;
   options.forceF32 = values.count("f32") > 0;
+  std::optional<cpu::GemmKernel> gemmKernel =
+      cpu::parseGemmKernel(values["gemm"].as<std::string>());
+  if (!gemmKernel)
+    return reportError("bench", "engine: --gemm must be amx or onednn");
+  options.gemmKernel = *gemmKernel;
   std::optional<model::Numerics> numerics =
       model::parseNumerics(values["numerics"].as<std::string>());
   if (!numerics)
@@ -103,7 +109,8 @@ int runEngineBenchmark(const po::variables_map &values) {
       return text + "]";
     };
     out << "{\"engine\": \"spanc\", \"threads\": " << threads
-        << ", \"precision\": \"" << result->precision << "\", \"cpu\": \""
+        << ", \"precision\": \"" << result->precision << "\", \"gemm\": \""
+        << result->gemmKernel << "\", \"cpu\": \""
         << cpu::cpuFeatures().describe()
         << "\", \"pp_tokens\": " << options.promptTokens
         << ", \"tg_tokens\": " << options.generateTokens
@@ -114,8 +121,8 @@ int runEngineBenchmark(const po::variables_map &values) {
     return 0;
   }
   out << "spanc engine: " << options.modelPath << ", " << threads
-      << " threads, " << result->precision << " GEMMs ("
-      << cpu::cpuFeatures().describe() << "), load "
+      << " threads, " << result->precision << " GEMMs on " << result->gemmKernel
+      << " (" << cpu::cpuFeatures().describe() << "), load "
       << llvm::format("%.2f", result->loadSeconds) << " s\n";
   out << "| test | tokens/s (median) | stddev | reps |\n|---|---|---|---|\n";
   if (options.promptTokens > 0)
@@ -229,9 +236,12 @@ int runBench(const std::vector<std::string> &args) {
       ("gen-tokens", po::value<int>()->default_value(128),                //
        "engine: decode steps of the generation test (tgN)")               //
       ("f32", "engine: force f32 GEMMs")                                  //
-      ("numerics", po::value<std::string>()->default_value("default"),    //
-       "engine: default, or llama (llama.cpp's arithmetic bit for bit)")  //
-      ("profile", "engine: time every op and print where time goes")      //
+      ("gemm", po::value<std::string>()->default_value("amx"),            //
+       "engine: bf16 GEMM kernel, amx (spanc's; oneDNN where the CPU has "
+       "no AMX) or onednn")                                              //
+      ("numerics", po::value<std::string>()->default_value("default"),   //
+       "engine: default, or llama (llama.cpp's arithmetic bit for bit)") //
+      ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
   po::positional_options_description positional;
   positional.add("name", 1);

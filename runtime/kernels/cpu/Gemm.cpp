@@ -2,6 +2,7 @@
 
 #include "runtime/kernels/cpu/Gemm.h"
 
+#include "runtime/kernels/cpu/AmxGemm.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -77,7 +78,21 @@ const char *gemmPrecisionName(GemmPrecision precision) {
   return precision == GemmPrecision::Bf16 ? "bf16" : "f32";
 }
 
+const char *gemmKernelName(GemmKernel kernel) {
+  return kernel == GemmKernel::Amx ? "amx" : "onednn";
+}
+
+std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name) {
+  if (name == "amx")
+    return GemmKernel::Amx;
+  if (name == "onednn")
+    return GemmKernel::OneDnn;
+  return std::nullopt;
+}
+
 struct GemmWeights::Storage {
+  // One of the two: AMX panels, or oneDNN's blocked layout.
+  AmxWeights amx;
   dnnl::memory::desc desc;
   dnnl::memory memory;
 };
@@ -88,7 +103,11 @@ GemmWeights::GemmWeights(GemmWeights &&) noexcept = default;
 GemmWeights &GemmWeights::operator=(GemmWeights &&) noexcept = default;
 
 int64_t GemmWeights::sizeInBytes() const {
-  return storage ? int64_t(storage->desc.get_size()) : 0;
+  if (!storage)
+    return 0;
+  if (kernel == GemmKernel::Amx)
+    return storage->amx.sizeInBytes();
+  return int64_t(storage->desc.get_size());
 }
 
 struct GemmEngine::Impl {
@@ -102,6 +121,7 @@ struct GemmEngine::Impl {
   /// (M, N, K) -> primitive; the precision is the engine's.
   llvm::DenseMap<std::tuple<int64_t, int64_t, int64_t>, Entry> primitives;
   std::vector<uint16_t> activations; ///< bf16 copy of x
+  AmxScratch amxScratch;
 
   dnnl::matmul::primitive_desc describe(const dnnl::memory::desc &weights,
                                         int64_t m, int64_t k, int64_t n,
@@ -113,8 +133,13 @@ struct GemmEngine::Impl {
   }
 };
 
-GemmEngine::GemmEngine(GemmPrecision precision)
-    : impl(std::make_unique<Impl>()), enginePrecision(precision) {}
+GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
+    : impl(std::make_unique<Impl>()), enginePrecision(precision),
+      engineKernel(GemmKernel::OneDnn) {
+  if (preferred == GemmKernel::Amx && precision == GemmPrecision::Bf16 &&
+      amxBf16Usable())
+    engineKernel = GemmKernel::Amx;
+}
 GemmEngine::~GemmEngine() = default;
 
 llvm::Expected<GemmWeights>
@@ -123,7 +148,12 @@ GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
   weights.numRows = rows;
   weights.numColumns = columns;
   weights.weightPrecision = enginePrecision;
+  weights.kernel = engineKernel;
   weights.storage = std::make_unique<GemmWeights::Storage>();
+  if (engineKernel == GemmKernel::Amx) {
+    weights.storage->amx = packAmxWeights(matrix, rows, columns);
+    return weights;
+  }
   try {
     // W^T as a {K, N} matrix; the source rows of W make it N-major ("ba").
     dnnl::memory::desc any({columns, rows}, dataType(enginePrecision),
@@ -154,6 +184,10 @@ GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
 llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
                                  int64_t m, float *y) {
   const int64_t n = weights.numRows, k = weights.numColumns;
+  if (weights.kernel == GemmKernel::Amx) {
+    amxGemm(weights.storage->amx, x, m, y, impl->amxScratch);
+    return llvm::Error::success();
+  }
   try {
     auto key = std::make_tuple(m, n, k);
     auto found = impl->primitives.find(key);
@@ -186,6 +220,8 @@ llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
 
 std::string GemmEngine::implementationName(const GemmWeights &weights,
                                            int64_t m) {
+  if (weights.kernel == GemmKernel::Amx)
+    return "spanc:amx_bf16";
   try {
     return impl
         ->describe(weights.storage->desc, m, weights.numColumns,

@@ -16,11 +16,19 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace spanc::cpu {
 
 enum class GemmPrecision { F32, Bf16 };
+
+/// Who multiplies: spanc's AMX kernel (AmxGemm.h; bf16 on CPUs with AMX
+/// only) or oneDNN's matmul (every other case, or when asked for).
+enum class GemmKernel { Amx, OneDnn };
+const char *gemmKernelName(GemmKernel kernel); ///< "amx" or "onednn"
+/// "amx" or "onednn".
+std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name);
 
 /// bf16 where the CPU has native bf16 GEMM, else f32.
 GemmPrecision defaultGemmPrecision();
@@ -40,6 +48,7 @@ public:
   int64_t rows() const { return numRows; }       ///< N (outputs)
   int64_t columns() const { return numColumns; } ///< K (inputs)
   GemmPrecision precision() const { return weightPrecision; }
+  GemmKernel kernelKind() const { return kernel; }
   int64_t sizeInBytes() const;
 
 private:
@@ -49,18 +58,22 @@ private:
   int64_t numRows = 0;
   int64_t numColumns = 0;
   GemmPrecision weightPrecision = GemmPrecision::F32;
+  GemmKernel kernel = GemmKernel::OneDnn;
 };
 
 /// The oneDNN engine, stream, primitive cache and activation scratch.
 /// Not thread-safe: one forward pass at a time (it threads internally).
 class GemmEngine {
 public:
-  explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision());
+  /// `preferred` Amx falls back to oneDNN where AMX cannot run `precision`.
+  explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision(),
+                      GemmKernel preferred = GemmKernel::Amx);
   ~GemmEngine();
   GemmEngine(const GemmEngine &) = delete;
   GemmEngine &operator=(const GemmEngine &) = delete;
 
   GemmPrecision precision() const { return enginePrecision; }
+  GemmKernel kernel() const { return engineKernel; }
 
   /// Converts a row-major [rows][columns] f32 matrix into weights.
   llvm::Expected<GemmWeights> packWeights(const float *matrix, int64_t rows,
@@ -78,6 +91,7 @@ private:
   struct Impl;
   std::unique_ptr<Impl> impl;
   GemmPrecision enginePrecision;
+  GemmKernel engineKernel;
 };
 
 /// Rounds f32 to bf16 (nearest even) for `count` values.

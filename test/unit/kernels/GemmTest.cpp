@@ -1,4 +1,5 @@
-//===- GemmTest.cpp - oneDNN weight GEMMs against a double reference ------===//
+//===- GemmTest.cpp - Weight GEMMs (AMX, oneDNN) against a double reference
+//===//
 
 #include "runtime/kernels/cpu/Gemm.h"
 
@@ -15,13 +16,13 @@ namespace {
 using namespace spanc::cpu;
 
 void checkGemm(GemmPrecision precision, int64_t n, int64_t k,
-               std::vector<int64_t> ms) {
+               std::vector<int64_t> ms, GemmKernel kernel = GemmKernel::Amx) {
   std::mt19937 rng(99);
   std::normal_distribution<float> normal;
   std::vector<float> weights(size_t(n * k));
   for (float &value : weights)
     value = normal(rng);
-  GemmEngine engine(precision);
+  GemmEngine engine(precision, kernel);
   auto packed = engine.packWeights(weights.data(), n, k);
   ASSERT_TRUE(bool(packed)) << llvm::toString(packed.takeError());
   // Twice over the shapes: the second round reuses cached primitives.
@@ -64,6 +65,62 @@ TEST(CpuGemm, Bf16MatchesReferenceWithinBf16Rounding) {
 
 TEST(CpuGemm, OddShapesWork) {
   checkGemm(defaultGemmPrecision(), 37, 40, {1, 5});
+}
+
+TEST(CpuGemm, OneDnnKernelMatchesReference) {
+  checkGemm(defaultGemmPrecision(), 96, 576, {1, 40}, GemmKernel::OneDnn);
+}
+
+bool amxAvailable() {
+  return GemmEngine(GemmPrecision::Bf16).kernel() == GemmKernel::Amx;
+}
+
+TEST(CpuGemm, AmxServesBf16WhereTheCpuHasIt) {
+  EXPECT_EQ(amxAvailable(), cpuFeatures().amxBf16);
+  EXPECT_EQ(GemmEngine(GemmPrecision::F32).kernel(), GemmKernel::OneDnn);
+  EXPECT_EQ(GemmEngine(GemmPrecision::Bf16, GemmKernel::OneDnn).kernel(),
+            GemmKernel::OneDnn);
+}
+
+TEST(CpuGemm, AmxPadsEveryDimension) {
+  if (!amxAvailable())
+    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
+  // N, K and M off the 32-multiples the tiles want, on both sides of them.
+  checkGemm(GemmPrecision::Bf16, 16, 32, {1, 31, 32, 33});
+  checkGemm(GemmPrecision::Bf16, 70, 100, {2, 64, 95});
+  checkGemm(GemmPrecision::Bf16, 1, 7, {3});
+}
+
+// The span cache's hit = miss contract: a row's products must not depend on
+// how many rows are multiplied with it or where it sits in the batch.
+TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
+  if (!amxAvailable())
+    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
+  const int64_t n = 96, k = 1536;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> weights(static_cast<size_t>(n * k)),
+      probe(static_cast<size_t>(k));
+  for (float &value : weights)
+    value = normal(rng);
+  for (float &value : probe)
+    value = normal(rng);
+  GemmEngine engine(GemmPrecision::Bf16);
+  auto packed = engine.packWeights(weights.data(), n, k);
+  ASSERT_TRUE(bool(packed)) << llvm::toString(packed.takeError());
+  std::vector<float> alone(static_cast<size_t>(n));
+  ASSERT_FALSE(bool(engine.multiply(*packed, probe.data(), 1, alone.data())));
+  for (int64_t m : {2, 17, 32, 33, 300})
+    for (int64_t position : {int64_t(0), m / 2, m - 1}) {
+      std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+      for (float &value : x)
+        value = normal(rng);
+      std::copy(probe.begin(), probe.end(), x.begin() + position * k);
+      ASSERT_FALSE(bool(engine.multiply(*packed, x.data(), m, y.data())));
+      for (int64_t col = 0; col < n; ++col)
+        ASSERT_EQ(y[size_t(position * n + col)], alone[size_t(col)])
+            << "m " << m << " position " << position << " col " << col;
+    }
 }
 
 TEST(CpuGemm, Bf16ConversionRoundsToNearestEven) {

@@ -1,0 +1,67 @@
+//===- AmxGemm.h - bf16 weight GEMMs on AMX tiles -------------------------===//
+//
+// y[M][N] = x[M][K] * W^T with W in bf16, products summed in f32 by AMX
+// TDPBF16PS. Prefill's GEMMs are short in K (576 to 1 536 in the models we
+// run), where oneDNN 2.6's brgemm reaches ~0.7 TFLOP/s per core on a CPU
+// whose tiles multiply at ~2.6: it loads all four operand tiles of a 2x2
+// block before the first product, so loads and products never overlap.
+// This kernel issues each tile load right before the first product that
+// needs it (A0 B0 C00, B1 C01, A1 C10 C11), so the next load runs under the
+// previous product.
+//
+// Layout. W is packed once into panels of 32 output columns; a panel holds,
+// for each block of 32 K values, two B tiles (columns 0-15, then 16-31), each
+// 16 rows of K pairs x 16 columns x 2 values (AMX's VNNI order), 1 KiB, so a
+// panel streams contiguously. N and K are padded to multiples of 32 with
+// zeros. Activations are rounded to bf16 per call into a scratch of
+// rows padded to 32 and K padded to 32.
+//
+// Numerics. Every output sums its K products in one fixed order (block by
+// block into one accumulator tile), whatever M is and wherever the row sits
+// in the batch: a row's result never depends on the other rows, which the
+// span cache's hit = miss contract relies on.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_AMXGEMM_H
+#define SPANC_RUNTIME_KERNELS_CPU_AMXGEMM_H
+
+#include "runtime/kernels/cpu/AlignedAllocator.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::cpu {
+
+/// Whether this process may run AMX bf16 tiles: the CPU has them, the OS
+/// saves their state, and Linux granted the tile data permission (asked
+/// once, on the first call).
+bool amxBf16Usable();
+
+/// A [rows][columns] weight matrix in AMX B-tile panels (see the header).
+struct AmxWeights {
+  int64_t rows = 0;          ///< N
+  int64_t columns = 0;       ///< K
+  int64_t paddedRows = 0;    ///< N rounded up to 32
+  int64_t paddedColumns = 0; ///< K rounded up to 32
+  std::vector<uint16_t, AlignedAllocator<uint16_t>> data;
+
+  int64_t sizeInBytes() const { return int64_t(data.size() * 2); }
+};
+
+/// Packs a row-major [rows][columns] f32 matrix, rounding to bf16 (nearest
+/// even).
+AmxWeights packAmxWeights(const float *matrix, int64_t rows, int64_t columns);
+
+/// Per-call scratch (the bf16 activations); reused across calls.
+struct AmxScratch {
+  std::vector<uint16_t, AlignedAllocator<uint16_t>> activations;
+};
+
+/// y[M][N] = x[M][K] * W^T; x has K floats per row, y N floats per row.
+/// Runs on the OpenMP threads of the caller. Requires amxBf16Usable().
+void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
+             AmxScratch &scratch);
+
+} // namespace spanc::cpu
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_AMXGEMM_H

@@ -103,7 +103,10 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->gemm = std::make_unique<cpu::GemmEngine>(
       options.forceF32 ? cpu::GemmPrecision::F32 : cpu::defaultGemmPrecision(),
       options.gemmKernel);
-  auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm);
+  // llama.cpp numerics apply their own SwiGLU to separate gate|up products.
+  auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm,
+                                    /*gatedFeedForward=*/options.numerics !=
+                                        Numerics::LlamaCpp);
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
@@ -475,18 +478,32 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
                             queryKeyValue.data(), attention.data(),
                             attentionOptions, attentionWorkspace);
     }
-    {
-      OpTimer timer(profiling, opProfile.attentionOutputSeconds);
-      if (llvm::Error error =
-              project(layer.attentionOutput, layer.attentionOutputQuantized,
-                      layer.hasQuantized, attention.data(), numTokens,
-                      projected.data()))
-        return error;
-    }
-    {
+    // The packed GEMMs add their products into the residual stream in
+    // their epilogue; the 4/8-bit GEMV writes `projected`, added after.
+    const bool packedGemms = !quantized || !layer.hasQuantized;
+    auto projectIntoResidual =
+        [&](const cpu::GemmWeights &packed,
+            const cpu::PackedQuantMatrix &packedQuantized, const float *x,
+            double &seconds) -> llvm::Error {
+      if (packedGemms) {
+        OpTimer timer(profiling, seconds);
+        return gemm->multiply(packed, x, numTokens, hidden.data(),
+                              cpu::GemmOutput::Accumulate);
+      }
+      {
+        OpTimer timer(profiling, seconds);
+        if (llvm::Error error = project(packed, packedQuantized, true, x,
+                                        numTokens, projected.data()))
+          return error;
+      }
       OpTimer timer(profiling, opProfile.residualSeconds);
       cpu::addInPlace(dimRows, hidden.data(), projected.data());
-    }
+      return llvm::Error::success();
+    };
+    if (llvm::Error error = projectIntoResidual(
+            layer.attentionOutput, layer.attentionOutputQuantized,
+            attention.data(), opProfile.attentionOutputSeconds))
+      return error;
     {
       OpTimer timer(profiling, opProfile.normSeconds);
       normalize(dimRows, hidden.data(), layer.feedForwardNorm.data(),
@@ -494,6 +511,16 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     if (quantized && layer.hasQuantized && ffnDim % 32 == 0) {
       if (llvm::Error error = feedForwardFused(layer, numTokens))
+        return error;
+      OpTimer timer(profiling, opProfile.residualSeconds);
+      cpu::addInPlace(dimRows, hidden.data(), projected.data());
+      continue;
+    }
+    if (packedGemms && layer.gateUp.isGated()) {
+      // The SwiGLU runs in the GEMM's epilogue (its time counts there).
+      OpTimer timer(profiling, opProfile.gateUpSeconds);
+      if (llvm::Error error = gemm->multiplyGated(
+              layer.gateUp, normed.data(), numTokens, feedForward.data()))
         return error;
     } else {
       {
@@ -513,18 +540,11 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
           cpu::swiGlu(shape, gateUp.data(), gateUp.data() + ffnDim,
                       feedForward.data());
       }
-      {
-        OpTimer timer(profiling, opProfile.downSeconds);
-        if (llvm::Error error =
-                project(layer.down, layer.downQuantized, layer.hasQuantized,
-                        feedForward.data(), numTokens, projected.data()))
-          return error;
-      }
     }
-    {
-      OpTimer timer(profiling, opProfile.residualSeconds);
-      cpu::addInPlace(dimRows, hidden.data(), projected.data());
-    }
+    if (llvm::Error error =
+            projectIntoResidual(layer.down, layer.downQuantized,
+                                feedForward.data(), opProfile.downSeconds))
+      return error;
   }
 
   // Gather the rows whose logits were asked for, then norm and project them.

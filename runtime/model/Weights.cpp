@@ -69,12 +69,11 @@ loadVector(const GgufFile &file, llvm::StringRef name, uint64_t size) {
 }
 
 /// Loads the named matrices (each [columns, rows_i]) stacked by rows and
-/// packs them as one GEMM weight.
-llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
-                                             cpu::GemmEngine &engine,
-                                             llvm::ArrayRef<std::string> names,
-                                             llvm::ArrayRef<uint64_t> rows,
-                                             uint64_t columns) {
+/// packs them as one GEMM weight (`gated`: [gate; up] for multiplyGated).
+llvm::Expected<cpu::GemmWeights>
+loadStacked(const GgufFile &file, cpu::GemmEngine &engine,
+            llvm::ArrayRef<std::string> names, llvm::ArrayRef<uint64_t> rows,
+            uint64_t columns, bool gated = false) {
   uint64_t totalRows = 0;
   for (uint64_t count : rows)
     totalRows += count;
@@ -87,8 +86,10 @@ llvm::Expected<cpu::GemmWeights> loadStacked(const GgufFile &file,
     dequantizeInto(**tensor, matrix, int64_t(firstRow));
     firstRow += rows[index];
   }
-  auto packed =
-      engine.packWeights(matrix.data(), int64_t(totalRows), int64_t(columns));
+  auto packed = gated ? engine.packGatedWeights(
+                            matrix.data(), int64_t(totalRows), int64_t(columns))
+                      : engine.packWeights(matrix.data(), int64_t(totalRows),
+                                           int64_t(columns));
   if (!packed)
     return tensorError(file, names[0], llvm::toString(packed.takeError()));
   return packed;
@@ -131,7 +132,7 @@ void decodeGgmlRow(const void *row, float *out, int64_t count,
 
 llvm::Expected<std::unique_ptr<ModelWeights>>
 ModelWeights::load(const GgufFile &file, const ModelConfig &config,
-                   cpu::GemmEngine &engine) {
+                   cpu::GemmEngine &engine, bool gatedFeedForward) {
   std::unique_ptr<ModelWeights> weights(new ModelWeights());
   const uint64_t dim = config.embeddingDim;
   const uint64_t queryDim = uint64_t(config.numHeads) * config.headDim;
@@ -192,7 +193,8 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
     std::string gateUpNames[] = {prefix + "ffn_gate.weight",
                                  prefix + "ffn_up.weight"};
     uint64_t gateUpRows[] = {ffnDim, ffnDim};
-    auto gateUp = loadStacked(file, engine, gateUpNames, gateUpRows, dim);
+    auto gateUp = loadStacked(file, engine, gateUpNames, gateUpRows, dim,
+                              gatedFeedForward);
     if (!gateUp)
       return gateUp.takeError();
     layerWeights.gateUp = std::move(*gateUp);

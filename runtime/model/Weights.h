@@ -34,7 +34,8 @@ struct LayerWeights {
   cpu::GemmWeights queryKeyValue;
   std::vector<float> queryKeyValueBias; ///< same rows; empty without bias
   cpu::GemmWeights attentionOutput;     ///< [embeddingDim][numHeads*headDim]
-  /// Rows: feedForwardDim of gate, then feedForwardDim of up.
+  /// Rows: feedForwardDim of gate, then feedForwardDim of up; packed for
+  /// GemmEngine::multiplyGated (the SwiGLU in the GEMM) when isGated().
   cpu::GemmWeights gateUp;
   cpu::GemmWeights down; ///< [embeddingDim][feedForwardDim]
 
@@ -50,9 +51,11 @@ class ModelWeights {
 public:
   /// Reads every tensor the configuration calls for from `file` (which must
   /// outlive the weights: the embedding is read from its mapping).
+  /// `gatedFeedForward` packs gate|up for multiplyGated (the default
+  /// SwiGLU); without it gate|up is a plain GEMM weight.
   static llvm::Expected<std::unique_ptr<ModelWeights>>
-  load(const GgufFile &file, const ModelConfig &config,
-       cpu::GemmEngine &engine);
+  load(const GgufFile &file, const ModelConfig &config, cpu::GemmEngine &engine,
+       bool gatedFeedForward = true);
 
   const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }

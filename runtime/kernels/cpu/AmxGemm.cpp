@@ -4,6 +4,7 @@
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/VectorMath.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace spanc::cpu {
@@ -101,6 +103,29 @@ void convertRows(const float *x, int64_t m, int64_t k, int64_t paddedK,
   }
 }
 
+/// Applies a non-Store epilogue to a finished block held in `block` (32
+/// rows of 32), of which `height` rows and `width` columns are real.
+SPANC_AVX512 void finishBlock(AmxEpilogue epilogue, const float *block,
+                              int64_t height, int64_t width, float *y,
+                              int64_t yStride) {
+  for (int64_t r = 0; r < height; ++r) {
+    const float *products = block + r * kBlock;
+    float *out = y + r * yStride;
+    if (epilogue == AmxEpilogue::SwiGlu) {
+      // Columns 0-15: gate, 16-31: up, of the same 16 outputs.
+      _mm512_storeu_ps(out, swiGlu512(_mm512_load_ps(products),
+                                      _mm512_load_ps(products + 16)));
+      continue;
+    }
+    int64_t c = 0;
+    for (; c + 16 <= width; c += 16)
+      _mm512_storeu_ps(out + c, _mm512_add_ps(_mm512_loadu_ps(out + c),
+                                              _mm512_load_ps(products + c)));
+    for (; c < width; ++c)
+      out[c] += products[c];
+  }
+}
+
 } // namespace
 
 bool amxBf16Usable() {
@@ -145,9 +170,31 @@ AmxWeights packAmxWeights(const float *matrix, int64_t rows, int64_t columns) {
   return weights;
 }
 
+AmxWeights packAmxGatedWeights(const float *matrix, int64_t rows,
+                               int64_t columns) {
+  // Row order of the pack: per 16 outputs, their 16 gate rows, then their
+  // 16 up rows.
+  const int64_t half = rows / 2;
+  std::vector<float> interleaved(static_cast<size_t>(rows * columns));
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t group = row / kBlock, lane = row % kBlock;
+    const int64_t source = (lane < 16 ? 0 : half) + group * 16 + (lane % 16);
+    std::memcpy(interleaved.data() + row * columns, matrix + source * columns,
+                sizeof(float) * size_t(columns));
+  }
+  AmxWeights weights = packAmxWeights(interleaved.data(), rows, columns);
+  weights.gated = true;
+  return weights;
+}
+
 void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
-             AmxScratch &scratch) {
+             AmxScratch &scratch, AmxEpilogue epilogue) {
   const int64_t n = weights.rows, k = weights.columns;
+  // y's row stride; a SwiGLU block of 32 products yields 16 outputs.
+  const bool swiGlu = epilogue == AmxEpilogue::SwiGlu;
+  assert(swiGlu == weights.gated && "gated packs need the SwiGLU epilogue");
+  const int64_t yStride = swiGlu ? n / 2 : n;
   const int64_t paddedK = weights.paddedColumns;
   const int64_t paddedM = roundUp(m, kBlock);
   const int64_t kBlocks = paddedK / kBlock;
@@ -179,20 +226,27 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
               weights.data.data() + panel * kBlocks * 2 * kTileElements;
           const int64_t column = panel * kBlock;
           const int64_t width = std::min(kBlock, n - column);
+          float *out = y + (swiGlu ? panel * 16 : column);
           for (int64_t row = chunk; row < chunkEnd; row += kBlock) {
             const int64_t height = std::min(kBlock, m - row);
             const uint16_t *rows = a + row * paddedK;
-            if (height == kBlock && width == kBlock) {
-              multiplyBlock(rows, aRowBytes, b, kBlocks, y + row * n + column,
-                            n * 4);
+            if (epilogue == AmxEpilogue::Store && height == kBlock &&
+                width == kBlock) {
+              multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
+                            yStride * 4);
               continue;
             }
-            // A partial block (the last rows or columns) goes through a
-            // local tile and only its real part is copied out.
+            // The block goes through a local tile; only its real part
+            // reaches y.
             multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4);
-            for (int64_t r = 0; r < height; ++r)
-              std::memcpy(y + (row + r) * n + column, edge + r * kBlock,
-                          sizeof(float) * size_t(width));
+            if (epilogue == AmxEpilogue::Store) {
+              for (int64_t r = 0; r < height; ++r)
+                std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
+                            sizeof(float) * size_t(width));
+              continue;
+            }
+            finishBlock(epilogue, edge, height, width, out + row * yStride,
+                        yStride);
           }
         }
       }

@@ -16,6 +16,12 @@
 // zeros. Activations are rounded to bf16 per call into a scratch of
 // rows padded to 32 and K padded to 32.
 //
+// Epilogues. Each finished 32x32 block is stored, added to y (the residual
+// connection), or, for gated weights, turned into SwiGLU outputs: a gated
+// pack of a [gate; up] matrix puts gate rows 16p..16p+15 in panel p's first
+// tile and the same up rows in its second, so a block holds both halves of
+// 16 outputs and the gate|up products never reach memory.
+//
 // Numerics. Every output sums its K products in one fixed order (block by
 // block into one accumulator tile), whatever M is and wherever the row sits
 // in the batch: a row's result never depends on the other rows, which the
@@ -43,6 +49,7 @@ struct AmxWeights {
   int64_t columns = 0;       ///< K
   int64_t paddedRows = 0;    ///< N rounded up to 32
   int64_t paddedColumns = 0; ///< K rounded up to 32
+  bool gated = false;        ///< packed by packAmxGatedWeights
   std::vector<uint16_t, AlignedAllocator<uint16_t>> data;
 
   int64_t sizeInBytes() const { return int64_t(data.size() * 2); }
@@ -52,15 +59,28 @@ struct AmxWeights {
 /// even).
 AmxWeights packAmxWeights(const float *matrix, int64_t rows, int64_t columns);
 
+/// Packs a [gate; up] matrix (rows/2 gate rows, then as many up rows) for
+/// the SwiGLU epilogue; rows must be a multiple of 32.
+AmxWeights packAmxGatedWeights(const float *matrix, int64_t rows,
+                               int64_t columns);
+
+/// What amxGemm does with the products P = x * W^T.
+enum class AmxEpilogue {
+  Store,      ///< y = P
+  Accumulate, ///< y += P
+  SwiGlu,     ///< y = silu(P_gate) * P_up, rows/2 columns (gated weights)
+};
+
 /// Per-call scratch (the bf16 activations); reused across calls.
 struct AmxScratch {
   std::vector<uint16_t, AlignedAllocator<uint16_t>> activations;
 };
 
-/// y[M][N] = x[M][K] * W^T; x has K floats per row, y N floats per row.
-/// Runs on the OpenMP threads of the caller. Requires amxBf16Usable().
+/// y[M][N] = x[M][K] * W^T (or the epilogue's function of it); x has K
+/// floats per row, y N floats per row (N/2 for SwiGlu). Runs on the OpenMP
+/// threads of the caller. Requires amxBf16Usable().
 void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
-             AmxScratch &scratch);
+             AmxScratch &scratch, AmxEpilogue epilogue = AmxEpilogue::Store);
 
 } // namespace spanc::cpu
 

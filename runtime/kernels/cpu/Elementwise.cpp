@@ -54,14 +54,9 @@ namespace {
 SPANC_AVX512 void swiGluRowAvx512(const float *gate, const float *up,
                                   float *out, int64_t cols) {
   int64_t col = 0;
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (; col + 16 <= cols; col += 16) {
-    __m512 g = _mm512_loadu_ps(gate + col);
-    __m512 sigmoid = _mm512_div_ps(
-        one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-    _mm512_storeu_ps(out + col, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid),
-                                              _mm512_loadu_ps(up + col)));
-  }
+  for (; col + 16 <= cols; col += 16)
+    _mm512_storeu_ps(out + col, swiGlu512(_mm512_loadu_ps(gate + col),
+                                          _mm512_loadu_ps(up + col)));
   for (; col < cols; ++col)
     out[col] = gate[col] / (1.0f + std::exp(-gate[col])) * up[col];
 }

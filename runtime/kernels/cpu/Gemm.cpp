@@ -4,12 +4,14 @@
 
 #include "runtime/kernels/cpu/AmxGemm.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/Elementwise.h"
 
 #include "llvm/ADT/DenseMap.h"
 
 #include <dnnl.hpp>
 #include <immintrin.h>
 
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -122,6 +124,7 @@ struct GemmEngine::Impl {
   llvm::DenseMap<std::tuple<int64_t, int64_t, int64_t>, Entry> primitives;
   std::vector<uint16_t> activations; ///< bf16 copy of x
   AmxScratch amxScratch;
+  std::vector<float> products; ///< oneDNN's P before an epilogue
 
   dnnl::matmul::primitive_desc describe(const dnnl::memory::desc &weights,
                                         int64_t m, int64_t k, int64_t n,
@@ -181,13 +184,76 @@ GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
   return weights;
 }
 
+llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
+                                                         int64_t rows,
+                                                         int64_t columns) {
+  if (rows % 2 != 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "gated weights need an even number of rows "
+                                   "(gate, then up), not %lld",
+                                   static_cast<long long>(rows));
+  if (engineKernel == GemmKernel::Amx && rows % 32 == 0) {
+    GemmWeights weights;
+    weights.numRows = rows;
+    weights.numColumns = columns;
+    weights.weightPrecision = enginePrecision;
+    weights.kernel = GemmKernel::Amx;
+    weights.gated = true;
+    weights.storage = std::make_unique<GemmWeights::Storage>();
+    weights.storage->amx = packAmxGatedWeights(matrix, rows, columns);
+    return weights;
+  }
+  // oneDNN, or AMX for widths its SwiGLU epilogue does not take: a plain
+  // pack, the SwiGLU applied after the product.
+  auto weights = packWeights(matrix, rows, columns);
+  if (weights)
+    weights->gated = true;
+  return weights;
+}
+
 llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
-                                 int64_t m, float *y) {
-  const int64_t n = weights.numRows, k = weights.numColumns;
+                                 int64_t m, float *y, GemmOutput output) {
+  assert(!weights.gated && "gated weights go through multiplyGated");
   if (weights.kernel == GemmKernel::Amx) {
-    amxGemm(weights.storage->amx, x, m, y, impl->amxScratch);
+    amxGemm(weights.storage->amx, x, m, y, impl->amxScratch,
+            output == GemmOutput::Store ? AmxEpilogue::Store
+                                        : AmxEpilogue::Accumulate);
     return llvm::Error::success();
   }
+  if (output == GemmOutput::Store)
+    return multiplyOneDnn(weights, x, m, y);
+  const int64_t n = weights.numRows;
+  impl->products.resize(size_t(m * n));
+  if (llvm::Error error = multiplyOneDnn(weights, x, m, impl->products.data()))
+    return error;
+  addInPlace(RowShape{m, n, n, n}, y, impl->products.data());
+  return llvm::Error::success();
+}
+
+llvm::Error GemmEngine::multiplyGated(const GemmWeights &weights,
+                                      const float *x, int64_t m, float *h) {
+  assert(weights.gated && "multiplyGated needs packGatedWeights' weights");
+  const int64_t n = weights.numRows, half = n / 2;
+  if (weights.kernel == GemmKernel::Amx && weights.storage->amx.gated) {
+    amxGemm(weights.storage->amx, x, m, h, impl->amxScratch,
+            AmxEpilogue::SwiGlu);
+    return llvm::Error::success();
+  }
+  impl->products.resize(size_t(m * n));
+  if (weights.kernel == GemmKernel::Amx)
+    amxGemm(weights.storage->amx, x, m, impl->products.data(),
+            impl->amxScratch);
+  else if (llvm::Error error =
+               multiplyOneDnn(weights, x, m, impl->products.data()))
+    return error;
+  swiGlu(RowShape{m, half, n, half}, impl->products.data(),
+         impl->products.data() + half, h);
+  return llvm::Error::success();
+}
+
+llvm::Error GemmEngine::multiplyOneDnn(const GemmWeights &weights,
+                                       const float *x, int64_t m, float *y) {
+  const int64_t n = weights.numRows, k = weights.numColumns;
   try {
     auto key = std::make_tuple(m, n, k);
     auto found = impl->primitives.find(key);

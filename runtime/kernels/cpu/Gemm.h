@@ -36,7 +36,13 @@ const char *gemmPrecisionName(GemmPrecision precision);
 
 class GemmEngine;
 
-/// One weight matrix in oneDNN's layout for this CPU.
+/// What a multiply does with its products P = x * W^T.
+enum class GemmOutput {
+  Store,      ///< y = P
+  Accumulate, ///< y += P (the residual connection)
+};
+
+/// One weight matrix in the layout of the engine's kernel.
 class GemmWeights {
 public:
   /// Empty weights (packWeights() makes real ones).
@@ -49,6 +55,8 @@ public:
   int64_t columns() const { return numColumns; } ///< K (inputs)
   GemmPrecision precision() const { return weightPrecision; }
   GemmKernel kernelKind() const { return kernel; }
+  /// Packed by packGatedWeights (multiplyGated only).
+  bool isGated() const { return gated; }
   int64_t sizeInBytes() const;
 
 private:
@@ -59,6 +67,7 @@ private:
   int64_t numColumns = 0;
   GemmPrecision weightPrecision = GemmPrecision::F32;
   GemmKernel kernel = GemmKernel::OneDnn;
+  bool gated = false;
 };
 
 /// The oneDNN engine, stream, primitive cache and activation scratch.
@@ -79,15 +88,30 @@ public:
   llvm::Expected<GemmWeights> packWeights(const float *matrix, int64_t rows,
                                           int64_t columns);
 
-  /// y[M][N] = x[M][K] * W^T; x and y are dense row-major (x: K floats per
-  /// row, y: N floats per row).
+  /// A [gate; up] matrix (rows/2 gate rows, then rows/2 up rows) for
+  /// multiplyGated; rows must be even.
+  llvm::Expected<GemmWeights> packGatedWeights(const float *matrix,
+                                               int64_t rows, int64_t columns);
+
+  /// y[M][N] = x[M][K] * W^T (or y += with Accumulate); x and y are dense
+  /// row-major (x: K floats per row, y: N floats per row).
   llvm::Error multiply(const GemmWeights &weights, const float *x, int64_t m,
-                       float *y);
+                       float *y, GemmOutput output = GemmOutput::Store);
+
+  /// h[M][N/2] = silu(x * Wgate^T) * (x * Wup^T) (SwiGLU) for gated
+  /// weights. The AMX kernel computes it in the GEMM's epilogue; oneDNN
+  /// through a scratch and the elementwise kernel, with the same bits.
+  llvm::Error multiplyGated(const GemmWeights &weights, const float *x,
+                            int64_t m, float *h);
 
   /// The implementation oneDNN chose for a shape (for logs and benches).
   std::string implementationName(const GemmWeights &weights, int64_t m);
 
 private:
+  /// y = x * W^T through oneDNN (weights of either kind but AMX).
+  llvm::Error multiplyOneDnn(const GemmWeights &weights, const float *x,
+                             int64_t m, float *y);
+
   struct Impl;
   std::unique_ptr<Impl> impl;
   GemmPrecision enginePrecision;

@@ -39,6 +39,17 @@ SPANC_AVX512 inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+/// silu(gate) * up = gate / (1 + e^-gate) * up for 16 lanes: the SwiGLU of
+/// the elementwise kernel and of the GEMM epilogue that fuses it, so that
+/// both give the same bits.
+SPANC_AVX512 inline __m512 swiGlu512(__m512 gate, __m512 up) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 sigmoid = _mm512_div_ps(
+      one,
+      _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), gate))));
+  return _mm512_mul_ps(_mm512_mul_ps(gate, sigmoid), up);
+}
+
 } // namespace spanc::cpu
 
 #endif // SPANC_RUNTIME_KERNELS_CPU_VECTORMATH_H

@@ -4,6 +4,7 @@
 #include "runtime/kernels/cpu/Gemm.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/Elementwise.h"
 
 #include <gtest/gtest.h>
 
@@ -142,6 +143,62 @@ TEST(CpuGemm, Bf16ConversionRoundsToNearestEven) {
     std::memcpy(&back, &word, sizeof(back));
     EXPECT_NEAR(back, values[i], std::abs(values[i]) / 256) << i;
   }
+}
+
+// multiplyGated's SwiGLU and multiply's Accumulate against the plain
+// product and the elementwise kernels, for both kernels and for a gated
+// width the AMX epilogue takes (rows % 32 == 0) and one it does not.
+void checkEpilogues(GemmKernel kernel, int64_t ffn, int64_t k, int64_t m) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> gateUp(size_t(2 * ffn * k)), x(size_t(m * k));
+  for (float &value : gateUp)
+    value = normal(rng) * 0.1f;
+  for (float &value : x)
+    value = normal(rng);
+  GemmEngine engine(defaultGemmPrecision(), kernel);
+  auto gated = engine.packGatedWeights(gateUp.data(), 2 * ffn, k);
+  ASSERT_TRUE(bool(gated)) << llvm::toString(gated.takeError());
+  EXPECT_TRUE(gated->isGated());
+  auto plain = engine.packWeights(gateUp.data(), 2 * ffn, k);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+
+  std::vector<float> products(size_t(m * 2 * ffn)), expected(size_t(m * ffn)),
+      h(size_t(m * ffn));
+  ASSERT_FALSE(bool(engine.multiply(*plain, x.data(), m, products.data())));
+  swiGlu(RowShape{m, ffn, 2 * ffn, ffn}, products.data(), products.data() + ffn,
+         expected.data());
+  ASSERT_FALSE(bool(engine.multiplyGated(*gated, x.data(), m, h.data())));
+  for (size_t index = 0; index < h.size(); ++index)
+    ASSERT_EQ(h[index], expected[index]) << "index " << index;
+
+  // Accumulate adds the products to what y holds, as addInPlace would.
+  std::vector<float> y(products.size()), sum(products.size());
+  for (size_t index = 0; index < y.size(); ++index)
+    sum[index] = y[index] = normal(rng);
+  addInPlace(RowShape{m, 2 * ffn, 2 * ffn, 2 * ffn}, sum.data(),
+             products.data());
+  ASSERT_FALSE(bool(
+      engine.multiply(*plain, x.data(), m, y.data(), GemmOutput::Accumulate)));
+  for (size_t index = 0; index < y.size(); ++index)
+    ASSERT_EQ(y[index], sum[index]) << "index " << index;
+}
+
+TEST(CpuGemm, EpiloguesMatchTheUnfusedOps) {
+  for (GemmKernel kernel : {GemmKernel::Amx, GemmKernel::OneDnn}) {
+    SCOPED_TRACE(gemmKernelName(kernel));
+    checkEpilogues(kernel, 64, 96, 45);
+    checkEpilogues(kernel, 24, 40, 7); // 48 rows: no AMX SwiGLU epilogue
+  }
+}
+
+TEST(CpuGemm, GatedWeightsNeedAnEvenNumberOfRows) {
+  std::vector<float> weights(3 * 8, 1.0f);
+  GemmEngine engine;
+  auto gated = engine.packGatedWeights(weights.data(), 3, 8);
+  ASSERT_FALSE(bool(gated));
+  EXPECT_NE(llvm::toString(gated.takeError()).find("even number of rows"),
+            std::string::npos);
 }
 
 } // namespace

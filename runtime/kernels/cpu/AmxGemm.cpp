@@ -213,45 +213,44 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     convertRows(x, m, k, paddedK, std::min(paddedM, thread * rowsPerThread),
                 std::min(paddedM, (thread + 1) * rowsPerThread), a);
 #pragma omp barrier
-    // Each thread takes a contiguous range of panels (columns of y).
-    const int64_t firstPanel = panels * thread / threads;
-    const int64_t endPanel = panels * (thread + 1) / threads;
-    if (firstPanel < endPanel) {
-      configureTiles();
-      alignas(64) float edge[kBlock * kBlock];
-      for (int64_t chunk = 0; chunk < paddedM; chunk += kChunkRows) {
-        const int64_t chunkEnd = std::min(paddedM, chunk + kChunkRows);
-        for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
-          const uint16_t *b =
-              weights.data.data() + panel * kBlocks * 2 * kTileElements;
-          const int64_t column = panel * kBlock;
-          const int64_t width = std::min(kBlock, n - column);
-          float *out = y + (swiGlu ? panel * 16 : column);
-          for (int64_t row = chunk; row < chunkEnd; row += kBlock) {
-            const int64_t height = std::min(kBlock, m - row);
-            const uint16_t *rows = a + row * paddedK;
-            if (epilogue == AmxEpilogue::Store && height == kBlock &&
-                width == kBlock) {
-              multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
-                            yStride * 4);
-              continue;
-            }
-            // The block goes through a local tile; only its real part
-            // reaches y.
-            multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4);
-            if (epilogue == AmxEpilogue::Store) {
-              for (int64_t r = 0; r < height; ++r)
-                std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
-                            sizeof(float) * size_t(width));
-              continue;
-            }
-            finishBlock(epilogue, edge, height, width, out + row * yStride,
-                        yStride);
-          }
+    // Work items are (chunk of rows, panel), chunk by chunk, handed out
+    // dynamically: the two cores' tile throughput drifts apart for seconds
+    // at a time on a shared host, and a static split waits for the slower.
+    configureTiles();
+    alignas(64) float edge[kBlock * kBlock];
+    const int64_t chunks = (paddedM + kChunkRows - 1) / kChunkRows;
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t item = 0; item < chunks * panels; ++item) {
+      const int64_t chunk = item / panels * kChunkRows, panel = item % panels;
+      const int64_t chunkEnd = std::min(paddedM, chunk + kChunkRows);
+      const uint16_t *b =
+          weights.data.data() + panel * kBlocks * 2 * kTileElements;
+      const int64_t column = panel * kBlock;
+      const int64_t width = std::min(kBlock, n - column);
+      float *out = y + (swiGlu ? panel * 16 : column);
+      for (int64_t row = chunk; row < chunkEnd; row += kBlock) {
+        const int64_t height = std::min(kBlock, m - row);
+        const uint16_t *rows = a + row * paddedK;
+        if (epilogue == AmxEpilogue::Store && height == kBlock &&
+            width == kBlock) {
+          multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
+                        yStride * 4);
+          continue;
         }
+        // The block goes through a local tile; only its real part reaches
+        // y.
+        multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4);
+        if (epilogue == AmxEpilogue::Store) {
+          for (int64_t r = 0; r < height; ++r)
+            std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
+                        sizeof(float) * size_t(width));
+          continue;
+        }
+        finishBlock(epilogue, edge, height, width, out + row * yStride,
+                    yStride);
       }
-      releaseTiles();
     }
+    releaseTiles();
   }
 }
 

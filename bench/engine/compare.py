@@ -125,7 +125,7 @@ def main():
     for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
         parser.add_argument("--" + name, required=True)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pp", type=int, default=512)
     parser.add_argument("--tg", type=int, default=128)

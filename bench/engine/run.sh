@@ -5,7 +5,7 @@
 # bench/results/engine.md and bench/results/engine.png.
 #
 #   bench/engine/run.sh [--rounds=N] [--reps=N] [--threads=N] [--model=FILE]
-#                       [--single-thread-rounds=N]  (default 2; 0: no 1-thread table)
+#                       [--single-thread-rounds=N]  (default 3; 0: no 1-thread table)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -13,10 +13,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-rounds=3
+rounds=5
 reps=3
 threads=2
-single=2
+single=3
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 for arg in "$@"; do
   case "$arg" in

@@ -8,8 +8,6 @@
 
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -32,14 +30,6 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
-
-bool requestTilePermission() {
-  // Linux (5.16+) hands out the 8 KiB tile data state per process on
-  // request: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA.
-  constexpr int kArchRequestPermission = 0x1023;
-  constexpr int kTileDataFeature = 18;
-  return syscall(SYS_arch_prctl, kArchRequestPermission, kTileDataFeature) == 0;
-}
 
 int64_t roundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -127,11 +117,6 @@ SPANC_AVX512 void finishBlock(AmxEpilogue epilogue, const float *block,
 }
 
 } // namespace
-
-bool amxBf16Usable() {
-  static const bool usable = cpuFeatures().amxBf16 && requestTilePermission();
-  return usable;
-}
 
 AmxWeights packAmxWeights(const float *matrix, int64_t rows, int64_t columns) {
   AmxWeights weights;

@@ -38,11 +38,6 @@
 
 namespace spanc::cpu {
 
-/// Whether this process may run AMX bf16 tiles: the CPU has them, the OS
-/// saves their state, and Linux granted the tile data permission (asked
-/// once, on the first call).
-bool amxBf16Usable();
-
 /// A [rows][columns] weight matrix in AMX B-tile panels (see the header).
 struct AmxWeights {
   int64_t rows = 0;          ///< N
@@ -78,7 +73,7 @@ struct AmxScratch {
 
 /// y[M][N] = x[M][K] * W^T (or the epilogue's function of it); x has K
 /// floats per row, y N floats per row (N/2 for SwiGlu). Runs on the OpenMP
-/// threads of the caller. Requires amxBf16Usable().
+/// threads of the caller. Requires amxBf16Usable() (CpuFeatures.h).
 void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
              AmxScratch &scratch, AmxEpilogue epilogue = AmxEpilogue::Store);
 

@@ -15,7 +15,9 @@
 // the same float operations per row in the same order (test:
 // RowResultsDoNotDependOnTheTile), because the executor needs a span-cache
 // hit's short tail to give the bits the long prompt gave. P.V runs over
-// groups of rows sharing each value load.
+// groups of rows sharing each value load. With f16 K/V on a CPU with AMX,
+// every tile of the call takes the AMX path instead (foldPairAmx: bf16
+// products, f32 sums; see there), which keeps the same per-row contract.
 //
 //===----------------------------------------------------------------------===//
 
@@ -494,6 +496,324 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
                  kMaxRows, valueBlock);
 }
 
+// The AMX path (f16 K/V, CPUs with AMX). Pages are folded two at a time
+// (a pair: pages pageBegin + 2i and + 2i + 1 of the item, so a page's half
+// never depends on which rows a tile holds), for a tile of 16 query rows
+// (rows past the tile are zero queries, never visible):
+//   S_h[row][slot] = Q[row] . K_h[slot] for each half h: Q as A tiles (16
+//     rows x 32 dims, bf16), K as B tiles of dimension pairs (AMX's VNNI
+//     order), f32 sums, one tile product per 32 dims;
+//   the online softmax per row over the pair's 32 slots, as foldBlockByRow
+//     does it per block, with the weights P rounded to bf16;
+//   PV[row][dim] = P[row] . V[:, dim]: the two halves of P as A tiles (16
+//     rows x 16 slots), V as B tiles of slot pairs (16 dims each), f32
+//     sums; the weights' row sums the same way against a tile of ones, so
+//     that the sum that normalizes is that of the weights P.V used;
+//   acc = acc * correction + PV, per row.
+// Every output element is its own sum in a fixed order, and an empty or
+// invisible half contributes zero weights at the same place, so a row's
+// bits do not depend on the other rows of its tile; every tile of a call
+// takes this path when the call takes it at all. K and V blocks are packed
+// (bf16 pairs) once per thread and page for prefill tiles (the block cache),
+// per block for decode-size ones.
+
+/// Tiles: 0 and 2 the two halves' scores (16 x 64 B), 1 queries (16 x
+/// 64 B), 3 key pairs (16 x 64 B), 4 half of the weights (16 x 32 B), 5
+/// value pairs (8 x 64 B), 6 P.V (16 x 64 B), 7 ones (8 x 64 B).
+struct AttentionTileConfig {
+  uint8_t palette = 1;
+  uint8_t startRow = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytesPerRow[16] = {64, 64, 64, 64, 32, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 8, 16, 8};
+};
+static_assert(sizeof(AttentionTileConfig) == 64, "LDTILECFG reads 64 bytes");
+
+__attribute__((target("amx-tile"))) void configureAttentionTiles() {
+  static const AttentionTileConfig config;
+  _tile_loadconfig(&config);
+}
+
+__attribute__((target("amx-tile"))) void releaseAttentionTiles() {
+  _tile_release();
+}
+
+#define SPANC_AVX512_BF16                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+/// Stores 16 (even, odd) pairs as bf16 in AMX's VNNI order: lane i's two
+/// values side by side (64 bytes).
+SPANC_AVX512_BF16 inline void storePairs(__m512 even, __m512 odd,
+                                         uint16_t *out) {
+  const __m512i packed =
+      reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+  const __m512i interleave = _mm512_set_epi16(
+      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(interleave, packed));
+}
+
+/// K of one block ([dim][16 slots]) as B tiles: dimension pairs x slots.
+template <typename Element>
+SPANC_AVX512_BF16 void packKeyPairs(const Element *keysByDim, int headDim,
+                                    uint16_t *out) {
+  for (int pair = 0; pair < headDim / 2; ++pair)
+    storePairs(load16(keysByDim + 2 * pair * 16),
+               load16(keysByDim + (2 * pair + 1) * 16), out + pair * 32);
+}
+
+/// V of one block ([slot][headDim]) as B tiles, per 16 dims: slot pairs x
+/// dims; slots past `valid` are zeros (their memory may hold anything, and
+/// a zero weight times a NaN is a NaN).
+template <typename Element>
+SPANC_AVX512_BF16 void packValuePairs(const Element *values, int valid,
+                                      int headDim, uint16_t *out) {
+  for (int chunk = 0; chunk < headDim / 16; ++chunk)
+    for (int pair = 0; pair < 8; ++pair) {
+      const int even = 2 * pair, odd = 2 * pair + 1;
+      const __m512 zero = _mm512_setzero_ps();
+      storePairs(
+          even < valid ? load16(values + even * headDim + chunk * 16) : zero,
+          odd < valid ? load16(values + odd * headDim + chunk * 16) : zero,
+          out + (chunk * 8 + pair) * 32);
+    }
+}
+
+/// The tile's scaled queries as A tiles: 16 rows of headDim bf16 (rows past
+/// the tile zero).
+SPANC_AVX512_BF16 void packQueries(const TileState &tile, int headDim,
+                                   uint16_t *out) {
+  for (int row = 0; row < kMaxRows; ++row)
+    for (int dim = 0; dim < headDim; dim += 16) {
+      const __m512 values =
+          row < tile.rows ? _mm512_loadu_ps(tile.query + row * headDim + dim)
+                          : _mm512_setzero_ps();
+      const __m256bh rounded = _mm512_cvtneps_pbh(values);
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i *>(out + row * headDim + dim),
+          reinterpret_cast<const __m256i &>(rounded));
+    }
+}
+
+/// One page of a pair as the AMX step reads it: packed K and V, or absent
+/// (keys null: an empty page, one past the item's range or past every
+/// row's limit).
+struct PackedPage {
+  const uint16_t *keys = nullptr;
+  const uint16_t *values = nullptr;
+  int valid = 0;
+  int64_t logicalStart = 0;
+};
+
+/// Sixteen slot pairs of zero values, for the P.V product of an absent
+/// half (its weights are zero; its memory must still hold numbers).
+alignas(64) const uint16_t kZeroValuePairs[8 * 32] = {};
+/// Eight slot pairs of bf16 ones: P x ones sums each row's weights.
+struct OnesTile {
+  alignas(64) uint16_t values[8 * 32];
+  OnesTile() { std::fill(values, values + 8 * 32, uint16_t(0x3f80)); }
+};
+const OnesTile kOnes;
+
+/// The AMX step: folds a pair of pages into the tile state (see above).
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
+                      "avx512bf16"))) void
+foldPairAmx(const CallContext &context, TileState &tile,
+            const uint16_t *queries, const PackedPage (&pages)[2]) {
+  const int headDim = context.shape->headDim;
+  alignas(64) int counts[2][kMaxRows];
+  int firstRow = tile.rows;
+  for (int half = 0; half < 2; ++half) {
+    if (!pages[half].keys) {
+      std::fill(counts[half], counts[half] + kMaxRows, 0);
+      continue;
+    }
+    firstRow =
+        std::min(firstRow, visibleRows(tile, pages[half].valid,
+                                       pages[half].logicalStart, counts[half]));
+  }
+  if (firstRow == tile.rows)
+    return;
+  alignas(64) float scores[2][kMaxRows * 16];
+  _tile_zero(0);
+  _tile_zero(2);
+  for (int dim = 0; dim < headDim; dim += 32) {
+    _tile_loadd(1, queries + dim, headDim * 2);
+    if (pages[0].keys) {
+      _tile_loadd(3, pages[0].keys + dim * 16, 64);
+      _tile_dpbf16ps(0, 1, 3);
+    }
+    if (pages[1].keys) {
+      _tile_loadd(3, pages[1].keys + dim * 16, 64);
+      _tile_dpbf16ps(2, 1, 3);
+    }
+  }
+  _tile_stored(0, scores[0], 64);
+  _tile_stored(2, scores[1], 64);
+
+  const __m512 negativeInfinity = _mm512_set1_ps(kNegativeInfinity);
+  alignas(64) float pairMax[kMaxRows];
+  for (int row = 0; row < kMaxRows; ++row)
+    pairMax[row] = kNegativeInfinity;
+  for (int row = firstRow; row < tile.rows; ++row) {
+    const __m512 first = _mm512_mask_loadu_ps(
+        negativeInfinity, __mmask16((1u << counts[0][row]) - 1),
+        scores[0] + row * 16);
+    const __m512 second = _mm512_mask_loadu_ps(
+        negativeInfinity, __mmask16((1u << counts[1][row]) - 1),
+        scores[1] + row * 16);
+    pairMax[row] = _mm512_reduce_max_ps(_mm512_max_ps(first, second));
+  }
+  alignas(64) float corrections[kMaxRows];
+  alignas(64) float newMax[kMaxRows];
+  _mm512_store_ps(newMax, updateMaxima(tile, firstRow, _mm512_load_ps(pairMax),
+                                       corrections));
+  // P[row][32 slots] in bf16: each row's first half, then its second.
+  alignas(64) uint16_t weights[kMaxRows * 32] = {};
+  for (int row = firstRow; row < tile.rows; ++row)
+    for (int half = 0; half < 2; ++half) {
+      const __mmask16 mask = __mmask16((1u << counts[half][row]) - 1);
+      const __m512 weight = _mm512_maskz_mov_ps(
+          mask, exp512(_mm512_sub_ps(
+                    _mm512_maskz_loadu_ps(mask, scores[half] + row * 16),
+                    _mm512_set1_ps(newMax[row]))));
+      const __m256bh rounded = _mm512_cvtneps_pbh(weight);
+      _mm256_store_si256(
+          reinterpret_cast<__m256i *>(weights + row * 32 + half * 16),
+          reinterpret_cast<const __m256i &>(rounded));
+    }
+
+  // P.V per 16 dims, then P x ones (the row sums), each over both halves.
+  alignas(64) float products[kMaxRows * (kMaxHeadDim + 16)];
+  const int64_t productStride = headDim + 16;
+  for (int chunk = 0; chunk <= headDim / 16; ++chunk) {
+    _tile_zero(6);
+    for (int half = 0; half < 2; ++half) {
+      _tile_loadd(4, weights + half * 16, 64);
+      if (chunk == headDim / 16) {
+        _tile_loadd(7, kOnes.values, 64);
+        _tile_dpbf16ps(6, 4, 7);
+        continue;
+      }
+      const uint16_t *values = pages[half].keys
+                                   ? pages[half].values + chunk * 8 * 32
+                                   : kZeroValuePairs;
+      _tile_loadd(5, values, 64);
+      _tile_dpbf16ps(6, 4, 5);
+    }
+    _tile_stored(6, products + chunk * 16, productStride * 4);
+  }
+  // Column headDim of the products: each row's weight sum.
+  const __m512 pairSums = _mm512_i32gather_ps(
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+                                          4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(int(productStride))),
+      products + headDim, sizeof(float));
+  updateSums(tile, firstRow, corrections, pairSums);
+  for (int row = firstRow; row < tile.rows; ++row) {
+    float *accumulator = tile.accumulator + row * headDim;
+    const float *rowProducts = products + row * productStride;
+    const __m512 correction = _mm512_set1_ps(corrections[row]);
+    for (int dim = 0; dim < headDim; dim += 16)
+      _mm512_storeu_ps(accumulator + dim,
+                       _mm512_fmadd_ps(_mm512_loadu_ps(accumulator + dim),
+                                       correction,
+                                       _mm512_loadu_ps(rowProducts + dim)));
+  }
+}
+
+/// Writes a finished tile: its split state (max, sum, accumulator per row)
+/// or, unsplit, its normalized output rows.
+void finishItem(const CallContext &context, const AttentionWorkItem &item,
+                const TileState &tile, float *partial, float *output) {
+  const PagedAttentionShape &shape = *context.shape;
+  const int headDim = shape.headDim;
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int32_t firstQueryRow = context.batch->queryOffsets[item.sequence];
+  if (partial) {
+    // Split state per row: max, sum, then headDim accumulator floats.
+    for (int row = 0; row < tile.rows; ++row) {
+      float *state = partial + row * (2 + headDim);
+      state[0] = tile.maxScore[row];
+      state[1] = tile.sum[row];
+      std::memcpy(state + 2, tile.accumulator + row * headDim,
+                  sizeof(float) * headDim);
+    }
+    return;
+  }
+  for (int row = 0; row < tile.rows; ++row) {
+    int tileRow = item.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = item.kvHead * groupSize + tileRow % groupSize;
+    float *out = output + (firstQueryRow + token) * shape.outputRowStride +
+                 int64_t(head) * headDim;
+    float inverse = tile.sum[row] > 0 ? 1.0f / tile.sum[row] : 0.0f;
+    for (int dim = 0; dim < headDim; ++dim)
+      out[dim] = tile.accumulator[row * headDim + dim] * inverse;
+  }
+}
+
+/// The AMX path of runItem over the item's pages (f16 K/V): packs the
+/// queries once, each page's K and V once per thread (through the block
+/// cache, when the call has one) or per block, and folds them in.
+void runItemAmx(const CallContext &context, const AttentionWorkItem &item,
+                TileState &tile, float *rotatedKeys, float *blockCache,
+                int32_t *blockCacheTags) {
+  const PagedAttentionBatch &batch = *context.batch;
+  const PagedKvView &kv = *context.kv;
+  const int headDim = context.shape->headDim;
+  const int64_t blockElements = int64_t(headDim) * 16;
+  alignas(64) uint16_t queries[kMaxRows * kMaxHeadDim];
+  packQueries(tile, headDim, queries);
+  const int64_t lastLimit = tile.limit[tile.rows - 1];
+  alignas(64) uint16_t keyPairs[2][kMaxHeadDim * 16];
+  alignas(64) uint16_t valuePairs[2][kMaxHeadDim * 16];
+  configureAttentionTiles();
+  for (int32_t first = item.pageBegin; first < item.pageEnd; first += 2) {
+    if (context.pageStarts[first] > lastLimit)
+      break;
+    PackedPage pages[2];
+    for (int half = 0; half < 2; ++half) {
+      const int32_t page = first + half;
+      if (page >= item.pageEnd)
+        break;
+      const int valid = batch.validTokens[page];
+      const int64_t logicalStart = context.pageStarts[page];
+      if (valid == 0 || logicalStart > lastLimit)
+        continue;
+      const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
+                             item.kvHead * kv.headStride;
+      const uint16_t *keyBlock =
+          static_cast<const uint16_t *>(kv.keys) + offset;
+      const uint16_t *valueBlock =
+          static_cast<const uint16_t *>(kv.values) + offset;
+      uint16_t *keys = keyPairs[half], *values = valuePairs[half];
+      bool packed = false;
+      if (blockCache) {
+        // The thread's packed copy of this page for this KV head (both fit
+        // in the entry's 2 * blockElements floats).
+        keys = reinterpret_cast<uint16_t *>(blockCache +
+                                            int64_t(page) * 2 * blockElements);
+        values = keys + blockElements;
+        packed = blockCacheTags[page] == item.kvHead + 1;
+        blockCacheTags[page] = item.kvHead + 1;
+      }
+      if (!packed) {
+        if (context.options->keyRope) {
+          rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
+          packKeyPairs(static_cast<const float *>(rotatedKeys), headDim, keys);
+        } else {
+          packKeyPairs(keyBlock, headDim, keys);
+        }
+        packValuePairs(valueBlock, valid, headDim, values);
+      }
+      pages[half] = PackedPage{keys, values, valid, logicalStart};
+    }
+    foldPairAmx(context, tile, queries, pages);
+  }
+  releaseAttentionTiles();
+}
+
 /// queryByDim[dim][row] = base[rowOffsets[row] + dim] * scale for the
 /// tile's rows, 0 for the 16 - rows lanes past them: one gather per dim
 /// instead of a scalar transposition (a split tile folds only a few pages,
@@ -517,8 +837,8 @@ SPANC_AVX512 void gatherQueriesByDim(const float *base,
 /// Runs one work item: a tile of rows against a range of its pages.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, float *partial, float *output, float *blockCache,
-             int32_t *blockCacheTags) {
+             bool useAvx512, bool useAmx, float *partial, float *output,
+             float *blockCache, int32_t *blockCacheTags) {
   const PagedAttentionShape &shape = *context.shape;
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
@@ -536,7 +856,7 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
   std::fill(tile.sum, tile.sum + kMaxRows, 0.0f);
   // foldBlockByDim reads only queryByDim, the other paths only query.
-  const bool byDim = useAvx512 && tile.rows > kRowsToWidenBlock;
+  const bool byDim = useAvx512 && !useAmx && tile.rows > kRowsToWidenBlock;
   alignas(64) int32_t rowOffsets[kMaxRows] = {};
   bool offsetsFit = true;
   for (int row = 0; row < tile.rows; ++row) {
@@ -579,6 +899,13 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   }
   const int64_t lastLimit = tile.limit[tile.rows - 1];
   alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  if constexpr (std::is_same_v<Element, uint16_t>) {
+    if (useAmx) {
+      runItemAmx(context, item, tile, rotatedKeys, blockCache, blockCacheTags);
+      finishItem(context, item, tile, partial, output);
+      return;
+    }
+  }
   alignas(64) float widenedKeys[kMaxHeadDim * 16];
   alignas(64) float widenedValues[kMaxHeadDim * 16];
   for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
@@ -651,27 +978,7 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     }
   }
 
-  if (partial) {
-    // Split state per row: max, sum, then headDim accumulator floats.
-    for (int row = 0; row < tile.rows; ++row) {
-      float *state = partial + row * (2 + headDim);
-      state[0] = tile.maxScore[row];
-      state[1] = tile.sum[row];
-      std::memcpy(state + 2, tile.accumulator + row * headDim,
-                  sizeof(float) * headDim);
-    }
-    return;
-  }
-  for (int row = 0; row < tile.rows; ++row) {
-    int tileRow = item.firstRow + row;
-    int64_t token = tileRow / groupSize;
-    int head = item.kvHead * groupSize + tileRow % groupSize;
-    float *out = output + (firstQueryRow + token) * shape.outputRowStride +
-                 int64_t(head) * headDim;
-    float inverse = tile.sum[row] > 0 ? 1.0f / tile.sum[row] : 0.0f;
-    for (int dim = 0; dim < headDim; ++dim)
-      out[dim] = tile.accumulator[row * headDim + dim] * inverse;
-  }
+  finishItem(context, item, tile, partial, output);
 }
 
 /// Combines the split states of one group into its output rows.
@@ -722,6 +1029,11 @@ void pagedAttention(const PagedAttentionShape &shape,
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
                          kv.blockSize == 16 && shape.headDim % 16 == 0;
+  // A property of the call's shape and storage only: every tile of a call
+  // takes the same path.
+  const bool useAmx = useAvx512 && options.allowAmx &&
+                      kv.precision == KvPrecision::F16 &&
+                      shape.headDim % 32 == 0 && amxBf16Usable();
   const int minPages =
       options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
 
@@ -806,7 +1118,9 @@ void pagedAttention(const PagedAttentionShape &shape,
   const int numThreads = numItems > 1 ? omp_get_max_threads() : 1;
   const int64_t entryFloats = int64_t(2) * shape.headDim * 16;
   const int64_t cacheFloats = int64_t(totalPages) * entryFloats;
-  const bool useCache = useAvx512 && anyManyRows && options.keyRope &&
+  // AMX tiles keep packed pairs there, rotated or not.
+  const bool useCache = useAvx512 && anyManyRows &&
+                        (options.keyRope || useAmx) &&
                         cacheFloats * numThreads <= kMaxBlockCacheFloats;
   if (useCache) {
     // + 16: room to start the entries on a cache line.
@@ -832,9 +1146,11 @@ void pagedAttention(const PagedAttentionShape &shape,
     int32_t *tags =
         blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
     if (kv.precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, useAvx512, partial, output, cache, tags);
+      runItem<uint16_t>(context, item, useAvx512, useAmx, partial, output,
+                        cache, tags);
     else
-      runItem<float>(context, item, useAvx512, partial, output, cache, tags);
+      runItem<float>(context, item, useAvx512, false, partial, output, cache,
+                     tags);
   }
   if (numPartials == 0)
     return;

@@ -3,6 +3,8 @@
 #include "runtime/kernels/cpu/CpuFeatures.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace spanc::cpu {
 
@@ -70,6 +72,18 @@ std::string CpuFeatures::describe() const {
 const CpuFeatures &cpuFeatures() {
   static const CpuFeatures features = probe();
   return features;
+}
+
+bool amxBf16Usable() {
+  // Linux (5.16+) hands out the 8 KiB tile data state per process on
+  // request: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA.
+  constexpr int kArchRequestPermission = 0x1023;
+  constexpr int kTileDataFeature = 18;
+  static const bool usable =
+      cpuFeatures().amxBf16 && cpuFeatures().avx512bf16 &&
+      cpuFeatures().hasAvx512() &&
+      syscall(SYS_arch_prctl, kArchRequestPermission, kTileDataFeature) == 0;
+  return usable;
 }
 
 } // namespace spanc::cpu

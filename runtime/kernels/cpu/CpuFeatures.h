@@ -34,6 +34,11 @@ struct CpuFeatures {
 /// The features of the CPU this process runs on (probed once).
 const CpuFeatures &cpuFeatures();
 
+/// Whether this process may run AMX bf16 tiles: the CPU has them, the OS
+/// saves their state, and Linux granted the tile data permission (asked
+/// once, on the first call). The AMX kernels also use AVX-512 BF16.
+bool amxBf16Usable();
+
 } // namespace spanc::cpu
 
 #endif // SPANC_RUNTIME_KERNELS_CPU_CPUFEATURES_H

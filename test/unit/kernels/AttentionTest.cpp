@@ -1,15 +1,18 @@
 //===- AttentionTest.cpp - Paged attention against dense masked softmax ---===//
 //
 // Every case builds page lists over a KvStorage (f32 and f16 elements), runs
-// the kernel (AVX-512 and scalar paths) and compares each output row with a
-// dense reference in double precision that sees only the logical tokens of
-// its sequence, causally, with GQA head sharing. With f16 storage the
-// reference reads the K/V the storage holds (each value rounded to half):
-// the kernel must compute exactly on what is stored.
+// the kernel (AVX-512, AMX where the CPU has it, and scalar paths) and
+// compares each output row with a dense reference in double precision that
+// sees only the logical tokens of its sequence, causally, with GQA head
+// sharing. With f16 storage the reference reads the K/V the storage holds
+// (each value rounded to half): the f32 paths must compute exactly on what
+// is stored; the AMX path rounds Q, K, the weights and V to bf16 (8
+// significant bits) and is held to that.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kv/KvStorage.h"
 
 #include <gtest/gtest.h>
@@ -43,9 +46,19 @@ struct Case {
 
 /// Fills every slot of every block with random K/V and runs the kernel and
 /// the reference on the case's sequences.
-void runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
-                 KvPrecision precision) {
+// The AMX path's bound: scores move by up to ~2^-8 of sum |q_d k_d| * scale
+// (a few hundredths here), which moves the softmax weights by a few
+// percent, and V is read to 2^-9; outputs are averages of N(0,1) values.
+// (Measured: 0.0094 at most over these cases.)
+constexpr double kAmxTolerance = 3e-2;
+
+/// Returns the largest difference from the reference.
+double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
+                   KvPrecision precision, bool allowAmx = false) {
   SCOPED_TRACE(precision == KvPrecision::F16 ? "f16 storage" : "f32 storage");
+  SCOPED_TRACE(allowAmx ? "amx allowed" : "f32 products");
+  const double tolerance = allowAmx ? kAmxTolerance : 2e-5;
+  double largestError = 0;
   kv::KvStorageConfig config;
   config.precision = precision;
   config.numLayers = 2;
@@ -55,8 +68,10 @@ void runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   config.numBlocks = testCase.numBlocks;
   config.keysRotated = !testCase.ropeInKernel;
   auto storageOrError = kv::KvStorage::create(config);
-  ASSERT_TRUE(bool(storageOrError))
-      << llvm::toString(storageOrError.takeError());
+  if (!storageOrError) {
+    ADD_FAILURE() << llvm::toString(storageOrError.takeError());
+    return 0;
+  }
   kv::KvStorage &storage = **storageOrError;
   const int layer = 1;
   const int kvWidth = testCase.numKvHeads * testCase.headDim;
@@ -124,6 +139,7 @@ void runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   batch.validTokens = validTokens.data();
   PagedAttentionOptions options;
   options.forceScalar = forceScalar;
+  options.allowAmx = allowAmx;
   options.minPagesPerSplit = minPagesPerSplit;
   options.keyRope = testCase.ropeInKernel ? &ropeTable : nullptr;
   AttentionWorkspace workspace;
@@ -177,20 +193,34 @@ void runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
                 scores[size_t(key)] *
                 (*values[size_t(key)])[size_t(kvHead * testCase.headDim + dim)];
           expected /= total;
-          ASSERT_NEAR(output[size_t(row * outputStride +
-                                    head * testCase.headDim + dim)],
-                      expected, 2e-5)
+          const float actual = output[size_t(row * outputStride +
+                                             head * testCase.headDim + dim)];
+          largestError = std::max(largestError, std::abs(actual - expected));
+          EXPECT_NEAR(actual, expected, tolerance)
               << "sequence " << index << " query " << query << " head " << head
               << " dim " << dim << (forceScalar ? " (scalar)" : " (avx512)");
         }
       }
     }
   }
+  return largestError;
 }
 
 void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
   runCaseWith(testCase, forceScalar, minPagesPerSplit, KvPrecision::F32);
   runCaseWith(testCase, forceScalar, minPagesPerSplit, KvPrecision::F16);
+  if (!forceScalar && amxBf16Usable()) {
+    // bf16 products where the shape takes them: the error must show they
+    // ran (and stay in bounds); other shapes keep f32.
+    const bool amxShape =
+        testCase.blockSize == 16 && testCase.headDim % 32 == 0;
+    const double error = runCaseWith(testCase, false, minPagesPerSplit,
+                                     KvPrecision::F16, /*allowAmx=*/true);
+    if (amxShape)
+      EXPECT_GT(error, 1e-4);
+    else
+      EXPECT_LT(error, 2e-5);
+  }
 }
 
 TestSequence contiguous(int firstBlock, int numTokens, int numQueries,
@@ -301,7 +331,7 @@ TEST(PagedAttention, WideGroupsSpanSeveralTiles) {
 /// all share `pages` of one random storage, sequence s asking for its last
 /// numQueries[s] tokens; returns each sequence's output rows, without key
 /// splits so a row's arithmetic depends on its pages only.
-std::vector<std::vector<float>> runTails(KvPrecision precision,
+std::vector<std::vector<float>> runTails(KvPrecision precision, bool allowAmx,
                                          bool ropeInKernel,
                                          const TestSequence &pages,
                                          const std::vector<int> &numQueries) {
@@ -369,6 +399,7 @@ std::vector<std::vector<float>> runTails(KvPrecision precision,
   batch.validTokens = validTokens.data();
   PagedAttentionOptions options;
   options.minPagesPerSplit = 1000;
+  options.allowAmx = allowAmx;
   options.keyRope = ropeInKernel ? &ropeTable : nullptr;
   AttentionWorkspace workspace;
   pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
@@ -393,28 +424,33 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
   for (int valid : pages.validTokens)
     length += valid;
   for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
-    for (bool rope : {false, true}) {
-      SCOPED_TRACE(std::string(precision == KvPrecision::F16 ? "f16" : "f32") +
-                   (rope ? ", rope-in-kernel" : ", rotated K"));
-      // One call: the whole prompt, then tails of 1, 2, 5 and 7 tokens
-      // (3 to 21 rows per KV head) sharing the call with it.
-      const std::vector<int> counts = {length, 1, 2, 5, 7};
-      auto together = runTails(precision, rope, pages, counts);
-      for (size_t index = 1; index < counts.size(); ++index) {
-        // The same tail alone in its call.
-        auto alone = runTails(precision, rope, pages, {counts[index]});
-        const std::vector<float> &full = together[0];
-        const std::vector<float> &tail = together[index];
-        ASSERT_EQ(tail.size(), alone[0].size());
-        EXPECT_EQ(0, std::memcmp(tail.data(), alone[0].data(),
-                                 tail.size() * sizeof(float)))
-            << "tail of " << counts[index] << " alone vs in a batch";
-        EXPECT_EQ(0, std::memcmp(tail.data(),
-                                 full.data() + full.size() - tail.size(),
-                                 tail.size() * sizeof(float)))
-            << "tail of " << counts[index] << " vs the same rows in the prompt";
+    for (bool allowAmx : {false, true})
+      for (bool rope : {false, true}) {
+        SCOPED_TRACE(
+            std::string(precision == KvPrecision::F16 ? "f16" : "f32") +
+            (allowAmx ? ", amx allowed" : "") +
+            (rope ? ", rope-in-kernel" : ", rotated K"));
+        // One call: the whole prompt, then tails of 1, 2, 5 and 7 tokens
+        // (3 to 21 rows per KV head) sharing the call with it.
+        const std::vector<int> counts = {length, 1, 2, 5, 7};
+        auto together = runTails(precision, allowAmx, rope, pages, counts);
+        for (size_t index = 1; index < counts.size(); ++index) {
+          // The same tail alone in its call.
+          auto alone =
+              runTails(precision, allowAmx, rope, pages, {counts[index]});
+          const std::vector<float> &full = together[0];
+          const std::vector<float> &tail = together[index];
+          ASSERT_EQ(tail.size(), alone[0].size());
+          EXPECT_EQ(0, std::memcmp(tail.data(), alone[0].data(),
+                                   tail.size() * sizeof(float)))
+              << "tail of " << counts[index] << " alone vs in a batch";
+          EXPECT_EQ(0, std::memcmp(tail.data(),
+                                   full.data() + full.size() - tail.size(),
+                                   tail.size() * sizeof(float)))
+              << "tail of " << counts[index]
+              << " vs the same rows in the prompt";
+        }
       }
-    }
 }
 
 } // namespace

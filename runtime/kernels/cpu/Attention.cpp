@@ -518,14 +518,16 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 // per block for decode-size ones.
 
 /// Tiles: 0 and 2 the two halves' scores (16 x 64 B), 1 queries (16 x
-/// 64 B), 3 key pairs (16 x 64 B), 4 half of the weights (16 x 32 B), 5
-/// value pairs (8 x 64 B), 6 P.V (16 x 64 B), 7 ones (8 x 64 B).
+/// 64 B), 3 and 7 the two halves' key pairs (16 x 64 B; two registers, so
+/// that the second load need not wait for the first product), 4 half of
+/// the weights (16 x 32 B), 5 value pairs or ones (8 x 64 B), 6 P.V (16 x
+/// 64 B).
 struct AttentionTileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;
   uint8_t reserved[14] = {};
   uint16_t bytesPerRow[16] = {64, 64, 64, 64, 32, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 8, 16, 8};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 8, 16, 16};
 };
 static_assert(sizeof(AttentionTileConfig) == 64, "LDTILECFG reads 64 bytes");
 
@@ -639,14 +641,14 @@ foldPairAmx(const CallContext &context, TileState &tile,
   _tile_zero(2);
   for (int dim = 0; dim < headDim; dim += 32) {
     _tile_loadd(1, queries + dim, headDim * 2);
-    if (pages[0].keys) {
+    if (pages[0].keys)
       _tile_loadd(3, pages[0].keys + dim * 16, 64);
+    if (pages[1].keys)
+      _tile_loadd(7, pages[1].keys + dim * 16, 64);
+    if (pages[0].keys)
       _tile_dpbf16ps(0, 1, 3);
-    }
-    if (pages[1].keys) {
-      _tile_loadd(3, pages[1].keys + dim * 16, 64);
-      _tile_dpbf16ps(2, 1, 3);
-    }
+    if (pages[1].keys)
+      _tile_dpbf16ps(2, 1, 7);
   }
   _tile_stored(0, scores[0], 64);
   _tile_stored(2, scores[1], 64);
@@ -691,8 +693,8 @@ foldPairAmx(const CallContext &context, TileState &tile,
     for (int half = 0; half < 2; ++half) {
       _tile_loadd(4, weights + half * 16, 64);
       if (chunk == headDim / 16) {
-        _tile_loadd(7, kOnes.values, 64);
-        _tile_dpbf16ps(6, 4, 7);
+        _tile_loadd(5, kOnes.values, 64);
+        _tile_dpbf16ps(6, 4, 5);
         continue;
       }
       const uint16_t *values = pages[half].keys

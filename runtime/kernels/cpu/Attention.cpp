@@ -501,8 +501,10 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 // never depends on which rows a tile holds), for a tile of 16 query rows
 // (rows past the tile are zero queries, never visible):
 //   S_h[row][slot] = Q[row] . K_h[slot] for each half h: Q as A tiles (16
-//     rows x 32 dims, bf16), K as B tiles of dimension pairs (AMX's VNNI
-//     order), f32 sums, one tile product per 32 dims;
+//     rows x 32 dims), K as B tiles of dimension pairs (AMX's VNNI order),
+//     each split into a bf16 high and low part, Qh.Kh + Qh.Kl + Ql.Kh with
+//     f32 sums (three tile products per 32 dims: scores to ~16 bits, where
+//     bf16 alone would move the softmax weights by percents);
 //   the online softmax per row over the pair's 32 slots, as foldBlockByRow
 //     does it per block, with the weights P rounded to bf16;
 //   PV[row][dim] = P[row] . V[:, dim]: the two halves of P as A tiles (16
@@ -555,13 +557,27 @@ SPANC_AVX512_BF16 inline void storePairs(__m512 even, __m512 odd,
   _mm512_storeu_si512(out, _mm512_permutexvar_epi16(interleave, packed));
 }
 
-/// K of one block ([dim][16 slots]) as B tiles: dimension pairs x slots.
+/// What rounding x to bf16 leaves out (exact in f32): x = hi + lo with hi
+/// and bf16(lo) both bf16 carries ~16 significant bits.
+SPANC_AVX512_BF16 inline __m512 bf16Residual(__m512 x) {
+  const __m256bh rounded = _mm512_cvtneps_pbh(x);
+  const __m512 high = _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(reinterpret_cast<const __m256i &>(rounded)), 16));
+  return _mm512_sub_ps(x, high);
+}
+
+/// K of one block ([dim][16 slots]) as B tiles: dimension pairs x slots,
+/// the bf16 high parts at `out`, the low parts headDim * 16 values after.
 template <typename Element>
 SPANC_AVX512_BF16 void packKeyPairs(const Element *keysByDim, int headDim,
                                     uint16_t *out) {
-  for (int pair = 0; pair < headDim / 2; ++pair)
-    storePairs(load16(keysByDim + 2 * pair * 16),
-               load16(keysByDim + (2 * pair + 1) * 16), out + pair * 32);
+  uint16_t *low = out + headDim * 16;
+  for (int pair = 0; pair < headDim / 2; ++pair) {
+    const __m512 even = load16(keysByDim + 2 * pair * 16);
+    const __m512 odd = load16(keysByDim + (2 * pair + 1) * 16);
+    storePairs(even, odd, out + pair * 32);
+    storePairs(bf16Residual(even), bf16Residual(odd), low + pair * 32);
+  }
 }
 
 /// V of one block ([slot][headDim]) as B tiles, per 16 dims: slot pairs x
@@ -582,18 +598,24 @@ SPANC_AVX512_BF16 void packValuePairs(const Element *values, int valid,
 }
 
 /// The tile's scaled queries as A tiles: 16 rows of headDim bf16 (rows past
-/// the tile zero).
+/// the tile zero), the high parts at `out`, the low parts 16 * headDim
+/// values after.
 SPANC_AVX512_BF16 void packQueries(const TileState &tile, int headDim,
                                    uint16_t *out) {
+  uint16_t *low = out + kMaxRows * headDim;
   for (int row = 0; row < kMaxRows; ++row)
     for (int dim = 0; dim < headDim; dim += 16) {
       const __m512 values =
           row < tile.rows ? _mm512_loadu_ps(tile.query + row * headDim + dim)
                           : _mm512_setzero_ps();
-      const __m256bh rounded = _mm512_cvtneps_pbh(values);
+      const __m256bh high = _mm512_cvtneps_pbh(values);
+      const __m256bh rest = _mm512_cvtneps_pbh(bf16Residual(values));
       _mm256_storeu_si256(
           reinterpret_cast<__m256i *>(out + row * headDim + dim),
-          reinterpret_cast<const __m256i &>(rounded));
+          reinterpret_cast<const __m256i &>(high));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i *>(low + row * headDim + dim),
+          reinterpret_cast<const __m256i &>(rest));
     }
 }
 
@@ -637,18 +659,29 @@ foldPairAmx(const CallContext &context, TileState &tile,
   if (firstRow == tile.rows)
     return;
   alignas(64) float scores[2][kMaxRows * 16];
+  // Scores to ~16 significant bits: Qh.Kh + Qh.Kl + Ql.Kh per 32 dims (the
+  // softmax exponentiates them, so a bf16 score error would move weights
+  // by percents).
+  const uint16_t *queriesLow = queries + kMaxRows * headDim;
+  const int64_t lowKeys = int64_t(headDim) * 16;
+  const bool first = pages[0].keys, second = pages[1].keys;
   _tile_zero(0);
   _tile_zero(2);
   for (int dim = 0; dim < headDim; dim += 32) {
-    _tile_loadd(1, queries + dim, headDim * 2);
-    if (pages[0].keys)
-      _tile_loadd(3, pages[0].keys + dim * 16, 64);
-    if (pages[1].keys)
-      _tile_loadd(7, pages[1].keys + dim * 16, 64);
-    if (pages[0].keys)
-      _tile_dpbf16ps(0, 1, 3);
-    if (pages[1].keys)
-      _tile_dpbf16ps(2, 1, 7);
+    for (int term = 0; term < 3; ++term) {
+      const uint16_t *rows = term == 2 ? queriesLow : queries;
+      const int64_t keyOffset = dim * 16 + (term == 1 ? lowKeys : 0);
+      if (term != 1)
+        _tile_loadd(1, rows + dim, headDim * 2);
+      if (first)
+        _tile_loadd(3, pages[0].keys + keyOffset, 64);
+      if (second)
+        _tile_loadd(7, pages[1].keys + keyOffset, 64);
+      if (first)
+        _tile_dpbf16ps(0, 1, 3);
+      if (second)
+        _tile_dpbf16ps(2, 1, 7);
+    }
   }
   _tile_stored(0, scores[0], 64);
   _tile_stored(2, scores[1], 64);
@@ -765,10 +798,10 @@ void runItemAmx(const CallContext &context, const AttentionWorkItem &item,
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
   const int64_t blockElements = int64_t(headDim) * 16;
-  alignas(64) uint16_t queries[kMaxRows * kMaxHeadDim];
+  alignas(64) uint16_t queries[2 * kMaxRows * kMaxHeadDim];
   packQueries(tile, headDim, queries);
   const int64_t lastLimit = tile.limit[tile.rows - 1];
-  alignas(64) uint16_t keyPairs[2][kMaxHeadDim * 16];
+  alignas(64) uint16_t keyPairs[2][2 * kMaxHeadDim * 16];
   alignas(64) uint16_t valuePairs[2][kMaxHeadDim * 16];
   configureAttentionTiles();
   for (int32_t first = item.pageBegin; first < item.pageEnd; first += 2) {
@@ -792,11 +825,12 @@ void runItemAmx(const CallContext &context, const AttentionWorkItem &item,
       uint16_t *keys = keyPairs[half], *values = valuePairs[half];
       bool packed = false;
       if (blockCache) {
-        // The thread's packed copy of this page for this KV head (both fit
-        // in the entry's 2 * blockElements floats).
+        // The thread's packed copy of this page for this KV head: K's high
+        // and low parts and V, 3 * blockElements halves in the entry's
+        // 2 * blockElements floats.
         keys = reinterpret_cast<uint16_t *>(blockCache +
                                             int64_t(page) * 2 * blockElements);
-        values = keys + blockElements;
+        values = keys + 2 * blockElements;
         packed = blockCacheTags[page] == item.kvHead + 1;
         blockCacheTags[page] = item.kvHead + 1;
       }

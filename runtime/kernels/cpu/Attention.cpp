@@ -507,10 +507,12 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 //     bf16 alone would move the softmax weights by percents);
 //   the online softmax per row over the pair's 32 slots, as foldBlockByRow
 //     does it per block, with the weights P rounded to bf16;
-//   PV[row][dim] = P[row] . V[:, dim]: the two halves of P as A tiles (16
-//     rows x 16 slots), V as B tiles of slot pairs (16 dims each), f32
-//     sums; the weights' row sums the same way against a tile of ones, so
-//     that the sum that normalizes is that of the weights P.V used;
+//   PV[row][dim] = P[row] . V[:, dim]: P and V split into high and low
+//     bf16 parts too (V exactly: f16 has 11 bits), per half [Ph | Ph] and
+//     [Pl | 0] as A tiles against [Vh ; Vl] B tiles of slot pairs (16 dims
+//     each), f32 sums; the weights' row sums the same way against a tile
+//     of ones, so that the sum that normalizes is that of the weights P.V
+//     used;
 //   acc = acc * correction + PV, per row.
 // Every output element is its own sum in a fixed order, and an empty or
 // invisible half contributes zero weights at the same place, so a row's
@@ -519,17 +521,17 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 // (bf16 pairs) once per thread and page for prefill tiles (the block cache),
 // per block for decode-size ones.
 
-/// Tiles: 0 and 2 the two halves' scores (16 x 64 B), 1 queries (16 x
-/// 64 B), 3 and 7 the two halves' key pairs (16 x 64 B; two registers, so
-/// that the second load need not wait for the first product), 4 half of
-/// the weights (16 x 32 B), 5 value pairs or ones (8 x 64 B), 6 P.V (16 x
-/// 64 B).
+/// Every tile is 16 rows of 64 bytes. Scores: 0 and 2 (the two halves),
+/// 1 queries, 3 and 7 the halves' key pairs (two registers, so that the
+/// second load need not wait for the first product). P.V: 1 and 4 the
+/// weights ([Ph | Ph] and [Pl | 0]), 3 and 7 value pairs ([Vh ; Vl]),
+/// 0, 2, 5 and 6 the products of four 16-dim chunks.
 struct AttentionTileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;
   uint8_t reserved[14] = {};
-  uint16_t bytesPerRow[16] = {64, 64, 64, 64, 32, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 8, 16, 16};
+  uint16_t bytesPerRow[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 static_assert(sizeof(AttentionTileConfig) == 64, "LDTILECFG reads 64 bytes");
 
@@ -580,9 +582,10 @@ SPANC_AVX512_BF16 void packKeyPairs(const Element *keysByDim, int headDim,
   }
 }
 
-/// V of one block ([slot][headDim]) as B tiles, per 16 dims: slot pairs x
-/// dims; slots past `valid` are zeros (their memory may hold anything, and
-/// a zero weight times a NaN is a NaN).
+/// V of one block ([slot][headDim]) as B tiles, one per 16 dims: 8 rows of
+/// slot pairs x dims in bf16 high parts, then 8 rows of the low parts (f16
+/// values split exactly); slots past `valid` are zeros (their memory may
+/// hold anything, and a zero weight times a NaN is a NaN).
 template <typename Element>
 SPANC_AVX512_BF16 void packValuePairs(const Element *values, int valid,
                                       int headDim, uint16_t *out) {
@@ -590,10 +593,14 @@ SPANC_AVX512_BF16 void packValuePairs(const Element *values, int valid,
     for (int pair = 0; pair < 8; ++pair) {
       const int even = 2 * pair, odd = 2 * pair + 1;
       const __m512 zero = _mm512_setzero_ps();
-      storePairs(
-          even < valid ? load16(values + even * headDim + chunk * 16) : zero,
-          odd < valid ? load16(values + odd * headDim + chunk * 16) : zero,
-          out + (chunk * 8 + pair) * 32);
+      const __m512 first =
+          even < valid ? load16(values + even * headDim + chunk * 16) : zero;
+      const __m512 second =
+          odd < valid ? load16(values + odd * headDim + chunk * 16) : zero;
+      uint16_t *tile = out + chunk * 16 * 32;
+      storePairs(first, second, tile + pair * 32);
+      storePairs(bf16Residual(first), bf16Residual(second),
+                 tile + (8 + pair) * 32);
     }
 }
 
@@ -629,15 +636,79 @@ struct PackedPage {
   int64_t logicalStart = 0;
 };
 
-/// Sixteen slot pairs of zero values, for the P.V product of an absent
-/// half (its weights are zero; its memory must still hold numbers).
-alignas(64) const uint16_t kZeroValuePairs[8 * 32] = {};
-/// Eight slot pairs of bf16 ones: P x ones sums each row's weights.
+/// A value tile of zeros, for the P.V product of an absent half (its
+/// weights are zero; its memory must still hold numbers).
+alignas(64) const uint16_t kZeroValuePairs[16 * 32] = {};
+/// Eight rows of bf16 ones over eight of zeros: [Ph | Ph] and [Pl | 0]
+/// times it sum each row's weights.
 struct OnesTile {
-  alignas(64) uint16_t values[8 * 32];
+  alignas(64) uint16_t values[16 * 32] = {};
   OnesTile() { std::fill(values, values + 8 * 32, uint16_t(0x3f80)); }
 };
 const OnesTile kOnes;
+
+/// C[slot] += A1 . B + A2 . B for the P.V chunk held in accumulator `slot`
+/// (tiles 0, 2, 5, 6), with B loaded into tile 3 or 7.
+__attribute__((target("amx-tile,amx-bf16"))) inline void
+accumulateChunk(int slot, const uint16_t *values) {
+  switch (slot) {
+  case 0:
+    _tile_loadd(3, values, 64);
+    _tile_dpbf16ps(0, 1, 3);
+    _tile_dpbf16ps(0, 4, 3);
+    break;
+  case 1:
+    _tile_loadd(7, values, 64);
+    _tile_dpbf16ps(2, 1, 7);
+    _tile_dpbf16ps(2, 4, 7);
+    break;
+  case 2:
+    _tile_loadd(3, values, 64);
+    _tile_dpbf16ps(5, 1, 3);
+    _tile_dpbf16ps(5, 4, 3);
+    break;
+  default:
+    _tile_loadd(7, values, 64);
+    _tile_dpbf16ps(6, 1, 7);
+    _tile_dpbf16ps(6, 4, 7);
+    break;
+  }
+}
+
+__attribute__((target("amx-tile"))) inline void zeroChunk(int slot) {
+  switch (slot) {
+  case 0:
+    _tile_zero(0);
+    break;
+  case 1:
+    _tile_zero(2);
+    break;
+  case 2:
+    _tile_zero(5);
+    break;
+  default:
+    _tile_zero(6);
+    break;
+  }
+}
+
+__attribute__((target("amx-tile"))) inline void storeChunk(int slot, float *out,
+                                                           int64_t rowBytes) {
+  switch (slot) {
+  case 0:
+    _tile_stored(0, out, rowBytes);
+    break;
+  case 1:
+    _tile_stored(2, out, rowBytes);
+    break;
+  case 2:
+    _tile_stored(5, out, rowBytes);
+    break;
+  default:
+    _tile_stored(6, out, rowBytes);
+    break;
+  }
+}
 
 /// The AMX step: folds a pair of pages into the tile state (see above).
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
@@ -703,8 +774,10 @@ foldPairAmx(const CallContext &context, TileState &tile,
   alignas(64) float newMax[kMaxRows];
   _mm512_store_ps(newMax, updateMaxima(tile, firstRow, _mm512_load_ps(pairMax),
                                        corrections));
-  // P[row][32 slots] in bf16: each row's first half, then its second.
-  alignas(64) uint16_t weights[kMaxRows * 32] = {};
+  // Per half, the weights' bf16 high and low parts as two A tiles,
+  // [Ph | Ph] and [Pl | 0] (16 rows x 32 values), so that against a value
+  // tile [Vh ; Vl] the two products add Ph.Vh + Ph.Vl + Pl.Vh.
+  alignas(64) uint16_t weightTiles[2][2][kMaxRows * 32] = {};
   for (int row = firstRow; row < tile.rows; ++row)
     for (int half = 0; half < 2; ++half) {
       const __mmask16 mask = __mmask16((1u << counts[half][row]) - 1);
@@ -712,42 +785,53 @@ foldPairAmx(const CallContext &context, TileState &tile,
           mask, exp512(_mm512_sub_ps(
                     _mm512_maskz_loadu_ps(mask, scores[half] + row * 16),
                     _mm512_set1_ps(newMax[row]))));
-      const __m256bh rounded = _mm512_cvtneps_pbh(weight);
+      const __m256bh high = _mm512_cvtneps_pbh(weight);
+      const __m256bh low = _mm512_cvtneps_pbh(bf16Residual(weight));
+      const __m256i highBits = reinterpret_cast<const __m256i &>(high);
+      uint16_t *first = weightTiles[half][0] + row * 32;
+      _mm256_store_si256(reinterpret_cast<__m256i *>(first), highBits);
+      _mm256_store_si256(reinterpret_cast<__m256i *>(first + 16), highBits);
       _mm256_store_si256(
-          reinterpret_cast<__m256i *>(weights + row * 32 + half * 16),
-          reinterpret_cast<const __m256i &>(rounded));
+          reinterpret_cast<__m256i *>(weightTiles[half][1] + row * 32),
+          reinterpret_cast<const __m256i &>(low));
     }
 
-  // P.V per 16 dims, then P x ones (the row sums), each over both halves.
-  alignas(64) float products[kMaxRows * (kMaxHeadDim + 16)];
-  const int64_t productStride = headDim + 16;
-  for (int chunk = 0; chunk <= headDim / 16; ++chunk) {
-    _tile_zero(6);
+  // P.V in groups of four 16-dim chunks (four accumulator tiles), both
+  // halves into each; then P x ones, the row sums.
+  alignas(64) float products[kMaxRows * kMaxHeadDim];
+  const int chunks = headDim / 16;
+  for (int group = 0; group < chunks; group += 4) {
+    const int count = std::min(4, chunks - group);
+    for (int slot = 0; slot < count; ++slot)
+      zeroChunk(slot);
     for (int half = 0; half < 2; ++half) {
-      _tile_loadd(4, weights + half * 16, 64);
-      if (chunk == headDim / 16) {
-        _tile_loadd(5, kOnes.values, 64);
-        _tile_dpbf16ps(6, 4, 5);
-        continue;
-      }
-      const uint16_t *values = pages[half].keys
-                                   ? pages[half].values + chunk * 8 * 32
-                                   : kZeroValuePairs;
-      _tile_loadd(5, values, 64);
-      _tile_dpbf16ps(6, 4, 5);
+      _tile_loadd(1, weightTiles[half][0], 64);
+      _tile_loadd(4, weightTiles[half][1], 64);
+      for (int slot = 0; slot < count; ++slot)
+        accumulateChunk(slot, pages[half].keys ? pages[half].values +
+                                                     (group + slot) * 16 * 32
+                                               : kZeroValuePairs);
     }
-    _tile_stored(6, products + chunk * 16, productStride * 4);
+    for (int slot = 0; slot < count; ++slot)
+      storeChunk(slot, products + (group + slot) * 16, headDim * 4);
   }
-  // Column headDim of the products: each row's weight sum.
-  const __m512 pairSums = _mm512_i32gather_ps(
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
-                                          4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(int(productStride))),
-      products + headDim, sizeof(float));
+  alignas(64) float sums[kMaxRows * 16];
+  zeroChunk(0);
+  for (int half = 0; half < 2; ++half) {
+    _tile_loadd(1, weightTiles[half][0], 64);
+    _tile_loadd(4, weightTiles[half][1], 64);
+    accumulateChunk(0, kOnes.values);
+  }
+  storeChunk(0, sums, 64);
+  // Column 0 of the sums tile: each row's weight sum.
+  const __m512 pairSums =
+      _mm512_i32gather_ps(_mm512_set_epi32(240, 224, 208, 192, 176, 160, 144,
+                                           128, 112, 96, 80, 64, 48, 32, 16, 0),
+                          sums, sizeof(float));
   updateSums(tile, firstRow, corrections, pairSums);
   for (int row = firstRow; row < tile.rows; ++row) {
     float *accumulator = tile.accumulator + row * headDim;
-    const float *rowProducts = products + row * productStride;
+    const float *rowProducts = products + row * headDim;
     const __m512 correction = _mm512_set1_ps(corrections[row]);
     for (int dim = 0; dim < headDim; dim += 16)
       _mm512_storeu_ps(accumulator + dim,
@@ -802,7 +886,7 @@ void runItemAmx(const CallContext &context, const AttentionWorkItem &item,
   packQueries(tile, headDim, queries);
   const int64_t lastLimit = tile.limit[tile.rows - 1];
   alignas(64) uint16_t keyPairs[2][2 * kMaxHeadDim * 16];
-  alignas(64) uint16_t valuePairs[2][kMaxHeadDim * 16];
+  alignas(64) uint16_t valuePairs[2][2 * kMaxHeadDim * 16];
   configureAttentionTiles();
   for (int32_t first = item.pageBegin; first < item.pageEnd; first += 2) {
     if (context.pageStarts[first] > lastLimit)
@@ -825,9 +909,9 @@ void runItemAmx(const CallContext &context, const AttentionWorkItem &item,
       uint16_t *keys = keyPairs[half], *values = valuePairs[half];
       bool packed = false;
       if (blockCache) {
-        // The thread's packed copy of this page for this KV head: K's high
-        // and low parts and V, 3 * blockElements halves in the entry's
-        // 2 * blockElements floats.
+        // The thread's packed copy of this page for this KV head: K's and
+        // V's high and low parts, 4 * blockElements halves, exactly the
+        // entry's 2 * blockElements floats.
         keys = reinterpret_cast<uint16_t *>(blockCache +
                                             int64_t(page) * 2 * blockElements);
         values = keys + 2 * blockElements;

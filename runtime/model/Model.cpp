@@ -395,6 +395,9 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   attentionBatch.validTokens = validTokens.data();
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
+  // f32 GEMMs (--batch-invariant) keep attention's products in f32 too: a
+  // one-token tail then gives the bits its row had inside the prompt.
+  attentionOptions.allowAmx = gemm->precision() == cpu::GemmPrecision::Bf16;
 
   auto normalize = [&](const cpu::RowShape &shape, const float *x,
                        const float *weight, float *out) {

@@ -16,8 +16,9 @@
 // RowResultsDoNotDependOnTheTile), because the executor needs a span-cache
 // hit's short tail to give the bits the long prompt gave. P.V runs over
 // groups of rows sharing each value load. With f16 K/V on a CPU with AMX,
-// every tile of the call takes the AMX path instead (foldPairAmx: bf16
-// products, f32 sums; see there), which keeps the same per-row contract.
+// every tile of a sequence of several queries takes the AMX path instead
+// (foldPairAmx: bf16 high/low products, f32 sums; see there), which keeps
+// the same per-row contract; single-query sequences (decode) stay in f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -516,10 +517,10 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 //   acc = acc * correction + PV, per row.
 // Every output element is its own sum in a fixed order, and an empty or
 // invisible half contributes zero weights at the same place, so a row's
-// bits do not depend on the other rows of its tile; every tile of a call
-// takes this path when the call takes it at all. K and V blocks are packed
-// (bf16 pairs) once per thread and page for prefill tiles (the block cache),
-// per block for decode-size ones.
+// bits do not depend on the other rows of its tile; every tile of a
+// sequence of several queries takes this path when the call allows it. K and V
+// blocks are packed (bf16 pairs) once per thread and page for prefill tiles
+// (the block cache), per block for decode-size ones.
 
 /// Every tile is 16 rows of 64 bytes. Scores: 0 and 2 (the two halves),
 /// 1 queries, 3 and 7 the halves' key pairs (two registers, so that the
@@ -1149,8 +1150,8 @@ void pagedAttention(const PagedAttentionShape &shape,
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
                          kv.blockSize == 16 && shape.headDim % 16 == 0;
-  // A property of the call's shape and storage only: every tile of a call
-  // takes the same path.
+  // A property of the call's shape and storage (and, below, of each
+  // sequence's query count): every tile of a sequence takes the same path.
   const bool useAmx = useAvx512 && options.allowAmx &&
                       kv.precision == KvPrecision::F16 &&
                       shape.headDim % 32 == 0 && amxBf16Usable();
@@ -1265,8 +1266,14 @@ void pagedAttention(const PagedAttentionShape &shape,
     float *cache = blockCache ? blockCache + thread * cacheFloats : nullptr;
     int32_t *tags =
         blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
+    // Single-query sequences (decode steps) keep f32 products: packing
+    // each block into tiles for one query row would cost more than the
+    // products save. The choice depends on the sequence alone.
+    const bool itemAmx = useAmx && batch.queryOffsets[item.sequence + 1] -
+                                           batch.queryOffsets[item.sequence] >
+                                       1;
     if (kv.precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, useAvx512, useAmx, partial, output,
+      runItem<uint16_t>(context, item, useAvx512, itemAmx, partial, output,
                         cache, tags);
     else
       runItem<float>(context, item, useAvx512, false, partial, output, cache,

@@ -13,8 +13,9 @@
 // threads too little to do (a short query after a long context: decode),
 // also over ranges of pages whose partial softmax states are merged after.
 // Scores use an online softmax, so no row of the score matrix is ever held.
-// With f16 K/V on a CPU with AMX, Q.K and P.V run on AMX tiles in bf16 with
-// f32 sums (the path every tile of such a call takes, whatever its size).
+// With f16 K/V on a CPU with AMX, Q.K and P.V of sequences of several
+// queries run on AMX tiles (bf16 high and low parts, f32 sums), whatever
+// the size of each tile.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H
@@ -72,8 +73,9 @@ struct PagedAttentionOptions {
   const RopeTable *keyRope = nullptr;
   /// Use the portable scalar path even where AVX-512 is available (tests).
   bool forceScalar = false;
-  /// Let f16 K/V take the AMX path where the CPU has it (bf16 products,
-  /// f32 sums; see Attention.cpp); false keeps every product in f32.
+  /// Let sequences of several queries over f16 K/V take the AMX path where
+  /// the CPU has it (bf16 high/low products, f32 sums; see Attention.cpp);
+  /// false keeps every product in f32.
   bool allowAmx = true;
   /// Minimum pages per key split; 0 picks the default (8 pages).
   int minPagesPerSplit = 0;

@@ -507,7 +507,7 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 //     f32 sums (three tile products per 32 dims: scores to ~16 bits, where
 //     bf16 alone would move the softmax weights by percents);
 //   the online softmax per row over the pair's 32 slots, as foldBlockByRow
-//     does it per block, with the weights P rounded to bf16;
+//     does it per block;
 //   PV[row][dim] = P[row] . V[:, dim]: P and V split into high and low
 //     bf16 parts too (V exactly: f16 has 11 bits), per half [Ph | Ph] and
 //     [Pl | 0] as A tiles against [Vh ; Vl] B tiles of slot pairs (16 dims
@@ -518,9 +518,10 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
 // Every output element is its own sum in a fixed order, and an empty or
 // invisible half contributes zero weights at the same place, so a row's
 // bits do not depend on the other rows of its tile; every tile of a
-// sequence of several queries takes this path when the call allows it. K and V
-// blocks are packed (bf16 pairs) once per thread and page for prefill tiles
-// (the block cache), per block for decode-size ones.
+// sequence of several queries takes this path when the call allows it.
+// K and V blocks are packed (bf16 pairs, high and low parts) once per
+// thread and page through the block cache, or per block in a call without
+// one.
 
 /// Every tile is 16 rows of 64 bytes. Scores: 0 and 2 (the two halves),
 /// 1 queries, 3 and 7 the halves' key pairs (two registers, so that the
@@ -736,7 +737,7 @@ foldPairAmx(const CallContext &context, TileState &tile,
   // by percents).
   const uint16_t *queriesLow = queries + kMaxRows * headDim;
   const int64_t lowKeys = int64_t(headDim) * 16;
-  const bool first = pages[0].keys, second = pages[1].keys;
+  const bool hasFirst = pages[0].keys, hasSecond = pages[1].keys;
   _tile_zero(0);
   _tile_zero(2);
   for (int dim = 0; dim < headDim; dim += 32) {
@@ -745,13 +746,13 @@ foldPairAmx(const CallContext &context, TileState &tile,
       const int64_t keyOffset = dim * 16 + (term == 1 ? lowKeys : 0);
       if (term != 1)
         _tile_loadd(1, rows + dim, headDim * 2);
-      if (first)
+      if (hasFirst)
         _tile_loadd(3, pages[0].keys + keyOffset, 64);
-      if (second)
+      if (hasSecond)
         _tile_loadd(7, pages[1].keys + keyOffset, 64);
-      if (first)
+      if (hasFirst)
         _tile_dpbf16ps(0, 1, 3);
-      if (second)
+      if (hasSecond)
         _tile_dpbf16ps(2, 1, 7);
     }
   }
@@ -789,9 +790,9 @@ foldPairAmx(const CallContext &context, TileState &tile,
       const __m256bh high = _mm512_cvtneps_pbh(weight);
       const __m256bh low = _mm512_cvtneps_pbh(bf16Residual(weight));
       const __m256i highBits = reinterpret_cast<const __m256i &>(high);
-      uint16_t *first = weightTiles[half][0] + row * 32;
-      _mm256_store_si256(reinterpret_cast<__m256i *>(first), highBits);
-      _mm256_store_si256(reinterpret_cast<__m256i *>(first + 16), highBits);
+      uint16_t *doubled = weightTiles[half][0] + row * 32;
+      _mm256_store_si256(reinterpret_cast<__m256i *>(doubled), highBits);
+      _mm256_store_si256(reinterpret_cast<__m256i *>(doubled + 16), highBits);
       _mm256_store_si256(
           reinterpret_cast<__m256i *>(weightTiles[half][1] + row * 32),
           reinterpret_cast<const __m256i &>(low));

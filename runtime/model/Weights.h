@@ -2,8 +2,8 @@
 //
 // Loads the tensors of a Llama-family GGUF model into the form the CPU
 // forward pass multiplies with: each projection dequantized and packed once
-// into oneDNN's layout (bf16 or f32, GemmEngine decides), Q|K|V fused into
-// one matrix and gate|up into another so a layer runs four GEMMs, norms as
+// into the GEMM kernel's layout (bf16 or f32, GemmEngine decides), Q|K|V fused
+// into one matrix and gate|up into another so a layer runs four GEMMs, norms as
 // f32 vectors. The token embedding stays in the mapped file in its GGUF type
 // and is dequantized row by row on lookup. Every tensor's presence, type and
 // shape is checked; errors name the tensor.

@@ -1,12 +1,14 @@
-//===- Gemm.h - Weight GEMMs through oneDNN matmul ------------------------===//
+//===- Gemm.h - Weight GEMMs: spanc's AMX kernel or oneDNN's matmul -------===//
 //
 // y[M][N] = x[M][K] * W^T for a weight W of N rows of K (the GGUF layout).
-// Weights are converted once, at load time, into the blocked layout oneDNN
-// picks for this CPU, in bf16 where the CPU multiplies bf16 natively
-// (AVX-512-BF16 or AMX) and in f32 otherwise (or when forced, for
-// debugging). Matmul primitives are created once per (M, N, K, precision)
-// and cached; activations are converted to bf16 per call when the weights
-// are bf16. oneDNN is hidden behind this header.
+// Weights are converted once, at load time, in bf16 where the CPU
+// multiplies bf16 natively (AVX-512-BF16 or AMX) and in f32 otherwise (or
+// when forced, for debugging): into AMX tile panels where the CPU has AMX
+// (AmxGemm.h: bf16 with f32 sums, the SwiGLU and the residual add in its
+// epilogue), else into the blocked layout oneDNN picks, whose matmul
+// primitives are created once per (M, N, K) and cached. Activations are
+// converted to bf16 per call when the weights are bf16. oneDNN is hidden
+// behind this header.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_GEMM_H

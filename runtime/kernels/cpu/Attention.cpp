@@ -336,20 +336,6 @@ SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
   }
 }
 
-/// The sum of a row's 16 weights in one fixed tree order,
-///   ((w0+w8)+(w4+w12)) + ((w2+w10)+(w6+w14)) + ... i.e. lanes i + i+8,
-///   then i + i+4, then i + i+2, then 0 + 1,
-/// which foldBlockByDim reproduces lane-wise over 16 rows at once.
-SPANC_AVX512 inline float sumLanes(__m512 weights) {
-  const __m256 eights = _mm256_add_ps(
-      _mm512_castps512_ps256(weights),
-      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(weights), 1)));
-  const __m128 fours = _mm_add_ps(_mm256_castps256_ps128(eights),
-                                  _mm256_extractf128_ps(eights, 1));
-  const __m128 twos = _mm_add_ps(fours, _mm_movehl_ps(fours, fours));
-  return _mm_cvtss_f32(_mm_add_ss(twos, _mm_movehdup_ps(twos)));
-}
-
 /// The online softmax update of rows [firstRow, tile.rows) from this
 /// block's maxima: newMax = max(old, blockMax); correction = e^(old -
 /// newMax), 0 for a row's first block (old max -inf). One vector over the
@@ -435,6 +421,8 @@ SPANC_AVX512 void foldBlockByRow(const CallContext &context, TileState &tile,
         mask,
         exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + row * 16),
                              _mm512_set1_ps(newMax[row]))));
+    // sumLanes' tree, which foldBlockByDim reproduces lane-wise over 16
+    // rows at once.
     blockSums[row] = sumLanes(weightRow);
     _mm512_store_ps(weights + row * 16, weightRow);
   }

@@ -95,9 +95,10 @@ struct AttentionWorkspace {
   std::vector<int32_t> groups; ///< first item of each split group
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Per thread and page of the call: that block's K and V for one KV head
-  /// as f32 (K rotated with rope-in-kernel), as prefill tiles read them, so
-  /// a block is widened or rotated once per thread and KV head instead of
-  /// once per tile; tags hold kvHead + 1 of each entry (0: empty).
+  /// as prefill tiles read them (f32, K rotated with rope-in-kernel; or on
+  /// the AMX path bf16 high/low pairs), so a block is widened, rotated or
+  /// packed once per thread and KV head instead of once per tile; tags
+  /// hold kvHead + 1 of each entry (0: empty).
   std::vector<float> blockCache;
   std::vector<int32_t> blockCacheTags;
 };

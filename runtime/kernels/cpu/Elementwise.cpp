@@ -5,10 +5,6 @@
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
-// GCC 12 reports its own AVX-512 casts (which start from an "undefined"
-// vector on purpose) as uninitialized under -Werror.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 #include <cmath>
 #include <cstring>
 
@@ -29,14 +25,7 @@ SPANC_AVX512 void rmsNormRowAvx512(const float *in, const float *weight,
     const __m512 values = _mm512_loadu_ps(in + col);
     squares = _mm512_fmadd_ps(values, values, squares);
   }
-  // Lanes i + i+8, then + 4, + 2, + 1.
-  const __m256 eights =
-      _mm256_add_ps(_mm512_castps512_ps256(squares),
-                    _mm512_maskz_extractf32x8_ps(0xff, squares, 1));
-  const __m128 fours = _mm_add_ps(_mm256_castps256_ps128(eights),
-                                  _mm256_extractf128_ps(eights, 1));
-  const __m128 twos = _mm_add_ps(fours, _mm_movehl_ps(fours, fours));
-  float sum = _mm_cvtss_f32(_mm_add_ss(twos, _mm_movehdup_ps(twos)));
+  float sum = sumLanes(squares);
   for (; col < cols; ++col)
     sum = std::fma(in[col], in[col], sum);
   const float scale = 1.0f / std::sqrt(sum / float(cols) + epsilon);

@@ -145,14 +145,19 @@ GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
 }
 GemmEngine::~GemmEngine() = default;
 
-llvm::Expected<GemmWeights>
-GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
+GemmWeights GemmEngine::emptyWeights(int64_t rows, int64_t columns) const {
   GemmWeights weights;
   weights.numRows = rows;
   weights.numColumns = columns;
   weights.weightPrecision = enginePrecision;
   weights.kernel = engineKernel;
   weights.storage = std::make_unique<GemmWeights::Storage>();
+  return weights;
+}
+
+llvm::Expected<GemmWeights>
+GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
+  GemmWeights weights = emptyWeights(rows, columns);
   if (engineKernel == GemmKernel::Amx) {
     weights.storage->amx = packAmxWeights(matrix, rows, columns);
     return weights;
@@ -193,13 +198,8 @@ llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
                                    "(gate, then up), not %lld",
                                    static_cast<long long>(rows));
   if (engineKernel == GemmKernel::Amx && rows % 32 == 0) {
-    GemmWeights weights;
-    weights.numRows = rows;
-    weights.numColumns = columns;
-    weights.weightPrecision = enginePrecision;
-    weights.kernel = GemmKernel::Amx;
+    GemmWeights weights = emptyWeights(rows, columns);
     weights.gated = true;
-    weights.storage = std::make_unique<GemmWeights::Storage>();
     weights.storage->amx = packAmxGatedWeights(matrix, rows, columns);
     return weights;
   }

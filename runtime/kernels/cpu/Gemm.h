@@ -56,7 +56,6 @@ public:
   int64_t rows() const { return numRows; }       ///< N (outputs)
   int64_t columns() const { return numColumns; } ///< K (inputs)
   GemmPrecision precision() const { return weightPrecision; }
-  GemmKernel kernelKind() const { return kernel; }
   /// Packed by packGatedWeights (multiplyGated only).
   bool isGated() const { return gated; }
   int64_t sizeInBytes() const;
@@ -72,7 +71,9 @@ private:
   bool gated = false;
 };
 
-/// The oneDNN engine, stream, primitive cache and activation scratch.
+/// Packs weights for and runs the engine's kernel: the AMX kernel's
+/// scratch, or oneDNN's engine, stream, primitive cache and activation
+/// scratch.
 /// Not thread-safe: one forward pass at a time (it threads internally).
 class GemmEngine {
 public:
@@ -110,6 +111,9 @@ public:
   std::string implementationName(const GemmWeights &weights, int64_t m);
 
 private:
+  /// Weights of this engine's precision and kernel with empty storage.
+  GemmWeights emptyWeights(int64_t rows, int64_t columns) const;
+
   /// y = x * W^T through oneDNN (weights of either kind but AMX).
   llvm::Error multiplyOneDnn(const GemmWeights &weights, const float *x,
                              int64_t m, float *y);

@@ -8,8 +8,9 @@
 #define SPANC_RUNTIME_KERNELS_CPU_VECTORMATH_H
 
 // GCC 12 reports its own AVX-512 intrinsics (which start from an
-// "undefined" vector on purpose) as maybe-uninitialized under -Werror.
+// "undefined" vector on purpose) as (maybe-)uninitialized under -Werror.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #define SPANC_AVX512                                                           \
@@ -37,6 +38,20 @@ SPANC_AVX512 inline __m512 exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
+}
+
+/// The sum of 16 lanes in one fixed tree order,
+///   ((x0+x8)+(x4+x12)) + ((x2+x10)+(x6+x14)) + ... i.e. lanes i + i+8,
+///   then i + i+4, then i + i+2, then 0 + 1,
+/// written out so that every build adds in the same order.
+SPANC_AVX512 inline float sumLanes(__m512 values) {
+  const __m256 eights = _mm256_add_ps(
+      _mm512_castps512_ps256(values),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(values), 1)));
+  const __m128 fours = _mm_add_ps(_mm256_castps256_ps128(eights),
+                                  _mm256_extractf128_ps(eights, 1));
+  const __m128 twos = _mm_add_ps(fours, _mm_movehl_ps(fours, fours));
+  return _mm_cvtss_f32(_mm_add_ss(twos, _mm_movehdup_ps(twos)));
 }
 
 /// silu(gate) * up = gate / (1 + e^-gate) * up for 16 lanes: the SwiGLU of

@@ -4,7 +4,7 @@
 
 namespace spanc::codegen {
 
-llvm::Expected<std::vector<kv::TokenId>>
+llvm::Expected<std::vector<plan::TokenId>>
 ChatTemplateEncoder::encodeMessage(MessageRole role,
                                    llvm::StringRef content) const {
   const char *roleName = role == MessageRole::System ? "system"
@@ -13,7 +13,7 @@ ChatTemplateEncoder::encodeMessage(MessageRole role,
   return chatTemplate.encodeMessage(roleName, content);
 }
 
-std::vector<kv::TokenId>
+std::vector<plan::TokenId>
 ChatTemplateEncoder::encodeFragment(llvm::StringRef text) const {
   std::string separated = text.rtrim().str() + "\n\n";
   return tokenizer.encode(separated, /*parseSpecial=*/false);

@@ -16,13 +16,13 @@ public:
                       const model::Tokenizer &tokenizer)
       : chatTemplate(chatTemplate), tokenizer(tokenizer) {}
 
-  llvm::Expected<std::vector<kv::TokenId>>
+  llvm::Expected<std::vector<plan::TokenId>>
   encodeMessage(MessageRole role, llvm::StringRef content) const override;
-  std::vector<kv::TokenId> encodeFragment(llvm::StringRef text) const override;
-  std::vector<kv::TokenId> assistantHeader() const override {
+  std::vector<plan::TokenId> encodeFragment(llvm::StringRef text) const override;
+  std::vector<plan::TokenId> assistantHeader() const override {
     return chatTemplate.assistantHeader();
   }
-  std::vector<kv::TokenId> endOfTurn() const override {
+  std::vector<plan::TokenId> endOfTurn() const override {
     return chatTemplate.endOfTurnTokens();
   }
 

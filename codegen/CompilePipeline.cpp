@@ -11,9 +11,10 @@
 
 namespace spanc::codegen {
 
-llvm::Expected<Plan> compileToPlan(llvm::StringRef source, llvm::StringRef name,
-                                   const MessageEncoder &encoder,
-                                   const CompileOptions &options) {
+llvm::Expected<plan::Plan> compileToPlan(llvm::StringRef source,
+                                         llvm::StringRef name,
+                                         const MessageEncoder &encoder,
+                                         const CompileOptions &options) {
   std::string messages;
   llvm::SourceMgr sourceMgr;
   sourceMgr.setDiagHandler(
@@ -44,7 +45,7 @@ llvm::Expected<Plan> compileToPlan(llvm::StringRef source, llvm::StringRef name,
     messages += llvm::toString(std::move(error));
     return failure("the pass pipeline");
   }
-  std::optional<Plan> plan = lowerToPlan(*module, encoder, diagnostics);
+  std::optional<plan::Plan> plan = lowerToPlan(*module, encoder, diagnostics);
   if (!plan)
     return failure("lowering");
   return std::move(*plan);

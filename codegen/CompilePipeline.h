@@ -10,9 +10,9 @@
 #define SPANC_CODEGEN_COMPILEPIPELINE_H
 
 #include "codegen/Lowering.h"
-#include "codegen/Plan.h"
 #include "frontend/Lowering.h"
 #include "passes/PassManager.h"
+#include "plan/Plan.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -32,9 +32,10 @@ struct CompileOptions {
 /// Compiles `source`, named `name` (its extension picks the reader:
 /// .json = spnl JSON, .ir = textual IR, otherwise .span). On failure the
 /// error holds every diagnostic, each with its location.
-llvm::Expected<Plan> compileToPlan(llvm::StringRef source, llvm::StringRef name,
-                                   const MessageEncoder &encoder,
-                                   const CompileOptions &options = {});
+llvm::Expected<plan::Plan> compileToPlan(llvm::StringRef source,
+                                         llvm::StringRef name,
+                                         const MessageEncoder &encoder,
+                                         const CompileOptions &options = {});
 
 } // namespace spanc::codegen
 

@@ -16,6 +16,16 @@ namespace {
 
 using ir::Op;
 using ir::OpKind;
+using plan::Call;
+using plan::CallId;
+using plan::GenOptions;
+using plan::Piece;
+using plan::Plan;
+using plan::PlanSegment;
+using plan::QueryPlan;
+using plan::ResultItem;
+using plan::SegmentKind;
+using plan::TokenId;
 
 /// splitmix64: derives independent seeds for repeat samples.
 uint64_t mixSeed(uint64_t value) {
@@ -204,6 +214,7 @@ private:
             PlanSegment span;
             span.kind = SegmentKind::Span;
             ok &= appendPieces(summand, summandKey, call, span.pieces);
+            span.ownContext = isConversationOfCall(span.pieces);
             if (!span.pieces.empty())
               call.segments.push_back(std::move(span));
           };
@@ -255,6 +266,32 @@ private:
     noteQueryCall(call.id);
     plan.calls.push_back(std::move(call));
     return plan.calls.back().id;
+  }
+
+  /// Whether `pieces` are a whole conversation of an inner call: its input
+  /// (every piece of its segments; the last is its assistant header), then
+  /// its output (plus-distribute's x ⋈ G(x)). Such a span attends to
+  /// nothing outside itself, as that call did, so it finds the blocks the
+  /// call left in the cache.
+  bool isConversationOfCall(llvm::ArrayRef<Piece> pieces) const {
+    if (pieces.size() < 2 || !pieces.back().call)
+      return false;
+    const Call &inner = plan.calls[*pieces.back().call];
+    llvm::SmallVector<const Piece *, 8> input;
+    for (const PlanSegment &segment : inner.segments) {
+      if (segment.kind == SegmentKind::Span)
+        return false; // not one causal chain
+      for (const Piece &piece : segment.pieces)
+        input.push_back(&piece);
+    }
+    if (input.size() != pieces.size())
+      return false;
+    for (size_t i = 0; i + 1 < pieces.size(); ++i)
+      if (input[i]->tokens != pieces[i].tokens ||
+          input[i]->call != pieces[i].call ||
+          input[i]->trailer != pieces[i].trailer)
+        return false;
+    return input.back()->tokens == pieces.back().tokens;
   }
 
   /// Appends the tokens of `op` as causal pieces (inside a span, or in a
@@ -366,8 +403,8 @@ private:
 
   const MessageEncoder &encoder;
   ir::DiagnosticEngine &diagnostics;
-  std::vector<kv::TokenId> assistantHeader;
-  std::vector<kv::TokenId> endOfTurn;
+  std::vector<plan::TokenId> assistantHeader;
+  std::vector<plan::TokenId> endOfTurn;
   Plan plan;
   llvm::DenseMap<std::pair<const Op *, uint64_t>, CallId> calls;
   llvm::DenseMap<const Op *, bool> deterministic;
@@ -378,9 +415,9 @@ private:
 
 } // namespace
 
-std::optional<Plan> lowerToPlan(const ir::Module &module,
-                                const MessageEncoder &encoder,
-                                ir::DiagnosticEngine &diagnostics) {
+std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
+                                      const MessageEncoder &encoder,
+                                      ir::DiagnosticEngine &diagnostics) {
   PlanBuilder builder(encoder, diagnostics);
   bool ok = true;
   for (const auto &query : module.getQueries())

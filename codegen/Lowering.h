@@ -15,7 +15,7 @@
 #define SPANC_CODEGEN_LOWERING_H
 
 #include "codegen/MessageEncoder.h"
-#include "codegen/Plan.h"
+#include "plan/Plan.h"
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
 
@@ -26,7 +26,7 @@ namespace spanc::codegen {
 /// Lowers every query of `module` (in module order) into one plan. Reports
 /// unsupported IR (an undesugared span.retrieve, a gen whose input has no
 /// tokens) through `diagnostics` and returns nullopt.
-std::optional<Plan> lowerToPlan(const ir::Module &module,
+std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
                                 const MessageEncoder &encoder,
                                 ir::DiagnosticEngine &diagnostics);
 

@@ -9,7 +9,7 @@
 #ifndef SPANC_CODEGEN_MESSAGEENCODER_H
 #define SPANC_CODEGEN_MESSAGEENCODER_H
 
-#include "runtime/kv/BlockHash.h"
+#include "plan/Segment.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -24,15 +24,15 @@ class MessageEncoder {
 public:
   virtual ~MessageEncoder();
   /// The whole message: role header, content, end of turn.
-  virtual llvm::Expected<std::vector<kv::TokenId>>
+  virtual llvm::Expected<std::vector<plan::TokenId>>
   encodeMessage(MessageRole role, llvm::StringRef content) const = 0;
   /// A corpus fragment: plain text, no chat role.
-  virtual std::vector<kv::TokenId>
+  virtual std::vector<plan::TokenId>
   encodeFragment(llvm::StringRef text) const = 0;
   /// The tokens a generation starts after (the assistant header).
-  virtual std::vector<kv::TokenId> assistantHeader() const = 0;
+  virtual std::vector<plan::TokenId> assistantHeader() const = 0;
   /// The tokens that close an assistant message after its content.
-  virtual std::vector<kv::TokenId> endOfTurn() const = 0;
+  virtual std::vector<plan::TokenId> endOfTurn() const = 0;
 };
 
 } // namespace spanc::codegen

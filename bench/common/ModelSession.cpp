@@ -60,13 +60,13 @@ ModelSession::makeExecutor(kv::CacheMode cacheMode,
   return makeExecutor(options);
 }
 
-llvm::Expected<codegen::Plan>
+llvm::Expected<plan::Plan>
 ModelSession::compile(llvm::StringRef source, llvm::StringRef name,
                       const codegen::CompileOptions &options) const {
   return codegen::compileToPlan(source, name, *encoder, options);
 }
 
-llvm::Expected<codegen::Plan>
+llvm::Expected<plan::Plan>
 ModelSession::compileSkipping(llvm::StringRef source,
                               llvm::ArrayRef<std::string> skipPasses) const {
   codegen::CompileOptions options;
@@ -75,7 +75,7 @@ ModelSession::compileSkipping(llvm::StringRef source,
 }
 
 llvm::Expected<std::vector<sched::CallOutcome>>
-ModelSession::run(sched::Executor &executor, const codegen::Plan &plan,
+ModelSession::run(sched::Executor &executor, const plan::Plan &plan,
                   RunTotals *totals) const {
   auto begin = std::chrono::steady_clock::now();
   std::vector<sched::CallOutcome> outcomes = executor.run(plan);
@@ -108,15 +108,15 @@ ModelSession::run(sched::Executor &executor, const codegen::Plan &plan,
 }
 
 llvm::Expected<std::map<std::string, std::string>>
-ModelSession::answers(sched::Executor &executor, const codegen::Plan &plan,
+ModelSession::answers(sched::Executor &executor, const plan::Plan &plan,
                       RunTotals *totals) const {
   auto outcomes = run(executor, plan, totals);
   if (!outcomes)
     return outcomes.takeError();
   std::map<std::string, std::string> answers;
-  for (const codegen::QueryPlan &query : plan.queries) {
+  for (const plan::QueryPlan &query : plan.queries) {
     std::string &text = answers[query.name];
-    for (const codegen::ResultItem &item : query.results)
+    for (const plan::ResultItem &item : query.results)
       if (item.call)
         text = outcomes->at(*item.call).text;
   }

@@ -13,7 +13,7 @@
 #include "bench/common/Bench.h"
 #include "codegen/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
-#include "codegen/Plan.h"
+#include "plan/Plan.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
@@ -60,25 +60,25 @@ public:
   /// .span text → plan through the default passes (compile options: --set,
   /// tree-reduce, passes to skip, ...). `name` picks the reader (.span,
   /// .json) and names the text in diagnostics.
-  llvm::Expected<codegen::Plan>
+  llvm::Expected<plan::Plan>
   compile(llvm::StringRef source, llvm::StringRef name = "bench.span",
           const codegen::CompileOptions &options = {}) const;
   /// .span text → plan through the default passes minus `skipPasses`.
-  llvm::Expected<codegen::Plan>
+  llvm::Expected<plan::Plan>
   compileSkipping(llvm::StringRef source,
                   llvm::ArrayRef<std::string> skipPasses) const;
 
   /// Runs `plan` to completion; an error when any call failed. `totals`,
   /// when given, accumulates the run's calls, tokens and wall time.
   llvm::Expected<std::vector<sched::CallOutcome>>
-  run(sched::Executor &executor, const codegen::Plan &plan,
+  run(sched::Executor &executor, const plan::Plan &plan,
       RunTotals *totals = nullptr) const;
 
   /// Runs `plan` and returns each query's answer (the text of its last
   /// result that is a call) by query name: the plan orders queries its own
   /// way, not as the source wrote them.
   llvm::Expected<std::map<std::string, std::string>>
-  answers(sched::Executor &executor, const codegen::Plan &plan,
+  answers(sched::Executor &executor, const plan::Plan &plan,
           RunTotals *totals = nullptr) const;
 
   model::Model &model() const { return *loadedModel; }

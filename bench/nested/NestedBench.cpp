@@ -155,7 +155,7 @@ llvm::Error runNested(const BenchArgs &args) {
   }
 
   std::vector<Row> rows;
-  auto measure = [&](sched::Executor &executor, const codegen::Plan &plan,
+  auto measure = [&](sched::Executor &executor, const plan::Plan &plan,
                      Row row) -> llvm::Error {
     auto begin = std::chrono::steady_clock::now();
     auto outcomes = model.run(executor, plan);

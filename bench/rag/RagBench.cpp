@@ -226,7 +226,7 @@ llvm::Error runRag(const BenchArgs &args) {
 
   const std::string question = "Which document mentions the river first?";
   std::vector<Row> rows;
-  auto measure = [&](sched::Executor &executor, const codegen::Plan &plan,
+  auto measure = [&](sched::Executor &executor, const plan::Plan &plan,
                      unsigned docs, unsigned rep,
                      std::string config) -> llvm::Error {
     auto outcomes = model.run(executor, plan);

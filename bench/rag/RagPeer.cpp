@@ -35,14 +35,14 @@ RagPeer::start(const BenchArgs &args, const ModelSession &session) {
   return peer;
 }
 
-llvm::Expected<PeerTiming> RagPeer::complete(const codegen::Plan &plan) {
+llvm::Expected<PeerTiming> RagPeer::complete(const plan::Plan &plan) {
   if (plan.calls.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "an empty plan has no prompt");
   std::vector<kv::TokenId> ids;
-  for (const codegen::PlanSegment &segment : plan.calls.back().segments) {
+  for (const plan::PlanSegment &segment : plan.calls.back().segments) {
     std::optional<std::vector<kv::TokenId>> tokens =
-        codegen::resolveSegment(segment, {});
+        plan::resolveSegment(segment, {});
     if (!tokens)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),

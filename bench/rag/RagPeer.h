@@ -12,7 +12,7 @@
 
 #include "bench/common/Bench.h"
 #include "bench/common/ModelSession.h"
-#include "codegen/Plan.h"
+#include "plan/Plan.h"
 
 #include "llvm/Support/Error.h"
 
@@ -38,7 +38,7 @@ public:
   ~RagPeer();
 
   /// Sends the prompt of `plan`'s last call (all of its tokens literal).
-  llvm::Expected<PeerTiming> complete(const codegen::Plan &plan);
+  llvm::Expected<PeerTiming> complete(const plan::Plan &plan);
 
   std::string describe() const;
 

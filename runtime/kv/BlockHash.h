@@ -12,6 +12,8 @@
 #ifndef SPANC_RUNTIME_KV_BLOCKHASH_H
 #define SPANC_RUNTIME_KV_BLOCKHASH_H
 
+#include "plan/Segment.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMapInfo.h"
 #include "llvm/ADT/SmallVector.h"
@@ -22,8 +24,7 @@
 
 namespace spanc::kv {
 
-/// Token ids as the tokenizer produces them.
-using TokenId = int32_t;
+using plan::TokenId;
 
 /// A 128-bit XXH3 digest.
 struct BlockHash {

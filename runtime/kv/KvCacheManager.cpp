@@ -10,18 +10,6 @@
 
 namespace spanc::kv {
 
-const char *segmentKindName(SegmentKind kind) {
-  switch (kind) {
-  case SegmentKind::Prefix:
-    return "prefix";
-  case SegmentKind::Span:
-    return "span";
-  case SegmentKind::Tail:
-    return "tail";
-  }
-  return "?";
-}
-
 llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text) {
   if (text == "span")
     return CacheMode::Span;
@@ -32,6 +20,20 @@ llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text) {
   return llvm::createStringError(std::errc::invalid_argument,
                                  "--cache '%s': expected span, prefix or off",
                                  text.str().c_str());
+}
+
+llvm::Expected<SpanContext> parseSpanContext(llvm::StringRef text) {
+  if (text == "prefix")
+    return SpanContext::Prefix;
+  if (text == "isolated")
+    return SpanContext::Isolated;
+  return llvm::createStringError(
+      std::errc::invalid_argument,
+      "--span-context '%s': expected prefix or isolated", text.str().c_str());
+}
+
+const char *spanContextName(SpanContext context) {
+  return context == SpanContext::Prefix ? "prefix" : "isolated";
 }
 
 llvm::Expected<RelocationMode> parseRelocationMode(llvm::StringRef text) {
@@ -54,13 +56,17 @@ struct KvCacheManager::RequestState {
   bool committed = false; ///< prefill K/V computed
   /// Hashes of the prompt blocks it computes, in inFlight_ until committed.
   llvm::SmallVector<BlockHash, 16> inFlight;
+  /// Spans computed at their compute positions, to move to their request
+  /// positions once computed (relocateComputedSpans).
+  llvm::SmallVector<RelocationRequest, 8> computedSpanMoves;
 };
 
 KvCacheManager::KvCacheManager(BlockPool &pool, BlockHasher hasher,
                                CacheMode cacheMode,
-                               RelocationMode relocationMode)
+                               RelocationMode relocationMode,
+                               const SpanOptions &spanOptions)
     : pool_(pool), hasher_(std::move(hasher)), cacheMode_(cacheMode),
-      relocationMode_(relocationMode) {}
+      relocationMode_(relocationMode), spanOptions_(spanOptions) {}
 
 KvCacheManager::~KvCacheManager() = default;
 
@@ -94,6 +100,7 @@ AdmitResult reject(const llvm::Twine &reason) {
 
 llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                           CacheMode cacheMode,
+                                          const SpanOptions &spanOptions,
                                           unsigned blockSize,
                                           const BlockHasher &hasher) {
   auto invalid = [](const llvm::Twine &message) {
@@ -128,43 +135,131 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                  segment.tokens.begin(), segment.tokens.end());
     segments = flattened;
   }
+
+  // Appends the blocks of `segment` (its tokens start at plan.tokens
+  // [firstToken]) chained from `parent`; returns the last block's hash.
+  auto addBlocks = [&](SegmentPlan &segment, uint32_t segmentIndex,
+                       int64_t computePosition, BlockHash parent) {
+    segment.firstBlock = uint32_t(plan.blocks.size());
+    for (uint32_t start = 0; start < segment.numTokens; start += blockSize) {
+      uint32_t count = std::min<uint32_t>(blockSize, segment.numTokens - start);
+      LogicalBlock block;
+      block.segment = segmentIndex;
+      block.firstToken = segment.firstToken + start;
+      block.numTokens = count;
+      block.position = segment.firstPosition + start;
+      block.computePosition = computePosition + start;
+      block.hash = hasher.hashBlock(
+          parent, llvm::ArrayRef<TokenId>(plan.tokens)
+                      .slice(block.firstToken, block.numTokens));
+      parent = block.hash;
+      plan.blocks.push_back(block);
+    }
+    segment.numBlocks = uint32_t(plan.blocks.size()) - segment.firstBlock;
+    return parent;
+  };
+  auto appendOwnPages = [&](SegmentPlan &segment) {
+    for (uint32_t block = 0; block < segment.numBlocks; ++block)
+      segment.pages.push_back(segment.firstBlock + block);
+  };
+
   BlockHash context = hasher.root();
   int64_t position = 0;
-  for (uint32_t index = 0; index < segments.size(); ++index) {
-    const Segment &segment = segments[index];
+  // The blocks a causal segment starting here reads, in order.
+  llvm::SmallVector<uint32_t, 32> visible;
+  // The context of the plus being laid out (its spans are consecutive).
+  bool inPlus = false;
+  BlockHash plusContext;
+  llvm::SmallVector<uint32_t, 32> plusPages;
+  uint32_t plusSegments = 0;
+  int64_t plusTokens = 0;
+  for (const Segment &segment : segments) {
     SegmentPlan segmentPlan;
     segmentPlan.kind = segment.kind;
     segmentPlan.firstToken = uint32_t(plan.tokens.size());
     segmentPlan.numTokens = uint32_t(segment.tokens.size());
     segmentPlan.firstPosition = position;
-    segmentPlan.firstBlock = uint32_t(plan.blocks.size());
-    const bool isSpan = segment.kind == SegmentKind::Span;
-    BlockHash parent = isSpan ? hasher.root() : context;
-    segmentPlan.parentHash = parent;
-    llvm::ArrayRef<TokenId> tokens = segment.tokens;
-    for (size_t start = 0; start < tokens.size(); start += blockSize) {
-      size_t count = std::min<size_t>(blockSize, tokens.size() - start);
-      LogicalBlock block;
-      block.segment = index;
-      block.firstToken = segmentPlan.firstToken + uint32_t(start);
-      block.numTokens = uint32_t(count);
-      block.position = position + int64_t(start);
-      block.hash = hasher.hashBlock(parent, tokens.slice(start, count));
-      parent = block.hash;
-      plan.blocks.push_back(block);
+    plan.tokens.insert(plan.tokens.end(), segment.tokens.begin(),
+                       segment.tokens.end());
+    const uint32_t segmentIndex = uint32_t(plan.segments.size());
+
+    if (segment.kind != SegmentKind::Span) {
+      inPlus = false;
+      segmentPlan.parentHash = context;
+      segmentPlan.contextSegments = segmentIndex;
+      segmentPlan.contextTokens = uint32_t(position);
+      context = addBlocks(segmentPlan, segmentIndex, position, context);
+      segmentPlan.pages.assign(visible.begin(), visible.end());
+      appendOwnPages(segmentPlan);
+      for (uint32_t block = 0; block < segmentPlan.numBlocks; ++block)
+        visible.push_back(segmentPlan.firstBlock + block);
+      position += segmentPlan.numTokens;
+      plan.segments.push_back(std::move(segmentPlan));
+      continue;
     }
-    segmentPlan.numBlocks =
-        uint32_t(plan.blocks.size()) - segmentPlan.firstBlock;
-    if (!isSpan)
-      for (uint32_t block = 0; block < segmentPlan.firstBlock; ++block)
-        segmentPlan.pages.push_back(block);
-    for (uint32_t block = segmentPlan.firstBlock; block < plan.blocks.size();
-         ++block)
-      segmentPlan.pages.push_back(block);
-    context = isSpan ? hasher.join(context, parent) : parent;
-    position += int64_t(tokens.size());
-    plan.tokens.insert(plan.tokens.end(), tokens.begin(), tokens.end());
+
+    if (!inPlus) {
+      inPlus = true;
+      plusContext = context;
+      plusPages.assign(visible.begin(), visible.end());
+      plusSegments = segmentIndex;
+      plusTokens = position;
+    }
+    const bool isolated =
+        spanOptions.context == SpanContext::Isolated || segment.ownContext;
+    segmentPlan.parentHash = isolated ? hasher.root() : plusContext;
+    segmentPlan.contextSegments = isolated ? 0 : plusSegments;
+    segmentPlan.contextTokens = isolated ? 0 : uint32_t(plusTokens);
+    // A span that reads its prefix is computed right after it, so its K/V
+    // are the same wherever it sits among its siblings. An isolated one
+    // reads nothing before it: any position gives the same K/V up to the
+    // rotation, and its request position saves a move.
+    const int64_t computePosition = isolated ? position : plusTokens;
+    const BlockHash spanFinal = addBlocks(
+        segmentPlan, segmentIndex, computePosition, segmentPlan.parentHash);
+    if (!isolated)
+      segmentPlan.pages.assign(plusPages.begin(), plusPages.end());
+    appendOwnPages(segmentPlan);
+    const uint32_t spanFirstBlock = segmentPlan.firstBlock;
+    const uint32_t spanBlocks = segmentPlan.numBlocks;
+    const uint32_t spanTokens = segmentPlan.numTokens;
     plan.segments.push_back(std::move(segmentPlan));
+
+    // Recompute its head in this call's context unless it saw all of it.
+    const bool sawEverythingBefore = !isolated && plusSegments == segmentIndex;
+    const uint32_t headBlocks =
+        sawEverythingBefore
+            ? 0
+            : std::min<uint32_t>(spanOptions.recomputeBlocks, spanBlocks);
+    if (headBlocks == 0) {
+      for (uint32_t block = 0; block < spanBlocks; ++block)
+        visible.push_back(spanFirstBlock + block);
+      context = hasher.join(context, spanFinal);
+      position += spanTokens;
+      continue;
+    }
+    SegmentPlan head;
+    head.kind = SegmentKind::Tail;
+    head.boundary = true;
+    head.firstToken = plan.blocks[spanFirstBlock].firstToken;
+    head.numTokens = std::min<uint32_t>(headBlocks * blockSize, spanTokens);
+    head.firstPosition = position;
+    head.parentHash = context;
+    head.contextSegments = segmentIndex;
+    head.contextTokens = uint32_t(position);
+    const uint32_t headIndex = segmentIndex + 1;
+    const BlockHash headFinal = addBlocks(head, headIndex, position, context);
+    head.pages.assign(visible.begin(), visible.end());
+    appendOwnPages(head);
+    for (uint32_t block = 0; block < head.numBlocks; ++block)
+      visible.push_back(head.firstBlock + block);
+    for (uint32_t block = headBlocks; block < spanBlocks; ++block)
+      visible.push_back(spanFirstBlock + block);
+    plan.segments.push_back(std::move(head));
+    // What follows depends on the span and on the head recomputed in this
+    // context; this join differs from the one without a recompute.
+    context = hasher.join(headFinal, spanFinal);
+    position += spanTokens;
   }
   plan.numPromptTokens = uint32_t(plan.tokens.size());
   plan.nextPosition = position;
@@ -174,13 +269,15 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
 void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
   for (uint32_t index = 0; index < plan.segments.size(); ++index) {
     const SegmentPlan &segment = plan.segments[index];
-    os << "segment " << index << " " << segmentKindName(segment.kind)
+    os << "segment " << index << " "
+       << (segment.boundary ? "boundary" : segmentKindName(segment.kind))
        << ": tokens [" << segment.firstToken << ", "
        << segment.firstToken + segment.numTokens << ") positions ["
        << segment.firstPosition << ", "
        << segment.firstPosition + segment.numTokens << ") blocks ["
        << segment.firstBlock << ", " << segment.firstBlock + segment.numBlocks
-       << ") parent " << segment.parentHash.str() << "\n";
+       << ") context segments [0, " << segment.contextSegments << ") parent "
+       << segment.parentHash.str() << "\n";
     for (uint32_t block = segment.firstBlock;
          block < segment.firstBlock + segment.numBlocks; ++block) {
       const LogicalBlock &logical = plan.blocks[block];
@@ -199,11 +296,59 @@ void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
   }
 }
 
+void printCallLayout(llvm::ArrayRef<Segment> segments,
+                     const BlockHasher &hasher, CacheMode cacheMode,
+                     const SpanOptions &spanOptions, unsigned blockSize,
+                     llvm::raw_ostream &os) {
+  size_t numTokens = 0;
+  for (const Segment &segment : segments)
+    numTokens += segment.tokens.size();
+  uint64_t numBlocks =
+      2 * (numTokens / blockSize + segments.size()) + 2; // heads recomputed
+  BlockPool pool(uint32_t(std::min<uint64_t>(numBlocks, UINT32_MAX / 2)),
+                 blockSize);
+  KvCacheManager manager(pool, hasher, cacheMode, RelocationMode::Rerope,
+                         spanOptions);
+  const RequestId id = 1;
+  AdmitResult admitted = manager.admit(id, segments);
+  if (admitted.status != AdmitStatus::Admitted) {
+    os << "    layout: " << admitted.reason << "\n";
+    return;
+  }
+  const RequestPlan &plan = manager.plan(id);
+  for (const SegmentPlan &segment : plan.segments) {
+    os << "    "
+       << (segment.boundary ? "boundary" : segmentKindName(segment.kind))
+       << " tokens " << segment.numTokens << " positions ["
+       << segment.firstPosition << ", "
+       << segment.firstPosition + segment.numTokens << ") blocks "
+       << segment.numBlocks << " context ";
+    if (segment.contextSegments == 0)
+      os << "none";
+    else
+      os << "segments [0, " << segment.contextSegments << ") tokens "
+         << segment.contextTokens;
+    os << " parent " << segment.parentHash.str() << "\n";
+    for (uint32_t b = 0; b < segment.numBlocks; ++b) {
+      const LogicalBlock &block = plan.blocks[segment.firstBlock + b];
+      os << "      block " << segment.firstBlock + b << " @" << block.position;
+      if (block.computePosition != block.position)
+        os << " (computed @" << block.computePosition << ")";
+      os << " tokens " << block.numTokens;
+      if (block.numTokens < blockSize)
+        os << " (+" << blockSize - block.numTokens << " padding)";
+      os << " hash " << block.hash.str() << "\n";
+    }
+  }
+  manager.release(id);
+}
+
 AdmitResult KvCacheManager::admit(RequestId id,
                                   llvm::ArrayRef<Segment> segments) {
   if (requests_.count(id))
     return reject("request " + llvm::Twine(id) + " is already admitted");
-  auto layout = layoutRequest(segments, cacheMode_, pool_.blockSize(), hasher_);
+  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
+                              pool_.blockSize(), hasher_);
   if (!layout)
     return reject("request " + llvm::Twine(id) + ": " +
                   llvm::toString(layout.takeError()));
@@ -235,6 +380,35 @@ AdmitResult KvCacheManager::admit(RequestId id,
     if (pool_.refCount(*hit) == 0)
       revived.insert(*hit);
   }
+  // With ReRoPE a span that reads its prefix is computed at its compute
+  // positions; a block of it found in the cache sits at a request position,
+  // so a span that is not found whole is computed whole.
+  if (relocationMode_ == RelocationMode::Rerope) {
+    for (const SegmentPlan &segment : plan.segments) {
+      if (segment.kind != SegmentKind::Span || segment.contextSegments == 0)
+        continue;
+      auto blocks = llvm::MutableArrayRef<LogicalBlock>(plan.blocks)
+                        .slice(segment.firstBlock, segment.numBlocks);
+      if (llvm::all_of(blocks, [](const LogicalBlock &b) { return b.reused; }))
+        continue;
+      for (LogicalBlock &block : blocks) {
+        if (!block.reused)
+          continue;
+        block.reused = false;
+        block.block = InvalidBlock;
+        ++numMisses;
+      }
+    }
+    hits.clear();
+    revived.clear();
+    for (const LogicalBlock &block : plan.blocks) {
+      if (!block.reused)
+        continue;
+      hits.push_back(block.block);
+      if (pool_.refCount(block.block) == 0)
+        revived.insert(block.block);
+    }
+  }
   const uint32_t available = pool_.numFreeBlocks() - uint32_t(revived.size());
   if (numMisses > available) {
     llvm::DenseSet<BlockId> distinctHits(hits.begin(), hits.end());
@@ -265,7 +439,6 @@ AdmitResult KvCacheManager::admit(RequestId id,
   for (uint32_t index = 0; index < plan.blocks.size(); ++index) {
     LogicalBlock &block = plan.blocks[index];
     if (block.reused) {
-      plan.numReusedTokens += block.numTokens;
       if (relocationMode_ == RelocationMode::Rerope &&
           pool_.storedPosition(block.block) != block.position)
         request->relocations.push_back(
@@ -274,12 +447,22 @@ AdmitResult KvCacheManager::admit(RequestId id,
     }
     block.block = (*fresh)[nextFresh++];
     pool_.setNumTokens(block.block, block.numTokens);
-    pool_.setStoredPosition(block.block, block.position);
+    pool_.setStoredPosition(block.block, block.computePosition);
+    if (relocationMode_ == RelocationMode::Rerope &&
+        block.computePosition != block.position)
+      request->computedSpanMoves.push_back(
+          {id, index, block.block, block.position});
     if (cacheMode_ != CacheMode::Off) {
       request->inFlight.push_back(block.hash);
       ++inFlight_[block.hash];
     }
   }
+
+  // Reused: the prompt tokens whose K/V the last segment reads from the
+  // cache (a span head it reads recomputed does not count).
+  for (uint32_t page : plan.segments.back().pages)
+    if (plan.blocks[page].reused)
+      plan.numReusedTokens += plan.blocks[page].numTokens;
 
   // Compute runs: maximal stretches of misses inside one segment.
   for (uint32_t index = 0; index < plan.segments.size(); ++index) {
@@ -310,6 +493,21 @@ AdmitResult KvCacheManager::admit(RequestId id,
       }
       logicalIndex += block.numTokens;
     }
+  }
+
+  // Spans computed away from their request position move there before
+  // the first causal run after them reads them.
+  if (!request->computedSpanMoves.empty()) {
+    uint32_t lastMovedSegment = 0;
+    for (const RelocationRequest &move : request->computedSpanMoves)
+      lastMovedSegment =
+          std::max(lastMovedSegment, plan.blocks[move.tag].segment);
+    for (ComputeRun &run : plan.runs)
+      if (run.segment > lastMovedSegment &&
+          plan.segments[run.segment].kind != SegmentKind::Span) {
+        run.afterSpanRelocation = true;
+        break;
+      }
   }
 
   requests_[id] = std::move(request);
@@ -366,6 +564,20 @@ KvCacheManager::planStep(const RelocationPlannerOptions &options) {
   }
 }
 
+bool KvCacheManager::relocateComputedSpans(RequestId id) {
+  RequestState &request = state(id);
+  if (request.computedSpanMoves.empty())
+    return false;
+  request.relocations.append(request.computedSpanMoves.begin(),
+                             request.computedSpanMoves.end());
+  request.computedSpanMoves.clear();
+  if (!request.pending) {
+    request.pending = true;
+    pending_.push_back(id);
+  }
+  return true;
+}
+
 void KvCacheManager::finishStep(const StepPlan &step) {
   pool_.free(step.relocation.temporaries);
 }
@@ -405,7 +617,8 @@ bool KvCacheManager::needsBlocksInFlight(
     llvm::ArrayRef<Segment> segments) const {
   if (inFlight_.empty() || cacheMode_ == CacheMode::Off)
     return false;
-  auto layout = layoutRequest(segments, cacheMode_, pool_.blockSize(), hasher_);
+  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
+                              pool_.blockSize(), hasher_);
   if (!layout) {
     llvm::consumeError(layout.takeError()); // admit() reports it
     return false;

@@ -24,6 +24,7 @@
 #ifndef SPANC_RUNTIME_KV_KVCACHEMANAGER_H
 #define SPANC_RUNTIME_KV_KVCACHEMANAGER_H
 
+#include "plan/Segment.h"
 #include "runtime/kv/BlockHash.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/RelocationPlanner.h"
@@ -41,7 +42,9 @@
 
 namespace spanc::kv {
 
-enum class SegmentKind { Prefix, Span, Tail };
+using plan::Segment;
+using plan::SegmentKind;
+using plan::segmentKindName;
 
 /// `--cache=span|prefix|off`.
 enum class CacheMode {
@@ -56,15 +59,32 @@ enum class RelocationMode {
   RopeInKernel, ///< K stored unrotated; attention rotates at logical index
 };
 
-const char *segmentKindName(SegmentKind kind);
-llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);
-llvm::Expected<RelocationMode> parseRelocationMode(llvm::StringRef text);
-
-/// One segment of a request, as codegen lowers it.
-struct Segment {
-  SegmentKind kind = SegmentKind::Prefix;
-  std::vector<TokenId> tokens;
+/// `--span-context=prefix|isolated`: what a span attends to besides itself
+/// (docs/ARCHITECTURE.md, "Span attention").
+enum class SpanContext {
+  /// The context before its plus in the call (BOS, the system turn, earlier
+  /// messages): its blocks hash from that context and hit whenever a call
+  /// repeats it, with the spans in any order.
+  Prefix,
+  /// Nothing: spans hash from the model's root and hit after any prefix, at
+  /// the price of accuracy.
+  Isolated,
 };
+
+/// How spans are laid out: the accuracy modes of issue 14.
+struct SpanOptions {
+  SpanContext context = SpanContext::Prefix;
+  /// Boundary recompute: the first this-many blocks of each span that did
+  /// not already see everything before it in the call are computed again
+  /// in that call's context, and what follows reads those rows instead of
+  /// the span's own; the span's cached blocks stay as they are. 0: off.
+  uint32_t recomputeBlocks = 0;
+};
+
+llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);
+llvm::Expected<SpanContext> parseSpanContext(llvm::StringRef text);
+const char *spanContextName(SpanContext context);
+llvm::Expected<RelocationMode> parseRelocationMode(llvm::StringRef text);
 
 /// A block-sized piece of one segment.
 struct LogicalBlock {
@@ -73,8 +93,12 @@ struct LogicalBlock {
   uint32_t firstToken = 0;      ///< index into RequestPlan::tokens
   uint32_t numTokens = 0;       ///< valid tokens (the rest is padding)
   int64_t position = 0;         ///< logical position of the first token
-  BlockHash hash;               ///< of its tokens (prompt part at admission)
-  bool reused = false;          ///< a cache hit: nothing to compute
+  /// Where its K is computed (ReRoPE): `position`, except for a span that
+  /// attends to its prefix, which is computed right after that prefix (so
+  /// its K/V do not depend on its siblings) and then moved to `position`.
+  int64_t computePosition = 0;
+  BlockHash hash;      ///< of its tokens (prompt part at admission)
+  bool reused = false; ///< a cache hit: nothing to compute
 };
 
 struct SegmentPlan {
@@ -84,12 +108,19 @@ struct SegmentPlan {
   int64_t firstPosition = 0;
   uint32_t firstBlock = 0; ///< index into RequestPlan::blocks
   uint32_t numBlocks = 0;
-  /// The parent of its first block's hash: the model's root for a span,
-  /// the context of everything before it for a causal segment.
+  /// The parent of its first block's hash: the hash of its context.
   BlockHash parentHash;
+  /// Its context: segments [0, contextSegments) of the request, holding
+  /// contextTokens tokens. A causal segment's is everything before it; a
+  /// span's, everything before its plus (SpanContext::Prefix) or nothing.
+  uint32_t contextSegments = 0;
+  uint32_t contextTokens = 0;
+  /// A causal segment that recomputes the head of the span after it in the
+  /// request's context (SpanOptions::recomputeBlocks): its tokens are that
+  /// span's first tokens, and later segments read its blocks instead.
+  bool boundary = false;
   /// The blocks its attention reads, in logical order, as indices into
-  /// RequestPlan::blocks: its own for a span; everything before, then its
-  /// own, for a causal segment. Its own blocks are the last numBlocks.
+  /// RequestPlan::blocks: its context's, then its own (the last numBlocks).
   llvm::SmallVector<uint32_t, 16> pages;
 };
 
@@ -108,6 +139,10 @@ struct ComputeRun {
   uint32_t numTokens = 0;
   int64_t firstPosition = 0;
   int64_t firstLogicalIndex = 0;
+  /// With ReRoPE: spans computed before this run sit at their compute
+  /// positions; relocate them (KvCacheManager::relocateComputedSpans and
+  /// the next planStep) before this run reads them.
+  bool afterSpanRelocation = false;
 };
 
 struct RequestPlan {
@@ -117,6 +152,7 @@ struct RequestPlan {
   llvm::SmallVector<LogicalBlock, 32> blocks;
   llvm::SmallVector<ComputeRun, 4> runs;
   uint32_t numPromptTokens = 0;
+  /// Prompt tokens the last segment reads from the cache.
   uint32_t numReusedTokens = 0;
   /// The position of the next token to generate.
   int64_t nextPosition = 0;
@@ -129,12 +165,21 @@ struct RequestPlan {
 /// segment, or a span at the end.
 llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                           CacheMode cacheMode,
+                                          const SpanOptions &spanOptions,
                                           unsigned blockSize,
                                           const BlockHasher &hasher);
 
 /// Prints segments, positions, block boundaries, hashes and page lists, one
 /// line per segment and block (for `spanc compile --emit=plan` and logs).
 void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan);
+
+/// Admits `segments` to a real manager over a scratch pool and prints, per
+/// segment, its positions and blocks with their hashes, as the runtime will
+/// use them (`spanc compile --emit=plan`).
+void printCallLayout(llvm::ArrayRef<Segment> segments,
+                     const BlockHasher &hasher, CacheMode cacheMode,
+                     const SpanOptions &spanOptions, unsigned blockSize,
+                     llvm::raw_ostream &os);
 
 enum class AdmitStatus {
   Admitted,
@@ -169,10 +214,12 @@ struct DecodeSlot {
 class KvCacheManager {
 public:
   KvCacheManager(BlockPool &pool, BlockHasher hasher, CacheMode cacheMode,
-                 RelocationMode relocationMode);
+                 RelocationMode relocationMode,
+                 const SpanOptions &spanOptions = {});
   ~KvCacheManager();
 
   CacheMode cacheMode() const { return cacheMode_; }
+  const SpanOptions &spanOptions() const { return spanOptions_; }
   RelocationMode relocationMode() const { return relocationMode_; }
   const BlockHasher &hasher() const { return hasher_; }
 
@@ -200,6 +247,12 @@ public:
   /// Returns the plan's temporaries to the pool once its batches ran.
   void finishStep(const StepPlan &step);
 
+  /// With ReRoPE: once the runs before one marked afterSpanRelocation were
+  /// computed, queues the moves of the spans they computed at their compute
+  /// positions to their request positions; the next planStep plans them.
+  /// Returns false when there is nothing to move.
+  bool relocateComputedSpans(RequestId id);
+
   /// After the forward pass computed the request's runs: records their
   /// positions and enters the computed blocks into the cache.
   void commitPrefill(RequestId id);
@@ -226,6 +279,7 @@ private:
   BlockHasher hasher_;
   CacheMode cacheMode_;
   RelocationMode relocationMode_;
+  SpanOptions spanOptions_;
   llvm::DenseMap<RequestId, std::unique_ptr<RequestState>> requests_;
   /// Requests admitted since the last planStep, in admission order.
   llvm::SmallVector<RequestId, 8> pending_;

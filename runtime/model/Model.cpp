@@ -112,9 +112,8 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->modelWeights = std::move(*weights);
   model->modelNumerics = options.numerics;
   model->halfPrecisionKv = options.halfPrecisionKv;
-  model->maxQuantizedRows = options.forceF32 || !cpu::hasQuantGemvKernel()
-                                ? 0
-                                : options.maxQuantizedRows;
+  model->quantizedDecode =
+      !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
   if (options.numerics == Numerics::LlamaCpp) {
     // Every step multiplies the file's blocks (the scalar GEMV computes the
     // same integer sums where VNNI is missing).
@@ -139,7 +138,8 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
         model->modelWeights->ropeFrequencyFactors();
     rope.frequencyFactors = factors.empty() ? nullptr : factors.data();
     model->halfPrecisionKv = true;
-    model->maxQuantizedRows = std::numeric_limits<int64_t>::max();
+    model->quantizedDecode = true;
+    model->quantizedEverything = true;
     for (const LayerWeights &layer : model->modelWeights->layers())
       if (!layer.hasQuantized)
         return llvm::createStringError(
@@ -283,12 +283,24 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   validTokens.clear();
   slotBlocks.clear();
   slotIndices.clear();
+  decodeSequences.clear();
   output.rowOffsets.assign(1, 0);
+  int64_t numDecodeRows = 0;
+  bool anyAllLogits = false;
   for (size_t index = 0; index < batch.size(); ++index) {
     const ForwardSequence &sequence = batch[index];
     const int64_t count = int64_t(sequence.tokens.size());
     if (count == 0)
       return batchError(index, "no new tokens");
+    const bool decode = sequence.rows == RowKind::Decode ||
+                        (sequence.rows == RowKind::Auto && count == 1);
+    if (decode && index > 0 && !decodeSequences.back())
+      return batchError(index, "a decode sequence after a prompt sequence "
+                               "(decode sequences come first)");
+    decodeSequences.push_back(decode ? 1 : 0);
+    if (decode)
+      numDecodeRows += count;
+    anyAllLogits |= sequence.logits == LogitsRequest::All;
     if (!ropeInKernel && sequence.positions.size() != sequence.tokens.size())
       return batchError(index, llvm::Twine(sequence.positions.size()) +
                                    " positions for " + llvm::Twine(count) +
@@ -393,6 +405,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   attentionBatch.pageOffsets = pageOffsets.data();
   attentionBatch.blockIds = blockIds.data();
   attentionBatch.validTokens = validTokens.data();
+  attentionBatch.decodeSequences = decodeSequences.data();
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
   // f32 GEMMs (--batch-invariant) keep attention's products in f32 too: a
@@ -407,19 +420,42 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
       cpu::rmsNorm(shape, x, weight, config.rmsEpsilon, out);
   };
 
-  // A projection: the packed GEMM, or for decode-size steps the repacked
-  // 4/8-bit weights with int8 activations.
-  const bool quantized = numTokens <= maxQuantizedRows;
-  auto project = [&](const cpu::GemmWeights &packed,
-                     const cpu::PackedQuantMatrix &packedQuantized,
-                     bool hasQuantized, const float *x, int64_t rows,
-                     float *y) -> llvm::Error {
-    if (!quantized || !hasQuantized)
-      return gemm->multiply(packed, x, rows, y);
+  // Rows [0, quantizedRows) multiply the 4/8-bit weights in place with
+  // int8 activations (decode rows), the rest the packed bf16/f32 copy
+  // (prompt rows): each row's path is its own (RowKind).
+  const int64_t quantizedRows = quantizedEverything ? numTokens
+                                : quantizedDecode   ? numDecodeRows
+                                                    : 0;
+  auto multiplyQuantized = [&](const cpu::GemmWeights &packed,
+                               const cpu::PackedQuantMatrix &packedQuantized,
+                               const float *x, int64_t rows, float *y) {
     cpu::quantizeActivations(x, rows, packed.columns(), packed.columns(),
                              packedQuantized.format, quantizedActivations);
     cpu::quantGemv(packedQuantized, quantizedActivations, y, packed.rows());
-    return llvm::Error::success();
+  };
+  // A projection of every row: the quantized rows into `y` (or, to
+  // accumulate, through `projected`), the others through the packed GEMM.
+  auto project = [&](const cpu::GemmWeights &packed,
+                     const cpu::PackedQuantMatrix &packedQuantized,
+                     bool hasQuantized, const float *x, float *y,
+                     cpu::GemmOutput mode) -> llvm::Error {
+    const int64_t firstPacked = hasQuantized ? quantizedRows : 0;
+    const int64_t width = packed.rows();
+    if (firstPacked > 0) {
+      if (mode == cpu::GemmOutput::Accumulate) {
+        multiplyQuantized(packed, packedQuantized, x, firstPacked,
+                          projected.data());
+        cpu::addInPlace(cpu::RowShape{firstPacked, width, width, width}, y,
+                        projected.data());
+      } else {
+        multiplyQuantized(packed, packedQuantized, x, firstPacked, y);
+      }
+    }
+    if (firstPacked == numTokens)
+      return llvm::Error::success();
+    return gemm->multiply(packed, x + firstPacked * packed.columns(),
+                          numTokens - firstPacked, y + firstPacked * width,
+                          mode);
   };
 
   for (uint32_t layerIndex = 0; layerIndex < config.numLayers; ++layerIndex) {
@@ -433,8 +469,8 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
       OpTimer timer(profiling, opProfile.qkvSeconds);
       if (llvm::Error error =
               project(layer.queryKeyValue, layer.queryKeyValueQuantized,
-                      layer.hasQuantized, normed.data(), numTokens,
-                      queryKeyValue.data()))
+                      layer.hasQuantized, normed.data(), queryKeyValue.data(),
+                      cpu::GemmOutput::Store))
         return error;
       if (!layer.queryKeyValueBias.empty()) {
         const float *bias = layer.queryKeyValueBias.data();
@@ -483,70 +519,75 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
     }
     // The packed GEMMs add their products into the residual stream in
     // their epilogue; the 4/8-bit GEMV writes `projected`, added after.
-    const bool packedGemms = !quantized || !layer.hasQuantized;
-    auto projectIntoResidual =
-        [&](const cpu::GemmWeights &packed,
-            const cpu::PackedQuantMatrix &packedQuantized, const float *x,
-            double &seconds) -> llvm::Error {
-      if (packedGemms) {
-        OpTimer timer(profiling, seconds);
-        return gemm->multiply(packed, x, numTokens, hidden.data(),
-                              cpu::GemmOutput::Accumulate);
-      }
-      {
-        OpTimer timer(profiling, seconds);
-        if (llvm::Error error = project(packed, packedQuantized, true, x,
-                                        numTokens, projected.data()))
-          return error;
-      }
-      OpTimer timer(profiling, opProfile.residualSeconds);
-      cpu::addInPlace(dimRows, hidden.data(), projected.data());
-      return llvm::Error::success();
-    };
-    if (llvm::Error error = projectIntoResidual(
-            layer.attentionOutput, layer.attentionOutputQuantized,
-            attention.data(), opProfile.attentionOutputSeconds))
-      return error;
+    {
+      OpTimer timer(profiling, opProfile.attentionOutputSeconds);
+      if (llvm::Error error =
+              project(layer.attentionOutput, layer.attentionOutputQuantized,
+                      layer.hasQuantized, attention.data(), hidden.data(),
+                      cpu::GemmOutput::Accumulate))
+        return error;
+    }
     {
       OpTimer timer(profiling, opProfile.normSeconds);
       normalize(dimRows, hidden.data(), layer.feedForwardNorm.data(),
                 normed.data());
     }
-    if (quantized && layer.hasQuantized && ffnDim % 32 == 0) {
-      if (llvm::Error error = feedForwardFused(layer, numTokens))
-        return error;
+    auto swiGluRows = [&](int64_t rows, const float *gateUpRows, float *out) {
+      OpTimer timer(profiling, opProfile.swiGluSeconds);
+      const cpu::RowShape shape{rows, ffnDim, 2 * ffnDim, ffnDim};
+      if (llamaNumerics)
+        cpu::swiGluLlamaCpp(shape, gateUpRows, gateUpRows + ffnDim, out);
+      else
+        cpu::swiGlu(shape, gateUpRows, gateUpRows + ffnDim, out);
+    };
+    // Quantized rows: gate|up, SwiGLU and down on the 4/8-bit weights
+    // (fused in one parallel region where the width allows), into
+    // `projected`, then added to the residual stream.
+    const int64_t firstPacked = layer.hasQuantized ? quantizedRows : 0;
+    if (firstPacked > 0) {
+      if (ffnDim % 32 == 0) {
+        if (llvm::Error error = feedForwardFused(layer, firstPacked))
+          return error;
+      } else {
+        {
+          OpTimer timer(profiling, opProfile.gateUpSeconds);
+          multiplyQuantized(layer.gateUp, layer.gateUpQuantized, normed.data(),
+                            firstPacked, gateUp.data());
+        }
+        swiGluRows(firstPacked, gateUp.data(), feedForward.data());
+        OpTimer timer(profiling, opProfile.downSeconds);
+        multiplyQuantized(layer.down, layer.downQuantized, feedForward.data(),
+                          firstPacked, projected.data());
+      }
       OpTimer timer(profiling, opProfile.residualSeconds);
-      cpu::addInPlace(dimRows, hidden.data(), projected.data());
-      continue;
+      cpu::addInPlace(cpu::RowShape{firstPacked, dim, dim, dim}, hidden.data(),
+                      projected.data());
     }
-    if (packedGemms && layer.gateUp.isGated()) {
+    if (firstPacked == numTokens)
+      continue;
+    // Packed rows: the GEMMs add the down projection into the residual
+    // stream in their epilogue.
+    const int64_t rows = numTokens - firstPacked;
+    const float *normedRows = normed.data() + firstPacked * dim;
+    if (layer.gateUp.isGated()) {
       // The SwiGLU runs in the GEMM's epilogue (its time counts there).
       OpTimer timer(profiling, opProfile.gateUpSeconds);
-      if (llvm::Error error = gemm->multiplyGated(
-              layer.gateUp, normed.data(), numTokens, feedForward.data()))
+      if (llvm::Error error = gemm->multiplyGated(layer.gateUp, normedRows,
+                                                  rows, feedForward.data()))
         return error;
     } else {
       {
         OpTimer timer(profiling, opProfile.gateUpSeconds);
         if (llvm::Error error =
-                project(layer.gateUp, layer.gateUpQuantized, layer.hasQuantized,
-                        normed.data(), numTokens, gateUp.data()))
+                gemm->multiply(layer.gateUp, normedRows, rows, gateUp.data()))
           return error;
       }
-      {
-        OpTimer timer(profiling, opProfile.swiGluSeconds);
-        const cpu::RowShape shape{numTokens, ffnDim, 2 * ffnDim, ffnDim};
-        if (llamaNumerics)
-          cpu::swiGluLlamaCpp(shape, gateUp.data(), gateUp.data() + ffnDim,
-                              feedForward.data());
-        else
-          cpu::swiGlu(shape, gateUp.data(), gateUp.data() + ffnDim,
-                      feedForward.data());
-      }
+      swiGluRows(rows, gateUp.data(), feedForward.data());
     }
-    if (llvm::Error error =
-            projectIntoResidual(layer.down, layer.downQuantized,
-                                feedForward.data(), opProfile.downSeconds))
+    OpTimer timer(profiling, opProfile.downSeconds);
+    if (llvm::Error error = gemm->multiply(layer.down, feedForward.data(), rows,
+                                           hidden.data() + firstPacked * dim,
+                                           cpu::GemmOutput::Accumulate))
       return error;
   }
 
@@ -571,7 +612,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   normalize(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
             modelWeights->outputNorm().data(), selected.data());
   const cpu::PackedQuantMatrix *head = modelWeights->quantizedOutput();
-  if (numRows <= maxQuantizedRows && head) {
+  // The 4/8-bit head serves every last-token row (its rows are
+  // independent of each other); full-sequence logits (perplexity) take the
+  // packed GEMM.
+  if (head && (quantizedEverything || (quantizedDecode && !anyAllLogits))) {
     cpu::quantizeActivations(selected.data(), numRows, dim, dim, head->format,
                              quantizedActivations);
     cpu::quantGemv(*head, quantizedActivations, output.logits.data(),

@@ -61,20 +61,32 @@ struct ModelOptions {
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
   /// Positions the RoPE table covers; 0 = the model's context length.
   int64_t maxPositions = 0;
-  /// Steps of at most this many tokens multiply the 4/8-bit weights in
-  /// place (QuantGemv, int8 activations) instead of the packed bf16/f32
-  /// copy; 0 disables. Ignored with forceF32.
-  int64_t maxQuantizedRows = 4;
+  /// Decode rows multiply the 4/8-bit weights in place (QuantGemv, int8
+  /// activations) instead of the packed bf16/f32 copy; false sends them
+  /// through the packed GEMMs too. Ignored with forceF32.
+  bool quantizedDecode = true;
   /// Store K and V as f16, as llama.cpp's default KV cache does
   /// (kvStorageConfig's precision); false keeps them exact in f32.
   bool halfPrecisionKv = true;
-  /// Numerics::LlamaCpp overrides forceF32, maxQuantizedRows and
+  /// Numerics::LlamaCpp overrides forceF32, quantizedDecode and
   /// halfPrecisionKv.
   Numerics numerics = Numerics::Default;
 };
 
 /// Which logits a sequence wants back.
 enum class LogitsRequest { None, Last, All };
+
+/// What a sequence's rows are, which picks their kernels. The choice is the
+/// row's own, never the step's, so a row rounds the same whatever shares
+/// its step (docs/ARCHITECTURE.md, "Numerics"): prompt rows take the packed
+/// bf16/f32 GEMMs and, where the CPU has it, AMX attention; decode rows
+/// multiply the 4/8-bit weights in place with int8 activations and keep
+/// f32 attention products.
+enum class RowKind {
+  Auto,   ///< one new token: Decode; more: Prompt
+  Prompt, ///< prompt tokens, however few (a short tail after a cache hit)
+  Decode, ///< a generated token fed back
+};
 
 /// One sequence of a forward step.
 struct ForwardSequence {
@@ -83,6 +95,7 @@ struct ForwardSequence {
   llvm::ArrayRef<int32_t> blockIds;    ///< the page list, in logical order
   llvm::ArrayRef<int32_t> validTokens; ///< valid leading slots per page
   LogitsRequest logits = LogitsRequest::Last;
+  RowKind rows = RowKind::Auto;
 };
 
 /// What forward() returns: logits rows, vocabSize floats each, in sequence
@@ -147,8 +160,9 @@ public:
   kv::KvStorageConfig kvStorageConfig(int64_t numBlocks, int blockSize = 16,
                                       bool keysRotated = true) const;
 
-  /// Runs one step. Checks every sequence (token ids, positions within the
-  /// RoPE table, block ids within the storage, enough valid slots) and
+  /// Runs one step. Decode sequences (RowKind) come before prompt
+  /// sequences in `batch`. Checks every sequence (token ids, positions within
+  /// the RoPE table, block ids within the storage, enough valid slots) and
   /// fails with the sequence index before touching the cache. With
   /// rope-in-kernel storage (keys unrotated) queries are rotated at their
   /// logical index and `positions` are ignored.
@@ -170,7 +184,9 @@ private:
   std::unique_ptr<GgufFile> gguf;
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
-  int64_t maxQuantizedRows = 0;
+  bool quantizedDecode = false;
+  /// Every row on the 4/8-bit weights (Numerics::LlamaCpp).
+  bool quantizedEverything = false;
   bool halfPrecisionKv = true;
   Numerics modelNumerics = Numerics::Default;
   cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp
@@ -185,6 +201,7 @@ private:
       gateUp, feedForward, selected;
   std::vector<int32_t> tokenIds, ropePositions, queryOffsets, pageOffsets,
       blockIds, validTokens;
+  std::vector<uint8_t> decodeSequences;
   std::vector<int32_t> slotBlocks, slotIndices; ///< where each new token goes
 
   bool profiling = false;

@@ -25,7 +25,7 @@ double secondsSince(Clock::time_point start) {
 
 /// A call admitted to the KV cache.
 struct Executor::Active {
-  codegen::CallId call = 0;
+  plan::CallId call = 0;
   kv::RequestId request = 0;
   std::vector<kv::Segment> segments; ///< the prompt as admitted
   std::unique_ptr<model::Sampler> sampler;
@@ -33,6 +33,11 @@ struct Executor::Active {
   uint32_t runIndex = 0;
   uint32_t blocksDone = 0;
   bool decoding = false;
+  /// ReRoPE: the spans computed at their compute positions were queued for
+  /// their move (the run marked afterSpanRelocation may start once the
+  /// next step's relocations ran); `moveSpansAfterStep` asks for it.
+  bool spansMoved = false;
+  bool moveSpansAfterStep = false;
   /// Generation is over; these tokens are still fed for their K/V only, so
   /// later calls that splice the output in find it cached (see step()).
   bool finishing = false;
@@ -47,17 +52,17 @@ struct Executor::Active {
 };
 
 struct Executor::RunState {
-  const codegen::Plan *plan = nullptr;
+  const plan::Plan *plan = nullptr;
   const TokenCallback *onToken = nullptr;
   std::vector<CallOutcome> outcomes;
   std::vector<uint32_t> missingDependencies;
-  std::vector<llvm::SmallVector<codegen::CallId, 4>> dependents;
+  std::vector<llvm::SmallVector<plan::CallId, 4>> dependents;
   std::vector<Clock::time_point> readyAt;
   std::vector<bool> done;
-  std::deque<codegen::CallId> ready;
+  std::deque<plan::CallId> ready;
   /// Prompts to re-admit after preemption: the original plus what the call
   /// had generated, with its sampler.
-  llvm::DenseMap<codegen::CallId, std::unique_ptr<Active>> preempted;
+  llvm::DenseMap<plan::CallId, std::unique_ptr<Active>> preempted;
   std::vector<std::unique_ptr<Active>> active;
   /// Output tokens per call, for splicing into later calls.
   std::vector<std::optional<std::vector<kv::TokenId>>> outputs;
@@ -98,14 +103,14 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
       std::make_unique<kv::BlockPool>(uint32_t(numBlocks), options.blockSize);
   executor->cacheManager = std::make_unique<kv::KvCacheManager>(
       *executor->blockPool, kv::BlockHasher(model::modelIdentity(model.file())),
-      options.cacheMode, options.relocationMode);
+      options.cacheMode, options.relocationMode, options.spanOptions);
 
   executor->relocation = std::make_unique<kv::RelocationExecutor>(
       *executor->storage, model.ropeConfig());
   return executor;
 }
 
-std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
+std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
                                        const TokenCallback &onToken,
                                        const ProgressCallback &onProgress) {
   RunState state;
@@ -119,14 +124,14 @@ std::vector<CallOutcome> Executor::run(const codegen::Plan &plan,
   state.done.assign(numCalls, false);
   state.outputs.resize(numCalls);
   state.trailers.resize(numCalls);
-  for (const codegen::Call &call : plan.calls)
-    for (const codegen::PlanSegment &segment : call.segments)
-      for (const codegen::Piece &piece : segment.pieces)
+  for (const plan::Call &call : plan.calls)
+    for (const plan::PlanSegment &segment : call.segments)
+      for (const plan::Piece &piece : segment.pieces)
         if (piece.call && !state.trailers[*piece.call])
           state.trailers[*piece.call] = piece.trailer;
-  for (const codegen::Call &call : plan.calls) {
+  for (const plan::Call &call : plan.calls) {
     state.missingDependencies[call.id] = uint32_t(call.dependencies.size());
-    for (codegen::CallId dependency : call.dependencies)
+    for (plan::CallId dependency : call.dependencies)
       state.dependents[dependency].push_back(call.id);
     if (call.dependencies.empty()) {
       state.ready.push_back(call.id);
@@ -160,13 +165,13 @@ bool Executor::admitReady(RunState &state) {
   bool admittedAny = false;
   // Calls held back for blocks in flight go back to the front, in order,
   // however this returns.
-  std::deque<codegen::CallId> heldBack;
+  std::deque<plan::CallId> heldBack;
   auto restoreHeldBack = llvm::make_scope_exit([&] {
     state.ready.insert(state.ready.begin(), heldBack.begin(), heldBack.end());
   });
   while (!state.ready.empty()) {
-    codegen::CallId callId = state.ready.front();
-    const codegen::Call &call = state.plan->calls[callId];
+    plan::CallId callId = state.ready.front();
+    const plan::Call &call = state.plan->calls[callId];
 
     std::unique_ptr<Active> active;
     auto preempted = state.preempted.find(callId);
@@ -176,20 +181,16 @@ bool Executor::admitReady(RunState &state) {
     } else {
       active = std::make_unique<Active>();
       active->call = callId;
-      for (const codegen::PlanSegment &segment : call.segments) {
-        auto tokens = codegen::resolveSegment(segment, state.outputs);
-        if (!tokens) {
-          state.ready.pop_front();
-          finish(state, *active, false,
-                 "an output it splices in is missing (a call it depends on "
-                 "failed)");
-          active.reset();
-          break;
-        }
-        active->segments.push_back({segment.kind, std::move(*tokens)});
-      }
-      if (!active)
+      std::optional<std::vector<kv::Segment>> segments =
+          plan::resolveCall(call, state.outputs);
+      if (!segments) {
+        state.ready.pop_front();
+        finish(state, *active, false,
+               "an output it splices in is missing (a call it depends on "
+               "failed)");
         continue;
+      }
+      active->segments = std::move(*segments);
       model::SamplingParams params;
       params.temperature = float(call.options.temperature);
       params.topK = int(call.options.topK);
@@ -242,6 +243,8 @@ bool Executor::admitReady(RunState &state) {
     active->runIndex = 0;
     active->blocksDone = 0;
     active->decoding = false;
+    active->spansMoved = false;
+    active->moveSpansAfterStep = false;
     stats.queuedSeconds = secondsSince(state.readyAt[callId]);
     if (stats.preemptions == 0) {
       // (Re-)admission after a deferral counts the final layout only.
@@ -277,7 +280,7 @@ bool Executor::admitReady(RunState &state) {
 
 uint64_t Executor::growthBlocks(const RunState &state,
                                 const Active &active) const {
-  const codegen::Call &call = state.plan->calls[active.call];
+  const plan::Call &call = state.plan->calls[active.call];
   int64_t remaining = call.options.maxTokens -
                       int64_t(state.outcomes[active.call].tokens.size()) + 1;
   // One more for the copy-on-write of a cached or shared last block.
@@ -363,6 +366,13 @@ llvm::Error Executor::step(RunState &state) {
     const kv::RequestPlan &plan = cacheManager->plan(active.request);
     while (budget > 0 && active.runIndex < plan.runs.size()) {
       const kv::ComputeRun &run = plan.runs[active.runIndex];
+      if (run.afterSpanRelocation && !active.spansMoved) {
+        // Its spans were computed after their prefix, at other positions
+        // than they take here: they move first (after this step's forward
+        // pass, which may be computing them).
+        active.moveSpansAfterStep = true;
+        break;
+      }
       const kv::SegmentPlan &segment = plan.segments[run.segment];
       uint32_t take = 0;
       int64_t tokens = 0;
@@ -386,7 +396,7 @@ llvm::Error Executor::step(RunState &state) {
             plan.blocks[run.firstBlock + active.blocksDone + b];
         for (uint32_t t = 0; t < block.numTokens; ++t) {
           entry.tokens.push_back(plan.tokens[block.firstToken + t]);
-          entry.positions.push_back(int32_t(block.position + t));
+          entry.positions.push_back(int32_t(block.computePosition + t));
         }
       }
       uint32_t numPages =
@@ -403,6 +413,15 @@ llvm::Error Executor::step(RunState &state) {
       }
     }
   }
+  // Spans computed by this step (or earlier) move before the next one.
+  auto queueSpanMoves = llvm::make_scope_exit([&] {
+    for (const auto &active : state.active)
+      if (active->moveSpansAfterStep) {
+        active->moveSpansAfterStep = false;
+        active->spansMoved = true;
+        cacheManager->relocateComputedSpans(active->request);
+      }
+  });
   if (batch.entries.empty())
     return llvm::Error::success();
 
@@ -416,6 +435,8 @@ llvm::Error Executor::step(RunState &state) {
     sequence.logits = entry.isDecode || entry.completesPrompt
                           ? model::LogitsRequest::Last
                           : model::LogitsRequest::None;
+    sequence.rows =
+        entry.isDecode ? model::RowKind::Decode : model::RowKind::Prompt;
     sequences.push_back(sequence);
   }
   model::ForwardOutput output;
@@ -430,7 +451,7 @@ llvm::Error Executor::step(RunState &state) {
     if (!entry.isDecode && !entry.completesPrompt)
       continue;
     Active &active = *entry.active;
-    const codegen::Call &call = state.plan->calls[active.call];
+    const plan::Call &call = state.plan->calls[active.call];
     CallOutcome &outcome = state.outcomes[active.call];
     if (active.finishing) {
       // The fed token's K/V now exist: feed the next, or finish.
@@ -588,7 +609,7 @@ bool Executor::preemptFor(RunState &state, Active &needy) {
 
 void Executor::finish(RunState &state, Active &active, bool succeeded,
                       std::string error) {
-  codegen::CallId callId = active.call;
+  plan::CallId callId = active.call;
   CallOutcome &outcome = state.outcomes[callId];
   if (cacheManager->contains(active.request))
     cacheManager->release(active.request);
@@ -602,7 +623,7 @@ void Executor::finish(RunState &state, Active &active, bool succeeded,
   ++state.numDone;
   if (succeeded)
     state.outputs[callId] = outcome.tokens;
-  for (codegen::CallId dependent : state.dependents[callId]) {
+  for (plan::CallId dependent : state.dependents[callId]) {
     if (--state.missingDependencies[dependent] == 0) {
       state.ready.push_back(dependent);
       state.readyAt[dependent] = Clock::now();

@@ -16,7 +16,7 @@
 #ifndef SPANC_RUNTIME_SCHED_EXECUTOR_H
 #define SPANC_RUNTIME_SCHED_EXECUTOR_H
 
-#include "codegen/Plan.h"
+#include "plan/Plan.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/kv/KvStorage.h"
@@ -42,6 +42,9 @@ struct ExecutorOptions {
   /// rounds it again to the storage precision (f16 by default: ~5e-4
   /// relative; f32: ~1e-7), which can flip a greedy near-tie.
   kv::RelocationMode relocationMode = kv::RelocationMode::RopeInKernel;
+  /// What spans attend to and whether their heads are recomputed
+  /// (--span-context, --span-recompute).
+  kv::SpanOptions spanOptions;
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
   int64_t cacheTokens = 65536;
@@ -92,7 +95,7 @@ struct CallOutcome {
 
 /// Streaming: a piece of text call `call` just produced.
 using TokenCallback =
-    std::function<void(codegen::CallId call, llvm::StringRef piece)>;
+    std::function<void(plan::CallId call, llvm::StringRef piece)>;
 
 /// Where a run stands, reported after every scheduler step (for a progress
 /// line; cheap to produce: no per-call scan).
@@ -114,7 +117,7 @@ public:
 
   /// Runs every call of `plan` to completion (or failure) and returns one
   /// outcome per call, indexed by CallId.
-  std::vector<CallOutcome> run(const codegen::Plan &plan,
+  std::vector<CallOutcome> run(const plan::Plan &plan,
                                const TokenCallback &onToken = nullptr,
                                const ProgressCallback &onProgress = nullptr);
 

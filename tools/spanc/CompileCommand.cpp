@@ -2,17 +2,18 @@
 
 #include "codegen/ChatTemplateEncoder.h"
 #include "codegen/Lowering.h"
-#include "codegen/Plan.h"
 #include "frontend/Load.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
+#include "plan/PlanPrinter.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -29,15 +30,17 @@ namespace {
 /// `--model` and prints the plan; returns the exit code.
 int emitPlan(const po::variables_map &values, const ir::Module &module,
              ir::DiagnosticEngine &diagnostics) {
-  codegen::PlanPrintOptions printOptions;
+  plan::PlanPrintOptions printOptions;
   printOptions.blockSize = values["block-size"].as<unsigned>();
   if (printOptions.blockSize == 0)
     return reportError("compile", "--block-size must be at least 1");
   auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
   if (!cacheMode)
     return reportError("compile", llvm::toString(cacheMode.takeError()));
-  printOptions.cacheMode = *cacheMode;
   printOptions.printTokens = values.count("print-tokens") != 0;
+  auto spanOptions = readSpanModeOptions(values);
+  if (!spanOptions)
+    return reportError("compile", llvm::toString(spanOptions.takeError()));
 
   // Only the tokenizer and the chat template: the file is mapped, and its
   // tensor data is never loaded.
@@ -56,15 +59,22 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
   if (!chatTemplate)
     return reportError("compile", llvm::toString(chatTemplate.takeError()));
   codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
-  std::optional<codegen::Plan> plan =
+  std::optional<plan::Plan> plan =
       codegen::lowerToPlan(module, encoder, diagnostics);
   if (!plan)
     return 1;
 
   std::string text;
   llvm::raw_string_ostream os(text);
-  codegen::printPlan(*plan, kv::BlockHasher(model::modelIdentity(**file)),
-                     printOptions, os);
+  kv::BlockHasher hasher(model::modelIdentity(**file));
+  plan::printPlan(
+      *plan, printOptions,
+      [&](const plan::Call &, llvm::ArrayRef<kv::Segment> segments,
+          llvm::raw_ostream &out) {
+        kv::printCallLayout(segments, hasher, *cacheMode, *spanOptions,
+                            printOptions.blockSize, out);
+      },
+      os);
   os.flush();
   return writeOutput("compile", values, text);
 }
@@ -107,6 +117,7 @@ int runCompile(const std::vector<std::string> &args) {
        "with --emit=ir-opt or plan: verify the IR after every pass (names "
        "the pass that broke it); by default it is verified once, after " //
        "the last pass");
+  addSpanModeOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(

@@ -18,6 +18,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
@@ -58,13 +59,13 @@ bool parseCacheSize(llvm::StringRef text, int64_t bytesPerToken,
   return tokens > 0;
 }
 
-void printStats(const codegen::Plan &plan,
+void printStats(const plan::Plan &plan,
                 llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
                 llvm::raw_ostream &os) {
   os << "call  query         prompt  reused    comp   reloc   hit%   ttft_ms"
         "    gen dec_tok/s  status\n";
   sched::CallStats total;
-  for (const codegen::Call &call : plan.calls) {
+  for (const plan::Call &call : plan.calls) {
     const sched::CallOutcome &outcome = outcomes[call.id];
     const sched::CallStats &stats = outcome.stats;
     os << llvm::format(
@@ -81,9 +82,9 @@ void printStats(const codegen::Plan &plan,
     total.relocatedTokens += stats.relocatedTokens;
     total.generatedTokens += stats.generatedTokens;
   }
-  for (const codegen::QueryPlan &query : plan.queries) {
+  for (const plan::QueryPlan &query : plan.queries) {
     double ttft = 0;
-    for (const codegen::ResultItem &item : query.results)
+    for (const plan::ResultItem &item : query.results)
       if (item.call)
         ttft = std::max(ttft, outcomes[*item.call].stats.ttftSeconds);
     os << llvm::format("query @%s: %zu calls, slowest answer TTFT %.1f ms\n",
@@ -96,17 +97,17 @@ void printStats(const codegen::Plan &plan,
                      total.relocatedTokens, total.generatedTokens, wallSeconds);
 }
 
-nlohmann::json toJson(const codegen::Plan &plan,
+nlohmann::json toJson(const plan::Plan &plan,
                       llvm::ArrayRef<sched::CallOutcome> outcomes,
                       double wallSeconds) {
   nlohmann::json result;
   result["wall_seconds"] = wallSeconds;
   nlohmann::json &queries = result["queries"] = nlohmann::json::array();
-  for (const codegen::QueryPlan &query : plan.queries) {
+  for (const plan::QueryPlan &query : plan.queries) {
     nlohmann::json entry;
     entry["name"] = query.name;
     nlohmann::json &answers = entry["results"] = nlohmann::json::array();
-    for (const codegen::ResultItem &item : query.results) {
+    for (const plan::ResultItem &item : query.results) {
       if (!item.call) {
         answers.push_back({{"text", item.text}});
         continue;
@@ -120,7 +121,7 @@ nlohmann::json toJson(const codegen::Plan &plan,
     queries.push_back(entry);
   }
   nlohmann::json &calls = result["calls"] = nlohmann::json::array();
-  for (const codegen::Call &call : plan.calls) {
+  for (const plan::Call &call : plan.calls) {
     const sched::CallOutcome &outcome = outcomes[call.id];
     const sched::CallStats &stats = outcome.stats;
     calls.push_back(
@@ -302,6 +303,7 @@ int runRun(const std::vector<std::string> &args) {
       ("progress-after", po::value<double>()->default_value(1.0),          //
        "when stderr is a terminal, draw a progress line (calls, tokens, "  //
        "seconds) once a run has taken this many seconds; 0: at once");
+  addSpanModeOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -326,6 +328,10 @@ int runRun(const std::vector<std::string> &args) {
     if (!relocation)
       return reportError("run", llvm::toString(relocation.takeError()));
     executorOptions.relocationMode = *relocation;
+    auto spanOptions = readSpanModeOptions(values);
+    if (!spanOptions)
+      return reportError("run", llvm::toString(spanOptions.takeError()));
+    executorOptions.spanOptions = *spanOptions;
   }
   executorOptions.blockSize = values["block-size"].as<unsigned>();
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
@@ -401,7 +407,7 @@ int runRun(const std::vector<std::string> &args) {
   if (!chatTemplate)
     return reportError("run", llvm::toString(chatTemplate.takeError()));
   codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
-  std::optional<codegen::Plan> plan =
+  std::optional<plan::Plan> plan =
       codegen::lowerToPlan(*module, encoder, diagnostics);
   if (!plan)
     return 1;
@@ -422,10 +428,10 @@ int runRun(const std::vector<std::string> &args) {
     return reportError("run", llvm::toString(executor.takeError()));
 
   // Stream the answer live when there is exactly one.
-  std::optional<codegen::CallId> streamed;
+  std::optional<plan::CallId> streamed;
   size_t numAnswers = 0;
-  for (const codegen::QueryPlan &query : plan->queries)
-    for (const codegen::ResultItem &item : query.results) {
+  for (const plan::QueryPlan &query : plan->queries)
+    for (const plan::ResultItem &item : query.results) {
       ++numAnswers;
       if (item.call)
         streamed = *item.call;
@@ -435,7 +441,7 @@ int runRun(const std::vector<std::string> &args) {
     streamed.reset();
   sched::TokenCallback onToken;
   if (streamed)
-    onToken = [&](codegen::CallId call, llvm::StringRef piece) {
+    onToken = [&](plan::CallId call, llvm::StringRef piece) {
       if (call == *streamed) {
         llvm::outs() << piece;
         llvm::outs().flush();
@@ -490,9 +496,9 @@ int runRun(const std::vector<std::string> &args) {
         {"runs", runs}};
     llvm::outs() << document.dump(2) << "\n";
   } else if (!streamed) {
-    for (const codegen::QueryPlan &query : plan->queries) {
+    for (const plan::QueryPlan &query : plan->queries) {
       llvm::outs() << "== " << query.name << "\n";
-      for (const codegen::ResultItem &item : query.results) {
+      for (const plan::ResultItem &item : query.results) {
         if (!item.call) {
           llvm::outs() << item.text << "\n";
           continue;
@@ -504,7 +510,7 @@ int runRun(const std::vector<std::string> &args) {
       }
     }
   }
-  for (const codegen::Call &call : plan->calls)
+  for (const plan::Call &call : plan->calls)
     if (!outcomes[call.id].succeeded)
       llvm::errs() << "spanc run: error: call #" << call.id << " of query @"
                    << call.query

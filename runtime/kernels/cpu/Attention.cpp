@@ -1255,12 +1255,15 @@ void pagedAttention(const PagedAttentionShape &shape,
     float *cache = blockCache ? blockCache + thread * cacheFloats : nullptr;
     int32_t *tags =
         blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
-    // Single-query sequences (decode steps) keep f32 products: packing
-    // each block into tiles for one query row would cost more than the
-    // products save. The choice depends on the sequence alone.
-    const bool itemAmx = useAmx && batch.queryOffsets[item.sequence + 1] -
-                                           batch.queryOffsets[item.sequence] >
-                                       1;
+    // Decode steps keep f32 products: packing each block into tiles for
+    // one query row would cost more than the products save. The choice
+    // depends on the sequence alone.
+    const bool decode = batch.decodeSequences
+                            ? batch.decodeSequences[item.sequence] != 0
+                            : batch.queryOffsets[item.sequence + 1] -
+                                      batch.queryOffsets[item.sequence] ==
+                                  1;
+    const bool itemAmx = useAmx && !decode;
     if (kv.precision == KvPrecision::F16)
       runItem<uint16_t>(context, item, useAvx512, itemAmx, partial, output,
                         cache, tags);

@@ -64,6 +64,12 @@ struct PagedAttentionBatch {
   const int32_t *pageOffsets = nullptr;
   const int32_t *blockIds = nullptr;
   const int32_t *validTokens = nullptr;
+  /// Optional, per sequence: nonzero for a decode step (its one query keeps
+  /// f32 products), zero for prompt rows, which take the AMX path where it
+  /// is allowed however few they are, so that a prompt row rounds the same
+  /// in a one-token tail as inside a long prefill. Null: a sequence of one
+  /// query is a decode step.
+  const uint8_t *decodeSequences = nullptr;
 };
 
 struct PagedAttentionOptions {

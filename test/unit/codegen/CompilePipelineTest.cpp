@@ -20,25 +20,25 @@ namespace {
 /// Every byte is a token; a message is a role token, its bytes and 0.
 class ByteEncoder : public codegen::MessageEncoder {
 public:
-  llvm::Expected<std::vector<kv::TokenId>>
+  llvm::Expected<std::vector<plan::TokenId>>
   encodeMessage(codegen::MessageRole role,
                 llvm::StringRef content) const override {
-    std::vector<kv::TokenId> tokens = {kv::TokenId(1000 + int(role))};
+    std::vector<plan::TokenId> tokens = {plan::TokenId(1000 + int(role))};
     for (unsigned char byte : content)
       tokens.push_back(byte);
     tokens.push_back(0);
     return tokens;
   }
-  std::vector<kv::TokenId> encodeFragment(llvm::StringRef text) const override {
-    return std::vector<kv::TokenId>(text.bytes_begin(), text.bytes_end());
+  std::vector<plan::TokenId> encodeFragment(llvm::StringRef text) const override {
+    return std::vector<plan::TokenId>(text.bytes_begin(), text.bytes_end());
   }
-  std::vector<kv::TokenId> assistantHeader() const override { return {1002}; }
-  std::vector<kv::TokenId> endOfTurn() const override { return {0}; }
+  std::vector<plan::TokenId> assistantHeader() const override { return {1002}; }
+  std::vector<plan::TokenId> endOfTurn() const override { return {0}; }
 };
 
-size_t countSegments(const codegen::Call &call, kv::SegmentKind kind) {
+size_t countSegments(const plan::Call &call, plan::SegmentKind kind) {
   size_t count = 0;
-  for (const codegen::PlanSegment &segment : call.segments)
+  for (const plan::PlanSegment &segment : call.segments)
     count += segment.kind == kind;
   return count;
 }
@@ -56,19 +56,19 @@ query rag {
 }
 )";
   ByteEncoder encoder;
-  llvm::Expected<codegen::Plan> plan =
+  llvm::Expected<plan::Plan> plan =
       codegen::compileToPlan(source, "rag.span", encoder);
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   ASSERT_EQ(plan->calls.size(), 1u);
   ASSERT_EQ(plan->queries.size(), 1u);
   EXPECT_EQ(plan->queries[0].name, "rag");
-  const codegen::Call &call = plan->calls[0];
+  const plan::Call &call = plan->calls[0];
   EXPECT_EQ(call.options.maxTokens, 7);
-  EXPECT_EQ(countSegments(call, kv::SegmentKind::Span), 2u);
-  EXPECT_EQ(countSegments(call, kv::SegmentKind::Tail), 1u);
+  EXPECT_EQ(countSegments(call, plan::SegmentKind::Span), 2u);
+  EXPECT_EQ(countSegments(call, plan::SegmentKind::Tail), 1u);
   // The system message comes first, as the prefix.
   ASSERT_FALSE(call.segments.empty());
-  EXPECT_EQ(call.segments.front().kind, kv::SegmentKind::Prefix);
+  EXPECT_EQ(call.segments.front().kind, plan::SegmentKind::Prefix);
 }
 
 TEST(CompilePipelineTest, ParamOverridesReachTheProgram) {
@@ -79,7 +79,7 @@ query q { gen(max_tokens = n) { user "hi" } }
   ByteEncoder encoder;
   codegen::CompileOptions options;
   options.frontend.paramOverrides = {{"n", "11"}};
-  llvm::Expected<codegen::Plan> plan =
+  llvm::Expected<plan::Plan> plan =
       codegen::compileToPlan(source, "q.span", encoder, options);
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   ASSERT_EQ(plan->calls.size(), 1u);
@@ -88,7 +88,7 @@ query q { gen(max_tokens = n) { user "hi" } }
 
 TEST(CompilePipelineTest, SyntaxErrorsComeBackWithTheirLocation) {
   ByteEncoder encoder;
-  llvm::Expected<codegen::Plan> plan = codegen::compileToPlan(
+  llvm::Expected<plan::Plan> plan = codegen::compileToPlan(
       "query q {\n  gen( { user \"x\" }\n", "broken.span", encoder);
   ASSERT_FALSE(bool(plan));
   std::string message = llvm::toString(plan.takeError());
@@ -98,7 +98,7 @@ TEST(CompilePipelineTest, SyntaxErrorsComeBackWithTheirLocation) {
 
 TEST(CompilePipelineTest, SemanticErrorsComeBackWithTheirLocation) {
   ByteEncoder encoder;
-  llvm::Expected<codegen::Plan> plan = codegen::compileToPlan(
+  llvm::Expected<plan::Plan> plan = codegen::compileToPlan(
       "query q {\n  gen { user missing }\n}\n", "names.span", encoder);
   ASSERT_FALSE(bool(plan));
   std::string message = llvm::toString(plan.takeError());
@@ -110,13 +110,13 @@ TEST(CompilePipelineTest, TheNamePicksTheReader) {
   const char *json = R"({"g": {"model": "m", "input": {"cross": [
       {"system": "s"}, {"user": "u"}]}, "max_tokens": 5}})";
   ByteEncoder encoder;
-  llvm::Expected<codegen::Plan> plan =
+  llvm::Expected<plan::Plan> plan =
       codegen::compileToPlan(json, "query.json", encoder);
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   ASSERT_EQ(plan->calls.size(), 1u);
   EXPECT_EQ(plan->calls[0].options.maxTokens, 5);
   // The same text read as .span is a syntax error.
-  llvm::Expected<codegen::Plan> asSpan =
+  llvm::Expected<plan::Plan> asSpan =
       codegen::compileToPlan(json, "query.span", encoder);
   EXPECT_FALSE(bool(asSpan));
   llvm::consumeError(asSpan.takeError());

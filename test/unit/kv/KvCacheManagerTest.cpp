@@ -63,13 +63,20 @@ uint32_t reusedBlocks(const RequestPlan &plan, uint32_t segment) {
   return count;
 }
 
+/// Isolated spans unless told otherwise: most tests here pin the block
+/// mechanics of spans that hash from the root; SpanContext::Prefix has its
+/// own tests below.
+const SpanOptions Isolated{SpanContext::Isolated, 0};
+
 struct Fixture {
   BlockPool pool;
   KvCacheManager manager;
   Fixture(uint32_t numBlocks, CacheMode cacheMode,
-          RelocationMode relocation = RelocationMode::Rerope)
+          RelocationMode relocation = RelocationMode::Rerope,
+          const SpanOptions &spanOptions = Isolated)
       : pool(numBlocks, BlockSize),
-        manager(pool, BlockHasher("smollm2-test"), cacheMode, relocation) {}
+        manager(pool, BlockHasher("smollm2-test"), cacheMode, relocation,
+                spanOptions) {}
 };
 
 TEST(KvCacheManager, SameSpanHashesTheSameAtOffsets16And48) {
@@ -480,7 +487,7 @@ TEST(LayoutRequest, NeedsNoPoolAndChainsParents) {
   BlockHasher hasher("m");
   auto plan = layoutRequest(
       {prefix(tokens(5, 1)), span(tokens(20, 100)), tail(tokens(3, 300))},
-      CacheMode::Span, BlockSize, hasher);
+      CacheMode::Span, Isolated, BlockSize, hasher);
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   ASSERT_EQ(plan->segments.size(), 3u);
   EXPECT_EQ(plan->segments[0].parentHash, hasher.root());
@@ -490,8 +497,8 @@ TEST(LayoutRequest, NeedsNoPoolAndChainsParents) {
             hasher.join(plan->blocks[0].hash, plan->blocks[2].hash));
   for (const LogicalBlock &block : plan->blocks)
     EXPECT_EQ(block.block, InvalidBlock);
-  auto bad = layoutRequest({tail({1}), prefix({2})}, CacheMode::Span, BlockSize,
-                           hasher);
+  auto bad = layoutRequest({tail({1}), prefix({2})}, CacheMode::Span, Isolated,
+                           BlockSize, hasher);
   ASSERT_FALSE(bool(bad));
   EXPECT_NE(llvm::toString(bad.takeError()).find("segment 1 is a prefix"),
             std::string::npos);
@@ -527,8 +534,8 @@ void expectConsistent(const BlockPool &pool, const KvCacheManager &manager,
 TEST(KvCacheManager, RandomWorkloadKeepsExactReferenceCounts) {
   for (CacheMode mode : {CacheMode::Span, CacheMode::Prefix}) {
     BlockPool pool(40, BlockSize);
-    KvCacheManager manager(pool, BlockHasher("m"), mode,
-                           RelocationMode::Rerope);
+    KvCacheManager manager(pool, BlockHasher("m"), mode, RelocationMode::Rerope,
+                           Isolated);
     std::mt19937 random(mode == CacheMode::Span ? 11 : 12);
     llvm::SmallVector<std::vector<TokenId>, 6> spans;
     for (int i = 0; i < 6; ++i)
@@ -624,14 +631,14 @@ TEST(LayoutRequest, PrintsSegmentsBlocksAndPages) {
   BlockHasher hasher("m");
   auto plan = layoutRequest(
       {prefix(tokens(5, 1)), span(tokens(20, 100)), tail(tokens(3, 300))},
-      CacheMode::Span, BlockSize, hasher);
+      CacheMode::Span, Isolated, BlockSize, hasher);
   ASSERT_TRUE(bool(plan));
   std::string text;
   llvm::raw_string_ostream os(text);
   printRequestPlan(os, *plan);
   os.flush();
   EXPECT_NE(text.find("segment 1 span: tokens [5, 25) positions [5, 25) "
-                      "blocks [1, 3) parent " +
+                      "blocks [1, 3) context segments [0, 0) parent " +
                       hasher.root().str()),
             std::string::npos)
       << text;
@@ -687,6 +694,192 @@ TEST(KvCacheManager, NothingIsInFlightWithoutACache) {
   std::vector<Segment> prompt = {prefix(tokens(64, 1)), tail({5})};
   ASSERT_EQ(fixture.manager.admit(1, prompt).status, AdmitStatus::Admitted);
   EXPECT_FALSE(fixture.manager.needsBlocksInFlight(prompt));
+}
+
+} // namespace
+
+namespace {
+
+// SpanContext::Prefix: spans read the context before their plus.
+
+const SpanOptions PrefixContext{SpanContext::Prefix, 0};
+
+TEST(SpanContextPrefix, SpansChainFromTheirPrefixAndReadItsPages) {
+  BlockHasher hasher("m");
+  auto plan = layoutRequest({prefix(tokens(20, 1)), span(tokens(20, 100)),
+                             span(tokens(5, 200)), tail(tokens(3, 300))},
+                            CacheMode::Span, PrefixContext, BlockSize, hasher);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->segments.size(), 4u);
+  // Prefix blocks 0-1, span A 2-3, span B 4, tail 5.
+  const BlockHash prefixHash = plan->blocks[1].hash;
+  for (uint32_t s : {1u, 2u}) {
+    EXPECT_EQ(plan->segments[s].parentHash, prefixHash);
+    EXPECT_EQ(plan->segments[s].contextSegments, 1u);
+    EXPECT_EQ(plan->segments[s].contextTokens, 20u);
+  }
+  EXPECT_EQ(plan->segments[1].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3}));
+  EXPECT_EQ(plan->segments[2].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 1, 4}));
+  EXPECT_EQ(plan->segments[3].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3, 4, 5}));
+  // Both spans are computed right after the prefix; they sit after it and
+  // after each other.
+  EXPECT_EQ(plan->blocks[2].computePosition, 20);
+  EXPECT_EQ(plan->blocks[4].position, 40);
+  EXPECT_EQ(plan->blocks[4].computePosition, 20);
+  EXPECT_EQ(plan->segments[3].parentHash,
+            hasher.join(hasher.join(prefixHash, plan->blocks[3].hash),
+                        plan->blocks[4].hash));
+}
+
+TEST(SpanContextPrefix, SpansHitInAnyOrderAfterTheSamePrefixOnly) {
+  Fixture fixture(64, CacheMode::Span, RelocationMode::RopeInKernel,
+                  PrefixContext);
+  KvCacheManager &manager = fixture.manager;
+  std::vector<TokenId> a = tokens(40, 1000), b = tokens(24, 2000);
+  run(manager, 1, {prefix(tokens(16, 1)), span(a), span(b), tail({5})});
+  run(manager, 2, {prefix(tokens(16, 1)), span(b), span(a), tail({6})});
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 1), 2u); // b
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 2), 3u); // a
+  EXPECT_EQ(segmentHashes(manager.plan(1), 1),
+            segmentHashes(manager.plan(2), 2));
+  // Another system turn: the spans attended to another context.
+  run(manager, 3, {prefix(tokens(16, 50)), span(a), span(b), tail({5})});
+  EXPECT_EQ(reusedBlocks(manager.plan(3), 1), 0u);
+  EXPECT_EQ(reusedBlocks(manager.plan(3), 2), 0u);
+  // Isolated spans and spans that carry their own conversation hash from
+  // the root instead.
+  Segment own = span(a);
+  own.ownContext = true;
+  auto plan =
+      layoutRequest({prefix(tokens(16, 1)), own, tail({5})}, CacheMode::Span,
+                    PrefixContext, BlockSize, manager.hasher());
+  ASSERT_TRUE(bool(plan));
+  EXPECT_EQ(plan->segments[1].parentHash, manager.hasher().root());
+  EXPECT_EQ(plan->segments[1].contextSegments, 0u);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+TEST(SpanContextPrefix, ReropeMovesComputedSpansBeforeTheTailReadsThem) {
+  Fixture fixture(64, CacheMode::Span, RelocationMode::Rerope, PrefixContext);
+  KvCacheManager &manager = fixture.manager;
+  std::vector<Segment> segments = {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                                   span(tokens(20, 200)), tail({5})};
+  ASSERT_EQ(manager.admit(1, segments).status, AdmitStatus::Admitted);
+  {
+    const RequestPlan &plan = manager.plan(1);
+    // The tail's run waits for the moves; the spans' do not.
+    ASSERT_EQ(plan.runs.size(), 4u);
+    EXPECT_FALSE(plan.runs[1].afterSpanRelocation);
+    EXPECT_FALSE(plan.runs[2].afterSpanRelocation);
+    EXPECT_TRUE(plan.runs[3].afterSpanRelocation);
+    // The second span is computed after the prefix, at 16, not 36.
+    EXPECT_EQ(fixture.pool.storedPosition(plan.blocks[3].block), 16);
+  }
+  auto step = manager.planStep();
+  ASSERT_TRUE(bool(step));
+  EXPECT_TRUE(step->relocation.batches.empty());
+  manager.finishStep(*step);
+  EXPECT_TRUE(manager.relocateComputedSpans(1));
+  EXPECT_FALSE(manager.relocateComputedSpans(1));
+  step = manager.planStep();
+  ASSERT_TRUE(bool(step));
+  EXPECT_FALSE(step->relocation.batches.empty());
+  manager.finishStep(*step);
+  const RequestPlan &plan = manager.plan(1);
+  EXPECT_EQ(fixture.pool.storedPosition(plan.blocks[3].block), 36);
+  EXPECT_EQ(fixture.pool.storedPosition(plan.blocks[4].block), 52);
+  manager.commitPrefill(1);
+  manager.release(1);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+TEST(SpanContextPrefix, ReropeComputesAPartlyCachedSpanWhole) {
+  Fixture fixture(64, CacheMode::Span, RelocationMode::Rerope, PrefixContext);
+  KvCacheManager &manager = fixture.manager;
+  std::vector<TokenId> document = tokens(40, 1000);
+  run(manager, 1, {prefix(tokens(16, 1)), span(document), tail({5})});
+  manager.release(1);
+  // A longer document with the same head: its first two blocks are cached
+  // at their request position, which is not where the rest is computed.
+  std::vector<TokenId> longer = document;
+  longer.resize(64, 7);
+  ASSERT_EQ(
+      manager.admit(2, {prefix(tokens(16, 1)), span(longer), tail({5})}).status,
+      AdmitStatus::Admitted);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 1), 0u);
+  manager.release(2);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+// Boundary recompute.
+
+TEST(SpanRecompute, HeadsOfLaterSpansAreRecomputedInTheCallsContext) {
+  BlockHasher hasher("m");
+  const SpanOptions options{SpanContext::Prefix, 1};
+  auto plan = layoutRequest({prefix(tokens(16, 1)), span(tokens(40, 100)),
+                             span(tokens(20, 200)), tail(tokens(3, 300))},
+                            CacheMode::Span, options, BlockSize, hasher);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  // prefix, span A (saw everything before it: no head), span B, B's head,
+  // tail. Blocks: prefix 0, A 1-3, B 4-5, head 6, tail 7.
+  ASSERT_EQ(plan->segments.size(), 5u);
+  const SegmentPlan &head = plan->segments[3];
+  EXPECT_TRUE(head.boundary);
+  EXPECT_EQ(head.numTokens, 16u);
+  EXPECT_EQ(head.firstToken, plan->segments[2].firstToken);
+  EXPECT_EQ(head.firstPosition, 56);
+  EXPECT_EQ(head.contextSegments, 2u);
+  EXPECT_EQ(head.pages, (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3, 6}));
+  // The tail reads B's recomputed head, then the rest of B.
+  EXPECT_EQ(plan->segments[4].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3, 6, 5, 7}));
+  // B itself is untouched: the same hash as without a recompute.
+  auto plain = layoutRequest({prefix(tokens(16, 1)), span(tokens(40, 100)),
+                              span(tokens(20, 200)), tail(tokens(3, 300))},
+                             CacheMode::Span, PrefixContext, BlockSize, hasher);
+  ASSERT_TRUE(bool(plain));
+  EXPECT_EQ(plan->blocks[4].hash, plain->blocks[4].hash);
+  EXPECT_NE(plan->segments[4].parentHash, plain->segments[3].parentHash);
+  // Isolated spans recompute the first span's head too.
+  auto isolated = layoutRequest(
+      {prefix(tokens(16, 1)), span(tokens(40, 100)), tail(tokens(3, 300))},
+      CacheMode::Span, SpanOptions{SpanContext::Isolated, 1}, BlockSize,
+      hasher);
+  ASSERT_TRUE(bool(isolated));
+  ASSERT_EQ(isolated->segments.size(), 4u);
+  EXPECT_TRUE(isolated->segments[2].boundary);
+}
+
+TEST(SpanRecompute, AnExactRepeatHitsTheRecomputedHeadsAShuffleRecomputes) {
+  Fixture fixture(64, CacheMode::Span, RelocationMode::RopeInKernel,
+                  SpanOptions{SpanContext::Prefix, 1});
+  KvCacheManager &manager = fixture.manager;
+  std::vector<TokenId> a = tokens(40, 1000), b = tokens(24, 2000);
+  std::vector<Segment> ab = {prefix(tokens(16, 1)), span(a), span(b),
+                             tail({5})};
+  std::vector<Segment> ba = {prefix(tokens(16, 1)), span(b), span(a),
+                             tail({5})};
+  run(manager, 1, ab);
+  manager.release(1);
+  run(manager, 2, ab);
+  // Everything but the last block (always computed) hits.
+  EXPECT_EQ(manager.plan(2).runs.size(), 1u);
+  EXPECT_EQ(manager.plan(2).numReusedTokens,
+            manager.plan(2).numPromptTokens - 1);
+  manager.release(2);
+  run(manager, 3, ba);
+  const RequestPlan &shuffled = manager.plan(3);
+  // Both spans hit; only a's head (now second) and the tail are computed.
+  EXPECT_EQ(reusedBlocks(shuffled, 1), 2u);
+  EXPECT_EQ(reusedBlocks(shuffled, 2), 3u);
+  ASSERT_EQ(shuffled.runs.size(), 2u);
+  EXPECT_TRUE(shuffled.segments[shuffled.runs[0].segment].boundary);
+  EXPECT_EQ(shuffled.runs[0].numTokens, 16u);
+  manager.release(3);
+  ASSERT_POOL_OK(fixture.pool);
 }
 
 } // namespace

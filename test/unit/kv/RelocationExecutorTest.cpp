@@ -163,8 +163,11 @@ TEST_P(Executor, EveryRequestReadsItsSpanAtItsOwnPositions) {
   auto storage = KvStorage::create(shape);
   ASSERT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
   BlockPool pool(64, BlockSize);
+  // Isolated spans: the request positions differ while the stored span is
+  // one and the same.
   KvCacheManager manager(pool, BlockHasher("test-model"), CacheMode::Span,
-                         RelocationMode::Rerope);
+                         RelocationMode::Rerope,
+                         SpanOptions{SpanContext::Isolated, 0});
   RelocationExecutor executor(**storage, config);
   const std::vector<TokenId> document = tokens(40, 5000);
 

@@ -141,7 +141,7 @@ protected:
 
   /// Compiles `queries` (after the shared documents) through the default
   /// pipeline and lowers it.
-  codegen::Plan compile(const std::string &queries) {
+  plan::Plan compile(const std::string &queries) {
     llvm::SmallString<128> path;
     EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("executor", "span", path));
     {
@@ -161,10 +161,10 @@ protected:
     manager.addDefaultPipeline();
     EXPECT_FALSE(bool(manager.run(*module)));
     codegen::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
-    std::optional<codegen::Plan> plan =
+    std::optional<plan::Plan> plan =
         codegen::lowerToPlan(*module, encoder, diagnostics);
     EXPECT_TRUE(plan.has_value());
-    return plan ? std::move(*plan) : codegen::Plan();
+    return plan ? std::move(*plan) : plan::Plan();
   }
 
   std::unique_ptr<sched::Executor>
@@ -172,6 +172,7 @@ protected:
                kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
                int64_t cacheTokens = 16384, bool keepFirstLogits = false) {
     sched::ExecutorOptions options;
+    options.spanOptions = spanOptions;
     options.keepFirstLogits = keepFirstLogits;
     options.cacheMode = cacheMode;
     options.relocationMode = relocation;
@@ -183,12 +184,12 @@ protected:
 
   /// The tokens of every span segment of `call`, one vector per segment.
   static std::vector<std::vector<kv::TokenId>>
-  spanSegments(const codegen::Call &call) {
+  spanSegments(const plan::Call &call) {
     std::vector<std::vector<kv::TokenId>> spans;
-    for (const codegen::PlanSegment &segment : call.segments)
+    for (const plan::PlanSegment &segment : call.segments)
       if (segment.kind == kv::SegmentKind::Span) {
         spans.emplace_back();
-        for (const codegen::Piece &piece : segment.pieces)
+        for (const plan::Piece &piece : segment.pieces)
           spans.back().insert(spans.back().end(), piece.tokens.begin(),
                               piece.tokens.end());
       }
@@ -197,11 +198,11 @@ protected:
 
   /// Answers by query name (every result call's tokens, in order).
   using Answers = std::map<std::string, std::vector<kv::TokenId>>;
-  static Answers answers(const codegen::Plan &plan,
+  static Answers answers(const plan::Plan &plan,
                          const std::vector<sched::CallOutcome> &outcomes) {
     Answers result;
-    for (const codegen::QueryPlan &query : plan.queries)
-      for (const codegen::ResultItem &item : query.results)
+    for (const plan::QueryPlan &query : plan.queries)
+      for (const plan::ResultItem &item : query.results)
         if (item.call) {
           EXPECT_TRUE(outcomes[*item.call].succeeded)
               << query.name << ": " << outcomes[*item.call].error;
@@ -221,7 +222,22 @@ protected:
   model::Model *model = nullptr;
   model::Tokenizer *tokenizer = nullptr;
   model::ChatTemplate *chatTemplate = nullptr;
+  /// What makeExecutor's executors lay spans out with.
+  kv::SpanOptions spanOptions;
 };
+
+/// Every span accuracy mode (--span-context x --span-recompute).
+const kv::SpanOptions kSpanModes[] = {{kv::SpanContext::Prefix, 0},
+                                      {kv::SpanContext::Isolated, 0},
+                                      {kv::SpanContext::Prefix, 1},
+                                      {kv::SpanContext::Isolated, 1}};
+std::string spanModeName(const kv::SpanOptions &options) {
+  return std::string(kv::spanContextName(options.context)) +
+         (options.recomputeBlocks
+              ? "+recompute" + std::to_string(options.recomputeBlocks)
+              : "");
+}
+const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0};
 
 std::string query(const std::string &name, const std::string &system,
                   const std::string &spans, const std::string &question) {
@@ -238,7 +254,7 @@ const std::string kBA =
           "What happens when the pool is full?");
 
 TEST_P(ExecutorTest, WarmCacheGivesTheColdAnswer) {
-  codegen::Plan plan = compile(kAB);
+  plan::Plan plan = compile(kAB);
   auto executor = makeExecutor();
   auto cold = executor->run(plan);
   auto warm = executor->run(plan);
@@ -249,7 +265,7 @@ TEST_P(ExecutorTest, WarmCacheGivesTheColdAnswer) {
 }
 
 TEST_P(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
-  codegen::Plan ab = compile(kAB), ba = compile(kBA);
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
   auto coldExecutor = makeExecutor();
   Answers cold = answers(ba, coldExecutor->run(ba));
   for (kv::RelocationMode mode :
@@ -261,11 +277,11 @@ TEST_P(ExecutorTest, SpansHitInAnyOrderWithTheColdAnswerUnderBothRelocations) {
         << "relocation "
         << (mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel");
     // Both documents (every span block) came from the AB run.
-    const codegen::Call &call = ba.calls[0];
+    const plan::Call &call = ba.calls[0];
     uint32_t spanTokens = 0;
-    for (const codegen::PlanSegment &segment : call.segments)
+    for (const plan::PlanSegment &segment : call.segments)
       if (segment.kind == kv::SegmentKind::Span)
-        for (const codegen::Piece &piece : segment.pieces)
+        for (const plan::Piece &piece : segment.pieces)
           spanTokens += uint32_t(piece.tokens.size());
     EXPECT_GE(warm[0].stats.reusedTokens, spanTokens);
     if (mode == kv::RelocationMode::Rerope)
@@ -294,45 +310,56 @@ void ExecutorTest::checkHitLogitsEqualMiss() {
   // f32 K/V (1e-2 with f16, below) and the greedy answers are identical.
   // rope-in-kernel reuses unrotated K bit for bit at any precision; ReRoPE
   // turns the stored K (f16: the rounded K, rounded again, see Rerope.h).
-  codegen::Plan ab = compile(kAB), ba = compile(kBA);
-  for (kv::RelocationMode mode :
-       {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
-    const char *name =
-        mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
-    auto cold = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
-    auto miss = cold->run(ba);
-    auto warm = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
-    warm->run(ab);
-    auto hit = warm->run(ba);
-    ASSERT_GT(hit[0].stats.reusedTokens, 100u);
-    ASSERT_EQ(hit[0].firstLogits.size(), miss[0].firstLogits.size());
-    ASSERT_FALSE(miss[0].firstLogits.empty());
-    double maxDifference = 0;
-    for (size_t i = 0; i < miss[0].firstLogits.size(); ++i)
-      maxDifference = std::max(
-          maxDifference,
-          double(std::fabs(hit[0].firstLogits[i] - miss[0].firstLogits[i])));
-    std::printf("[ %s ] %s: hit vs miss logits max |diff| %.3g\n",
-                GetParam().name, name, maxDifference);
-    if (mode == kv::RelocationMode::RopeInKernel) {
-      EXPECT_EQ(maxDifference, 0.0) << "unrotated K is reused bit for bit";
-    } else if (exactKv()) {
-      EXPECT_LE(maxDifference, 1e-3) << name;
-    } else {
-      // f16 K/V: under ReRoPE a span is computed at the offset it first
-      // appears at, so every later layer attended to layer-0 K rounded to
-      // f16 at other positions than the miss's. Measured on SmolLM2: 6.5e-3,
-      // the same as before K/V were stored as f16 (f32 storage of
-      // f16-rounded values, relocation not re-rounded: 6.5e-3); the tiny
-      // models 2e-4..6e-4. The greedy answer must not change.
-      EXPECT_LE(maxDifference, 1e-2) << name;
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
+  for (const kv::SpanOptions &spanMode : kSpanModes) {
+    spanOptions = spanMode;
+    std::vector<kv::TokenId> answerPerRelocation[2];
+    for (kv::RelocationMode mode :
+         {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+      const std::string name =
+          (mode == kv::RelocationMode::Rerope ? "rerope " : "rope-in-kernel ") +
+          spanModeName(spanMode);
+      auto cold = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+      auto miss = cold->run(ba);
+      auto warm = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+      warm->run(ab);
+      auto hit = warm->run(ba);
+      ASSERT_GT(hit[0].stats.reusedTokens, 100u);
+      ASSERT_EQ(hit[0].firstLogits.size(), miss[0].firstLogits.size());
+      ASSERT_FALSE(miss[0].firstLogits.empty());
+      double maxDifference = 0;
+      for (size_t i = 0; i < miss[0].firstLogits.size(); ++i)
+        maxDifference = std::max(
+            maxDifference,
+            double(std::fabs(hit[0].firstLogits[i] - miss[0].firstLogits[i])));
+      std::printf("[ %s ] %s: hit vs miss logits max |diff| %.3g\n",
+                  GetParam().name, name.c_str(), maxDifference);
+      if (mode == kv::RelocationMode::RopeInKernel) {
+        EXPECT_EQ(maxDifference, 0.0) << "unrotated K is reused bit for bit";
+      } else if (exactKv()) {
+        EXPECT_LE(maxDifference, 1e-3) << name;
+      } else {
+        // f16 K/V: under ReRoPE a span is computed at the offset it first
+        // appears at, so every later layer attended to layer-0 K rounded to
+        // f16 at other positions than the miss's. Measured on SmolLM2: 6.5e-3,
+        // the same as before K/V were stored as f16 (f32 storage of
+        // f16-rounded values, relocation not re-rounded: 6.5e-3); the tiny
+        // models 2e-4..6e-4. The greedy answer must not change.
+        EXPECT_LE(maxDifference, 1e-2) << name;
+      }
+      auto argmax = [](const std::vector<float> &logits) {
+        return std::max_element(logits.begin(), logits.end()) - logits.begin();
+      };
+      EXPECT_EQ(argmax(hit[0].firstLogits), argmax(miss[0].firstLogits))
+          << name;
+      EXPECT_EQ(hit[0].tokens, miss[0].tokens) << name;
+      answerPerRelocation[mode == kv::RelocationMode::Rerope] = miss[0].tokens;
     }
-    auto argmax = [](const std::vector<float> &logits) {
-      return std::max_element(logits.begin(), logits.end()) - logits.begin();
-    };
-    EXPECT_EQ(argmax(hit[0].firstLogits), argmax(miss[0].firstLogits)) << name;
-    EXPECT_EQ(hit[0].tokens, miss[0].tokens) << name;
+    // The two relocation strategies give the same greedy answer.
+    EXPECT_EQ(answerPerRelocation[0], answerPerRelocation[1])
+        << spanModeName(spanMode);
   }
+  spanOptions = {};
 }
 
 /// The spacing of IEEE halves around |x|.
@@ -343,6 +370,8 @@ double halfUlp(double x) {
 }
 
 TEST_P(ExecutorTest, ReropeRelocatedKeysEqualKeysComputedAtTheTargetPositions) {
+  // Isolated spans: their blocks chain from the root (hashed below).
+  spanOptions = kIsolated;
   // AB then BA under ReRoPE turns both documents' cached K to BA's
   // positions; a cold BA computes them there. Block by block (found by
   // hash in both pools), K and V agree to 1e-4 with f32 storage in every
@@ -353,7 +382,7 @@ TEST_P(ExecutorTest, ReropeRelocatedKeysEqualKeysComputedAtTheTargetPositions) {
   // a span is computed at the offset it first appears at, so later layers
   // attended to layer-0 K rounded at other positions: with f16 their K/V
   // differ by ~1e-3 of the head's scale (bounded here at 1e-2).
-  codegen::Plan ab = compile(kAB), ba = compile(kBA);
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
   auto warm = makeExecutor(kv::CacheMode::Span, kv::RelocationMode::Rerope);
   warm->run(ab);
   auto hit = warm->run(ba);
@@ -435,7 +464,7 @@ TEST_P(ExecutorTest, ReropeRelocatedKeysEqualKeysComputedAtTheTargetPositions) {
 }
 
 TEST_P(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
-  codegen::Plan ab = compile(kAB), ba = compile(kBA);
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
   auto prefix = makeExecutor(kv::CacheMode::Prefix);
   auto off = makeExecutor(kv::CacheMode::Off);
   prefix->run(ab);
@@ -454,15 +483,17 @@ TEST_P(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
 TEST_P(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {
   // Warm `pool` at one offset, then two queries that want it at two other
   // offsets, admitted into the same step.
-  codegen::Plan warmUp = compile(query("w", "Hi.", "fragment pool", "Hi?"));
+  plan::Plan warmUp = compile(query("w", "Hi.", "fragment pool", "Hi?"));
   std::string short_ =
       query("near", "Be brief.", "fragment pool", "What does the pool evict?");
   std::string long_ = query("far",
                             "You are a careful assistant. Read the "
                             "document and answer with one short sentence.",
                             "fragment pool", "What does the pool evict?");
-  codegen::Plan both = compile(short_ + long_);
-  // ReRoPE: the strategy where one block at two positions needs CIDRA.
+  plan::Plan both = compile(short_ + long_);
+  // Isolated spans (the warm-up has another prefix) under ReRoPE: the
+  // strategy where one block at two positions needs CIDRA.
+  spanOptions = kIsolated;
   auto executor = makeExecutor(kv::CacheMode::Span, kv::RelocationMode::Rerope);
   executor->run(warmUp);
   auto together = executor->run(both);
@@ -477,6 +508,29 @@ TEST_P(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {
   EXPECT_EQ(result["far"], soloFar["far"]);
 }
 
+TEST_P(ExecutorTest, CallsSharingSpansInOneStepGiveTheirSoloAnswers) {
+  // The same prefix with the spans in both orders, run together and alone,
+  // in every span mode: concurrent calls that share spans agree with solo
+  // runs.
+  const std::string ab =
+      query("ab", "Answer in one sentence.", "fragment pool fragment rope",
+            "What happens when the pool is full?");
+  const std::string ba =
+      query("ba", "Answer in one sentence.", "fragment rope fragment pool",
+            "What happens when the pool is full?");
+  for (const kv::SpanOptions &spanMode : kSpanModes) {
+    spanOptions = spanMode;
+    plan::Plan both = compile(ab + ba);
+    Answers together = answers(both, makeExecutor()->run(both));
+    EXPECT_EQ(together["ab"],
+              answers(compile(ab), makeExecutor()->run(compile(ab)))["ab"])
+        << spanModeName(spanMode);
+    EXPECT_EQ(together["ba"],
+              answers(compile(ba), makeExecutor()->run(compile(ba)))["ba"])
+        << spanModeName(spanMode);
+  }
+}
+
 TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
   std::string bulk =
       query("a", "Be brief.", "fragment pool fragment rope", "Summarize.") +
@@ -484,20 +538,20 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
       query("c", "Be brief.", "fragment bulk fragment pool", "Summarize.") +
       query("d", "Be brief.", "fragment pool fragment rope fragment bulk",
             "Summarize.");
-  codegen::Plan plan = compile(bulk);
+  plan::Plan plan = compile(bulk);
   auto roomy = makeExecutor();
   auto reference = roomy->run(plan);
   // A quarter of what the workload touches, but room for its largest call:
   // its segments' blocks, its generated tokens and one copy-on-write block.
   const unsigned blockSize = roomy->options().blockSize;
   int64_t workload = 0, largestCall = 0;
-  for (const codegen::Call &call : plan.calls) {
+  for (const plan::Call &call : plan.calls) {
     int64_t blocks =
         2 +
         (reference[call.id].stats.generatedTokens + blockSize - 1) / blockSize;
-    for (const codegen::PlanSegment &segment : call.segments) {
+    for (const plan::PlanSegment &segment : call.segments) {
       size_t tokens = 0;
-      for (const codegen::Piece &piece : segment.pieces)
+      for (const plan::Piece &piece : segment.pieces)
         tokens += piece.tokens.size();
       blocks += int64_t((tokens + blockSize - 1) / blockSize);
     }
@@ -520,7 +574,7 @@ TEST_P(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {
       query("a", "Be brief.", "fragment pool fragment rope", "What is ReRoPE?");
   std::string b =
       query("b", "Be brief.", "fragment rope fragment bulk", "What is a bulk?");
-  codegen::Plan bulk = compile(a + b);
+  plan::Plan bulk = compile(a + b);
   Answers together = answers(bulk, makeExecutor()->run(bulk));
   EXPECT_EQ(together["a"],
             answers(compile(a), makeExecutor()->run(compile(a)))["a"]);

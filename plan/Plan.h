@@ -1,35 +1,32 @@
 //===- Plan.h - The physical plan: a DAG of model calls with segments -----===//
 //
-// What codegen lowers optimized span IR to (DESIGN §5). A call's input is a
-// list of segments carried out of band: `prefix` (ordinary causal tokens),
-// `span` (an independent child of a plus: tokenized on its own, attends only
-// to itself) and `tail` (what follows a plus; attends to everything before
-// it). A segment's tokens are pieces: literal token ids known at compile
-// time, or the output of another call, which the executor splices in as the
-// token ids that call produced (never re-tokenized text), so an outer call's
-// span blocks are token for token the inner call's.
+// What codegen lowers optimized span IR to and what the runtime executes
+// (docs/ARCHITECTURE.md, "The plan"). A call's input is a list of segments
+// (Segment.h). A segment's tokens are pieces: literal token ids known at
+// compile time, or the output of another call, which the executor splices
+// in as the token ids that call produced (never re-tokenized text), so an
+// outer call's span blocks are token for token the inner call's.
+//
+// Plain values only: this library depends on nothing of codegen or the
+// runtime, so both can depend on it.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_CODEGEN_PLAN_H
-#define SPANC_CODEGEN_PLAN_H
+#ifndef SPANC_PLAN_PLAN_H
+#define SPANC_PLAN_PLAN_H
 
-#include "runtime/kv/KvCacheManager.h"
+#include "plan/Segment.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
-#include "llvm/ADT/StringRef.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace spanc::codegen {
+namespace spanc::plan {
 
 using CallId = uint32_t;
-using kv::SegmentKind;
-using kv::TokenId;
 
 /// Part of a segment: literal tokens, or a call's output framed as an
 /// assistant message (header + generated tokens + end of turn).
@@ -47,6 +44,8 @@ struct Piece {
 struct PlanSegment {
   SegmentKind kind = SegmentKind::Prefix;
   llvm::SmallVector<Piece, 2> pieces;
+  /// See Segment::ownContext.
+  bool ownContext = false;
 };
 
 /// Sampling and stopping options of one call (the span.gen attributes).
@@ -100,19 +99,11 @@ std::optional<std::vector<TokenId>>
 resolveSegment(const PlanSegment &segment,
                llvm::ArrayRef<std::optional<std::vector<TokenId>>> outputs);
 
-/// Prints the plan for `spanc compile --emit=plan`: calls, options,
-/// dependencies, segments with their pieces, and — for calls whose tokens
-/// are all known at compile time — logical positions, block boundaries and
-/// block hashes as the KV cache manager computes them.
-struct PlanPrintOptions {
-  unsigned blockSize = 16;
-  kv::CacheMode cacheMode = kv::CacheMode::Span;
-  /// Print every token id (else only counts and the first few).
-  bool printTokens = false;
-};
-void printPlan(const Plan &plan, const kv::BlockHasher &hasher,
-               const PlanPrintOptions &options, llvm::raw_ostream &os);
+/// All segments of `call` resolved (see resolveSegment), or nullopt.
+std::optional<std::vector<Segment>>
+resolveCall(const Call &call,
+            llvm::ArrayRef<std::optional<std::vector<TokenId>>> outputs);
 
-} // namespace spanc::codegen
+} // namespace spanc::plan
 
-#endif // SPANC_CODEGEN_PLAN_H
+#endif // SPANC_PLAN_PLAN_H

@@ -1,0 +1,51 @@
+//===- SpanModeOptions.cpp - --span-context and --span-recompute ----------===//
+
+#include "tools/spanc/SpanModeOptions.h"
+
+#include <string>
+
+namespace spanc::cli {
+
+namespace po = boost::program_options;
+
+namespace {
+/// Longer heads cost more than a small span saves; 64 blocks is 1 024
+/// tokens at the default block size.
+constexpr unsigned kMaxRecomputeBlocks = 64;
+} // namespace
+
+void addSpanModeOptions(po::options_description &options) {
+  const kv::SpanOptions defaults;
+  options.add_options()                                                     //
+      ("span-context",                                                      //
+       po::value<std::string>()->default_value(                             //
+           kv::spanContextName(defaults.context)),                          //
+       "with --cache=span, what each span of a plus attends to besides "    //
+       "itself: prefix (what precedes the plus in its call: BOS, the "      //
+       "system turn, earlier messages; spans hit whenever a call repeats "  //
+       "that prefix, in any order) or isolated (nothing: spans hit after "  //
+       "any prefix, at a cost in accuracy)")                                //
+      ("span-recompute",                                                    //
+       po::value<unsigned>()->default_value(defaults.recomputeBlocks),      //
+       "with --cache=span, recompute the first N blocks of each span that " //
+       "did not see everything before it, in its call's context; the "      //
+       "tail reads those rows, the cached span stays as it is (costs N "    //
+       "blocks per span on a hit; 0: off)");
+}
+
+llvm::Expected<kv::SpanOptions>
+readSpanModeOptions(const po::variables_map &values) {
+  kv::SpanOptions options;
+  auto context = kv::parseSpanContext(values["span-context"].as<std::string>());
+  if (!context)
+    return context.takeError();
+  options.context = *context;
+  options.recomputeBlocks = values["span-recompute"].as<unsigned>();
+  if (options.recomputeBlocks > kMaxRecomputeBlocks)
+    return llvm::createStringError(
+        std::errc::invalid_argument, "--span-recompute %u: at most %u blocks",
+        options.recomputeBlocks, kMaxRecomputeBlocks);
+  return options;
+}
+
+} // namespace spanc::cli

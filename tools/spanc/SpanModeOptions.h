@@ -1,0 +1,27 @@
+//===- SpanModeOptions.h - --span-context and --span-recompute ------------===//
+//
+// The span accuracy modes (docs/ARCHITECTURE.md, "Span attention") as
+// `run`, `compile --emit=plan` and `bench` spell them, declared once.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H
+#define SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H
+
+#include "runtime/kv/KvCacheManager.h"
+
+#include "llvm/Support/Error.h"
+
+#include <boost/program_options.hpp>
+
+namespace spanc::cli {
+
+/// Adds --span-context and --span-recompute to `options`.
+void addSpanModeOptions(boost::program_options::options_description &options);
+
+/// Reads them back; fails with a message naming the option.
+llvm::Expected<kv::SpanOptions>
+readSpanModeOptions(const boost::program_options::variables_map &values);
+
+} // namespace spanc::cli
+
+#endif // SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H

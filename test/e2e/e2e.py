@@ -90,7 +90,30 @@ def split_queries(path):
     return singles
 
 
+def check_default_cold_warm(spanc, model):
+    """In the default configuration (bf16 prefill, int8 decode: kernels
+    chosen per row, not per step), in every span mode and under both
+    relocations, a warm cache gives the cold answer run after run."""
+    for path in ["examples/rag.span", "examples/bulk_rag.span"]:
+        for mode in [[], ["--span-recompute", "1"],
+                     ["--span-context", "isolated"],
+                     ["--relocation", "rerope"],
+                     ["--relocation", "rerope", "--span-recompute", "1"]]:
+            runs = run(spanc, model, path, "--repeat", "3", *mode)
+            cold = answers(runs, 0)
+            for index in (1, 2):
+                check(cold == answers(runs, index),
+                      "%s %s: run %d answers differ from the cold run: %r vs "
+                      "%r" % (path, " ".join(mode) or "(default)", index + 1,
+                              cold, answers(runs, index)))
+            check(all(call["reused_tokens"] > 0
+                      for call in runs["runs"][1]["calls"]),
+                  "%s %s: the warm run reused nothing" %
+                  (path, " ".join(mode) or "(default)"))
+
+
 def check_invariance(spanc, model):
+    check_default_cold_warm(spanc, model)
     exact = ["--batch-invariant"]
     for path in ["examples/rag.span", "examples/bulk_rag.span"]:
         cold_warm = run(spanc, model, path, *exact, "--repeat", "2")

@@ -539,34 +539,49 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
       query("d", "Be brief.", "fragment pool fragment rope fragment bulk",
             "Summarize.");
   plan::Plan plan = compile(bulk);
-  auto roomy = makeExecutor();
-  auto reference = roomy->run(plan);
-  // A quarter of what the workload touches, but room for its largest call:
-  // its segments' blocks, its generated tokens and one copy-on-write block.
-  const unsigned blockSize = roomy->options().blockSize;
-  int64_t workload = 0, largestCall = 0;
-  for (const plan::Call &call : plan.calls) {
-    int64_t blocks =
-        2 +
-        (reference[call.id].stats.generatedTokens + blockSize - 1) / blockSize;
-    for (const plan::PlanSegment &segment : call.segments) {
-      size_t tokens = 0;
-      for (const plan::Piece &piece : segment.pieces)
-        tokens += piece.tokens.size();
-      blocks += int64_t((tokens + blockSize - 1) / blockSize);
+  // Every span mode under rope-in-kernel, and the prefix context under
+  // ReRoPE (its spans move before their tails, which needs free blocks).
+  std::vector<std::pair<kv::SpanOptions, kv::RelocationMode>> cases;
+  for (const kv::SpanOptions &spanMode : kSpanModes)
+    cases.push_back({spanMode, kv::RelocationMode::RopeInKernel});
+  cases.push_back({kSpanModes[0], kv::RelocationMode::Rerope});
+  for (const auto &[spanMode, relocation] : cases) {
+    spanOptions = spanMode;
+    const std::string name =
+        spanModeName(spanMode) +
+        (relocation == kv::RelocationMode::Rerope ? " rerope" : "");
+    auto roomy = makeExecutor(kv::CacheMode::Span, relocation);
+    auto reference = roomy->run(plan);
+    // A quarter of what the workload touches, but room for its largest
+    // call: its segments' blocks (and recomputed span heads), its generated
+    // tokens and one copy-on-write block.
+    const unsigned blockSize = roomy->options().blockSize;
+    int64_t workload = 0, largestCall = 0;
+    for (const plan::Call &call : plan.calls) {
+      int64_t blocks =
+          2 + (reference[call.id].stats.generatedTokens + blockSize - 1) /
+                  blockSize;
+      for (const plan::PlanSegment &segment : call.segments) {
+        size_t tokens = 0;
+        for (const plan::Piece &piece : segment.pieces)
+          tokens += piece.tokens.size();
+        blocks += int64_t((tokens + blockSize - 1) / blockSize);
+        if (segment.kind == plan::SegmentKind::Span)
+          blocks += spanMode.recomputeBlocks;
+      }
+      workload += blocks * blockSize;
+      largestCall = std::max(largestCall, blocks * blockSize);
     }
-    workload += blocks * blockSize;
-    largestCall = std::max(largestCall, blocks * blockSize);
+    ASSERT_GT(workload / 4, 0);
+    auto tight = makeExecutor(kv::CacheMode::Span, relocation,
+                              std::max(workload / 4, largestCall));
+    EXPECT_LE(tight->pool().numBlocks() * blockSize, workload / 2) << name;
+    auto constrained = tight->run(plan);
+    EXPECT_EQ(answers(plan, constrained), answers(plan, reference)) << name;
+    auto again = tight->run(plan);
+    EXPECT_EQ(answers(plan, again), answers(plan, reference)) << name;
   }
-  ASSERT_GT(workload / 4, 0);
-  auto tight =
-      makeExecutor(kv::CacheMode::Span, kv::RelocationMode::RopeInKernel,
-                   std::max(workload / 4, largestCall));
-  EXPECT_LE(tight->pool().numBlocks() * blockSize, workload / 2);
-  auto constrained = tight->run(plan);
-  EXPECT_EQ(answers(plan, constrained), answers(plan, reference));
-  auto again = tight->run(plan);
-  EXPECT_EQ(answers(plan, again), answers(plan, reference));
+  spanOptions = {};
 }
 
 TEST_P(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {

@@ -179,8 +179,8 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   };
   std::vector<Mode> modes = {{"prefix", kv::CacheMode::Prefix, {}},
                              {"span", kv::CacheMode::Span, {}}};
-  for (llvm::StringRef name :
-       llvm::split(args.setting("span_modes", ""), ',')) {
+  const std::string spanModes = args.setting("span_modes", "");
+  for (llvm::StringRef name : llvm::split(spanModes, ',')) {
     if (name.empty())
       continue;
     auto [contextName, recompute] = name.split("+recompute");

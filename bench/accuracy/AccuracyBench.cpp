@@ -183,16 +183,24 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   for (llvm::StringRef name : llvm::split(spanModes, ',')) {
     if (name.empty())
       continue;
-    auto [contextName, recompute] = name.split("+recompute");
-    auto context = kv::parseSpanContext(contextName);
+    // CONTEXT[+recomputeN][+endN]
+    llvm::SmallVector<llvm::StringRef, 3> parts;
+    name.split(parts, '+');
+    auto context = kv::parseSpanContext(parts[0]);
     if (!context)
       return context.takeError();
-    Mode mode{name.str(), kv::CacheMode::Span, {*context, 0}};
-    if (!recompute.empty() &&
-        recompute.getAsInteger(10, mode.spanOptions.recomputeBlocks))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "span_modes: bad mode '%s'",
-                                     name.str().c_str());
+    Mode mode{name.str(), kv::CacheMode::Span, {*context, 0, 0}};
+    for (llvm::StringRef part : llvm::makeArrayRef(parts).drop_front()) {
+      bool bad = true;
+      if (part.consume_front("recompute"))
+        bad = part.getAsInteger(10, mode.spanOptions.recomputeBlocks);
+      else if (part.consume_front("end"))
+        bad = part.getAsInteger(10, mode.spanOptions.recomputeEndBlocks);
+      if (bad)
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "span_modes: bad mode '%s'",
+                                       name.str().c_str());
+    }
     modes.push_back(mode);
   }
   std::vector<std::unique_ptr<sched::Executor>> executors;

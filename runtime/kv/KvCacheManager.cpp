@@ -225,40 +225,59 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
     const uint32_t spanTokens = segmentPlan.numTokens;
     plan.segments.push_back(std::move(segmentPlan));
 
-    // Recompute its head in this call's context unless it saw all of it.
+    // Recompute its head and end blocks in this call's context unless it
+    // saw all of that context.
     const bool sawEverythingBefore = !isolated && plusSegments == segmentIndex;
-    const uint32_t headBlocks =
-        sawEverythingBefore
-            ? 0
-            : std::min<uint32_t>(spanOptions.recomputeBlocks, spanBlocks);
-    if (headBlocks == 0) {
+    llvm::SmallVector<bool, 16> recompute(spanBlocks, false);
+    if (!sawEverythingBefore) {
+      for (uint32_t b = 0; b < std::min(spanOptions.recomputeBlocks, spanBlocks);
+           ++b)
+        recompute[b] = true;
+      for (uint32_t b = 0;
+           b < std::min(spanOptions.recomputeEndBlocks, spanBlocks); ++b)
+        recompute[spanBlocks - 1 - b] = true;
+    }
+    if (llvm::none_of(recompute, [](bool r) { return r; })) {
       for (uint32_t block = 0; block < spanBlocks; ++block)
         visible.push_back(spanFirstBlock + block);
       context = hasher.join(context, spanFinal);
       position += spanTokens;
       continue;
     }
-    SegmentPlan head;
-    head.kind = SegmentKind::Tail;
-    head.boundary = true;
-    head.firstToken = plan.blocks[spanFirstBlock].firstToken;
-    head.numTokens = std::min<uint32_t>(headBlocks * blockSize, spanTokens);
-    head.firstPosition = position;
-    head.parentHash = context;
-    head.contextSegments = segmentIndex;
-    head.contextTokens = uint32_t(position);
-    const uint32_t headIndex = segmentIndex + 1;
-    const BlockHash headFinal = addBlocks(head, headIndex, position, context);
-    head.pages.assign(visible.begin(), visible.end());
-    appendOwnPages(head);
-    for (uint32_t block = 0; block < head.numBlocks; ++block)
-      visible.push_back(head.firstBlock + block);
-    for (uint32_t block = headBlocks; block < spanBlocks; ++block)
-      visible.push_back(spanFirstBlock + block);
-    plan.segments.push_back(std::move(head));
-    // What follows depends on the span and on the head recomputed in this
-    // context; this join differs from the one without a recompute.
-    context = hasher.join(headFinal, spanFinal);
+    // Walk the span's blocks: a kept block is read as cached; a run of
+    // recomputed ones becomes a causal segment over everything visible
+    // before it. `chain` names what a block here would have attended to.
+    BlockHash chain = context;
+    for (uint32_t begin = 0; begin < spanBlocks;) {
+      if (!recompute[begin]) {
+        visible.push_back(spanFirstBlock + begin);
+        chain = hasher.join(chain, plan.blocks[spanFirstBlock + begin].hash);
+        ++begin;
+        continue;
+      }
+      uint32_t end = begin;
+      SegmentPlan run;
+      run.kind = SegmentKind::Tail;
+      run.boundary = true;
+      run.firstToken = plan.blocks[spanFirstBlock + begin].firstToken;
+      run.firstPosition = plan.blocks[spanFirstBlock + begin].position;
+      while (end < spanBlocks && recompute[end])
+        run.numTokens += plan.blocks[spanFirstBlock + end++].numTokens;
+      run.parentHash = chain;
+      run.contextSegments = begin == 0 ? segmentIndex : segmentIndex + 1;
+      run.contextTokens = uint32_t(run.firstPosition);
+      const uint32_t runIndex = uint32_t(plan.segments.size());
+      chain = addBlocks(run, runIndex, run.firstPosition, chain);
+      run.pages.assign(visible.begin(), visible.end());
+      appendOwnPages(run);
+      for (uint32_t block = 0; block < run.numBlocks; ++block)
+        visible.push_back(run.firstBlock + block);
+      plan.segments.push_back(std::move(run));
+      begin = end;
+    }
+    // What follows depends on every block it reads: `chain` covers them
+    // and differs from the join without a recompute.
+    context = chain;
     position += spanTokens;
   }
   plan.numPromptTokens = uint32_t(plan.tokens.size());

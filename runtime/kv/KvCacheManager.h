@@ -79,6 +79,8 @@ struct SpanOptions {
   /// in that call's context, and what follows reads those rows instead of
   /// the span's own; the span's cached blocks stay as they are. 0: off.
   uint32_t recomputeBlocks = 0;
+  /// The same for the last this-many blocks of each such span.
+  uint32_t recomputeEndBlocks = 0;
 };
 
 llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);
@@ -115,9 +117,10 @@ struct SegmentPlan {
   /// span's, everything before its plus (SpanContext::Prefix) or nothing.
   uint32_t contextSegments = 0;
   uint32_t contextTokens = 0;
-  /// A causal segment that recomputes the head of the span after it in the
-  /// request's context (SpanOptions::recomputeBlocks): its tokens are that
-  /// span's first tokens, and later segments read its blocks instead.
+  /// A causal segment that recomputes blocks of the span before it in the
+  /// request's context (SpanOptions::recomputeBlocks, recomputeEndBlocks):
+  /// its tokens are some of that span's, and later segments read its blocks
+  /// instead of the span's own.
   bool boundary = false;
   /// The blocks its attention reads, in logical order, as indices into
   /// RequestPlan::blocks: its context's, then its own (the last numBlocks).

@@ -183,6 +183,39 @@ const char *relocationName(kv::RelocationMode mode) {
   return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
 }
 
+llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
+  kv::SpanOptions options;
+  auto [context, recompute] = text.split('+');
+  auto parsed = kv::parseSpanContext(context);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "span mode '%s': expected isolated or prefix, optionally "
+        "+recomputeN",
+        text.str().c_str());
+  }
+  options.context = *parsed;
+  if (!recompute.empty()) {
+    unsigned blocks = 0;
+    if (!recompute.consume_front("recompute") ||
+        recompute.getAsInteger(10, blocks) || blocks < 1 || blocks > 64)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "span mode '%s': expected +recomputeN with N in 1..64",
+          text.str().c_str());
+    options.recomputeBlocks = blocks;
+  }
+  return options;
+}
+
+std::string spanModeName(const kv::SpanOptions &options) {
+  std::string name = kv::spanContextName(options.context);
+  if (options.recomputeBlocks > 0)
+    name += "+recompute" + std::to_string(options.recomputeBlocks);
+  return name;
+}
+
 std::pair<double, double> wilsonInterval(size_t successes, size_t trials) {
   if (trials == 0)
     return {0.0, 1.0};

@@ -75,21 +75,10 @@ llvm::Expected<Mode> parseMode(llvm::StringRef text) {
     mode.full = true;
     return mode;
   }
-  auto [context, recompute] = text.split('+');
-  auto parsed = kv::parseSpanContext(context);
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
-    return failure("modes: '" + text +
-                   "' is not full, isolated, prefix or CONTEXT+recomputeN");
-  }
-  mode.span.context = *parsed;
-  if (!recompute.empty()) {
-    unsigned blocks = 0;
-    if (!recompute.consume_front("recompute") ||
-        recompute.getAsInteger(10, blocks) || blocks < 1 || blocks > 64)
-      return failure("modes: '" + text + "': expected +recomputeN, N 1..64");
-    mode.span.recomputeBlocks = blocks;
-  }
+  auto span = parseSpanMode(text);
+  if (!span)
+    return span.takeError();
+  mode.span = *span;
   return mode;
 }
 
@@ -312,14 +301,15 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   if (!docTokenList)
     return docTokenList.takeError();
   // Contexts per document count, one value per doc_tokens entry (the last
-  // repeats): 40 at 32 tokens and 16 at 256 fit the suite's time on two
-  // cores (a 256-token context of 16 documents is 4k tokens per mode).
+  // repeats): fewer at 256 tokens, where a context of 16 documents is 4.3k
+  // tokens per mode and five modes cost ~1 s per question on two loaded
+  // cores (32 tokens: ~0.15 s); prose answers are twice as long.
   auto contextList = args.intListSetting(
       "contexts", args.quick ? llvm::ArrayRef<int64_t>{4}
-                             : llvm::ArrayRef<int64_t>{40, 16});
+                             : llvm::ArrayRef<int64_t>{40, 12});
   if (!contextList)
     return contextList.takeError();
-  auto proseContexts = args.intSetting("prose_contexts", args.quick ? 4 : 40);
+  auto proseContexts = args.intSetting("prose_contexts", args.quick ? 4 : 24);
   if (!proseContexts)
     return proseContexts.takeError();
   // Prose answers need more room: the model tends to restate the question
@@ -726,9 +716,9 @@ BenchRegistration registration{
      "docs=4,8,16: documents per context (--quick: 4)\n"
      "doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "
      "32)\n"
-     "contexts=40,16: codes: contexts per document count, one per doc_tokens "
+     "contexts=40,12: codes: contexts per document count, one per doc_tokens "
      "entry, the last repeats (--quick: 4; -r N: all N)\n"
-     "prose_contexts=40: prose: contexts per document count (--quick: 4; -r "
+     "prose_contexts=24: prose: contexts per document count (--quick: 4; -r "
      "N: N)\n"
      "max_tokens=16: the answer length (codes)\n"
      "prose_max_tokens=32: the answer length (prose)\n"

@@ -77,7 +77,7 @@ llvm::Expected<Mode> parseMode(llvm::StringRef text) {
   }
   auto span = parseSpanMode(text);
   if (!span)
-    return span.takeError();
+    return failure("modes: " + llvm::toString(span.takeError()) + " (or full)");
   mode.span = *span;
   return mode;
 }
@@ -708,23 +708,23 @@ BenchRegistration registration{
     {"accuracy",
      "QA accuracy of full attention vs the span modes (isolated, prefix, "
      "+recompute), planted codes and real prose",
-     "task=codes,prose: the tasks (planted codes in hay; questions about "
+     "  task=codes,prose: the tasks (planted codes in hay; questions about "
      "bench/accuracy/prose.json)\n"
-     "modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1: the "
+     "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1: the "
      "configurations (full, the reference, is always run)\n"
-     "recompute=1: N of the default +recomputeN modes\n"
-     "docs=4,8,16: documents per context (--quick: 4)\n"
-     "doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "
+     "  recompute=1: N of the default +recomputeN modes\n"
+     "  docs=4,8,16: documents per context (--quick: 4)\n"
+     "  doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "
      "32)\n"
-     "contexts=40,12: codes: contexts per document count, one per doc_tokens "
+     "  contexts=40,12: codes: contexts per document count, one per doc_tokens "
      "entry, the last repeats (--quick: 4; -r N: all N)\n"
-     "prose_contexts=24: prose: contexts per document count (--quick: 4; -r "
+     "  prose_contexts=24: prose: contexts per document count (--quick: 4; -r "
      "N: N)\n"
-     "max_tokens=16: the answer length (codes)\n"
-     "prose_max_tokens=32: the answer length (prose)\n"
-     "group=20: at most this many contexts per executor run (fewer when "
+     "  max_tokens=16: the answer length (codes)\n"
+     "  prose_max_tokens=32: the answer length (prose)\n"
+     "  group=20: at most this many contexts per executor run (fewer when "
      "their documents would not fit a 16k-token cache)\n"
-     "step_tokens=2048: the executor's token budget per forward step",
+     "  step_tokens=2048: the executor's token budget per forward step",
      runAccuracy}};
 
 } // namespace

@@ -1,20 +1,33 @@
-//===- AccuracyBench.cpp - Planted-fact QA: causal vs span attention ------===//
+//===- AccuracyBench.cpp - QA accuracy: full attention vs span modes ------===//
 //
-// The accuracy audit (issue 7 item 5): what isolating spans costs in
-// answers. A context is `docs` documents of seeded random hay (RandomText,
-// `doc_tokens` each), each with one planted fact "The code of FIRST LAST
-// is NNNN." (distinct names and codes within a context) at a random
-// sentence boundary. For every document position one question asks for
-// that document's code. The same plan runs twice: `--cache=prefix` (one
-// causal chain: every document attends to the ones before it, stock LLM
-// attention) and `--cache=span` (each document attends only to itself; the
-// question attends to all). An answer is correct when it contains the
-// asked code; answers naming another document's code are counted apart.
+// The accuracy audit (issue 7 item 5, issue 14 item 4): what each span
+// attention mode costs in answers, measured on the same questions as full
+// causal attention (`--cache=prefix`, the reference). Modes: `full`, and
+// span caching with each span attending to nothing but itself
+// (`isolated`) or to the call's context before its plus (`prefix`), each
+// optionally with boundary recompute of every span's first N blocks
+// (`prefix+recompute1`, ...). One executor per mode, rope-in-kernel.
+//
+// Two tasks, the documents of a context under one `plus`:
+//   codes  N documents of seeded random hay (`doc_tokens` each), each with
+//          one planted fact "The code of FIRST LAST is NNNN." (distinct
+//          names and codes within a context); a question per document asks
+//          for its code; correct = the answer contains it.
+//   prose  N short real-prose documents (notices, memos, announcements)
+//          drawn from bench/accuracy/prose.json; a question per document
+//          about a concrete name, number, place or date in it; correct =
+//          the answer contains one of its accepted answers, ignoring case.
+//
+// The binding diagnostic: per context and mode, the share of its questions
+// that got the context's most common answer (a mode that answers most
+// questions of a context with one code has bound the question to the
+// wrong document); reported as the mean over contexts. With N questions
+// per context its floor is 1/N.
 //
 // Contexts run in groups: first one question per context (its documents
 // are computed), then the other questions of the group (the documents come
 // from the cache), so no document is computed twice by concurrent calls.
-// Each run is one executor run, so decoding is batched.
+// Each phase is one executor run per mode, so decoding is batched.
 //
 //===----------------------------------------------------------------------===//
 #include "bench/common/Bench.h"
@@ -23,13 +36,18 @@
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <random>
 #include <set>
@@ -37,22 +55,70 @@
 namespace spanc::bench {
 namespace {
 
-struct Config {
-  std::vector<int64_t> docCounts;
-  int64_t docTokens = 32;
-  int64_t maxTokens = 16;
-  int64_t groupSize = 20;
-  int64_t stepTokens = 2048;
-  int contexts = 100;
+llvm::Error failure(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 message.str().c_str());
+}
+
+/// One configuration measured: full attention or a span mode.
+struct Mode {
+  std::string name;
+  bool full = false;
+  kv::SpanOptions span;
 };
 
-struct Fact {
-  std::string name, code;
+/// "full", "isolated", "prefix", "isolated+recompute2", ...
+llvm::Expected<Mode> parseMode(llvm::StringRef text) {
+  Mode mode;
+  mode.name = text.str();
+  if (text == "full") {
+    mode.full = true;
+    return mode;
+  }
+  auto span = parseSpanMode(text);
+  if (!span)
+    return failure("modes: " + llvm::toString(span.takeError()) + " (or full)");
+  mode.span = *span;
+  return mode;
+}
+
+/// The modes of `--set modes=...`, full first (every other mode is
+/// compared with it, so it is added when left out).
+llvm::Expected<std::vector<Mode>> parseModes(llvm::StringRef text) {
+  std::vector<Mode> modes;
+  llvm::SmallVector<llvm::StringRef, 8> names;
+  text.split(names, ',', -1, false);
+  for (llvm::StringRef name : names) {
+    auto mode = parseMode(name.trim());
+    if (!mode)
+      return mode.takeError();
+    if (llvm::any_of(modes,
+                     [&](const Mode &m) { return m.name == mode->name; }))
+      continue;
+    modes.push_back(*mode);
+  }
+  if (!llvm::any_of(modes, [](const Mode &m) { return m.full; }))
+    modes.insert(modes.begin(), *parseMode("full"));
+  std::stable_partition(modes.begin(), modes.end(),
+                        [](const Mode &m) { return m.full; });
+  return modes;
+}
+
+/// What a question asks and which answers count.
+struct Question {
+  std::string text;
+  std::vector<std::string> accepted;
 };
 
 struct Context {
   std::vector<std::string> documents;
-  std::vector<Fact> facts; // one per document, in document order
+  std::vector<Question> questions; // one per document, in document order
+};
+
+/// One prose document of prose.json and its questions.
+struct ProseDocument {
+  std::string text;
+  std::vector<Question> questions;
 };
 
 /// `hay` with `sentence` inserted at a sentence boundary chosen by `random`.
@@ -69,32 +135,86 @@ std::string plant(const std::string &hay, const std::string &sentence,
   return hay.substr(0, at) + sentence + " " + hay.substr(at);
 }
 
-Context makeContext(const model::Tokenizer &tokenizer, int64_t docs,
-                    int64_t docTokens, uint64_t seed, std::mt19937_64 &random) {
+Context makeCodesContext(const model::Tokenizer &tokenizer, int64_t docs,
+                         int64_t docTokens, uint64_t seed,
+                         std::mt19937_64 &random) {
   Context context;
   std::set<std::string> codes;
   std::vector<std::string> names = personNames(random, size_t(docs));
   for (int64_t d = 0; d < docs; ++d) {
-    Fact fact;
-    fact.name = names[d];
+    std::string code;
     do
-      fact.code = std::to_string(1000 + random() % 9000);
-    while (codes.count(fact.code));
-    codes.insert(fact.code);
+      code = std::to_string(1000 + random() % 9000);
+    while (codes.count(code));
+    codes.insert(code);
     std::string hay =
         makeDocument(tokenizer, seed * 7919 + uint64_t(d) + 1, docTokens);
-    context.documents.push_back(plant(
-        hay, "The code of " + fact.name + " is " + fact.code + ".", random));
-    context.facts.push_back(fact);
+    context.documents.push_back(
+        plant(hay, "The code of " + names[d] + " is " + code + ".", random));
+    context.questions.push_back(
+        {"What is the code of " + names[d] + "? Reply with the code only.",
+         {code}});
   }
   return context;
 }
 
-/// A program asking, for each (context, position) in `questions`, the code
-/// of that position's fact over the context's documents.
+/// `docs` distinct documents of the pool, one question of each.
+Context makeProseContext(llvm::ArrayRef<ProseDocument> pool, int64_t docs,
+                         std::mt19937_64 &random) {
+  std::vector<size_t> indices(pool.size());
+  for (size_t i = 0; i < indices.size(); ++i)
+    indices[i] = i;
+  std::shuffle(indices.begin(), indices.end(), random);
+  Context context;
+  for (int64_t d = 0; d < docs; ++d) {
+    const ProseDocument &document = pool[indices[size_t(d)]];
+    Question question =
+        document.questions[random() % document.questions.size()];
+    question.text += " Answer briefly.";
+    context.documents.push_back(document.text);
+    context.questions.push_back(std::move(question));
+  }
+  return context;
+}
+
+/// prose.json: [{"text": ..., "questions": [{"question": ..., "answers":
+/// [...]}, ...]}, ...].
+llvm::Expected<std::vector<ProseDocument>> loadProse(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return failure("cannot read the prose task's documents " + path + ": " +
+                   buffer.getError().message() +
+                   " (set $SPANC_ROOT to the repository root)");
+  std::vector<ProseDocument> pool;
+  try {
+    nlohmann::json json = nlohmann::json::parse((*buffer)->getBuffer().str());
+    for (const nlohmann::json &entry : json) {
+      ProseDocument document;
+      document.text = entry.at("text").get<std::string>();
+      for (const nlohmann::json &question : entry.at("questions")) {
+        Question parsed;
+        parsed.text = question.at("question").get<std::string>();
+        parsed.accepted =
+            question.at("answers").get<std::vector<std::string>>();
+        if (parsed.accepted.empty())
+          return failure(path + ": a question without answers: " + parsed.text);
+        document.questions.push_back(std::move(parsed));
+      }
+      if (document.questions.empty())
+        return failure(path + ": a document without questions");
+      pool.push_back(std::move(document));
+    }
+  } catch (const nlohmann::json::exception &error) {
+    return failure(path + ": " + error.what());
+  }
+  return pool;
+}
+
+/// A program asking each (context, position) of `questions` over the
+/// context's documents, queries named cCpP.
 std::string programFor(const std::vector<Context> &contexts,
                        const std::vector<std::pair<size_t, size_t>> &questions,
-                       const Config &config) {
+                       int64_t maxTokens) {
   std::string source;
   llvm::raw_string_ostream os(source);
   std::set<size_t> used;
@@ -102,26 +222,39 @@ std::string programFor(const std::vector<Context> &contexts,
     used.insert(c);
   for (size_t c : used)
     for (size_t d = 0; d < contexts[c].documents.size(); ++d)
-      os << "let c" << c << "d" << d << " = \"\"\"" << contexts[c].documents[d]
-         << "\"\"\"\n";
+      os << "let c" << c << "d" << d << " = "
+         << spanLiteral(contexts[c].documents[d]) << "\n";
   for (auto [c, p] : questions) {
-    os << "query c" << c << "p" << p
-       << " {\n  gen(max_tokens = " << config.maxTokens
+    os << "query c" << c << "p" << p << " {\n  gen(max_tokens = " << maxTokens
        << ", temperature = 0) {\n"
        << "    system \"You answer questions about the documents.\"\n"
        << "    plus {";
     for (size_t d = 0; d < contexts[c].documents.size(); ++d)
       os << " fragment c" << c << "d" << d;
-    os << " }\n    user \"What is the code of " << contexts[c].facts[p].name
-       << "? Reply with the code only.\"\n  }\n}\n";
+    os << " }\n    user " << spanLiteral(contexts[c].questions[p].text)
+       << "\n  }\n}\n";
   }
   os.flush();
   return source;
 }
 
-struct Tally {
-  size_t questions = 0, correct = 0, otherCode = 0;
-};
+/// What identifies an answer for the binding diagnostic: the first 4-digit
+/// number for codes (the rest is chatter), else the lower-cased words.
+std::string answerKey(llvm::StringRef task, llvm::StringRef answer) {
+  if (task == "codes")
+    for (size_t i = 0; i + 4 <= answer.size(); ++i)
+      if (llvm::all_of(answer.substr(i, 4), llvm::isDigit) &&
+          (i == 0 || !llvm::isDigit(answer[i - 1])))
+        return answer.substr(i, 4).str();
+  std::string key;
+  for (char c : answer) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      key += char(std::tolower(static_cast<unsigned char>(c)));
+    else if (!key.empty() && key.back() != ' ')
+      key += ' ';
+  }
+  return llvm::StringRef(key).trim().str();
+}
 
 std::string escapeTsv(llvm::StringRef text) {
   std::string out;
@@ -130,304 +263,468 @@ std::string escapeTsv(llvm::StringRef text) {
   return out;
 }
 
+/// A (task, document length, document count) block of the tables.
+struct Cell {
+  std::string task;
+  int64_t docTokens = 0; // codes: hay tokens per document; prose: 0
+  int64_t docs = 0;
+  bool operator<(const Cell &other) const {
+    return std::tie(task, docTokens, docs) <
+           std::tie(other.task, other.docTokens, other.docs);
+  }
+};
+
+struct Tally {
+  size_t questions = 0, correct = 0, other = 0;
+  /// Against full, over the same questions.
+  size_t fullOnly = 0, modeOnly = 0;
+  /// Sum over contexts of the most common answer's share, and contexts.
+  double topShareSum = 0;
+  size_t contexts = 0;
+  RunTotals run;
+};
+
+std::string lengthLabel(const Cell &cell, double proseTokens) {
+  return cell.task == "codes" ? std::to_string(cell.docTokens)
+                              : printed("prose (~%.0f)", proseTokens);
+}
+
 llvm::Error runAccuracy(const BenchArgs &args) {
-  Config config;
   auto docCounts = args.intListSetting(
       "docs", args.quick ? llvm::ArrayRef<int64_t>{4}
                          : llvm::ArrayRef<int64_t>{4, 8, 16});
   if (!docCounts)
     return docCounts.takeError();
-  config.docCounts = *docCounts;
+  auto docTokenList = args.intListSetting(
+      "doc_tokens", args.quick ? llvm::ArrayRef<int64_t>{32}
+                               : llvm::ArrayRef<int64_t>{32, 256});
+  if (!docTokenList)
+    return docTokenList.takeError();
+  // Contexts per document count, one value per doc_tokens entry (the last
+  // repeats): fewer at 256 tokens, where a context of 16 documents is 4.3k
+  // tokens per mode and five modes cost ~1 s per question on two loaded
+  // cores (32 tokens: ~0.15 s); prose answers are twice as long.
+  auto contextList = args.intListSetting(
+      "contexts", args.quick ? llvm::ArrayRef<int64_t>{4}
+                             : llvm::ArrayRef<int64_t>{40, 12});
+  if (!contextList)
+    return contextList.takeError();
+  auto proseContexts = args.intSetting("prose_contexts", args.quick ? 4 : 24);
+  if (!proseContexts)
+    return proseContexts.takeError();
+  // Prose answers need more room: the model tends to restate the question
+  // ("The Ridgeback Climbing Gym is led by ... Leila") before the answer.
+  int64_t maxTokens = 0, proseMaxTokens = 0, groupSize = 0, stepTokens = 0,
+          recompute = 0;
   for (auto [key, target, fallback] :
-       {std::make_tuple("doc_tokens", &config.docTokens, int64_t(32)),
-        std::make_tuple("max_tokens", &config.maxTokens, int64_t(16)),
-        std::make_tuple("group", &config.groupSize, int64_t(20)),
-        std::make_tuple("step_tokens", &config.stepTokens, int64_t(2048))}) {
+       {std::make_tuple("max_tokens", &maxTokens, int64_t(16)),
+        std::make_tuple("prose_max_tokens", &proseMaxTokens, int64_t(32)),
+        std::make_tuple("group", &groupSize, int64_t(20)),
+        std::make_tuple("step_tokens", &stepTokens, int64_t(2048)),
+        std::make_tuple("recompute", &recompute, int64_t(1))}) {
     auto value = args.intSetting(key, fallback);
     if (!value)
       return value.takeError();
     *target = *value;
   }
-  // 40 contexts per count: 1 120 questions per mode over 4, 8 and 16
-  // documents fit the benchmark suite's time on two cores.
-  config.contexts = args.repetitionsOr(40, 4);
-  for (int64_t docs : config.docCounts)
+  std::string recomputeSuffix = "+recompute" + std::to_string(recompute);
+  auto modes = parseModes(
+      args.setting("modes", "full,isolated,prefix,isolated" + recomputeSuffix +
+                                ",prefix" + recomputeSuffix));
+  if (!modes)
+    return modes.takeError();
+  std::vector<std::string> tasks;
+  {
+    llvm::SmallVector<llvm::StringRef, 2> names;
+    llvm::StringRef(args.setting("task", "codes,prose"))
+        .split(names, ',', -1, false);
+    for (llvm::StringRef name : names) {
+      if (name.trim() != "codes" && name.trim() != "prose")
+        return failure("task: expected codes and/or prose, got '" + name + "'");
+      if (!llvm::is_contained(tasks, name.trim().str()))
+        tasks.push_back(name.trim().str());
+    }
+    if (tasks.empty())
+      return failure("task: name at least one of codes, prose");
+  }
+  for (int64_t docs : *docCounts)
     if (docs < 1 || docs > int64_t(maxDistinctNames()))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "docs: each count must be in 1..%zu, "
-                                     "got %lld",
-                                     maxDistinctNames(), (long long)docs);
-  if (config.docTokens < 16 || config.maxTokens < 1 || config.groupSize < 1 ||
-      config.stepTokens < 64)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "doc_tokens must be >= 16, max_tokens and group >= 1, step_tokens "
-        ">= 64");
+      return failure("docs: each count must be in 1.." +
+                     llvm::Twine(maxDistinctNames()) + ", got " +
+                     llvm::Twine(docs));
+  for (int64_t tokens : *docTokenList)
+    if (tokens < 16 || tokens > 1024)
+      return failure("doc_tokens: each length must be in 16..1024");
+  for (int64_t contexts : *contextList)
+    if (contexts < 1)
+      return failure("contexts: each count must be >= 1");
+  if (maxTokens < 1 || proseMaxTokens < 1 || groupSize < 1 || stepTokens < 64 ||
+      recompute < 1 || *proseContexts < 1)
+    return failure("max_tokens, prose_max_tokens, group, recompute and "
+                   "prose_contexts must be "
+                   ">= 1, step_tokens >= 64");
+  auto contextsFor = [&](size_t lengthIndex) {
+    if (args.repetitions > 0)
+      return int64_t(args.repetitions);
+    return (*contextList)[std::min(lengthIndex, contextList->size() - 1)];
+  };
+
+  std::vector<ProseDocument> prose;
+  llvm::SmallString<256> prosePath(args.repoRoot);
+  llvm::sys::path::append(prosePath, "bench", "accuracy", "prose.json");
+  if (llvm::is_contained(tasks, "prose")) {
+    auto loaded = loadProse(prosePath);
+    if (!loaded)
+      return loaded.takeError();
+    prose = std::move(*loaded);
+    for (int64_t docs : *docCounts)
+      if (size_t(docs) > prose.size())
+        return failure("docs: " + llvm::Twine(docs) + " > the " +
+                       llvm::Twine(prose.size()) + " prose documents");
+  }
 
   LoadSampler load;
   auto session = ModelSession::load(args.modelPath);
   if (!session)
     return session.takeError();
   const model::Tokenizer &tokenizer = (*session)->tokenizer();
+  double proseTokens = 0;
+  for (const ProseDocument &document : prose)
+    proseTokens += double(tokenizer.encode(document.text, false).size()) /
+                   double(prose.size());
 
-  // "prefix" is full causal attention (--cache=prefix); "span" is the
-  // default span mode; span_modes= adds others (CONTEXT[+recomputeN]).
-  struct Mode {
-    std::string name;
-    kv::CacheMode cacheMode;
-    kv::SpanOptions spanOptions;
-  };
-  std::vector<Mode> modes = {{"prefix", kv::CacheMode::Prefix, {}},
-                             {"span", kv::CacheMode::Span, {}}};
-  const std::string spanModes = args.setting("span_modes", "");
-  for (llvm::StringRef name : llvm::split(spanModes, ',')) {
-    if (name.empty())
-      continue;
-    // CONTEXT[+recomputeN][+endN]
-    llvm::SmallVector<llvm::StringRef, 3> parts;
-    name.split(parts, '+');
-    auto context = kv::parseSpanContext(parts[0]);
-    if (!context)
-      return context.takeError();
-    Mode mode{name.str(), kv::CacheMode::Span, {*context, 0, 0}};
-    for (llvm::StringRef part : llvm::makeArrayRef(parts).drop_front()) {
-      bool bad = true;
-      if (part.consume_front("recompute"))
-        bad = part.getAsInteger(10, mode.spanOptions.recomputeBlocks);
-      else if (part.consume_front("end"))
-        bad = part.getAsInteger(10, mode.spanOptions.recomputeEndBlocks);
-      if (bad)
-        return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                       "span_modes: bad mode '%s'",
-                                       name.str().c_str());
-    }
-    modes.push_back(mode);
-  }
+  // A cache of 16k tokens per executor (five executors stay well under a
+  // gigabyte each); groups shrink so one phase's documents fit in it.
+  const int64_t cacheTokens = 16384;
   std::vector<std::unique_ptr<sched::Executor>> executors;
-  for (const Mode &mode : modes) {
+  for (const Mode &mode : *modes) {
     sched::ExecutorOptions options;
-    options.cacheMode = mode.cacheMode;
-    options.spanOptions = mode.spanOptions;
-    options.cacheTokens = 16384;
-    options.stepTokenBudget = config.stepTokens;
+    options.cacheMode = mode.full ? kv::CacheMode::Prefix : kv::CacheMode::Span;
+    options.spanOptions = mode.span;
+    options.cacheTokens = cacheTokens;
+    options.stepTokenBudget = stepTokens;
     auto executor = (*session)->makeExecutor(options);
     if (!executor)
       return executor.takeError();
     executors.push_back(std::move(*executor));
   }
 
-  std::string tsv = "docs\tcontext\tposition\tmode\tcorrect\tother_code\t"
-                    "code\tanswer\n";
-  // (docs, mode, position) → tally
-  std::map<std::tuple<int64_t, std::string, int64_t>, Tally> tallies;
-  std::map<std::pair<int64_t, std::string>, RunTotals> totals;
-  // (docs, context, position) → correct per mode, for the paired counts.
-  std::map<std::tuple<int64_t, size_t, size_t>, std::pair<bool, bool>> paired;
+  std::string tsv = "task\tdoc_tokens\tdocs\tcontext\tposition\tmode\tcorrect"
+                    "\tother\texpected\tanswer\n";
+  std::map<std::pair<Cell, std::string>, Tally> tallies;
+  // (cell, position, mode) → questions, correct: the per-position table.
+  std::map<std::tuple<Cell, int64_t, std::string>, std::pair<size_t, size_t>>
+      positions;
+  std::map<Cell, int64_t> contextsRun;
+  std::vector<Cell> cells;
   std::mt19937_64 random(args.seed);
   uint64_t contextSeed = args.seed * 1000003;
-  for (int64_t docs : config.docCounts) {
-    std::vector<Context> contexts;
-    for (int c = 0; c < config.contexts; ++c)
-      contexts.push_back(makeContext(tokenizer, docs, config.docTokens,
-                                     ++contextSeed, random));
-    for (size_t begin = 0; begin < contexts.size();
-         begin += size_t(config.groupSize)) {
-      size_t end = std::min(contexts.size(), begin + size_t(config.groupSize));
-      // Phase 1 asks about a random position per context (it computes the
-      // documents); phase 2 asks the rest.
-      std::vector<std::pair<size_t, size_t>> first, rest;
-      for (size_t c = begin; c < end; ++c) {
-        size_t warm = random() % size_t(docs);
-        first.push_back({c, warm});
-        for (size_t p = 0; p < size_t(docs); ++p)
-          if (p != warm)
-            rest.push_back({c, p});
-      }
-      for (const auto &questions : {first, rest}) {
-        if (questions.empty())
-          continue;
-        std::string source = programFor(contexts, questions, config);
-        auto plan = (*session)->compile(source, "accuracy.span");
-        if (!plan)
-          return plan.takeError();
-        for (size_t m = 0; m < modes.size(); ++m) {
-          std::string mode = modes[m].name;
-          auto answers =
-              (*session)->answers(*executors[m], *plan, &totals[{docs, mode}]);
-          if (!answers)
-            return answers.takeError();
-          for (auto [c, p] : questions) {
-            std::string query =
-                "c" + std::to_string(c) + "p" + std::to_string(p);
-            auto answerIt = answers->find(query);
-            if (answerIt == answers->end())
-              return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                             "no answer for query %s",
-                                             query.c_str());
-            const std::string &answer = answerIt->second;
-            const std::string &code = contexts[c].facts[p].code;
-            bool correct = llvm::StringRef(answer).contains(code);
-            bool other = false;
-            for (size_t d = 0; d < contexts[c].facts.size() && !correct; ++d)
-              other |= d != p && llvm::StringRef(answer).contains(
-                                     contexts[c].facts[d].code);
-            auto &pair = paired[{docs, c, p}];
-            if (m < 2)
-              (m == 0 ? pair.first : pair.second) = correct;
-            Tally &tally = tallies[{docs, mode, int64_t(p)}];
-            ++tally.questions;
-            tally.correct += correct;
-            tally.otherCode += other;
-            tsv += std::to_string(docs) + "\t" + std::to_string(c) + "\t" +
-                   std::to_string(p) + "\t" + mode + "\t" +
-                   (correct ? "1" : "0") + "\t" + (other ? "1" : "0") + "\t" +
-                   code + "\t" + escapeTsv(answer) + "\n";
+  for (const std::string &task : tasks) {
+    size_t lengths = task == "codes" ? docTokenList->size() : 1;
+    for (size_t lengthIndex = 0; lengthIndex < lengths; ++lengthIndex)
+      for (int64_t docs : *docCounts) {
+        Cell cell{task, task == "codes" ? (*docTokenList)[lengthIndex] : 0,
+                  docs};
+        cells.push_back(cell);
+        int64_t contextCount =
+            task == "codes" ? contextsFor(lengthIndex) : *proseContexts;
+        if (task == "prose" && args.repetitions > 0)
+          contextCount = args.repetitions;
+        contextsRun[cell] = contextCount;
+        std::vector<Context> contexts;
+        for (int64_t c = 0; c < contextCount; ++c)
+          contexts.push_back(task == "codes"
+                                 ? makeCodesContext(tokenizer, docs,
+                                                    cell.docTokens,
+                                                    ++contextSeed, random)
+                                 : makeProseContext(prose, docs, random));
+        double tokensPerDoc =
+            task == "codes" ? double(cell.docTokens) + 12 : proseTokens + 8;
+        size_t perGroup = size_t(std::clamp<int64_t>(
+            int64_t(12000 / (double(docs) * tokensPerDoc + 64)), 1, groupSize));
+        // (context, mode) → answer key → count, for the diagnostic.
+        std::map<std::pair<size_t, std::string>, std::map<std::string, size_t>>
+            answerCounts;
+        for (size_t begin = 0; begin < contexts.size(); begin += perGroup) {
+          size_t end = std::min(contexts.size(), begin + perGroup);
+          // Phase 1 asks about a random position per context (it computes
+          // the documents); phase 2 asks the rest.
+          std::vector<std::pair<size_t, size_t>> first, rest;
+          for (size_t c = begin; c < end; ++c) {
+            size_t warm = random() % size_t(docs);
+            first.push_back({c, warm});
+            for (size_t p = 0; p < size_t(docs); ++p)
+              if (p != warm)
+                rest.push_back({c, p});
           }
+          for (const auto &questions : {first, rest}) {
+            if (questions.empty())
+              continue;
+            auto plan = (*session)->compile(
+                programFor(contexts, questions,
+                           task == "codes" ? maxTokens : proseMaxTokens),
+                "accuracy.span");
+            if (!plan)
+              return plan.takeError();
+            // Full's verdict per question, for the paired counts.
+            std::map<std::pair<size_t, size_t>, bool> fullCorrect;
+            for (size_t m = 0; m < modes->size(); ++m) {
+              const Mode &mode = (*modes)[m];
+              Tally &tally = tallies[{cell, mode.name}];
+              auto answers =
+                  (*session)->answers(*executors[m], *plan, &tally.run);
+              if (!answers)
+                return answers.takeError();
+              for (auto [c, p] : questions) {
+                std::string query =
+                    "c" + std::to_string(c) + "p" + std::to_string(p);
+                auto found = answers->find(query);
+                if (found == answers->end())
+                  return failure("no answer for query " + query);
+                const std::string &answer = found->second;
+                const Context &context = contexts[c];
+                auto holds = [&](const Question &question) {
+                  return llvm::any_of(
+                      question.accepted, [&](const std::string &accepted) {
+                        return containsIgnoringCase(answer, accepted);
+                      });
+                };
+                bool correct = holds(context.questions[p]);
+                bool other = false;
+                for (size_t d = 0; d < context.questions.size() && !correct;
+                     ++d)
+                  other |= d != p && holds(context.questions[d]);
+                if (mode.full)
+                  fullCorrect[{c, p}] = correct;
+                else {
+                  bool full = fullCorrect[{c, p}];
+                  tally.fullOnly += full && !correct;
+                  tally.modeOnly += !full && correct;
+                }
+                ++tally.questions;
+                tally.correct += correct;
+                tally.other += other;
+                auto &position = positions[{cell, int64_t(p), mode.name}];
+                ++position.first;
+                position.second += correct;
+                ++answerCounts[{c, mode.name}][answerKey(task, answer)];
+                tsv += task + "\t" + std::to_string(cell.docTokens) + "\t" +
+                       std::to_string(docs) + "\t" + std::to_string(c) + "\t" +
+                       std::to_string(p) + "\t" + mode.name + "\t" +
+                       (correct ? "1" : "0") + "\t" + (other ? "1" : "0") +
+                       "\t" + escapeTsv(context.questions[p].accepted[0]) +
+                       "\t" + escapeTsv(answer) + "\n";
+              }
+            }
+          }
+          llvm::errs() << llvm::format(
+              "accuracy: %s, %s tokens, %lld docs, contexts %zu-%zu done "
+              "(load %.1f)\n",
+              task.c_str(), lengthLabel(cell, proseTokens).c_str(),
+              (long long)docs, begin, end - 1, loadAverageNow());
+        }
+        for (const auto &[key, counts] : answerCounts) {
+          size_t top = 0, all = 0;
+          for (const auto &[answer, count] : counts) {
+            top = std::max(top, count);
+            all += count;
+          }
+          Tally &tally = tallies[{cell, key.second}];
+          tally.topShareSum += double(top) / double(all);
+          ++tally.contexts;
+        }
+        for (const Mode &mode : *modes) {
+          const Tally &tally = tallies[{cell, mode.name}];
+          llvm::errs() << llvm::format(
+              "accuracy: %s %lld docs %-22s %zu/%zu correct, top-answer "
+              "share %.2f, %llu tokens computed, %.1f s\n",
+              task.c_str(), (long long)docs, mode.name.c_str(), tally.correct,
+              tally.questions, tally.topShareSum / double(tally.contexts),
+              (unsigned long long)tally.run.computedTokens, tally.run.seconds);
         }
       }
-      llvm::errs() << llvm::format(
-          "accuracy: %lld docs, contexts %zu-%zu done (load %.1f)\n",
-          (long long)docs, begin, end - 1, loadAverageNow());
-    }
-    for (const Mode &mode : modes) {
-      const std::string &name = mode.name;
-      const RunTotals &run = totals[{docs, name}];
-      size_t correct = 0, questions = 0;
-      for (int64_t p = 0; p < docs; ++p) {
-        correct += tallies[{docs, name, p}].correct;
-        questions += tallies[{docs, name, p}].questions;
-      }
-      llvm::errs() << llvm::format(
-          "accuracy: %lld docs %-6s %zu/%zu correct, %zu calls, %llu tokens "
-          "computed, %.1f s\n",
-          (long long)docs, name.c_str(), correct, questions, run.calls,
-          (unsigned long long)run.computedTokens, run.seconds);
-    }
   }
   std::string loadLine = load.stopAndDescribe();
 
+  // accuracy-modes.tsv: one row per (cell, mode), what pareto.py joins.
+  std::string modesTsv = "task\tdoc_tokens\tdocs\tmode\tquestions\tcorrect\t"
+                         "accuracy\tci_low\tci_high\tdiff_full_points\t"
+                         "top_answer_share\n";
   std::string md;
   llvm::raw_string_ostream os(md);
-  os << "# Accuracy audit: planted-fact QA, causal vs span attention\n\n"
+  os << "# Accuracy audit: full attention vs span attention modes\n\n"
      << "Measured " << timestampNow() << " by `spanc bench accuracy"
-     << (args.quick ? " --quick" : "") << "` (seed " << args.seed << ").\n\n"
+     << commandLine(args) << "` (seed " << args.seed << ").\n\n"
      << "- Machine: " << describeMachine() << "; " << loadLine << ".\n"
      << "- Model: " << (*session)->describeModel()
-     << ", greedy, `max_tokens = " << config.maxTokens << "`.\n"
-     << "- Workload: " << config.contexts << " contexts per document count; "
-     << "a context is N documents of " << config.docTokens
-     << " tokens of seeded random English words, each with one planted "
-     << "fact \"The code of FIRST LAST is NNNN.\" at a random sentence "
-     << "boundary (real names and 4-digit codes, distinct within a "
-     << "context). System \"You answer questions about the documents.\", "
-     << "the documents under a `plus`, user \"What is the code of FIRST "
-     << "LAST? Reply with the code only.\" One question per document, so "
-     << "each (N, position) point has " << config.contexts
-     << " questions per mode.\n"
-     << "- Modes, the same plan: **prefix** (`--cache=prefix`: one causal "
-     << "chain, each document attends to those before it) and **span** "
-     << "(`--cache=span`: each document attends only to itself, the "
-     << "question to all).\n"
-     << "- **correct**: the answer contains the asked code; **other**: it "
-     << "contains another document's code instead. Interval: Wilson 95%.\n"
-     << "- Scaled for a shared 2-core CPU and an 8 192-token model: short "
-     << "documents (the paper's RAG documents are thousands of tokens) and "
-     << "a 135M model; questions run in groups of " << config.groupSize
-     << " contexts, each group one executor run per mode, so decoding is "
-        "batched.\n\n";
-  os << "## Accuracy per position of the fact's document\n\n"
-     << "| documents | position | questions | prefix correct | prefix 95% CI "
-        "| span correct | span 95% CI | span − prefix | prefix other | span "
-        "other |\n|---|---|---|---|---|---|---|---|---|---|\n";
-  struct Overall {
-    size_t questions = 0, prefix = 0, span = 0;
-  };
-  std::map<int64_t, Overall> overall;
-  for (int64_t docs : config.docCounts)
-    for (int64_t p = 0; p < docs; ++p) {
-      const Tally &prefix = tallies[{docs, "prefix", p}];
-      const Tally &span = tallies[{docs, "span", p}];
-      auto [pl, ph] = wilsonInterval(prefix.correct, prefix.questions);
-      auto [sl, sh] = wilsonInterval(span.correct, span.questions);
-      double pr =
-          double(prefix.correct) / std::max<size_t>(1, prefix.questions);
-      double sr = double(span.correct) / std::max<size_t>(1, span.questions);
-      os << "| " << docs << " | " << p << " | " << prefix.questions << " | "
-         << llvm::format("%.2f", pr) << " | "
-         << llvm::format("[%.2f, %.2f]", pl, ph) << " | "
-         << llvm::format("%.2f", sr) << " | "
-         << llvm::format("[%.2f, %.2f]", sl, sh) << " | "
-         << llvm::format("%+.2f", sr - pr) << " | " << prefix.otherCode << " | "
-         << span.otherCode << " |\n";
-      Overall &all = overall[docs];
-      all.questions += prefix.questions;
-      all.prefix += prefix.correct;
-      all.span += span.correct;
-    }
-  os << "\n## Overall\n\n| documents | questions per mode | prefix correct | "
-        "span correct | span − prefix | prefix calls / tokens computed / s | "
-        "span calls / tokens computed / s |\n|---|---|---|---|---|---|---|\n";
-  for (int64_t docs : config.docCounts) {
-    const Overall &all = overall[docs];
-    auto [pl, ph] = wilsonInterval(all.prefix, all.questions);
-    auto [sl, sh] = wilsonInterval(all.span, all.questions);
-    const RunTotals &pt = totals[{docs, "prefix"}],
-                    &st = totals[{docs, "span"}];
-    double pr = double(all.prefix) / std::max<size_t>(1, all.questions);
-    double sr = double(all.span) / std::max<size_t>(1, all.questions);
-    os << "| " << docs << " | " << all.questions << " | "
-       << llvm::format("%.3f [%.3f, %.3f]", pr, pl, ph) << " | "
-       << llvm::format("%.3f [%.3f, %.3f]", sr, sl, sh) << " | "
-       << llvm::format("%+.3f", sr - pr) << " | " << pt.calls << " / "
-       << pt.computedTokens << " / " << llvm::format("%.0f", pt.seconds)
-       << " | " << st.calls << " / " << st.computedTokens << " / "
-       << llvm::format("%.0f", st.seconds) << " |\n";
+     << ", greedy, `max_tokens = " << maxTokens
+     << "` (prose: " << proseMaxTokens << ").\n"
+     << "- Modes, the same plans on one executor each (rope-in-kernel): "
+        "**full** (`--cache=prefix`: one causal chain, the reference); "
+        "**isolated** (`--cache=span --span-context=isolated`: a span "
+        "attends only to itself); **prefix** (`--span-context=prefix`: each "
+        "span attends to the call's context before its plus, the system "
+        "turn, not to its siblings); **+recomputeN** "
+        "(`--span-recompute=N`: each span's first N blocks recomputed in "
+        "the call's context, the tail reads those rows). Ran: ";
+  for (const Mode &mode : *modes)
+    os << (&mode == &modes->front() ? "" : ", ") << "`" << mode.name << "`";
+  os << ".\n"
+     << "- Prompt: system \"You answer questions about the documents.\", "
+        "the N documents under a `plus`, the question as the user turn. One "
+        "question per document of a context.\n";
+  if (llvm::is_contained(tasks, "codes")) {
+    os << "- **codes**: documents of seeded random English words (the "
+          "length column: tokens of hay), each with one planted fact \"The "
+          "code of FIRST LAST is NNNN.\" at a random sentence boundary (real "
+          "names, 4-digit codes, distinct within a context); \"What is the "
+          "code of FIRST LAST? Reply with the code only.\"; correct = the "
+          "answer contains the code. Contexts per document count: ";
+    for (size_t i = 0; i < docTokenList->size(); ++i)
+      os << (i ? ", " : "") << contextsFor(i) << " at " << (*docTokenList)[i]
+         << " tokens";
+    os << ".\n";
   }
-  os << "\nPaired over the same questions:\n\n| documents | both correct | "
-        "prefix only | span only | neither |\n|---|---|---|---|---|\n";
-  for (int64_t docs : config.docCounts) {
-    size_t both = 0, prefixOnly = 0, spanOnly = 0, neither = 0;
-    for (const auto &[key, pair] : paired) {
-      if (std::get<0>(key) != docs)
+  if (llvm::is_contained(tasks, "prose"))
+    os << "- **prose**: N documents drawn (seeded) from the " << prose.size()
+       << " short real-prose documents of bench/accuracy/prose.json "
+          "(notices, memos, product notes, announcements; "
+       << llvm::format("%.0f", proseTokens)
+       << " tokens on average), a natural question about one of them + "
+          "\" Answer briefly.\"; correct = the answer contains one of its "
+          "accepted answers, ignoring case. "
+       << (args.repetitions > 0 ? int64_t(args.repetitions) : *proseContexts)
+       << " contexts per document count.\n";
+  os << "- **correct**: count and rate with its Wilson 95% interval; **− "
+        "full**: the difference to full attention in points; **full only / "
+        "mode only**: paired over the same questions; **other**: the answer "
+        "holds another document's answer instead. **top share**: per "
+        "context, the share of its questions that got the context's most "
+        "common answer (codes: the first 4-digit number), averaged over "
+        "contexts — the binding diagnostic: near 1 a mode answers every "
+        "question with one document's fact; its floor is 1/N.\n"
+     << "- Scaled for a shared 2-core CPU: short documents and a 135M "
+        "model; contexts run in groups (one phase computes each context's "
+        "documents with one question, the next asks the rest from the "
+        "cache), each phase one batched executor run per mode.\n\n";
+
+  os << "## Accuracy per mode\n\n| task | doc tokens | documents | mode | "
+        "questions | correct | rate [95% CI] | − full (points) | full only / "
+        "mode only | other | top share | tokens computed / s |\n"
+        "|---|---|---:|---|---:|---:|---|---:|---|---:|---:|---|\n";
+  for (const Cell &cell : cells) {
+    const Tally &full = tallies[{cell, modes->front().name}];
+    double fullRate =
+        double(full.correct) / double(std::max<size_t>(1, full.questions));
+    for (const Mode &mode : *modes) {
+      const Tally &tally = tallies[{cell, mode.name}];
+      double rate =
+          double(tally.correct) / double(std::max<size_t>(1, tally.questions));
+      double topShare =
+          tally.contexts ? tally.topShareSum / double(tally.contexts) : 0;
+      auto [low, high] = wilsonInterval(tally.correct, tally.questions);
+      os << "| " << cell.task << " | " << lengthLabel(cell, proseTokens)
+         << " | " << cell.docs << " | " << mode.name << " | " << tally.questions
+         << " | " << tally.correct << " | "
+         << llvm::format("%.3f [%.3f, %.3f]", rate, low, high) << " | "
+         << (mode.full ? std::string("—")
+                       : printed("%+.1f", 100 * (rate - fullRate)))
+         << " | "
+         << (mode.full ? std::string("—")
+                       : printed("%zu / %zu", tally.fullOnly, tally.modeOnly))
+         << " | " << tally.other << " | " << llvm::format("%.2f", topShare)
+         << " | " << tally.run.computedTokens << " / "
+         << llvm::format("%.0f", tally.run.seconds) << " |\n";
+      modesTsv += cell.task + "\t" + std::to_string(cell.docTokens) + "\t" +
+                  std::to_string(cell.docs) + "\t" + mode.name + "\t" +
+                  std::to_string(tally.questions) + "\t" +
+                  std::to_string(tally.correct) + "\t" +
+                  printed("%.4f\t%.4f\t%.4f\t%.2f\t%.4f\n", rate, low, high,
+                          100 * (rate - fullRate), topShare);
+    }
+  }
+
+  os << "\n## Accuracy per position of the asked document\n\n| task | doc "
+        "tokens | documents | position |";
+  for (const Mode &mode : *modes)
+    os << " " << mode.name << " |";
+  os << "\n|---|---|---:|---:|";
+  for (size_t m = 0; m < modes->size(); ++m)
+    os << "---:|";
+  os << "\n";
+  for (const Cell &cell : cells)
+    for (int64_t p = 0; p < cell.docs; ++p) {
+      os << "| " << cell.task << " | " << lengthLabel(cell, proseTokens)
+         << " | " << cell.docs << " | " << p << " |";
+      for (const Mode &mode : *modes) {
+        auto [questions, correct] = positions[{cell, p, mode.name}];
+        os << " "
+           << llvm::format("%.2f", double(correct) /
+                                       double(std::max<size_t>(1, questions)))
+           << " |";
+      }
+      os << "\n";
+    }
+
+  // The headline: the largest document count of the first task and length,
+  // best span mode against full.
+  if (!cells.empty()) {
+    Cell cell = cells.front();
+    for (const Cell &other : cells)
+      if (other.task == cell.task && other.docTokens == cell.docTokens)
+        cell = other;
+    const Tally &full = tallies[{cell, modes->front().name}];
+    double fullRate =
+        double(full.correct) / double(std::max<size_t>(1, full.questions));
+    os << "\n**Headline** (" << cell.task << ", "
+       << lengthLabel(cell, proseTokens) << " tokens, " << cell.docs
+       << " documents, " << full.questions << " questions per mode): full "
+       << "attention answers " << llvm::format("%.1f%%", 100 * fullRate);
+    for (const Mode &mode : *modes) {
+      if (mode.full)
         continue;
-      both += pair.first && pair.second;
-      prefixOnly += pair.first && !pair.second;
-      spanOnly += !pair.first && pair.second;
-      neither += !pair.first && !pair.second;
+      const Tally &tally = tallies[{cell, mode.name}];
+      double rate =
+          double(tally.correct) / double(std::max<size_t>(1, tally.questions));
+      os << ", " << mode.name << " " << llvm::format("%.1f%%", 100 * rate)
+         << " (" << llvm::format("%+.1f", 100 * (rate - fullRate)) << ")";
     }
-    os << "| " << docs << " | " << both << " | " << prefixOnly << " | "
-       << spanOnly << " | " << neither << " |\n";
+    os << ".\n";
   }
-  if (!config.docCounts.empty()) {
-    int64_t docs = config.docCounts.back();
-    const Overall &all = overall[docs];
-    double pr = double(all.prefix) / std::max<size_t>(1, all.questions);
-    double sr = double(all.span) / std::max<size_t>(1, all.questions);
-    os << "\n**Headline** (" << docs << " documents, " << all.questions
-       << " questions per mode): span attention answers "
-       << llvm::format("%.1f%%", 100 * sr) << " correctly vs "
-       << llvm::format("%.1f%%", 100 * pr) << " with full causal attention ("
-       << llvm::format("%+.1f", 100 * (sr - pr))
-       << " points); per position see above.\n";
-  }
-  os << "\nRaw rows, with every answer: `accuracy.tsv`.\n";
+  os << "\nRaw rows, with every answer: `" << args.name << ".tsv`; per mode: `"
+     << args.name
+     << "-modes.tsv` (what bench/accuracy/pareto.py joins with rag.tsv).\n";
   os.flush();
 
   if (llvm::Error error = writeTextFile(resultPath(args, ".tsv"), tsv))
+    return error;
+  if (llvm::Error error =
+          writeTextFile(resultPath(args, "-modes.tsv"), modesTsv))
     return error;
   return finishResults(args, std::move(md));
 }
 
 BenchRegistration registration{
     {"accuracy",
-     "planted-fact QA accuracy: causal (prefix) vs span attention per "
-     "document position",
-     "docs=4,8,16: documents per context, one table block each (--quick: 4); "
-     "-r N: contexts per count (default 40)\n"
-     "doc_tokens=32: tokens of hay per document\n"
-     "max_tokens=16: the answer length\n"
-     "group=20: contexts per executor run\n"
-     "step_tokens=2048: the executor's token budget per forward step",
+     "QA accuracy of full attention vs the span modes (isolated, prefix, "
+     "+recompute), planted codes and real prose",
+     "  task=codes,prose: the tasks (planted codes in hay; questions about "
+     "bench/accuracy/prose.json)\n"
+     "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1: the "
+     "configurations (full, the reference, is always run)\n"
+     "  recompute=1: N of the default +recomputeN modes\n"
+     "  docs=4,8,16: documents per context (--quick: 4)\n"
+     "  doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "
+     "32)\n"
+     "  contexts=40,12: codes: contexts per document count, one per doc_tokens "
+     "entry, the last repeats (--quick: 4; -r N: all N)\n"
+     "  prose_contexts=24: prose: contexts per document count (--quick: 4; -r "
+     "N: N)\n"
+     "  max_tokens=16: the answer length (codes)\n"
+     "  prose_max_tokens=32: the answer length (prose)\n"
+     "  group=20: at most this many contexts per executor run (fewer when "
+     "their documents would not fit a 16k-token cache)\n"
+     "  step_tokens=2048: the executor's token budget per forward step",
      runAccuracy}};
 
 } // namespace

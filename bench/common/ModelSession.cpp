@@ -183,6 +183,45 @@ const char *relocationName(kv::RelocationMode mode) {
   return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
 }
 
+llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
+  auto bad = [&] {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "span mode '%s': expected isolated or prefix, optionally "
+        "+recomputeN and +endN with N in 1..64",
+        text.str().c_str());
+  };
+  llvm::SmallVector<llvm::StringRef, 3> parts;
+  text.split(parts, '+');
+  kv::SpanOptions options;
+  auto parsed = kv::parseSpanContext(parts[0]);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return bad();
+  }
+  options.context = *parsed;
+  for (llvm::StringRef part : llvm::makeArrayRef(parts).drop_front()) {
+    unsigned *target = part.consume_front("recompute")
+                           ? &options.recomputeBlocks
+                       : part.consume_front("end") ? &options.recomputeEndBlocks
+                                                   : nullptr;
+    unsigned blocks = 0;
+    if (!target || part.getAsInteger(10, blocks) || blocks < 1 || blocks > 64)
+      return bad();
+    *target = blocks;
+  }
+  return options;
+}
+
+std::string spanModeName(const kv::SpanOptions &options) {
+  std::string name = kv::spanContextName(options.context);
+  if (options.recomputeBlocks > 0)
+    name += "+recompute" + std::to_string(options.recomputeBlocks);
+  if (options.recomputeEndBlocks > 0)
+    name += "+end" + std::to_string(options.recomputeEndBlocks);
+  return name;
+}
+
 std::pair<double, double> wilsonInterval(size_t successes, size_t trials) {
   if (trials == 0)
     return {0.0, 1.0};

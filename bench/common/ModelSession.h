@@ -118,6 +118,12 @@ std::string commandLine(const BenchArgs &args);
 /// The name of a relocation mode as `spanc run --relocation` spells it.
 const char *relocationName(kv::RelocationMode mode);
 
+/// A span attention mode as the benchmarks name it: "isolated", "prefix",
+/// "prefix+recompute1", ... (`--span-context`, `--span-recompute`).
+llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text);
+/// The name parseSpanMode reads back.
+std::string spanModeName(const kv::SpanOptions &options);
+
 /// Wilson score interval (95%) of `successes` out of `trials`: {low, high}.
 std::pair<double, double> wilsonInterval(size_t successes, size_t trials);
 

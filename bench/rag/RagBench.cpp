@@ -11,6 +11,11 @@
 //                         (the stock baseline)
 //   span-miss-<reloc>     --cache=span, order A, cold
 //   span-hit-<reloc>      --cache=span, order B, warm
+//   span-miss-<mode> / span-hit-<mode>
+//                         the same for each span accuracy mode of `modes`
+//                         (isolated, prefix+recompute1, ...; issue 14),
+//                         rope-in-kernel; the default mode (prefix, no
+//                         recompute) is the span-*-rope-in-kernel rows.
 //   llama-server-cold / llama-server-shuffled (when the peer is enabled):
 //                         the same prompts rendered through the chat
 //                         template as raw text, served by llama.cpp with
@@ -155,6 +160,22 @@ llvm::Error runRag(const BenchArgs &args) {
       "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
   if (!relocations)
     return relocations.takeError();
+  // The span accuracy modes beside stock (issue 14): each its own executor,
+  // rope-in-kernel only, to keep the run's time.
+  std::vector<kv::SpanOptions> spanModes;
+  {
+    std::string text = args.setting(
+        "modes", "prefix,isolated,prefix+recompute1,isolated+recompute1");
+    llvm::SmallVector<llvm::StringRef, 4> names;
+    if (text != "none")
+      llvm::StringRef(text).split(names, ',', -1, false);
+    for (llvm::StringRef name : names) {
+      auto mode = parseSpanMode(name.trim());
+      if (!mode)
+        return mode.takeError();
+      spanModes.push_back(*mode);
+    }
+  }
   std::string peerSetting = args.setting("peer", "auto");
   if (peerSetting != "auto" && peerSetting != "on" && peerSetting != "off")
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -209,6 +230,38 @@ llvm::Error runRag(const BenchArgs &args) {
     if (!executor)
       return executor.takeError();
     span.push_back(std::move(*executor));
+  }
+  // The default span options with rope-in-kernel are what the
+  // span-*-rope-in-kernel rows measure already: such a mode reads those
+  // rows instead of running the same executor twice.
+  const kv::SpanOptions defaultSpan;
+  bool ropeInKernelRuns =
+      llvm::is_contained(*relocations, kv::RelocationMode::RopeInKernel);
+  auto isAlias = [&](const kv::SpanOptions &mode) {
+    return ropeInKernelRuns && mode.context == defaultSpan.context &&
+           mode.recomputeBlocks == defaultSpan.recomputeBlocks;
+  };
+  /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
+  /// for the default mode.
+  auto modeConfig = [&](const char *kind, const kv::SpanOptions &mode) {
+    return std::string("span-") + kind + "-" +
+           (isAlias(mode) ? std::string("rope-in-kernel") : spanModeName(mode));
+  };
+  std::vector<std::unique_ptr<sched::Executor>> modeExecutors;
+  for (const kv::SpanOptions &mode : spanModes) {
+    if (isAlias(mode)) {
+      modeExecutors.push_back(nullptr);
+      continue;
+    }
+    sched::ExecutorOptions options;
+    options.cacheMode = kv::CacheMode::Span;
+    options.relocationMode = kv::RelocationMode::RopeInKernel;
+    options.spanOptions = mode;
+    options.cacheTokens = cacheTokens;
+    auto executor = model.makeExecutor(options);
+    if (!executor)
+      return executor.takeError();
+    modeExecutors.push_back(std::move(*executor));
   }
   std::unique_ptr<RagPeer> peer;
   std::string peerNote;
@@ -265,6 +318,10 @@ llvm::Error runRag(const BenchArgs &args) {
     for (auto &executor : span)
       if (auto outcomes = model.run(*executor, *plan); !outcomes)
         return outcomes.takeError();
+    for (auto &executor : modeExecutors)
+      if (executor)
+        if (auto outcomes = model.run(*executor, *plan); !outcomes)
+          return outcomes.takeError();
   }
 
   int rounds = 0;
@@ -315,6 +372,16 @@ llvm::Error runRag(const BenchArgs &args) {
           return error;
         if (auto error =
                 measure(*span[r], *planB, docs, rep, "span-hit-" + name))
+          return error;
+      }
+      for (size_t m = 0; m < spanModes.size(); ++m) {
+        if (!modeExecutors[m])
+          continue;
+        if (auto error = measure(*modeExecutors[m], *planA, docs, rep,
+                                 modeConfig("miss", spanModes[m])))
+          return error;
+        if (auto error = measure(*modeExecutors[m], *planB, docs, rep,
+                                 modeConfig("hit", spanModes[m])))
           return error;
       }
       if (peer && rep < peerRepetitionsFor(docsValue)) {
@@ -509,6 +576,46 @@ llvm::Error runRag(const BenchArgs &args) {
   out << "\nGoals:\n\n";
   for (const std::string &verdict : verdicts)
     out << "- " << verdict << "\n";
+  if (!spanModes.empty()) {
+    out << "\n## Span accuracy modes (rope-in-kernel): TTFT, ms, median\n\n"
+        << "Each mode of `--set modes` on its own span executor, side by side "
+           "with the rows above (miss: order A cold; hit: order B warm). "
+           "Accuracy per mode: `spanc bench accuracy`; both joined: "
+           "bench/accuracy/pareto.py.";
+    for (const kv::SpanOptions &mode : spanModes)
+      if (isAlias(mode))
+        out << " `" << spanModeName(mode)
+            << "` is the default span mode: its figures are the "
+               "span-*-rope-in-kernel rows.";
+    out << "\n\n| docs | stock |";
+    for (const kv::SpanOptions &mode : spanModes) {
+      std::string name = spanModeName(mode);
+      out << " " << name << " miss | " << name << " hit | stock / " << name
+          << " hit |";
+    }
+    out << "\n|---:|---:|";
+    for (size_t i = 0; i < 3 * spanModes.size(); ++i)
+      out << "---:|";
+    out << "\n";
+    for (int64_t docsValue : *documentCounts) {
+      unsigned docs = unsigned(docsValue);
+      double stock = medianOf(docs, "prefix-warm-shuffled");
+      out << "| " << docs << " | " << printed("%.0f", stock) << " |";
+      for (const kv::SpanOptions &mode : spanModes) {
+        double miss = medianOf(docs, modeConfig("miss", mode));
+        double hit = medianOf(docs, modeConfig("hit", mode));
+        out << " " << (miss > 0 ? printed("%.0f", miss) : std::string("—"))
+            << " | " << (hit > 0 ? printed("%.1f", hit) : std::string("—"))
+            << " | " << formatRatio(stock, hit) << " |";
+      }
+      out << "\n";
+    }
+    for (const kv::SpanOptions &mode : spanModes)
+      if (!isAlias(mode)) {
+        configs.push_back(modeConfig("miss", mode));
+        configs.push_back(modeConfig("hit", mode));
+      }
+  }
   out << "\n## Reuse per call (tokens, first repetition)\n\n"
       << "| docs | config | prompt | reused | computed | relocated |\n"
       << "|---:|---|---:|---:|---:|---:|\n";
@@ -540,7 +647,10 @@ BenchRegistration registration{
      "  relocations=rope-in-kernel: span relocation strategies, comma "
      "separated (--quick: both)\n"
      "  peer=auto|on|off: the llama-server column (auto: when the peer "
-     "binary is built)\n",
+     "binary is built)\n"
+     "  modes=prefix,isolated,prefix+recompute1,isolated+recompute1: span "
+     "accuracy modes (`spanc bench accuracy`), rows span-miss-MODE and "
+     "span-hit-MODE, rope-in-kernel (none: no extra rows)\n",
      runRag}};
 
 } // namespace

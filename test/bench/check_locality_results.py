@@ -29,7 +29,10 @@ def rows_of(path):
 def check_rag(rows, md):
     configs = {row["config"] for row in rows}
     for config in ("prefix-cold", "prefix-warm-shuffled", "span-miss-rope-in-kernel",
-                   "span-hit-rope-in-kernel", "span-miss-rerope", "span-hit-rerope"):
+                   "span-hit-rope-in-kernel", "span-miss-rerope", "span-hit-rerope",
+                   "span-miss-isolated", "span-hit-isolated",
+                   "span-miss-prefix+recompute1", "span-hit-prefix+recompute1",
+                   "span-miss-isolated+recompute1", "span-hit-isolated+recompute1"):
         check(config in configs, f"rag.tsv has no {config} row")
     for docs in ("1", "4"):
         check(any(row["docs"] == docs for row in rows), f"rag.tsv has no {docs}-document row")
@@ -43,12 +46,19 @@ def check_rag(rows, md):
         # 4 documents of 128 tokens: the hit computes at most the question's
         # block(s); the shuffled prefix repeat recomputes every document.
         if row["config"].startswith("span-hit"):
-            check(computed <= 32, f"rag: a span hit computed {computed} tokens")
+            # Boundary recompute adds N blocks of 16 tokens per document.
+            recompute = row["config"].rpartition("+recompute")[2]
+            extra = int(recompute) * 16 * 4 if "+recompute" in row["config"] else 0
+            check(computed <= 32 + extra, f"rag: a span hit computed {computed} tokens")
+            if extra:
+                check(computed > 32, f"rag: {row['config']} recomputed nothing")
         if row["config"] == "prefix-warm-shuffled":
             check(computed >= 4 * 100, f"rag: stock on a shuffle computed only {computed}")
         if row["config"] == "span-hit-rerope":
             check(int(row["relocated"]) > 0, "rag: rerope relocated nothing on a shuffle")
     check("## Headline ratios" in md and "stock / hit" in md, "rag.md has no ratio table")
+    check("## Span accuracy modes" in md and "stock / isolated hit" in md,
+          "rag.md has no per-mode table")
 
 
 def check_nested(rows, md):

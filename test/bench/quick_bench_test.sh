@@ -48,20 +48,33 @@ needle)
     } END { exit bad }' "$out/needle.tsv" || fail "needle.tsv is inconsistent"
   ;;
 accuracy)
-  # --quick: 4 contexts of 4 documents, a question per document, 2 modes.
+  # --quick: both tasks, 4 contexts of 4 documents (codes: 32 tokens), a
+  # question per document, 5 modes: 2 x 16 x 5 rows.
   rows=$(tail -n +2 "$out/accuracy.tsv" | wc -l)
-  [[ $rows == 32 ]] || fail "accuracy.tsv has $rows rows, want 32"
+  [[ $rows == 160 ]] || fail "accuracy.tsv has $rows rows, want 160"
+  for mode in full isolated prefix 'isolated\+recompute1' 'prefix\+recompute1'; do
+    grep -qE "^\| codes \| 32 \| 4 \| $mode \| 16 \| [0-9]+ \| [01]\.[0-9]{3} " "$out/accuracy.md" ||
+      fail "accuracy.md lacks the codes row of $mode"
+    grep -qE "^\| prose \| prose \(~[0-9]+\) \| 4 \| $mode \| 16 \| " "$out/accuracy.md" ||
+      fail "accuracy.md lacks the prose row of $mode"
+  done
   for position in 0 1 2 3; do
-    grep -qE "^\| 4 \| $position \| 4 \| [01]\.[0-9]{2} \|" "$out/accuracy.md" ||
+    grep -qE "^\| codes \| 32 \| 4 \| $position \| [01]\.[0-9]{2} \|" "$out/accuracy.md" ||
       fail "accuracy.md lacks position $position"
   done
-  # correct = the answer holds the code; each mode answers every question.
+  # codes: correct = the answer holds the code; every mode answers every
+  # question of both tasks.
   awk -F'\t' 'NR > 1 {
-      if ((index($8, $7) > 0) != ($5 == 1)) { print "row " NR ": correct disagrees"; bad = 1 }
-      if ($5 == 1 && $6 == 1) { print "row " NR ": correct and other"; bad = 1 }
-      seen[$4]++
-    } END { if (seen["prefix"] != 16 || seen["span"] != 16) bad = 1; exit bad }' \
-    "$out/accuracy.tsv" || fail "accuracy.tsv is inconsistent"
+      if ($1 == "codes" && (index($10, $9) > 0) != ($7 == 1)) { print "row " NR ": correct disagrees"; bad = 1 }
+      if ($7 == 1 && $8 == 1) { print "row " NR ": correct and other"; bad = 1 }
+      seen[$1 " " $6]++
+    } END {
+      for (key in seen) if (seen[key] != 16) { print key ": " seen[key] " rows"; bad = 1 }
+      if (length(seen) != 10) bad = 1
+      exit bad }' "$out/accuracy.tsv" || fail "accuracy.tsv is inconsistent"
+  # accuracy-modes.tsv: a row per (task, mode) for pareto.py.
+  modes=$(tail -n +2 "$out/accuracy-modes.tsv" | wc -l)
+  [[ $modes == 10 ]] || fail "accuracy-modes.tsv has $modes rows, want 10"
   ;;
 *) fail "unknown benchmark $name" ;;
 esac

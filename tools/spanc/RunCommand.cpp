@@ -13,6 +13,7 @@
 #include "frontend/Load.h"
 #include "passes/PassManager.h"
 #include "runtime/kernels/cpu/Half.h"
+#include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
@@ -35,29 +36,6 @@
 namespace spanc::cli {
 
 namespace {
-
-/// Parses --kv-cache: tokens ("65536"), or memory ("512MiB", "2GiB").
-bool parseCacheSize(llvm::StringRef text, int64_t bytesPerToken,
-                    int64_t &tokens) {
-  text = text.trim();
-  uint64_t number = 0;
-  llvm::StringRef rest = text;
-  if (rest.consumeInteger(10, number) || number == 0)
-    return false;
-  rest = rest.trim();
-  uint64_t multiplier = 0;
-  if (rest.empty() || rest.equals_insensitive("tokens"))
-    multiplier = 0;
-  else if (rest.equals_insensitive("MiB") || rest.equals_insensitive("M"))
-    multiplier = 1ull << 20;
-  else if (rest.equals_insensitive("GiB") || rest.equals_insensitive("G"))
-    multiplier = 1ull << 30;
-  else
-    return false;
-  tokens = multiplier ? int64_t(number * multiplier / uint64_t(bytesPerToken))
-                      : int64_t(number);
-  return tokens > 0;
-}
 
 void printStats(const plan::Plan &plan,
                 llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
@@ -278,7 +256,8 @@ int runRun(const std::vector<std::string> &args) {
       ("threads,t", po::value<int>(),                                      //
        "CPU threads (default: all cores)")                                 //
       ("kv-cache", po::value<std::string>()->default_value("65536"),       //
-       "KV cache capacity: tokens (65536) or memory (512MiB, 2GiB)")       //
+       "KV cache capacity: tokens (65536), rounded down to whole blocks, " //
+       "or memory (512MiB, 2GiB)")                                         //
       ("block-size", po::value<unsigned>()->default_value(16),             //
        "tokens per KV cache block")                                        //
       ("step-tokens", po::value<int64_t>()->default_value(512),            //
@@ -414,14 +393,21 @@ int runRun(const std::vector<std::string> &args) {
 
   // K and V of every layer, at the storage precision (f16 by default).
   const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
-  int64_t bytesPerToken = int64_t(2) * storageConfig.numLayers *
-                          storageConfig.numKvHeads * storageConfig.headDim *
-                          cpu::kvElementBytes(storageConfig.precision);
-  if (!parseCacheSize(values["kv-cache"].as<std::string>(), bytesPerToken,
-                      executorOptions.cacheTokens))
-    return reportError("run", "--kv-cache takes a token count (65536) or a "
-                              "size (512MiB, 2GiB), not '" +
-                                  values["kv-cache"].as<std::string>() + "'");
+  const uint64_t bytesPerBlock =
+      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
+      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
+      executorOptions.blockSize;
+  // The library's parser (units, overflow checks); its errors name the
+  // option and the text. A bad --block-size is the executor's to report.
+  if (executorOptions.blockSize != 0) {
+    auto blocks =
+        kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
+                                 executorOptions.blockSize, bytesPerBlock);
+    if (!blocks)
+      return reportError("run", llvm::toString(blocks.takeError()));
+    executorOptions.cacheTokens =
+        int64_t(*blocks) * int64_t(executorOptions.blockSize);
+  }
   auto executor =
       sched::Executor::create(**model, **tokenizer, executorOptions);
   if (!executor)

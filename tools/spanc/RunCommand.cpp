@@ -9,9 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/ChatTemplateEncoder.h"
+#include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
-#include "frontend/Load.h"
-#include "passes/PassManager.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
@@ -19,6 +18,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -178,7 +178,7 @@ private:
 /// program does not load.
 llvm::Expected<std::unique_ptr<ir::Module>>
 loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
-         const frontend::FrontendOptions &frontendOptions) {
+         const codegen::CompileOptions &options) {
   std::vector<std::string> paths;
   std::error_code errorCode;
   for (llvm::sys::fs::directory_iterator entry(directory, errorCode), end;
@@ -202,7 +202,7 @@ loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
   llvm::StringMap<unsigned> nameCounts;
   bool failed = false;
   for (const std::string &path : paths) {
-    modules.push_back(frontend::loadModule(path, diagnostics, frontendOptions));
+    modules.push_back(codegen::loadSource(path, diagnostics, options));
     if (!modules.back()) {
       failed = true; // keep going: report every broken program at once
       continue;
@@ -322,46 +322,30 @@ int runRun(const std::vector<std::string> &args) {
   }
 
   // Compile.
-  frontend::FrontendOptions frontendOptions;
-  if (values.count("set"))
-    for (const std::string &text :
-         values["set"].as<std::vector<std::string>>()) {
-      std::pair<std::string, std::string> override;
-      if (!frontend::parseParamOverride(text, override))
-        return reportError("run", "--set takes NAME=VALUE, got '" + text + "'");
-      frontendOptions.paramOverrides.push_back(std::move(override));
-    }
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions("run", values, compileOptions))
+    return 1;
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
   if (values.count("input") == values.count("bulk"))
     return reportError("run", "give either a program FILE or --bulk DIR");
   std::unique_ptr<ir::Module> module;
   if (values.count("bulk")) {
-    auto bulk = loadBulk(values["bulk"].as<std::string>(), diagnostics,
-                         frontendOptions);
+    auto bulk =
+        loadBulk(values["bulk"].as<std::string>(), diagnostics, compileOptions);
     if (!bulk)
       return reportError("run", llvm::toString(bulk.takeError()));
     module = std::move(*bulk);
   } else {
-    module = frontend::loadModule(values["input"].as<std::string>(),
-                                  diagnostics, frontendOptions);
+    module = codegen::loadSource(values["input"].as<std::string>(), diagnostics,
+                                 compileOptions);
   }
   if (!module)
     return 1;
-  passes::PassOptions passOptions;
-  passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
-  passOptions.prepareFragments = values.count("prepare-fragments") != 0;
-  passes::PassContext passContext(diagnostics, passOptions);
-  passes::PassManager passManager(passContext);
-  std::vector<std::string> skippedPasses;
-  if (values.count("skip-pass"))
-    skippedPasses = values["skip-pass"].as<std::vector<std::string>>();
-  for (const std::string &name : skippedPasses)
-    if (!passes::lookupPass(name))
-      return reportError("run", "--skip-pass: no pass named '" + name +
-                                    "' (see 'spanc opt --help')");
-  passManager.addDefaultPipeline(skippedPasses);
-  if (llvm::Error error = passManager.run(*module))
+  auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
+  if (!optimizer)
+    return reportError("run", llvm::toString(optimizer.takeError()));
+  if (llvm::Error error = (*optimizer)->run(*module))
     return reportError("run", llvm::toString(std::move(error)));
 
   // Load the model and lower through its chat template.

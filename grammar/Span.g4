@@ -1,4 +1,5 @@
-// Span.g4 — the .span query language (DESIGN.md §2).
+// Span.g4 — the .span query language (docs/ARCHITECTURE.md, "The algebra
+// and the language").
 //
 // A module is a list of declarations: params (overridable with --set), lets
 // (named expressions), and queries. Several queries form a bulk. Semantic

@@ -44,7 +44,7 @@ constexpr double kMaxInt = 9.0e18;
 constexpr double kMaxCount = 1.0e9;
 constexpr double kHuge = std::numeric_limits<double>::max();
 
-// gen and chat share their options (DESIGN.md §2).
+// gen and chat share their options (docs/ARCHITECTURE.md, "The IR").
 const AttrSpec kModelCallAttrs[] = {
     {"max_tokens", AttrType::Int, false, 0, kMaxCount},
     {"model", AttrType::String, false, 0, 0},

@@ -1,11 +1,12 @@
 //===- IR.h - The span IR: ops, queries, modules, attributes, locations ---===//
 //
-// An MLIR-like SSA IR for span queries (DESIGN.md §3). A Module is an ordered
-// list of Queries (a bulk); a Query owns its Ops in program order in an
-// intrusive list, so inserting and erasing are O(1). Every non-yield op has
-// one result, which is the op itself: operands are references to other ops,
-// kept in intrusive use-lists, so replaceAllUsesWith is O(uses) and erasing
-// an operand is O(1). Ops are told apart by OpKind with isa/cast/dyn_cast.
+// An MLIR-like SSA IR for span queries (docs/ARCHITECTURE.md, "The IR"). A
+// Module is an ordered list of Queries (a bulk); a Query owns its Ops in
+// program order in an intrusive list, so inserting and erasing are O(1). Every
+// non-yield op has one result, which is the op itself: operands are references
+// to other ops, kept in intrusive use-lists, so replaceAllUsesWith is O(uses)
+// and erasing an operand is O(1). Ops are told apart by OpKind with
+// isa/cast/dyn_cast.
 //
 // A rewrite, e.g. unwrapping a plus of one child (match, then rewrite):
 //

@@ -1,8 +1,8 @@
 //===- Printer.h - Print span IR in its textual form ----------------------===//
 //
-// The text form of DESIGN.md §3: one op per line, `%N` results numbered in
-// program order per query, attributes in `{}` sorted by name, strings in
-// double quotes with escapes. Locations are printed as a trailing
+// The text form (docs/ARCHITECTURE.md, "The IR"): one op per line, `%N` results
+// numbered in program order per query, attributes in `{}` sorted by name,
+// strings in double quotes with escapes. Locations are printed as a trailing
 // `loc("file":line:col)` only when asked, so the default text stays short.
 //
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,7 @@
 //===- DesugarRetrieve.cpp - R -> +(F...) by BM25 at compile time ---------===//
 //
 // span.retrieve {corpus, k} query "text" becomes a + of the k fragments the
-// corpus index ranks best for the text (runtime/retrieval: SQLite FTS5,
+// corpus index ranks best for the text (retrieval/: SQLite FTS5,
 // BM25, best first, ties by file then offset), each a span.fragment that
 // says where it came from {corpus, file, offset}. The index beside the
 // corpus is built or refreshed first (only changed files are re-chunked).
@@ -19,7 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
-#include "runtime/retrieval/CorpusIndex.h"
+#include "retrieval/CorpusIndex.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"

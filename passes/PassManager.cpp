@@ -43,9 +43,10 @@ std::vector<const PassInfo *> registeredPasses() {
 }
 
 llvm::ArrayRef<const char *> defaultPipeline() {
-  // The order of DESIGN.md §4: remove sugar, normalize joins, restructure
-  // wide calls, line inner outputs up with their inputs, share identical
-  // work, then order the bulk. Names not registered yet are skipped.
+  // The order of docs/ARCHITECTURE.md, "Compilation": remove sugar, normalize
+  // joins, restructure wide calls, line inner outputs up with their inputs,
+  // share identical work, then order the bulk. Names not registered yet are
+  // skipped.
   static const char *const pipeline[] = {
       "desugar-chat",    "desugar-retrieve", "plus-simplify", "tree-reduce",
       "plus-distribute", "plus-simplify",    "cse",           "bulk-order",

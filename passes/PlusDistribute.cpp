@@ -1,11 +1,11 @@
 //===- PlusDistribute.cpp - G(x) under a consumed + becomes x ⋈ G(x) ------===//
 //
-// The dual-output paradox (DESIGN.md §4): the KV of an inner gen's output
-// was computed after that gen's input. When an outer gen consumes inner
-// outputs as children of a +, each such child G(x) is rewritten to the span
-// ⋈(x, G(x)), so the outer prefill meets exactly the blocks the inner call
-// left in the cache. A repeat(n) of G(x) under such a + becomes repeat(n)
-// of ⋈(x, G(x)): every sample is preceded by its own input.
+// The dual-output paradox (docs/ARCHITECTURE.md, "Compilation"): the KV of an
+// inner gen's output was computed after that gen's input. When an outer gen
+// consumes inner outputs as children of a +, each such child G(x) is rewritten
+// to the span ⋈(x, G(x)), so the outer prefill meets exactly the blocks the
+// inner call left in the cache. A repeat(n) of G(x) under such a + becomes
+// repeat(n) of ⋈(x, G(x)): every sample is preceded by its own input.
 //
 // It does not fire
 //  - on a + that no gen consumes (e.g. the query's result),

@@ -3,7 +3,7 @@
 // The paper's bulk experiment on a real English corpus: the Python
 // documentation's reStructuredText sources from Debian's python3.11-doc,
 // chunked into ~100-token fragments and indexed with the project's corpus
-// index (runtime/retrieval: SQLite FTS5, BM25). A bulk of B RAG questions
+// index (retrieval/: SQLite FTS5, BM25). A bulk of B RAG questions
 // (each a few consecutive words of a randomly chosen fragment, answered
 // over its top-k fragments) runs as one module — one plan, continuously
 // batched — under a KV cache that holds only a few queries' fragments, so
@@ -20,8 +20,8 @@
 #include "bench/common/Bench.h"
 #include "bench/common/ModelSession.h"
 #include "bench/common/Report.h"
-#include "runtime/retrieval/Chunker.h"
-#include "runtime/retrieval/CorpusIndex.h"
+#include "retrieval/Chunker.h"
+#include "retrieval/CorpusIndex.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
@@ -426,7 +426,7 @@ llvm::Error runBulk(const BenchArgs &args) {
               ? printed(" (its first %lld file(s))", (long long)*maxFiles)
               : std::string())
       << " (Debian's python3.11-doc: the Python documentation's reST "
-         "sources), chunked by runtime/retrieval's chunker (max "
+         "sources), chunked by retrieval/'s chunker (max "
       << chunking.maxBytes << " bytes, overlap " << chunking.overlapBytes
       << ") into " << fragments->size() << " fragments of "
       << printed("%.0f", double(fragmentTokens) / fragments->size())

@@ -3,10 +3,10 @@
 // A block's hash names exactly what its KV depends on: the model, the block's
 // own tokens (and how many there are, so partial blocks are keys too) and the
 // context the block attended to, carried by the parent hash. Segment kinds
-// enter only through the parent (DESIGN §6): a span and the start of a
-// standalone call both chain from the model's empty-context root, so a span
-// hashes the same at any offset and an outer call hits what an inner call
-// left behind. XXH3-128 with a streaming state; no allocation.
+// enter only through the parent (docs/ARCHITECTURE.md, "The plan"): a span and
+// the start of a standalone call both chain from the model's empty-context
+// root, so a span hashes the same at any offset and an outer call hits what an
+// inner call left behind. XXH3-128 with a streaming state; no allocation.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KV_BLOCKHASH_H

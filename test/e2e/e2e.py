@@ -146,7 +146,8 @@ def check_invariance(spanc, model):
               (prefix, off))
         # --cache=span is not compared with off: there a plus's children
         # are independent spans, while prefix/off prefill them causally,
-        # so the prompts differ by design (DESIGN §5).
+        # so the prompts differ by design (docs/ARCHITECTURE.md, "Span
+        # attention").
         if path != "examples/bulk_rag.span":
             continue
         singles = split_queries(path)

@@ -1,11 +1,11 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
 #include "codegen/ChatTemplateEncoder.h"
+#include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
-#include "passes/PassManager.h"
 #include "plan/PlanPrinter.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
@@ -13,6 +13,7 @@
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -138,16 +139,12 @@ int runCompile(const std::vector<std::string> &args) {
     return reportError("compile", "unknown --emit=" + emit +
                                       " (expected ast, ir, ir-opt or plan)");
 
-  frontend::FrontendOptions frontendOptions;
-  if (values.count("set"))
-    for (const std::string &text :
-         values["set"].as<std::vector<std::string>>()) {
-      std::pair<std::string, std::string> override;
-      if (!frontend::parseParamOverride(text, override))
-        return reportError("compile",
-                           "--set takes NAME=VALUE, got '" + text + "'");
-      frontendOptions.paramOverrides.push_back(std::move(override));
-    }
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions("compile", values, compileOptions))
+    return 1;
+  // Verifying after each pass costs about as much as the passes on large
+  // programs; the end result is verified either way.
+  compileOptions.verifyEach = values.count("verify-each") != 0;
 
   llvm::SourceMgr sourceMgr;
   if (emit == "ast") {
@@ -167,20 +164,14 @@ int runCompile(const std::vector<std::string> &args) {
 
   ir::DiagnosticEngine diagnostics(sourceMgr);
   std::unique_ptr<ir::Module> module =
-      frontend::loadModule(path, diagnostics, frontendOptions);
+      codegen::loadSource(path, diagnostics, compileOptions);
   if (!module)
     return 1;
   if (emit == "ir-opt" || emit == "plan") {
-    passes::PassOptions passOptions;
-    passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
-    passOptions.prepareFragments = values.count("prepare-fragments") != 0;
-    passes::PassContext context(diagnostics, passOptions);
-    passes::PassManager manager(context);
-    manager.addDefaultPipeline();
-    // Verifying after each pass costs about as much as the passes on large
-    // programs; the end result is verified either way.
-    manager.setVerifyEach(values.count("verify-each") != 0);
-    if (llvm::Error error = manager.run(*module))
+    auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
+    if (!optimizer)
+      return reportError("compile", llvm::toString(optimizer.takeError()));
+    if (llvm::Error error = (*optimizer)->run(*module))
       return reportError("compile", llvm::toString(std::move(error)));
   }
   if (emit == "plan")

@@ -1,6 +1,6 @@
 //===- IndexCommand.cpp - spanc index -------------------------------------===//
 
-#include "runtime/retrieval/CorpusIndex.h"
+#include "retrieval/CorpusIndex.h"
 #include "tools/spanc/CommandLine.h"
 
 #include "llvm/Support/Format.h"

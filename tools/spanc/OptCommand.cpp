@@ -1,9 +1,10 @@
 //===- OptCommand.cpp - spanc opt -----------------------------------------===//
 
-#include "frontend/Load.h"
+#include "codegen/CompilePipeline.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/CompileOptions.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -58,50 +59,32 @@ int runOpt(const std::vector<std::string> &args) {
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;
 
-  frontend::FrontendOptions frontendOptions;
-  if (values.count("set"))
-    for (const std::string &text :
-         values["set"].as<std::vector<std::string>>()) {
-      std::pair<std::string, std::string> override;
-      if (!frontend::parseParamOverride(text, override))
-        return reportError("opt", "--set takes NAME=VALUE, got '" + text + "'");
-      frontendOptions.paramOverrides.push_back(std::move(override));
-    }
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions("opt", values, compileOptions))
+    return 1;
+  if (values.count("passes"))
+    compileOptions.pipeline = values["passes"].as<std::string>();
+  compileOptions.printAfterAll = values.count("print-ir-after-all") != 0;
+  if (values.count("print-ir-after"))
+    compileOptions.printAfter =
+        values["print-ir-after"].as<std::vector<std::string>>();
+  compileOptions.printOptions.printLocations = values.count("print-loc") != 0;
 
-  passes::PassOptions passOptions;
-  passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
-  passOptions.prepareFragments = values.count("prepare-fragments") != 0;
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
-  passes::PassContext context(diagnostics, passOptions);
-  passes::PassManager manager(context);
   // Pipeline problems are reported before reading the input.
-  if (values.count("passes")) {
-    if (llvm::Error error =
-            manager.addPipeline(values["passes"].as<std::string>()))
-      return reportError("opt", llvm::toString(std::move(error)));
-  } else {
-    manager.addDefaultPipeline();
-  }
-  manager.setPrintAfterAll(values.count("print-ir-after-all") != 0);
-  if (values.count("print-ir-after"))
-    for (const std::string &name :
-         values["print-ir-after"].as<std::vector<std::string>>())
-      if (llvm::Error error = manager.addPrintAfter(name))
-        return reportError("opt", llvm::toString(std::move(error)));
-  ir::PrintOptions printOptions;
-  printOptions.printLocations = values.count("print-loc") != 0;
-  manager.setPrintOptions(printOptions);
-
-  std::string path = values["input"].as<std::string>();
-  std::unique_ptr<ir::Module> module =
-      frontend::loadModule(path, diagnostics, frontendOptions);
+  auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
+  if (!optimizer)
+    return reportError("opt", llvm::toString(optimizer.takeError()));
+  std::unique_ptr<ir::Module> module = codegen::loadSource(
+      values["input"].as<std::string>(), diagnostics, compileOptions);
   if (!module)
     return 1;
-  if (llvm::Error error = manager.run(*module))
+  if (llvm::Error error = (*optimizer)->run(*module))
     return reportError("opt", llvm::toString(std::move(error)));
 
-  return writeOutput("opt", values, ir::toString(*module, printOptions));
+  return writeOutput("opt", values,
+                     ir::toString(*module, compileOptions.printOptions));
 }
 
 } // namespace spanc::cli

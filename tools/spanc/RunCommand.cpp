@@ -9,15 +9,16 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/ChatTemplateEncoder.h"
+#include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
-#include "frontend/Load.h"
-#include "passes/PassManager.h"
 #include "runtime/kernels/cpu/Half.h"
+#include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -35,29 +36,6 @@
 namespace spanc::cli {
 
 namespace {
-
-/// Parses --kv-cache: tokens ("65536"), or memory ("512MiB", "2GiB").
-bool parseCacheSize(llvm::StringRef text, int64_t bytesPerToken,
-                    int64_t &tokens) {
-  text = text.trim();
-  uint64_t number = 0;
-  llvm::StringRef rest = text;
-  if (rest.consumeInteger(10, number) || number == 0)
-    return false;
-  rest = rest.trim();
-  uint64_t multiplier = 0;
-  if (rest.empty() || rest.equals_insensitive("tokens"))
-    multiplier = 0;
-  else if (rest.equals_insensitive("MiB") || rest.equals_insensitive("M"))
-    multiplier = 1ull << 20;
-  else if (rest.equals_insensitive("GiB") || rest.equals_insensitive("G"))
-    multiplier = 1ull << 30;
-  else
-    return false;
-  tokens = multiplier ? int64_t(number * multiplier / uint64_t(bytesPerToken))
-                      : int64_t(number);
-  return tokens > 0;
-}
 
 void printStats(const plan::Plan &plan,
                 llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
@@ -200,7 +178,7 @@ private:
 /// program does not load.
 llvm::Expected<std::unique_ptr<ir::Module>>
 loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
-         const frontend::FrontendOptions &frontendOptions) {
+         const codegen::CompileOptions &options) {
   std::vector<std::string> paths;
   std::error_code errorCode;
   for (llvm::sys::fs::directory_iterator entry(directory, errorCode), end;
@@ -224,7 +202,7 @@ loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
   llvm::StringMap<unsigned> nameCounts;
   bool failed = false;
   for (const std::string &path : paths) {
-    modules.push_back(frontend::loadModule(path, diagnostics, frontendOptions));
+    modules.push_back(codegen::loadSource(path, diagnostics, options));
     if (!modules.back()) {
       failed = true; // keep going: report every broken program at once
       continue;
@@ -278,7 +256,8 @@ int runRun(const std::vector<std::string> &args) {
       ("threads,t", po::value<int>(),                                      //
        "CPU threads (default: all cores)")                                 //
       ("kv-cache", po::value<std::string>()->default_value("65536"),       //
-       "KV cache capacity: tokens (65536) or memory (512MiB, 2GiB)")       //
+       "KV cache capacity: tokens (65536), rounded down to whole blocks, " //
+       "or memory (512MiB, 2GiB)")                                         //
       ("block-size", po::value<unsigned>()->default_value(16),             //
        "tokens per KV cache block")                                        //
       ("step-tokens", po::value<int64_t>()->default_value(512),            //
@@ -343,46 +322,30 @@ int runRun(const std::vector<std::string> &args) {
   }
 
   // Compile.
-  frontend::FrontendOptions frontendOptions;
-  if (values.count("set"))
-    for (const std::string &text :
-         values["set"].as<std::vector<std::string>>()) {
-      std::pair<std::string, std::string> override;
-      if (!frontend::parseParamOverride(text, override))
-        return reportError("run", "--set takes NAME=VALUE, got '" + text + "'");
-      frontendOptions.paramOverrides.push_back(std::move(override));
-    }
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions("run", values, compileOptions))
+    return 1;
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
   if (values.count("input") == values.count("bulk"))
     return reportError("run", "give either a program FILE or --bulk DIR");
   std::unique_ptr<ir::Module> module;
   if (values.count("bulk")) {
-    auto bulk = loadBulk(values["bulk"].as<std::string>(), diagnostics,
-                         frontendOptions);
+    auto bulk =
+        loadBulk(values["bulk"].as<std::string>(), diagnostics, compileOptions);
     if (!bulk)
       return reportError("run", llvm::toString(bulk.takeError()));
     module = std::move(*bulk);
   } else {
-    module = frontend::loadModule(values["input"].as<std::string>(),
-                                  diagnostics, frontendOptions);
+    module = codegen::loadSource(values["input"].as<std::string>(), diagnostics,
+                                 compileOptions);
   }
   if (!module)
     return 1;
-  passes::PassOptions passOptions;
-  passOptions.treeReduce = values["tree-reduce"].as<unsigned>();
-  passOptions.prepareFragments = values.count("prepare-fragments") != 0;
-  passes::PassContext passContext(diagnostics, passOptions);
-  passes::PassManager passManager(passContext);
-  std::vector<std::string> skippedPasses;
-  if (values.count("skip-pass"))
-    skippedPasses = values["skip-pass"].as<std::vector<std::string>>();
-  for (const std::string &name : skippedPasses)
-    if (!passes::lookupPass(name))
-      return reportError("run", "--skip-pass: no pass named '" + name +
-                                    "' (see 'spanc opt --help')");
-  passManager.addDefaultPipeline(skippedPasses);
-  if (llvm::Error error = passManager.run(*module))
+  auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
+  if (!optimizer)
+    return reportError("run", llvm::toString(optimizer.takeError()));
+  if (llvm::Error error = (*optimizer)->run(*module))
     return reportError("run", llvm::toString(std::move(error)));
 
   // Load the model and lower through its chat template.
@@ -414,14 +377,21 @@ int runRun(const std::vector<std::string> &args) {
 
   // K and V of every layer, at the storage precision (f16 by default).
   const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
-  int64_t bytesPerToken = int64_t(2) * storageConfig.numLayers *
-                          storageConfig.numKvHeads * storageConfig.headDim *
-                          cpu::kvElementBytes(storageConfig.precision);
-  if (!parseCacheSize(values["kv-cache"].as<std::string>(), bytesPerToken,
-                      executorOptions.cacheTokens))
-    return reportError("run", "--kv-cache takes a token count (65536) or a "
-                              "size (512MiB, 2GiB), not '" +
-                                  values["kv-cache"].as<std::string>() + "'");
+  const uint64_t bytesPerBlock =
+      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
+      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
+      executorOptions.blockSize;
+  // The library's parser (units, overflow checks); its errors name the
+  // option and the text. A bad --block-size is the executor's to report.
+  if (executorOptions.blockSize != 0) {
+    auto blocks =
+        kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
+                                 executorOptions.blockSize, bytesPerBlock);
+    if (!blocks)
+      return reportError("run", llvm::toString(blocks.takeError()));
+    executorOptions.cacheTokens =
+        int64_t(*blocks) * int64_t(executorOptions.blockSize);
+  }
   auto executor =
       sched::Executor::create(**model, **tokenizer, executorOptions);
   if (!executor)

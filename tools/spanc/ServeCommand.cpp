@@ -21,7 +21,8 @@ int runServe(const std::vector<std::string> &args) {
       options, po::positional_options_description(), args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented("serve", "to be filed (DESIGN.md §6, Serving)");
+  return notYetImplemented(
+      "serve", "to be filed (docs/ARCHITECTURE.md, Not built yet)");
 }
 
 } // namespace spanc::cli

@@ -80,7 +80,7 @@ struct PagedAttentionOptions {
   /// Use the portable scalar path even where AVX-512 is available (tests).
   bool forceScalar = false;
   /// Let sequences of several queries over f16 K/V take the AMX path where
-  /// the CPU has it (bf16 high/low products, f32 sums; see Attention.cpp);
+  /// the CPU has it (bf16 high/low products, f32 sums; see AttentionAmx.cpp);
   /// false keeps every product in f32.
   bool allowAmx = true;
   /// Minimum pages per key split; 0 picks the default (8 pages).

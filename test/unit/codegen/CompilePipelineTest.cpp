@@ -1,13 +1,17 @@
-//===- CompilePipelineTest.cpp - compileToPlan: source text → plan --------===//
+//===- CompilePipelineTest.cpp - Source text → optimized IR → plan --------===//
 //
 // Runs the whole path (parse, verify, default passes, lowering) on small
 // programs with a byte-level stand-in for a chat template, and checks the
 // plan's shape, option plumbing and that errors come back as text with
-// their source locations.
+// their source locations; and its first two stages alone (the optimized
+// module, a given pipeline, unknown pass names).
 //
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CompilePipeline.h"
+#include "ir/Printer.h"
+
+#include "llvm/Support/SourceMgr.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,7 +33,8 @@ public:
     tokens.push_back(0);
     return tokens;
   }
-  std::vector<plan::TokenId> encodeFragment(llvm::StringRef text) const override {
+  std::vector<plan::TokenId>
+  encodeFragment(llvm::StringRef text) const override {
     return std::vector<plan::TokenId>(text.bytes_begin(), text.bytes_end());
   }
   std::vector<plan::TokenId> assistantHeader() const override { return {1002}; }
@@ -120,6 +125,42 @@ TEST(CompilePipelineTest, TheNamePicksTheReader) {
       codegen::compileToPlan(json, "query.span", encoder);
   EXPECT_FALSE(bool(asSpan));
   llvm::consumeError(asSpan.takeError());
+}
+
+TEST(CompilePipelineTest, CompileToModuleStopsAfterTheOptimizer) {
+  // desugar-chat leaves no span.chat behind; the IR is what
+  // `spanc compile --emit=ir-opt` prints.
+  auto module = codegen::compileToModule("query q { chat { user \"hi\" } }\n",
+                                         "chat.span");
+  ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
+  std::string text = ir::toString(**module);
+  EXPECT_THAT(text, HasSubstr("span.gen"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("span.chat")));
+}
+
+TEST(CompilePipelineTest, AnEmptyPipelineOnlyParses) {
+  codegen::CompileOptions options;
+  options.pipeline = "";
+  auto module = codegen::compileToModule("query q { chat { user \"hi\" } }\n",
+                                         "chat.span", options);
+  ASSERT_TRUE(bool(module)) << llvm::toString(module.takeError());
+  EXPECT_THAT(ir::toString(**module), HasSubstr("span.chat"));
+}
+
+TEST(CompilePipelineTest, UnknownPassesAreErrorsBeforeAnyInput) {
+  llvm::SourceMgr sourceMgr;
+  ir::DiagnosticEngine diagnostics(sourceMgr);
+  codegen::CompileOptions pipeline;
+  pipeline.pipeline = "plus-simplify,no-such-pass";
+  auto optimizer = codegen::Optimizer::create(diagnostics, pipeline);
+  ASSERT_FALSE(bool(optimizer));
+  EXPECT_THAT(llvm::toString(optimizer.takeError()), HasSubstr("no-such-pass"));
+  codegen::CompileOptions skip;
+  skip.skipPasses = {"no-such-pass"};
+  optimizer = codegen::Optimizer::create(diagnostics, skip);
+  ASSERT_FALSE(bool(optimizer));
+  EXPECT_THAT(llvm::toString(optimizer.takeError()),
+              HasSubstr("--skip-pass: no pass named 'no-such-pass'"));
 }
 
 } // namespace

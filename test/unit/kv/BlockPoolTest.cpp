@@ -212,4 +212,15 @@ TEST(KvCacheCapacity, RejectsMalformedOrEmptyCapacities) {
   }
 }
 
+TEST(KvCacheCapacity, RejectsCapacitiesThatOverflow) {
+  // 99999999999 GiB overflows 64 bits of bytes; 10^14 tokens are more
+  // blocks than a BlockId counts.
+  for (const char *text : {"99999999999GiB", "99999999999999"}) {
+    auto blocks = parseKvCacheCapacity(text, 16, 1 << 20);
+    ASSERT_FALSE(bool(blocks)) << text;
+    std::string message = llvm::toString(blocks.takeError());
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+  }
+}
+
 } // namespace

@@ -1,6 +1,6 @@
 //===- ChunkerTest.cpp - Tests of corpus chunking -------------------------===//
 
-#include "runtime/retrieval/Chunker.h"
+#include "retrieval/Chunker.h"
 
 #include "llvm/ADT/ArrayRef.h"
 

@@ -1,6 +1,6 @@
 //===- CorpusIndexTest.cpp - Tests of the FTS5 corpus index ---------------===//
 
-#include "runtime/retrieval/CorpusIndex.h"
+#include "retrieval/CorpusIndex.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

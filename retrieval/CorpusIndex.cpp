@@ -1,6 +1,6 @@
 //===- CorpusIndex.cpp - SQLite FTS5 (BM25) index of a corpus folder ------===//
 
-#include "runtime/retrieval/CorpusIndex.h"
+#include "retrieval/CorpusIndex.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"

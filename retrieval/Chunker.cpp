@@ -1,6 +1,6 @@
 //===- Chunker.cpp - Split corpus text into retrieval fragments -----------===//
 
-#include "runtime/retrieval/Chunker.h"
+#include "retrieval/Chunker.h"
 
 #include "llvm/ADT/ArrayRef.h"
 

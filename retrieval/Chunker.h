@@ -6,8 +6,8 @@
 // byte range of the file, so it always knows where it came from.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_RETRIEVAL_CHUNKER_H
-#define SPANC_RUNTIME_RETRIEVAL_CHUNKER_H
+#ifndef SPANC_RETRIEVAL_CHUNKER_H
+#define SPANC_RETRIEVAL_CHUNKER_H
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -54,4 +54,4 @@ llvm::SmallVector<Chunk, 8> chunkText(llvm::StringRef text,
 
 } // namespace spanc::retrieval
 
-#endif // SPANC_RUNTIME_RETRIEVAL_CHUNKER_H
+#endif // SPANC_RETRIEVAL_CHUNKER_H

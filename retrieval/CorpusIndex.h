@@ -6,10 +6,10 @@
 // re-chunks only the files that changed and drops those that are gone.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_RETRIEVAL_CORPUSINDEX_H
-#define SPANC_RUNTIME_RETRIEVAL_CORPUSINDEX_H
+#ifndef SPANC_RETRIEVAL_CORPUSINDEX_H
+#define SPANC_RETRIEVAL_CORPUSINDEX_H
 
-#include "runtime/retrieval/Chunker.h"
+#include "retrieval/Chunker.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -101,4 +101,4 @@ std::string toMatchExpression(llvm::StringRef text, unsigned maxTerms = 64);
 
 } // namespace spanc::retrieval
 
-#endif // SPANC_RUNTIME_RETRIEVAL_CORPUSINDEX_H
+#endif // SPANC_RETRIEVAL_CORPUSINDEX_H

@@ -1,0 +1,429 @@
+//===- AttentionAvx512.cpp - The AVX-512 attention tile steps -------------===//
+//
+// Needs blockSize 16 and headDim % 16 == 0. Two tile steps: decode-size
+// tiles (foldBlockByRow) score one vector of slots per row; prefill tiles
+// (foldBlockByDim) hold the 16 rows as vector lanes, so the softmax
+// bookkeeping is lane-wise with no horizontal reduction per row. Both do
+// the same float operations per row in the same order (test:
+// RowResultsDoNotDependOnTheTile), because the executor needs a span-cache
+// hit's short tail to give the bits the long prompt gave. P.V runs over
+// groups of rows sharing each value load.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/cpu/AttentionInternal.h"
+
+#include "runtime/kernels/cpu/Half.h"
+
+// GCC 12 reports its own _mm512_reduce_* intrinsics (which start from an
+// "undefined" vector on purpose) as maybe-uninitialized under -Werror.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace spanc::cpu::attention {
+
+template <typename Element>
+SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
+                                       const Element *keyBlock,
+                                       int64_t logicalStart, float *out) {
+  const RopeTable &table = *context.options->keyRope;
+  const int headDim = context.shape->headDim;
+  const int rotaryDim = table.config().rotaryDim;
+  const int half = rotaryDim / 2;
+  const bool normal = table.config().order == RopeOrder::Normal;
+  for (int pair = 0; pair < half; ++pair) {
+    const int first = normal ? 2 * pair : pair;
+    const int second = normal ? 2 * pair + 1 : pair + half;
+    const __m512 c = _mm512_loadu_ps(table.cosByPosition(pair) + logicalStart);
+    const __m512 s = _mm512_loadu_ps(table.sinByPosition(pair) + logicalStart);
+    const __m512 a = load16(keyBlock + first * 16);
+    const __m512 b = load16(keyBlock + second * 16);
+    _mm512_storeu_ps(out + first * 16,
+                     _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+    _mm512_storeu_ps(out + second * 16,
+                     _mm512_add_ps(_mm512_mul_ps(a, s), _mm512_mul_ps(b, c)));
+  }
+  for (int dim = rotaryDim; dim < headDim; ++dim)
+    _mm512_storeu_ps(out + dim * 16, load16(keyBlock + dim * 16));
+}
+
+template void rotateKeyBlockAvx512<float>(const CallContext &, const float *,
+                                          int64_t, float *);
+template void rotateKeyBlockAvx512<uint16_t>(const CallContext &,
+                                             const uint16_t *, int64_t,
+                                             float *);
+
+SPANC_AVX512 void gatherQueriesByDim(const float *base,
+                                     const int32_t *rowOffsets, int rows,
+                                     int headDim, float scale,
+                                     float *queryByDim) {
+  const __mmask16 mask = __mmask16((1u << rows) - 1);
+  const __m512i offsets = _mm512_maskz_loadu_epi32(mask, rowOffsets);
+  const __m512 scales = _mm512_set1_ps(scale);
+  for (int dim = 0; dim < headDim; ++dim)
+    _mm512_store_ps(queryByDim + dim * kMaxRows,
+                    _mm512_maskz_mul_ps(mask,
+                                        _mm512_mask_i32gather_ps(
+                                            _mm512_setzero_ps(), mask, offsets,
+                                            base + dim, sizeof(float)),
+                                        scales));
+}
+
+namespace {
+
+/// count (a multiple of 16) elements as f32.
+template <typename Element>
+SPANC_AVX512 void widenBlock(const Element *in, int64_t count, float *out) {
+  for (int64_t index = 0; index < count; index += 16)
+    _mm512_storeu_ps(out + index, load16(in + index));
+}
+
+/// Scores of `Rows` query rows against the 16 slots of one block:
+/// out[r][slot] = sum_d query[r][d] * key[d][slot].
+template <int Rows, typename KeyElement>
+SPANC_AVX512 inline void scoreRows(const float *query, int headDim,
+                                   const KeyElement *keyBlock, float *out) {
+  __m512 accumulators[Rows];
+  for (int row = 0; row < Rows; ++row)
+    accumulators[row] = _mm512_setzero_ps();
+  for (int dim = 0; dim < headDim; ++dim) {
+    __m512 keys = load16(keyBlock + dim * 16);
+    for (int row = 0; row < Rows; ++row)
+      accumulators[row] = _mm512_fmadd_ps(
+          _mm512_set1_ps(query[row * headDim + dim]), keys, accumulators[row]);
+  }
+  for (int row = 0; row < Rows; ++row)
+    _mm512_storeu_ps(out + row * 16, accumulators[row]);
+}
+
+template <typename KeyElement>
+SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
+                            const KeyElement *keyBlock, float *out) {
+  int row = 0;
+  for (; row + 8 <= rows; row += 8)
+    scoreRows<8>(query + row * headDim, headDim, keyBlock, out + row * 16);
+  switch (rows - row) {
+  case 7:
+    scoreRows<7>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 6:
+    scoreRows<6>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 5:
+    scoreRows<5>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 4:
+    scoreRows<4>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 3:
+    scoreRows<3>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 2:
+    scoreRows<2>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  case 1:
+    scoreRows<1>(query + row * headDim, headDim, keyBlock, out + row * 16);
+    break;
+  default:
+    break;
+  }
+}
+
+/// P.V for `Rows` consecutive rows that see the same `count` slots of a
+/// block, over `Chunks` 16-dim chunks: each value vector is loaded once for
+/// all rows, and the Rows x Chunks accumulator chains are independent (one
+/// row's chunks are too few chains to hide the FMA latency). Row r's weight
+/// of slot s is weights[r * rowStep + s * slotStep]. Every row computes
+/// exactly
+///   acc = acc * correction; for slot in [0, count): acc += w[slot] * v[slot]
+/// in that order, so its result does not depend on which rows share the
+/// group.
+template <int Rows, int Chunks, typename ValueElement>
+SPANC_AVX512 inline void
+accumulateRows(float *accumulator, int headDim, const float *corrections,
+               const float *weights, int rowStep, int slotStep,
+               const ValueElement *value, int count) {
+  __m512 sums[Rows][Chunks];
+  for (int row = 0; row < Rows; ++row) {
+    const __m512 scale = _mm512_set1_ps(corrections[row]);
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      sums[row][chunk] = _mm512_mul_ps(
+          _mm512_loadu_ps(accumulator + row * headDim + chunk * 16), scale);
+  }
+  for (int slot = 0; slot < count; ++slot) {
+    __m512 values[Chunks];
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      values[chunk] = load16(value + slot * headDim + chunk * 16);
+    for (int row = 0; row < Rows; ++row) {
+      const __m512 weight =
+          _mm512_set1_ps(weights[row * rowStep + slot * slotStep]);
+      for (int chunk = 0; chunk < Chunks; ++chunk)
+        sums[row][chunk] =
+            _mm512_fmadd_ps(weight, values[chunk], sums[row][chunk]);
+    }
+  }
+  for (int row = 0; row < Rows; ++row)
+    for (int chunk = 0; chunk < Chunks; ++chunk)
+      _mm512_storeu_ps(accumulator + row * headDim + chunk * 16,
+                       sums[row][chunk]);
+}
+
+/// accumulateRows over all chunks of the head, four at a time.
+template <int Rows, typename ValueElement>
+SPANC_AVX512 inline void
+accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
+                   const float *weights, int rowStep, int slotStep,
+                   const ValueElement *value, int count) {
+  const int chunks = headDim / 16;
+  int chunk = 0;
+  for (; chunk + 4 <= chunks; chunk += 4)
+    accumulateRows<Rows, 4>(accumulator + chunk * 16, headDim, corrections,
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
+  switch (chunks - chunk) {
+  case 3:
+    accumulateRows<Rows, 3>(accumulator + chunk * 16, headDim, corrections,
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
+    break;
+  case 2:
+    accumulateRows<Rows, 2>(accumulator + chunk * 16, headDim, corrections,
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
+    break;
+  case 1:
+    accumulateRows<Rows, 1>(accumulator + chunk * 16, headDim, corrections,
+                            weights, rowStep, slotStep, value + chunk * 16,
+                            count);
+    break;
+  default:
+    break;
+  }
+}
+
+/// Rows per P.V group: 4 rows x 4 chunks = 16 accumulators, plus the 4
+/// shared value vectors and a weight, fit the 32 vector registers.
+constexpr int kRowsPerGroup = 4;
+
+/// P.V of rows [firstRow, tile.rows) over runs of rows with the same count
+/// (all rows off the diagonal; on it, the heads of one token).
+template <typename ValueElement>
+SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
+                                 const int *counts, const float *corrections,
+                                 const float *weights, int rowStep,
+                                 int slotStep, const ValueElement *valueBlock) {
+  for (int row = firstRow; row < tile.rows;) {
+    int rows = 1;
+    while (rows < kRowsPerGroup && row + rows < tile.rows &&
+           counts[row + rows] == counts[row])
+      ++rows;
+    float *accumulator = tile.accumulator + row * headDim;
+    const float *rowWeights = weights + row * rowStep;
+    switch (rows) {
+    case 4:
+      accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    case 3:
+      accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    case 2:
+      accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    default:
+      accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
+                            rowStep, slotStep, valueBlock, counts[row]);
+      break;
+    }
+    row += rows;
+  }
+}
+
+/// The AVX-512 tile step for few rows (decode), scores one row vector per
+/// query row (blockSize 16, headDim % 16 == 0).
+template <typename KeyElement, typename ValueElement>
+SPANC_AVX512 void foldBlockByRow(const CallContext &context, TileState &tile,
+                                 const KeyElement *keyBlock,
+                                 const ValueElement *valueBlock, int valid,
+                                 int64_t logicalStart) {
+  const int headDim = context.shape->headDim;
+  alignas(64) float scores[kMaxRows * 16];
+  alignas(64) float blockMax[kMaxRows];
+  alignas(64) float corrections[kMaxRows];
+  alignas(64) float blockSums[kMaxRows] = {};
+  alignas(64) float weights[kMaxRows * 16];
+  alignas(64) int counts[kMaxRows];
+  const int firstRow = visibleRows(tile, valid, logicalStart, counts);
+  if (firstRow == tile.rows)
+    return;
+  scoreTile(tile.query + firstRow * headDim, tile.rows - firstRow, headDim,
+            keyBlock, scores + firstRow * 16);
+  const __m512 negativeInfinity = _mm512_set1_ps(kNegativeInfinity);
+  for (int row = 0; row < kMaxRows; ++row)
+    blockMax[row] = kNegativeInfinity;
+  for (int row = firstRow; row < tile.rows; ++row) {
+    __mmask16 mask = __mmask16((1u << counts[row]) - 1);
+    blockMax[row] = _mm512_reduce_max_ps(
+        _mm512_mask_loadu_ps(negativeInfinity, mask, scores + row * 16));
+  }
+  alignas(64) float newMax[kMaxRows];
+  _mm512_store_ps(newMax, updateMaxima(tile, firstRow, _mm512_load_ps(blockMax),
+                                       corrections));
+  for (int row = firstRow; row < tile.rows; ++row) {
+    __mmask16 mask = __mmask16((1u << counts[row]) - 1);
+    __m512 weightRow = _mm512_maskz_mov_ps(
+        mask,
+        exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + row * 16),
+                             _mm512_set1_ps(newMax[row]))));
+    // sumLanes' tree, which foldBlockByDim reproduces lane-wise over 16
+    // rows at once.
+    blockSums[row] = sumLanes(weightRow);
+    _mm512_store_ps(weights + row * 16, weightRow);
+  }
+  updateSums(tile, firstRow, corrections, _mm512_load_ps(blockSums));
+  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 16, 1,
+                 valueBlock);
+}
+
+/// The AVX-512 tile step for many rows (prefill), with the rows as vector
+/// lanes: scores are one vector of 16 rows per key slot (queries
+/// dimension-major, each key element broadcast), so the block max, the
+/// weights and their sums are lane-wise over rows instead of horizontal
+/// reductions per row. Each row's operations are exactly foldBlockByRow's:
+/// the same FMA chain over dims per score, max (exact in any order), the
+/// same exp512 per lane and sumLanes' tree order for the block sum; so a
+/// row gives the same bits in a decode-size tile as in a full one. Keys and
+/// values are f32 (callers widen f16 blocks for tiles this large).
+SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
+                                 const float *keyBlock, const float *valueBlock,
+                                 int valid, int64_t logicalStart) {
+  const int headDim = context.shape->headDim;
+  alignas(64) int counts[kMaxRows];
+  alignas(64) float corrections[kMaxRows];
+  alignas(64) float weights[16 * kMaxRows]; ///< [slot][row]
+  const int firstRow = visibleRows(tile, valid, logicalStart, counts);
+  if (firstRow == tile.rows)
+    return;
+  __m512 scores[16];
+  for (int slot = 0; slot < 16; ++slot)
+    scores[slot] = _mm512_setzero_ps();
+  for (int dim = 0; dim < headDim; ++dim) {
+    const __m512 query = _mm512_load_ps(tile.queryByDim + dim * kMaxRows);
+    const float *keys = keyBlock + dim * 16;
+    for (int slot = 0; slot < 16; ++slot)
+      scores[slot] =
+          _mm512_fmadd_ps(query, _mm512_set1_ps(keys[slot]), scores[slot]);
+  }
+  const __m512i rowCounts =
+      _mm512_load_si512(reinterpret_cast<const void *>(counts));
+  __mmask16 sees[16]; ///< per slot: the rows that see it
+  __m512 blockMax = _mm512_set1_ps(kNegativeInfinity);
+  for (int slot = 0; slot < 16; ++slot) {
+    sees[slot] = _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot));
+    blockMax = _mm512_mask_max_ps(blockMax, sees[slot], blockMax, scores[slot]);
+  }
+  const __m512 newMax = updateMaxima(tile, firstRow, blockMax, corrections);
+  for (int slot = 0; slot < 16; ++slot)
+    scores[slot] = _mm512_maskz_mov_ps(
+        sees[slot], exp512(_mm512_sub_ps(scores[slot], newMax)));
+  for (int slot = 0; slot < 16; ++slot)
+    _mm512_store_ps(weights + slot * kMaxRows, scores[slot]);
+  for (int slot = 0; slot < 8; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 8]);
+  for (int slot = 0; slot < 4; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 4]);
+  for (int slot = 0; slot < 2; ++slot)
+    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 2]);
+  updateSums(tile, firstRow, corrections, _mm512_add_ps(scores[0], scores[1]));
+  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 1,
+                 kMaxRows, valueBlock);
+}
+
+} // namespace
+
+template <typename Element>
+void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
+                     TileState &tile, float *blockCache,
+                     int32_t *blockCacheTags) {
+  const PagedAttentionBatch &batch = *context.batch;
+  const PagedKvView &kv = *context.kv;
+  const int headDim = context.shape->headDim;
+  const int64_t lastLimit = tile.limit[tile.rows - 1];
+  alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  alignas(64) float widenedKeys[kMaxHeadDim * 16];
+  alignas(64) float widenedValues[kMaxHeadDim * 16];
+  for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
+    int valid = batch.validTokens[page];
+    int64_t logicalStart = context.pageStarts[page];
+    if (logicalStart > lastLimit)
+      break;
+    if (valid == 0)
+      continue;
+    int64_t block = batch.blockIds[page];
+    const int64_t offset = block * kv.blockStride + item.kvHead * kv.headStride;
+    const Element *keyBlock = static_cast<const Element *>(kv.keys) + offset;
+    const Element *valueBlock =
+        static_cast<const Element *>(kv.values) + offset;
+    // Tiles of many rows read each K/V element many times: widen the
+    // block to f32 once (two loads per element per tile are cheaper than
+    // a conversion per FMA); decode-size tiles convert as they load.
+    const bool manyRows = tile.rows > kRowsToWidenBlock;
+    const bool widen = !std::is_same_v<Element, float> && manyRows;
+    const int64_t blockElements = int64_t(headDim) * 16;
+    if (manyRows && blockCache) {
+      // The thread's f32 copy of this page for this KV head, made by the
+      // first of its tiles that reads the page.
+      float *cachedKeys = blockCache + int64_t(page) * 2 * blockElements;
+      float *cachedValues = cachedKeys + blockElements;
+      if (blockCacheTags[page] != item.kvHead + 1) {
+        if (context.options->keyRope)
+          rotateKeyBlockAvx512(context, keyBlock, logicalStart, cachedKeys);
+        else
+          widenBlock(keyBlock, blockElements, cachedKeys);
+        widenBlock(valueBlock, int64_t(valid) * headDim, cachedValues);
+        blockCacheTags[page] = item.kvHead + 1;
+      }
+      foldBlockByDim(context, tile, cachedKeys, cachedValues, valid,
+                     logicalStart);
+      continue;
+    }
+    const float *keys = nullptr;
+    if (context.options->keyRope) {
+      rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
+      keys = rotatedKeys;
+    } else if (widen) {
+      widenBlock(keyBlock, blockElements, widenedKeys);
+      keys = widenedKeys;
+    }
+    if (manyRows) {
+      const float *values = nullptr;
+      if constexpr (std::is_same_v<Element, float>) {
+        if (!keys)
+          keys = keyBlock;
+        values = valueBlock;
+      } else {
+        widenBlock(valueBlock, int64_t(valid) * headDim, widenedValues);
+        values = widenedValues;
+      }
+      foldBlockByDim(context, tile, keys, values, valid, logicalStart);
+    } else if (keys) {
+      foldBlockByRow(context, tile, keys, valueBlock, valid, logicalStart);
+    } else {
+      foldBlockByRow(context, tile, keyBlock, valueBlock, valid, logicalStart);
+    }
+  }
+}
+
+template void foldPagesAvx512<float>(const CallContext &,
+                                     const AttentionWorkItem &, TileState &,
+                                     float *, int32_t *);
+template void foldPagesAvx512<uint16_t>(const CallContext &,
+                                        const AttentionWorkItem &, TileState &,
+                                        float *, int32_t *);
+
+} // namespace spanc::cpu::attention

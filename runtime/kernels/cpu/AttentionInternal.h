@@ -1,0 +1,145 @@
+//===- AttentionInternal.h - What the attention files share ---------------===//
+//
+// The tile state, the call context and the softmax bookkeeping that the
+// driver (Attention.cpp) and its per-instruction-set tile steps
+// (AttentionScalar.cpp, AttentionAvx512.cpp, AttentionAmx.cpp) share.
+// Internal to runtime/kernels/cpu:attention; callers include Attention.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H
+#define SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H
+
+#include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/VectorMath.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace spanc::cpu::attention {
+
+constexpr int kMaxRows = 16;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxBlockSize = 64;
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+/// What every tile of one call shares.
+struct CallContext {
+  const PagedAttentionShape *shape;
+  const PagedKvView *kv;
+  const PagedAttentionOptions *options;
+  const PagedAttentionBatch *batch;
+  const int64_t *pageStarts;
+  const float *queries;
+};
+
+/// The per-row online softmax state of one tile, plus its scaled queries.
+struct TileState {
+  int rows = 0;
+  int64_t limit[kMaxRows]; ///< last visible logical key index per row
+  /// Running max (-inf before any key); rows past `rows` stay -inf so the
+  /// fast path can treat the 16 maxima as one vector.
+  alignas(64) float maxScore[kMaxRows];
+  alignas(64) float sum[kMaxRows]; ///< running sum of exp(score - max)
+  alignas(64) float query[kMaxRows * kMaxHeadDim];
+  /// The same queries dimension-major (the 16 rows of one dim are one
+  /// vector; rows past `rows` zero) for foldBlockByDim.
+  alignas(64) float queryByDim[kMaxHeadDim * kMaxRows];
+  alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
+};
+
+/// Tiles of more rows than this widen f16 blocks to f32 once per block.
+constexpr int kRowsToWidenBlock = 4;
+
+/// The online softmax update of rows [firstRow, tile.rows) from this
+/// block's maxima: newMax = max(old, blockMax); correction = e^(old -
+/// newMax), 0 for a row's first block (old max -inf). One vector over the
+/// 16 rows, so no row pays a scalar exp per block.
+SPANC_AVX512 inline __m512 updateMaxima(TileState &tile, int firstRow,
+                                        __m512 blockMax, float *corrections) {
+  const __m512 oldMax = _mm512_load_ps(tile.maxScore);
+  const __m512 newMax = _mm512_max_ps(oldMax, blockMax);
+  const __mmask16 seen = _mm512_cmp_ps_mask(
+      oldMax, _mm512_set1_ps(kNegativeInfinity), _CMP_NEQ_OQ);
+  _mm512_store_ps(
+      corrections,
+      _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(oldMax, newMax))));
+  const __mmask16 rows =
+      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1));
+  _mm512_mask_store_ps(tile.maxScore, rows, newMax);
+  return newMax;
+}
+
+/// sum = sum * correction + blockSum for rows [firstRow, tile.rows).
+SPANC_AVX512 inline void updateSums(TileState &tile, int firstRow,
+                                    const float *corrections,
+                                    __m512 blockSums) {
+  const __mmask16 rows =
+      __mmask16(((1u << tile.rows) - 1) & ~((1u << firstRow) - 1));
+  const __m512 sums = _mm512_load_ps(tile.sum);
+  _mm512_mask_store_ps(
+      tile.sum, rows,
+      _mm512_add_ps(_mm512_mul_ps(sums, _mm512_load_ps(corrections)),
+                    blockSums));
+}
+
+/// The first row that sees any of the block (limits grow with the row, so
+/// every later row sees at least one slot), and each row's slot count.
+inline int visibleRows(const TileState &tile, int valid, int64_t logicalStart,
+                       int *counts) {
+  int firstRow = kMaxRows;
+  for (int row = 0; row < kMaxRows; ++row) {
+    int64_t count =
+        row < tile.rows
+            ? std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1)
+            : 0;
+    counts[row] = int(std::max<int64_t>(0, count));
+    if (count > 0 && firstRow == kMaxRows)
+      firstRow = row;
+  }
+  return std::min(firstRow, tile.rows);
+}
+
+/// The scalar path over the item's pages (any block size and head dim;
+/// the reference the fast paths are tested against).
+template <typename Element>
+void foldPagesScalar(const CallContext &context, const AttentionWorkItem &item,
+                     TileState &tile);
+
+/// The AVX-512 path over the item's pages (blockSize 16, headDim % 16 ==
+/// 0): decode-size tiles fold block by row, larger ones block by dim over
+/// f32 copies (through the per-thread block cache when it is set).
+template <typename Element>
+void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
+                     TileState &tile, float *blockCache,
+                     int32_t *blockCacheTags);
+
+/// The AMX path over the item's pages (f16 K/V, headDim % 32 == 0).
+void foldPagesAmx(const CallContext &context, const AttentionWorkItem &item,
+                  TileState &tile, float *blockCache, int32_t *blockCacheTags);
+
+/// Copies the block's K for one head into `out` as f32 with each slot
+/// rotated to its logical index (rope-in-kernel), for 16-slot blocks: a
+/// pair's two dimension rows are two vectors, its cos/sin at the 16
+/// consecutive logical indices two loads from the pair-major table (slots
+/// past the valid ones are rotated too, by the next positions' angles, and
+/// never scored). Same arithmetic as rotateHead (a*c - b*s, a*s + b*c).
+/// Instantiated for f32 and f16 in AttentionAvx512.cpp; the AMX path packs
+/// the rotated keys.
+template <typename Element>
+SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
+                                       const Element *keyBlock,
+                                       int64_t logicalStart, float *out);
+
+/// queryByDim[dim][row] = base[rowOffsets[row] + dim] * scale for the
+/// tile's rows, 0 for the 16 - rows lanes past them: one gather per dim
+/// instead of a scalar transposition (a split tile folds only a few pages,
+/// so its setup is not negligible).
+SPANC_AVX512 void gatherQueriesByDim(const float *base,
+                                     const int32_t *rowOffsets, int rows,
+                                     int headDim, float scale,
+                                     float *queryByDim);
+
+} // namespace spanc::cpu::attention
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H

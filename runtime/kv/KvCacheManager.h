@@ -1,24 +1,32 @@
 //===- KvCacheManager.h - Per-request block tables over the block pool ----===//
 //
-// Turns a request's segment list (DESIGN §5: prefix / span / tail, carried
-// out of band) into what the forward pass needs: the logical blocks with
-// their tokens and positions, which of them are reused from the cache and
-// which must be computed, the page list each segment's attention reads, and
-// the relocations reused span blocks need. It holds the request's block
-// references from admission to release, caches blocks once their K/V exist,
-// and once per scheduler step hands the step's relocations to CIDRA.
+// Turns a request's segment list (docs/ARCHITECTURE.md, "The plan": prefix
+// / span / tail, carried out of band) into what the forward pass needs: the
+// logical blocks with their tokens and positions, which of them are reused
+// from the cache and which must be computed, the page list each segment's
+// attention reads, and the relocations reused span blocks need. It holds
+// the request's block references from admission to release, caches blocks
+// once their K/V exist, and once per scheduler step hands the step's
+// relocations to CIDRA.
 //
 // Block layout of a request: every segment starts on a block boundary; the
 // unused slots of a segment's last block are padding that takes no position
 // (so the next segment's first token has the position right after this
-// segment's last token). A span's page list is its own blocks; a causal
-// segment's (prefix, tail) is every block before it in order, then its own.
-// Generated tokens extend the last segment, which must be causal.
+// segment's last token). A span's page list is its context's blocks (what
+// precedes its plus, or nothing: "Span attention"), then its own; a causal
+// segment's (prefix, tail, recompute run) is every block visible before it
+// in order, then its own. Generated tokens extend the last segment, which
+// must be causal.
 //
 // Hashes: a causal segment chains from the context of everything before it;
-// a span chains from the model's empty-context root, so it hashes the same
-// at any offset; after a span the context becomes join(context, span's last
-// hash), so a tail depends on every preceding segment, in order.
+// a span chains from the context before its plus (SpanContext::Prefix) or
+// from the model's empty-context root (Isolated, and spans that carry their
+// own conversation), so it hashes the same at any offset among its
+// siblings; after a span the context becomes join(context, span's last
+// hash), so a tail depends on every preceding segment, in order. A
+// recomputed run of span blocks (SpanOptions::recomputeBlocks,
+// recomputeEndBlocks) is a causal segment of its own, chained from what it
+// reads.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KV_KVCACHEMANAGER_H

@@ -882,4 +882,32 @@ TEST(SpanRecompute, AnExactRepeatHitsTheRecomputedHeadsAShuffleRecomputes) {
   ASSERT_POOL_OK(fixture.pool);
 }
 
+TEST(SpanRecompute, EndBlocksAreRecomputedAfterTheSpansKeptHead) {
+  BlockHasher hasher("m");
+  const SpanOptions options{SpanContext::Prefix, 0, 1};
+  auto plan = layoutRequest({prefix(tokens(16, 1)), span(tokens(40, 100)),
+                             span(tokens(40, 200)), tail(tokens(3, 300))},
+                            CacheMode::Span, options, BlockSize, hasher);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  // prefix 0, span A 1-3, span B 4-6, B's last block recomputed 7, tail 8.
+  ASSERT_EQ(plan->segments.size(), 5u);
+  const SegmentPlan &end = plan->segments[3];
+  EXPECT_TRUE(end.boundary);
+  EXPECT_EQ(end.numTokens, 8u);
+  EXPECT_EQ(end.firstToken, plan->blocks[6].firstToken);
+  EXPECT_EQ(end.firstPosition, plan->blocks[6].position);
+  EXPECT_EQ(end.contextSegments, 3u); // the prefix, A and B's kept blocks
+  // It reads B's first two blocks as cached, right after A.
+  EXPECT_EQ(end.pages, (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3, 4, 5, 7}));
+  EXPECT_EQ(plan->segments[4].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 1, 2, 3, 4, 5, 7, 8}));
+  // Its hash depends on the blocks it read: B's kept ones included.
+  EXPECT_EQ(end.parentHash,
+            hasher.join(hasher.join(hasher.join(plan->blocks[0].hash,
+                                                plan->blocks[3].hash),
+                                    plan->blocks[4].hash),
+                        plan->blocks[5].hash));
+  EXPECT_EQ(plan->segments[4].parentHash, plan->blocks[7].hash);
+}
+
 } // namespace

@@ -30,7 +30,11 @@ void addSpanModeOptions(po::options_description &options) {
        "with --cache=span, recompute the first N blocks of each span that " //
        "did not see everything before it, in its call's context; the "      //
        "tail reads those rows, the cached span stays as it is (costs N "    //
-       "blocks per span on a hit; 0: off)");
+       "blocks per span on a hit; 0: off)")                                 //
+      ("span-recompute-end",                                                //
+       po::value<unsigned>()->default_value(defaults.recomputeEndBlocks),   //
+       "with --cache=span, the same for the last N blocks of each such "    //
+       "span (they read the span's kept blocks before them)");
 }
 
 llvm::Expected<kv::SpanOptions>
@@ -41,10 +45,14 @@ readSpanModeOptions(const po::variables_map &values) {
     return context.takeError();
   options.context = *context;
   options.recomputeBlocks = values["span-recompute"].as<unsigned>();
-  if (options.recomputeBlocks > kMaxRecomputeBlocks)
-    return llvm::createStringError(
-        std::errc::invalid_argument, "--span-recompute %u: at most %u blocks",
-        options.recomputeBlocks, kMaxRecomputeBlocks);
+  options.recomputeEndBlocks = values["span-recompute-end"].as<unsigned>();
+  for (auto [name, value] :
+       {std::make_pair("--span-recompute", options.recomputeBlocks),
+        std::make_pair("--span-recompute-end", options.recomputeEndBlocks)})
+    if (value > kMaxRecomputeBlocks)
+      return llvm::createStringError(std::errc::invalid_argument,
+                                     "%s %u: at most %u blocks", name, value,
+                                     kMaxRecomputeBlocks);
   return options;
 }
 

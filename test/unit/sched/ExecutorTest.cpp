@@ -230,11 +230,15 @@ protected:
 const kv::SpanOptions kSpanModes[] = {{kv::SpanContext::Prefix, 0},
                                       {kv::SpanContext::Isolated, 0},
                                       {kv::SpanContext::Prefix, 1},
-                                      {kv::SpanContext::Isolated, 1}};
+                                      {kv::SpanContext::Isolated, 1},
+                                      {kv::SpanContext::Prefix, 0, 1}};
 std::string spanModeName(const kv::SpanOptions &options) {
   return std::string(kv::spanContextName(options.context)) +
          (options.recomputeBlocks
               ? "+recompute" + std::to_string(options.recomputeBlocks)
+              : "") +
+         (options.recomputeEndBlocks
+              ? "+end" + std::to_string(options.recomputeEndBlocks)
               : "");
 }
 const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0};

@@ -2,6 +2,7 @@
 
 #include "runtime/sched/Executor.h"
 
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Sampler.h"
 
@@ -78,10 +79,13 @@ Executor::~Executor() = default;
 llvm::Expected<std::unique_ptr<Executor>>
 Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
                  const ExecutorOptions &options) {
-  if (options.blockSize == 0 || options.blockSize > 256)
+  // The block size is bounded by the kernels' fixed arrays
+  // (runtime/kernels/cpu/Limits.h); KvStorage::create checks it again.
+  if (options.blockSize == 0 ||
+      options.blockSize > unsigned(cpu::kMaxBlockSize))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "block size must be in [1, 256], not %u",
-                                   options.blockSize);
+                                   "block size must be in [1, %d], not %u",
+                                   cpu::kMaxBlockSize, options.blockSize);
   if (options.stepTokenBudget < options.blockSize)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

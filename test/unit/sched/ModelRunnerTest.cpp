@@ -32,7 +32,11 @@ public:
 
   llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
                       model::ForwardOutput &output) override {
-    log.push_back("forward");
+    bool readsMarked = false;
+    for (const model::ForwardSequence &sequence : batch)
+      for (int32_t token : sequence.tokens)
+        readsMarked |= token >= markedTokens;
+    log.push_back(readsMarked ? "forward marked" : "forward");
     output.vocabSize = vocabSize;
     output.rowOffsets.assign(1, 0);
     bool promptSeen = false;
@@ -61,6 +65,8 @@ public:
 
   std::vector<std::string> log;
   int64_t tokens = 0;
+  /// A forward pass with a prompt token from here on logs "forward marked".
+  int32_t markedTokens = 1 << 30;
 
 private:
   int64_t vocabSize;
@@ -110,6 +116,33 @@ plan::Call &addCall(plan::Plan &plan, int firstToken, int count,
   return call;
 }
 
+/// The executor's loop: admit, schedule, run, update, copy.
+void runToCompletion(Scheduler &scheduler, ModelRunner &runner,
+                     const SchedulerOptions &options, const plan::Plan &plan,
+                     std::vector<CallOutcome> &outcomes,
+                     const TokenCallback &onToken) {
+  scheduler.beginRun(plan, outcomes);
+  runner.beginRun(plan, outcomes, onToken);
+  SchedulerOutput step;
+  RunnerOutput result;
+  int steps = 0;
+  while (scheduler.numDone() < plan.calls.size() && steps < 100) {
+    ++steps;
+    bool admitted = scheduler.admit();
+    if (!scheduler.hasRunning()) {
+      ASSERT_TRUE(admitted || scheduler.hasWaiting());
+      continue;
+    }
+    ASSERT_FALSE(bool(scheduler.schedule(step)));
+    EXPECT_LE(int64_t(step.tokens.size()), options.stepTokenBudget);
+    ASSERT_FALSE(bool(runner.execute(step, result)));
+    scheduler.update(step, result);
+    runner.copyBlocks(scheduler.blockCopies());
+  }
+  scheduler.endRun();
+  runner.endRun();
+}
+
 TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   TinyTokenizer tiny = tinyTokenizer();
   ASSERT_TRUE(tiny.tokenizer);
@@ -134,26 +167,7 @@ TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   TokenCallback onToken = [&](plan::CallId call, llvm::StringRef) {
     streamed.push_back(call);
   };
-  scheduler.beginRun(plan, outcomes);
-  runner.beginRun(plan, outcomes, onToken);
-  SchedulerOutput step;
-  RunnerOutput result;
-  int steps = 0;
-  while (scheduler.numDone() < plan.calls.size() && steps < 100) {
-    ++steps;
-    bool admitted = scheduler.admit();
-    if (!scheduler.hasRunning()) {
-      ASSERT_TRUE(admitted || scheduler.hasWaiting());
-      continue;
-    }
-    ASSERT_FALSE(bool(scheduler.schedule(step)));
-    EXPECT_LE(int64_t(step.tokens.size()), options.stepTokenBudget);
-    ASSERT_FALSE(bool(runner.execute(step, result)));
-    scheduler.update(step, result);
-    runner.copyBlocks(scheduler.blockCopies());
-  }
-  scheduler.endRun();
-  runner.endRun();
+  runToCompletion(scheduler, runner, options, plan, outcomes, onToken);
 
   ASSERT_EQ(outcomes.size(), 2u);
   for (size_t call = 0; call < 2; ++call) {
@@ -176,6 +190,43 @@ TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   // were fed through the backend.
   EXPECT_EQ(backend.tokens, 70 + 2 + 4);
   EXPECT_EQ(backend.log.front(), "forward");
+}
+
+TEST(ModelRunnerTest, WithReropeTheTailRunsAfterItsSpansWereMoved) {
+  TinyTokenizer tiny = tinyTokenizer();
+  ASSERT_TRUE(tiny.tokenizer);
+  RecordingBackend backend(tiny.tokenizer->vocabSize(),
+                           ordinaryToken(*tiny.tokenizer));
+  backend.markedTokens = 900; // the tail's tokens
+
+  kv::BlockPool pool(64, 16);
+  kv::KvCacheManager cache(pool, kv::BlockHasher("runner-test"),
+                           kv::CacheMode::Span, kv::RelocationMode::Rerope);
+  SchedulerOptions options;
+  Scheduler scheduler(cache, pool, options);
+  ModelRunner runner(backend, *tiny.tokenizer, /*keepFirstLogits=*/false);
+
+  plan::Plan plan;
+  plan::Call &call = addCall(plan, 100, 16, 2);
+  for (int first : {200, 300}) {
+    plan::PlanSegment &span = call.segments.emplace_back();
+    span.kind = kv::SegmentKind::Span;
+    std::vector<plan::TokenId> &tokens = span.pieces.emplace_back().tokens;
+    tokens.resize(16);
+    std::iota(tokens.begin(), tokens.end(), first);
+  }
+  plan::PlanSegment &tail = call.segments.emplace_back();
+  tail.kind = kv::SegmentKind::Tail;
+  tail.pieces.emplace_back().tokens = {900, 901, 902};
+  std::vector<CallOutcome> outcomes;
+  runToCompletion(scheduler, runner, options, plan, outcomes, nullptr);
+
+  ASSERT_TRUE(outcomes[0].succeeded) << outcomes[0].error;
+  // The prefix and the spans, then the spans' move, then the tail.
+  ASSERT_GE(backend.log.size(), 3u);
+  EXPECT_EQ(backend.log[0], "forward");
+  EXPECT_EQ(backend.log[1], "relocate");
+  EXPECT_EQ(backend.log[2], "forward marked");
 }
 
 } // namespace

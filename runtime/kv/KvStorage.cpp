@@ -3,6 +3,7 @@
 #include "runtime/kv/KvStorage.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/Limits.h"
 
 #include <sys/mman.h>
 
@@ -13,9 +14,7 @@ namespace spanc::kv {
 
 namespace {
 
-/// The AVX-512 write path's widest head (KvStorage allows any, the vector
-/// path is taken up to this).
-constexpr int kMaxHeadDim = 256;
+using cpu::kMaxHeadDim;
 
 /// Stores one run of `count` (<= 16) tokens into consecutive slots
 /// [firstSlot, firstSlot + count) of one block and head, any precision.
@@ -105,10 +104,16 @@ KvStorage::create(const KvStorageConfig &config) {
         "(%d) and blocks (%lld) must all be positive",
         config.numLayers, config.numKvHeads, config.headDim, config.blockSize,
         (long long)config.numBlocks);
-  if (config.blockSize > 64)
+  // The attention kernels' and the write path's fixed arrays
+  // (runtime/kernels/cpu/Limits.h).
+  if (config.blockSize > cpu::kMaxBlockSize)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "KV storage: block size %d exceeds 64",
-                                   config.blockSize);
+                                   "KV storage: block size %d exceeds %d",
+                                   config.blockSize, cpu::kMaxBlockSize);
+  if (config.headDim > cpu::kMaxHeadDim)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "KV storage: head dim %d exceeds %d",
+                                   config.headDim, cpu::kMaxHeadDim);
   std::unique_ptr<KvStorage> storage(new KvStorage(config));
   void *memory =
       mmap(nullptr, size_t(storage->sizeInBytes_), PROT_READ | PROT_WRITE,

@@ -2,6 +2,7 @@
 
 #include "runtime/model/ModelConfig.h"
 
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/model/Gguf.h"
 
 #include "llvm/ADT/StringSwitch.h"
@@ -109,6 +110,11 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
     return configError(file, "block_count, embedding_length, "
                              "feed_forward_length and the head counts must "
                              "be positive");
+  if (config.contextLength == 0 ||
+      config.contextLength > uint64_t(cpu::kMaxContextLength))
+    return configError(file, "context_length " + Twine(config.contextLength) +
+                                 " must be in [1, " +
+                                 Twine(cpu::kMaxContextLength) + "]");
   if (config.numHeads % config.numKvHeads != 0)
     return configError(file, "attention.head_count " + Twine(config.numHeads) +
                                  " is not a multiple of head_count_kv " +
@@ -117,9 +123,12 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
   if (Error error = readCount(file, arch, "attention.key_length",
                               config.headDim, defaultHeadDim))
     return error;
-  if (config.headDim == 0 || config.headDim % 2 != 0)
-    return configError(file, "head dimension " + Twine(config.headDim) +
-                                 " must be positive and even");
+  // The kernels' fixed arrays bound the head (runtime/kernels/cpu/Limits.h).
+  if (config.headDim == 0 || config.headDim % 2 != 0 ||
+      config.headDim > uint32_t(cpu::kMaxHeadDim))
+    return configError(
+        file, "attention.key_length (head dimension) " + Twine(config.headDim) +
+                  " must be even and in [2, " + Twine(cpu::kMaxHeadDim) + "]");
   if (Error error = readCount(file, arch, "rope.dimension_count",
                               config.rotaryDim, config.headDim))
     return error;

@@ -1,16 +1,11 @@
 //===- Executor.h - Runs a physical plan on a model and a paged KV cache --===//
 //
-// The fork/join executor and continuous-batching scheduler of DESIGN §6.
-// A call of the plan becomes ready when the calls it splices in have
-// finished; ready calls are admitted to the KV cache manager in plan order
-// (waiting when the cache is full, never corrupting it). Each step then
-// (1) applies the step's CIDRA relocation plan, (2) builds one forward
-// batch under a token budget — a decode token for every generating call
-// first, so long prefills never stall running decodes, then prefill chunks
-// of whole blocks — and (3) samples, streams and appends the new tokens.
-// A call that cannot grow when the cache is full preempts the most recently
-// admitted other call, which is re-admitted later with the tokens it had
-// generated as part of its prompt: no work is lost.
+// The fork/join executor of docs/ARCHITECTURE.md, "Running a plan": the
+// public face of the runtime. It owns the pieces — the KV cache manager and
+// block pool, a Backend (the CPU one: K/V storage and the model's forward
+// pass), the Scheduler that decides each step and the ModelRunner that runs
+// it — and loops admit → schedule → run → update until every call of the
+// plan finished or failed.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_SCHED_EXECUTOR_H
@@ -20,19 +15,25 @@
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/kv/KvStorage.h"
-#include "runtime/kv/RelocationExecutor.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
+#include "runtime/sched/CallOutcome.h"
 
-#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
-#include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
+namespace spanc::backend {
+class CpuBackend;
+} // namespace spanc::backend
+
 namespace spanc::sched {
+
+class ModelRunner;
+class Scheduler;
+struct SchedulerOutput;
+struct RunnerOutput;
 
 struct ExecutorOptions {
   kv::CacheMode cacheMode = kv::CacheMode::Span;
@@ -45,6 +46,8 @@ struct ExecutorOptions {
   /// What spans attend to and whether their heads are recomputed
   /// (--span-context, --span-recompute).
   kv::SpanOptions spanOptions;
+  /// Tokens per KV block, in [1, cpu::kMaxBlockSize]
+  /// (runtime/kernels/cpu/Limits.h).
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
   int64_t cacheTokens = 65536;
@@ -59,52 +62,6 @@ struct ExecutorOptions {
   /// each compute it.
   bool shareInFlightBlocks = true;
 };
-
-/// Per-call figures for --stats.
-struct CallStats {
-  double queuedSeconds = 0; ///< ready → admitted
-  double ttftSeconds = 0;   ///< ready → first token sampled
-  double totalSeconds = 0;  ///< ready → finished
-  uint32_t promptTokens = 0;
-  uint32_t computedTokens = 0;  ///< prompt tokens prefilled
-  uint32_t reusedTokens = 0;    ///< prompt tokens found in the cache
-  uint32_t relocatedTokens = 0; ///< reused tokens whose K was re-rotated
-  uint32_t generatedTokens = 0;
-  uint32_t preemptions = 0;
-  double decodeSeconds = 0; ///< first token → finished
-  double hitRate() const {
-    return promptTokens ? double(reusedTokens) / promptTokens : 0.0;
-  }
-  double decodeTokensPerSecond() const {
-    return decodeSeconds > 0 && generatedTokens > 1
-               ? (generatedTokens - 1) / decodeSeconds
-               : 0.0;
-  }
-};
-
-struct CallOutcome {
-  bool succeeded = false;
-  std::string error; ///< why it failed
-  std::vector<kv::TokenId> tokens;
-  std::string text;
-  CallStats stats;
-  /// The logits the first token was sampled from, with
-  /// ExecutorOptions::keepFirstLogits (tests compare cache hits to misses).
-  std::vector<float> firstLogits;
-};
-
-/// Streaming: a piece of text call `call` just produced.
-using TokenCallback =
-    std::function<void(plan::CallId call, llvm::StringRef piece)>;
-
-/// Where a run stands, reported after every scheduler step (for a progress
-/// line; cheap to produce: no per-call scan).
-struct ExecutorProgress {
-  size_t callsDone = 0; ///< finished or failed
-  size_t callsTotal = 0;
-  uint64_t tokensGenerated = 0; ///< by all calls of this run so far
-};
-using ProgressCallback = std::function<void(const ExecutorProgress &)>;
 
 class Executor {
 public:
@@ -124,36 +81,23 @@ public:
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }
   /// The K/V memory (tests compare what relocation left there).
-  const kv::KvStorage &kvStorage() const { return *storage; }
+  const kv::KvStorage &kvStorage() const;
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
 
 private:
-  Executor() = default;
-  struct Active;
-  struct RunState;
-  struct StepBatch;
+  Executor();
 
-  bool admitReady(RunState &state);
-  llvm::Error applyRelocations(RunState &state);
-  llvm::Error step(RunState &state);
-  void finish(RunState &state, Active &active, bool succeeded,
-              std::string error);
-  bool preemptFor(RunState &state, Active &needy);
-  /// Makes the decode slot's copy-on-write copy and remembers the slot.
-  void takeSlot(Active &active, const kv::DecodeSlot &slot);
-  /// Blocks `active` may still need to reach its max_tokens.
-  uint64_t growthBlocks(const RunState &state, const Active &active) const;
-
-  model::Model *modelPtr = nullptr;
-  const model::Tokenizer *tokenizerPtr = nullptr;
   ExecutorOptions executorOptions;
-  std::unique_ptr<kv::KvStorage> storage;
   std::unique_ptr<kv::BlockPool> blockPool;
   std::unique_ptr<kv::KvCacheManager> cacheManager;
-  /// Applies CIDRA plans and decode copies with the model's exact RoPE.
-  std::unique_ptr<kv::RelocationExecutor> relocation;
-  kv::RequestId nextRequestId = 1;
+  /// The device: K/V memory, relocations and the forward pass.
+  std::unique_ptr<backend::CpuBackend> device;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ModelRunner> runner;
+  /// Reused by every step (no per-token allocation in the steady state).
+  std::unique_ptr<SchedulerOutput> stepOutput;
+  std::unique_ptr<RunnerOutput> runnerOutput;
 };
 
 } // namespace spanc::sched

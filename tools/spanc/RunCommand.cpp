@@ -12,6 +12,7 @@
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "runtime/kernels/cpu/Half.h"
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
@@ -235,6 +236,9 @@ loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
 
 int runRun(const std::vector<std::string> &args) {
   po::options_description options("Options");
+  // The range Executor::create accepts (runtime/kernels/cpu/Limits.h).
+  const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
+                                    std::to_string(cpu::kMaxBlockSize) + "]";
   options.add_options()                                                     //
       ("input", po::value<std::string>(),                                   //
        "a .span program, an spnl .json query or a .ir file")                //
@@ -259,7 +263,7 @@ int runRun(const std::vector<std::string> &args) {
        "KV cache capacity: tokens (65536), rounded down to whole blocks, " //
        "or memory (512MiB, 2GiB)")                                         //
       ("block-size", po::value<unsigned>()->default_value(16),             //
-       "tokens per KV cache block")                                        //
+       blockSizeHelp.c_str())                                              //
       ("step-tokens", po::value<int64_t>()->default_value(512),            //
        "token budget of one scheduler step (decode tokens + prefill)")     //
       ("tree-reduce", po::value<unsigned>()->default_value(0),             //

@@ -10,6 +10,7 @@
 #define SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H
 
 #include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <algorithm>
@@ -19,8 +20,8 @@
 namespace spanc::cpu::attention {
 
 constexpr int kMaxRows = 16;
-constexpr int kMaxHeadDim = 256;
-constexpr int kMaxBlockSize = 64;
+using cpu::kMaxBlockSize;
+using cpu::kMaxHeadDim;
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
 /// What every tile of one call shares.

@@ -12,6 +12,7 @@
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
@@ -25,7 +26,6 @@ namespace {
 constexpr int kLanes = 16;
 /// ggml's f16 vector step on AVX-512: four 16-lane registers.
 constexpr int kStep = 4 * kLanes;
-constexpr int kMaxHeadDim = 256;
 
 /// K/V element `index` (in elements from the layer's base) of `base`, in
 /// the view's storage precision, as f32.

@@ -22,7 +22,7 @@ using namespace spanc::model;
 namespace {
 
 /// A minimal decoder description of `arch` with a [64, 10] embedding.
-GgufWriter decoder(const std::string &arch) {
+GgufWriter decoder(const std::string &arch, uint32_t contextLength = 256) {
   GgufWriter writer;
   writer.addString("general.architecture", arch);
   writer.addUInt32(arch + ".block_count", 2);
@@ -30,7 +30,7 @@ GgufWriter decoder(const std::string &arch) {
   writer.addUInt32(arch + ".feed_forward_length", 128);
   writer.addUInt32(arch + ".attention.head_count", 4);
   writer.addUInt32(arch + ".attention.head_count_kv", 2);
-  writer.addUInt32(arch + ".context_length", 256);
+  writer.addUInt32(arch + ".context_length", contextLength);
   writer.addFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
   writer.addFloat32(arch + ".rope.freq_base", 1e6f);
   writer.addTensorF32("token_embd.weight", {64, 10},
@@ -119,6 +119,24 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_EQ(llvm::toString(configOf(scaling).takeError()),
             "m.gguf: metadata key 'llama.rope.scaling.type' is 'ntk' "
             "(supported: none, linear, yarn)");
+}
+
+TEST(ModelConfig, ShapesOutsideTheKernelsLimitsAreRefusedByName) {
+  // runtime/kernels/cpu/Limits.h: the attention and KV storage arrays.
+  GgufWriter wideHeads = decoder("llama");
+  wideHeads.addUInt32("llama.attention.key_length", 512);
+  auto config = configOf(wideHeads);
+  ASSERT_FALSE(static_cast<bool>(config));
+  std::string message = llvm::toString(config.takeError());
+  EXPECT_NE(message.find("attention.key_length"), std::string::npos) << message;
+  EXPECT_NE(message.find("256"), std::string::npos) << message;
+
+  for (uint32_t contextLength : {0u, (1u << 20) + 1}) {
+    auto refused = configOf(decoder("llama", contextLength));
+    ASSERT_FALSE(static_cast<bool>(refused));
+    message = llvm::toString(refused.takeError());
+    EXPECT_NE(message.find("context_length"), std::string::npos) << message;
+  }
 }
 
 TEST(ModelConfig, MatchesSmolLM2sPublishedConfiguration) {

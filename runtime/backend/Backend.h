@@ -1,0 +1,43 @@
+//===- Backend.h - A device that runs forward steps over paged K/V --------===//
+//
+// The seam between the scheduler and a device (docs/ARCHITECTURE.md,
+// "Running a plan"). A backend owns the K/V memory of the paged cache and
+// runs what a step needs there: the block copies and CIDRA relocations the
+// cache manager planned, then one forward pass over a batch of page-listed
+// sequences. The scheduler and the model runner see only this interface, so
+// another device (CUDA) implements it without touching them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_BACKEND_BACKEND_H
+#define SPANC_RUNTIME_BACKEND_BACKEND_H
+
+#include "runtime/kv/RelocationPlanner.h"
+#include "runtime/model/Forward.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+namespace spanc::backend {
+
+class Backend {
+public:
+  virtual ~Backend();
+
+  /// Runs one step: decode sequences (model::RowKind::Decode) come first.
+  /// Each sequence's new tokens are the last ones of its page list; their
+  /// K/V are written into those slots. Fails, naming the sequence, before
+  /// touching the cache when a sequence is malformed.
+  virtual llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
+                              model::ForwardOutput &output) = 0;
+
+  /// Runs a CIDRA plan's batches in order (duplicates, ReRoPE moves).
+  virtual void relocate(const kv::RelocationPlan &plan) = 0;
+
+  /// Copies a block before its first write (a shared or cached block a
+  /// decode slot opens: kv::DecodeSlot::copy).
+  virtual void copyBlock(const kv::RelocationOp &copy) = 0;
+};
+
+} // namespace spanc::backend
+
+#endif // SPANC_RUNTIME_BACKEND_BACKEND_H

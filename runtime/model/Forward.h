@@ -1,0 +1,60 @@
+//===- Forward.h - The inputs and outputs of one forward step -------------===//
+//
+// A forward step runs a batch of sequences, each with its new tokens, their
+// positions and its page list over the KV storage (docs/ARCHITECTURE.md,
+// "The plan", page lists). These value types are what a scheduler hands a
+// backend (runtime/backend/Backend.h) and what Model::forward takes; they
+// carry no kernel or storage type, so a backend of another device uses them
+// as they are.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_MODEL_FORWARD_H
+#define SPANC_RUNTIME_MODEL_FORWARD_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::model {
+
+/// Which logits a sequence wants back.
+enum class LogitsRequest { None, Last, All };
+
+/// What a sequence's rows are, which picks their kernels. The choice is the
+/// row's own, never the step's, so a row rounds the same whatever shares
+/// its step (docs/ARCHITECTURE.md, "Numerics"): prompt rows take the packed
+/// bf16/f32 GEMMs and, where the CPU has it, AMX attention; decode rows
+/// multiply the 4/8-bit weights in place with int8 activations and keep
+/// f32 attention products.
+enum class RowKind {
+  Auto,   ///< one new token: Decode; more: Prompt
+  Prompt, ///< prompt tokens, however few (a short tail after a cache hit)
+  Decode, ///< a generated token fed back
+};
+
+/// One sequence of a forward step.
+struct ForwardSequence {
+  llvm::ArrayRef<int32_t> tokens;      ///< the new tokens
+  llvm::ArrayRef<int32_t> positions;   ///< their RoPE positions
+  llvm::ArrayRef<int32_t> blockIds;    ///< the page list, in logical order
+  llvm::ArrayRef<int32_t> validTokens; ///< valid leading slots per page
+  LogitsRequest logits = LogitsRequest::Last;
+  RowKind rows = RowKind::Auto;
+};
+
+/// What forward() returns: logits rows, vocabSize floats each, in sequence
+/// order; sequence s owns rows [rowOffsets[s], rowOffsets[s+1]).
+struct ForwardOutput {
+  std::vector<float> logits;
+  llvm::SmallVector<int64_t, 8> rowOffsets;
+  int64_t vocabSize = 0;
+  const float *row(int64_t index) const {
+    return logits.data() + index * vocabSize;
+  }
+};
+
+} // namespace spanc::model
+
+#endif // SPANC_RUNTIME_MODEL_FORWARD_H

@@ -1,0 +1,71 @@
+//===- CallOutcome.h - What a run reports per call, and its callbacks -----===//
+//
+// The results of Executor::run (one CallOutcome per call of the plan), the
+// per-call statistics of --stats, and the streaming and progress callbacks.
+// The scheduler records timing and cache figures, the model runner what the
+// call generated (docs/ARCHITECTURE.md, "Running a plan").
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_SCHED_CALLOUTCOME_H
+#define SPANC_RUNTIME_SCHED_CALLOUTCOME_H
+
+#include "plan/Plan.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace spanc::sched {
+
+/// Per-call figures for --stats.
+struct CallStats {
+  double queuedSeconds = 0; ///< ready → admitted
+  double ttftSeconds = 0;   ///< ready → first token sampled
+  double totalSeconds = 0;  ///< ready → finished
+  uint32_t promptTokens = 0;
+  uint32_t computedTokens = 0;  ///< prompt tokens prefilled
+  uint32_t reusedTokens = 0;    ///< prompt tokens found in the cache
+  uint32_t relocatedTokens = 0; ///< reused tokens whose K was re-rotated
+  uint32_t generatedTokens = 0;
+  uint32_t preemptions = 0;
+  double decodeSeconds = 0; ///< first token → finished
+  double hitRate() const {
+    return promptTokens ? double(reusedTokens) / promptTokens : 0.0;
+  }
+  double decodeTokensPerSecond() const {
+    return decodeSeconds > 0 && generatedTokens > 1
+               ? (generatedTokens - 1) / decodeSeconds
+               : 0.0;
+  }
+};
+
+struct CallOutcome {
+  bool succeeded = false;
+  std::string error; ///< why it failed
+  std::vector<plan::TokenId> tokens;
+  std::string text;
+  CallStats stats;
+  /// The logits the first token was sampled from, with
+  /// ExecutorOptions::keepFirstLogits (tests compare cache hits to misses).
+  std::vector<float> firstLogits;
+};
+
+/// Streaming: a piece of text call `call` just produced.
+using TokenCallback =
+    std::function<void(plan::CallId call, llvm::StringRef piece)>;
+
+/// Where a run stands, reported after every scheduler step (for a progress
+/// line; cheap to produce: no per-call scan).
+struct ExecutorProgress {
+  size_t callsDone = 0; ///< finished or failed
+  size_t callsTotal = 0;
+  uint64_t tokensGenerated = 0; ///< by all calls of this run so far
+};
+using ProgressCallback = std::function<void(const ExecutorProgress &)>;
+
+} // namespace spanc::sched
+
+#endif // SPANC_RUNTIME_SCHED_CALLOUTCOME_H

@@ -1,0 +1,111 @@
+//===- ModelRunner.cpp - Runs a scheduled step on a backend and samples ---===//
+
+#include "runtime/sched/ModelRunner.h"
+
+#include "llvm/ADT/StringRef.h"
+
+namespace spanc::sched {
+
+ModelRunner::ModelRunner(backend::Backend &backend,
+                         const model::Tokenizer &tokenizer,
+                         bool keepFirstLogits)
+    : device(backend), tokenizer(tokenizer), keepFirstLogits(keepFirstLogits) {}
+
+void ModelRunner::beginRun(const plan::Plan &newPlan,
+                           std::vector<CallOutcome> &runOutcomes,
+                           const TokenCallback &tokenCallback) {
+  plan = &newPlan;
+  outcomes = &runOutcomes;
+  onToken = &tokenCallback;
+  samplers.clear();
+  samplers.resize(newPlan.calls.size());
+  generated = 0;
+}
+
+void ModelRunner::endRun() {
+  plan = nullptr;
+  outcomes = nullptr;
+  onToken = nullptr;
+  samplers.clear();
+}
+
+model::Sampler &ModelRunner::samplerFor(plan::CallId call) {
+  std::unique_ptr<model::Sampler> &sampler = samplers[call];
+  if (!sampler) {
+    const plan::GenOptions &options = plan->calls[call].options;
+    model::SamplingParams params;
+    params.temperature = float(options.temperature);
+    params.topK = int(options.topK);
+    params.topP = float(options.topP);
+    params.seed = options.seed;
+    sampler = std::make_unique<model::Sampler>(params);
+  }
+  return *sampler;
+}
+
+void ModelRunner::copyBlocks(llvm::ArrayRef<kv::RelocationOp> copies) {
+  for (const kv::RelocationOp &copy : copies)
+    device.copyBlock(copy);
+}
+
+llvm::Error ModelRunner::execute(const SchedulerOutput &step,
+                                 RunnerOutput &result) {
+  result.clear();
+  // The moves and duplicates reused blocks need come before any read.
+  device.relocate(step.stepPlan.relocation);
+  if (step.sequences.empty())
+    return llvm::Error::success();
+
+  batch.clear();
+  for (const ScheduledSequence &scheduled : step.sequences) {
+    model::ForwardSequence &sequence = batch.emplace_back();
+    sequence.tokens = step.tokensOf(scheduled);
+    sequence.positions = step.positionsOf(scheduled);
+    sequence.blockIds = step.blockIdsOf(scheduled);
+    sequence.validTokens = step.validTokensOf(scheduled);
+    sequence.logits = scheduled.wantsLogits ? model::LogitsRequest::Last
+                                            : model::LogitsRequest::None;
+    sequence.rows = scheduled.rows;
+  }
+  if (llvm::Error error = device.forward(batch, forwardOutput))
+    return error;
+
+  // Sample, check for the end, record and stream.
+  for (size_t s = 0; s < step.sequences.size(); ++s) {
+    const ScheduledSequence &scheduled = step.sequences[s];
+    if (!scheduled.sample)
+      continue;
+    const plan::Call &call = plan->calls[scheduled.call];
+    CallOutcome &outcome = (*outcomes)[scheduled.call];
+    const float *logits = forwardOutput.row(forwardOutput.rowOffsets[s]);
+    if (scheduled.completesPrompt && keepFirstLogits &&
+        outcome.firstLogits.empty())
+      outcome.firstLogits.assign(logits, logits + forwardOutput.vocabSize);
+    SampledToken &sampled = result.sampled.emplace_back();
+    sampled.sequence = uint32_t(s);
+    sampled.token = samplerFor(scheduled.call)
+                        .sample(llvm::ArrayRef<float>(
+                            logits, size_t(forwardOutput.vocabSize)));
+    sampled.first =
+        outcome.tokens.empty() && outcome.stats.generatedTokens == 0;
+    sampled.endOfGeneration = tokenizer.isEndOfGeneration(sampled.token);
+    sampled.stop = sampled.endOfGeneration;
+    if (sampled.stop)
+      continue;
+    outcome.tokens.push_back(sampled.token);
+    ++outcome.stats.generatedTokens;
+    ++generated;
+    std::string piece = tokenizer.tokenToPiece(sampled.token, false);
+    outcome.text += piece;
+    if (*onToken && !call.cacheOnly)
+      (*onToken)(scheduled.call, piece);
+    for (const std::string &stopText : call.options.stop)
+      if (!stopText.empty() && llvm::StringRef(outcome.text).endswith(stopText))
+        sampled.stop = true;
+    if (int64_t(outcome.tokens.size()) >= call.options.maxTokens)
+      sampled.stop = true;
+  }
+  return llvm::Error::success();
+}
+
+} // namespace spanc::sched

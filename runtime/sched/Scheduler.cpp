@@ -1,0 +1,593 @@
+//===- Scheduler.cpp - Decides each step of a run: admission, batch,
+//preemption//
+
+#include "runtime/sched/Scheduler.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
+
+#include <algorithm>
+
+namespace spanc::sched {
+
+namespace {
+
+using Clock = Scheduler::Clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+} // namespace
+
+const char *waitingForName(WaitingFor reason) {
+  switch (reason) {
+  case WaitingFor::Admission:
+    return "admission";
+  case WaitingFor::BlocksInFlight:
+    return "blocks in flight";
+  case WaitingFor::CacheRoom:
+    return "cache room";
+  case WaitingFor::Readmission:
+    return "readmission";
+  }
+  return "?";
+}
+
+/// A call laid out for the KV cache: running, or parked while it waits.
+struct Scheduler::Request {
+  plan::CallId call = 0;
+  kv::RequestId request = 0;
+  std::vector<kv::Segment> segments; ///< the prompt as admitted
+  WaitingFor waitingFor = WaitingFor::Admission;
+  /// Index into the plan's runs, and blocks of that run done.
+  uint32_t runIndex = 0;
+  uint32_t blocksDone = 0;
+  bool decoding = false;
+  /// ReRoPE: the spans computed at their compute positions were queued for
+  /// their move (the run marked afterSpanRelocation may start once the
+  /// next step's relocations ran); `moveSpansAfterStep` asks for it.
+  bool spansMoved = false;
+  bool moveSpansAfterStep = false;
+  /// Generation is over; these tokens are still fed for their K/V only, so
+  /// later calls that splice the output in find it cached (see update()).
+  bool finishing = false;
+  std::vector<kv::TokenId> flushQueue;
+  /// The sampled token whose K/V the next step computes.
+  kv::TokenId pending = -1;
+  kv::DecodeSlot pendingSlot;
+  /// Generated tokens already folded into `segments` by preemptions.
+  size_t tokensInPrompt = 0;
+  Clock::time_point firstToken;
+  uint64_t admissionOrder = 0;
+};
+
+Scheduler::Scheduler(kv::KvCacheManager &cacheManager, kv::BlockPool &pool,
+                     const SchedulerOptions &options)
+    : cache(cacheManager), blockPool(pool), options(options) {}
+
+Scheduler::~Scheduler() = default;
+
+size_t Scheduler::numCalls() const { return plan ? plan->calls.size() : 0; }
+
+void Scheduler::beginRun(const plan::Plan &newPlan,
+                         std::vector<CallOutcome> &runOutcomes) {
+  plan = &newPlan;
+  outcomes = &runOutcomes;
+  const size_t count = newPlan.calls.size();
+  outcomes->assign(count, CallOutcome());
+  missingDependencies.assign(count, 0);
+  dependents.assign(count, {});
+  readyAt.assign(count, Clock::time_point());
+  done.assign(count, false);
+  outputs.assign(count, std::nullopt);
+  trailers.assign(count, std::nullopt);
+  waiting.clear();
+  parked.clear();
+  running.clear();
+  scheduled.clear();
+  copies.clear();
+  callsDone = 0;
+  admissions = 0;
+  for (const plan::Call &call : newPlan.calls)
+    for (const plan::PlanSegment &segment : call.segments)
+      for (const plan::Piece &piece : segment.pieces)
+        if (piece.call && !trailers[*piece.call])
+          trailers[*piece.call] = piece.trailer;
+  for (const plan::Call &call : newPlan.calls) {
+    missingDependencies[call.id] = uint32_t(call.dependencies.size());
+    for (plan::CallId dependency : call.dependencies)
+      dependents[dependency].push_back(call.id);
+    if (call.dependencies.empty()) {
+      waiting.push_back(call.id);
+      readyAt[call.id] = Clock::now();
+    }
+  }
+}
+
+void Scheduler::endRun() {
+  for (size_t id = 0; id < done.size(); ++id)
+    if (!done[id])
+      (*outcomes)[id].error = "not run: the plan could not make progress";
+  waiting.clear();
+  parked.clear();
+  running.clear();
+  scheduled.clear();
+  plan = nullptr;
+  outcomes = nullptr;
+}
+
+std::optional<WaitingFor> Scheduler::waitingFor(plan::CallId call) const {
+  auto found = parked.find(call);
+  if (found != parked.end())
+    return found->second->waitingFor;
+  if (llvm::is_contained(waiting, call))
+    return WaitingFor::Admission;
+  return std::nullopt;
+}
+
+void Scheduler::park(std::unique_ptr<Request> request, WaitingFor reason) {
+  request->waitingFor = reason;
+  plan::CallId call = request->call;
+  parked[call] = std::move(request);
+}
+
+bool Scheduler::admit() {
+  bool admittedAny = false;
+  // Calls held back for blocks in flight go back to the front, in order,
+  // however this returns.
+  llvm::SmallVector<plan::CallId, 4> heldBack;
+  auto restoreHeldBack = llvm::make_scope_exit([&] {
+    waiting.insert(waiting.begin(), heldBack.begin(), heldBack.end());
+  });
+  while (!waiting.empty()) {
+    plan::CallId callId = waiting.front();
+    const plan::Call &call = plan->calls[callId];
+
+    std::unique_ptr<Request> request;
+    auto found = parked.find(callId);
+    if (found != parked.end()) {
+      request = std::move(found->second);
+      parked.erase(found);
+    } else {
+      request = std::make_unique<Request>();
+      request->call = callId;
+      std::optional<std::vector<kv::Segment>> segments =
+          plan::resolveCall(call, outputs);
+      if (!segments) {
+        waiting.pop_front();
+        running.push_back(std::move(request));
+        finish(*running.back(), false,
+               "an output it splices in is missing (a call it depends on "
+               "failed)");
+        continue;
+      }
+      request->segments = std::move(*segments);
+    }
+
+    if (options.shareInFlightBlocks &&
+        cache.needsBlocksInFlight(request->segments)) {
+      park(std::move(request), WaitingFor::BlocksInFlight);
+      waiting.pop_front();
+      heldBack.push_back(callId);
+      continue;
+    }
+
+    // Admission control: besides its prompt (which admit() checks), a call
+    // needs room to grow to max_tokens, and so do the running ones. Taking
+    // that into account up front keeps preemption (which recomputes, and so
+    // may change a greedy near-tie) for when the estimate is wrong.
+    if (!running.empty()) {
+      uint64_t needed = growthBlocks(*request);
+      for (const kv::Segment &segment : request->segments)
+        needed +=
+            (segment.tokens.size() + options.blockSize - 1) / options.blockSize;
+      for (const auto &other : running)
+        needed += growthBlocks(*other);
+      if (needed > blockPool.numFreeBlocks()) {
+        park(std::move(request), WaitingFor::CacheRoom);
+        return admittedAny; // retry when a running call releases blocks
+      }
+    }
+    request->request = nextRequestId++;
+    kv::AdmitResult result = cache.admit(request->request, request->segments);
+    if (result.status == kv::AdmitStatus::Wait && !running.empty()) {
+      park(std::move(request), WaitingFor::CacheRoom);
+      return admittedAny; // retry when a running call releases blocks
+    }
+    waiting.pop_front();
+    if (result.status != kv::AdmitStatus::Admitted) {
+      running.push_back(std::move(request));
+      finish(*running.back(), false,
+             "the KV cache cannot hold this call: " + result.reason);
+      continue;
+    }
+    const kv::RequestPlan &requestPlan = cache.plan(request->request);
+    CallStats &stats = (*outcomes)[callId].stats;
+    request->waitingFor = WaitingFor::Admission;
+    request->admissionOrder = admissions++;
+    request->runIndex = 0;
+    request->blocksDone = 0;
+    request->decoding = false;
+    request->spansMoved = false;
+    request->moveSpansAfterStep = false;
+    stats.queuedSeconds = secondsSince(readyAt[callId]);
+    if (stats.preemptions == 0) {
+      // (Re-)admission after a deferral counts the final layout only.
+      stats.promptTokens = requestPlan.numPromptTokens;
+      stats.reusedTokens = requestPlan.numReusedTokens;
+      stats.computedTokens =
+          requestPlan.numPromptTokens - requestPlan.numReusedTokens;
+      stats.relocatedTokens = 0;
+      for (const kv::LogicalBlock &block : requestPlan.blocks)
+        if (block.reused &&
+            blockPool.storedPosition(block.block) != block.position &&
+            cache.relocationMode() == kv::RelocationMode::Rerope)
+          stats.relocatedTokens += block.numTokens;
+    }
+    if (requestPlan.runs.empty() || requestPlan.runs.back().firstToken +
+                                            requestPlan.runs.back().numTokens !=
+                                        requestPlan.numPromptTokens) {
+      // Every block hit: nothing produces the logits of the last prompt
+      // token. The cache manager keeps the last block a miss; this guards
+      // that contract.
+      cache.release(request->request);
+      running.push_back(std::move(request));
+      finish(*running.back(), false,
+             "internal error: the last prompt block was not scheduled for "
+             "computation");
+      continue;
+    }
+    running.push_back(std::move(request));
+    admittedAny = true;
+  }
+  return admittedAny;
+}
+
+uint64_t Scheduler::growthBlocks(const Request &request) const {
+  const plan::Call &call = plan->calls[request.call];
+  int64_t remaining = call.options.maxTokens -
+                      int64_t((*outcomes)[request.call].tokens.size()) + 1;
+  // One more for the copy-on-write of a cached or shared last block.
+  return uint64_t(std::max<int64_t>(remaining, 0) + options.blockSize - 1) /
+             options.blockSize +
+         1;
+}
+
+void Scheduler::requeue(Request &request, WaitingFor reason) {
+  auto found = llvm::find_if(
+      running, [&](const auto &other) { return other.get() == &request; });
+  waiting.push_front(request.call);
+  park(std::move(*found), reason);
+  running.erase(found);
+}
+
+void Scheduler::appendPages(const kv::RequestPlan &requestPlan,
+                            llvm::ArrayRef<uint32_t> pages,
+                            SchedulerOutput &output,
+                            ScheduledSequence &sequence) {
+  sequence.firstPage = uint32_t(output.blockIds.size());
+  sequence.numPages = uint32_t(pages.size());
+  for (uint32_t page : pages) {
+    output.blockIds.push_back(int32_t(requestPlan.blocks[page].block));
+    output.validTokens.push_back(int32_t(requestPlan.blocks[page].numTokens));
+  }
+}
+
+llvm::Error Scheduler::schedule(SchedulerOutput &output) {
+  output.clear();
+  scheduled.clear();
+  llvm::Expected<kv::StepPlan> stepPlan = cache.planStep();
+  if (!stepPlan)
+    return stepPlan.takeError();
+  output.stepPlan = std::move(*stepPlan);
+  // The plan's temporaries go back to the pool now: nothing allocates
+  // before the runner has run its batches, which come first in the step.
+  cache.finishStep(output.stepPlan);
+  // Requests whose duplicates did not fit were released: admit them again.
+  for (kv::RequestId id : llvm::reverse(output.stepPlan.deferred)) {
+    auto found = llvm::find_if(
+        running, [&](const auto &other) { return other->request == id; });
+    if (found != running.end())
+      requeue(**found, WaitingFor::Readmission);
+  }
+  if (running.empty())
+    return llvm::Error::success();
+
+  int64_t budget = options.stepTokenBudget;
+  // Decode first: one token for every generating call, so long prefills
+  // never stall running decodes (and Model::forward wants them first).
+  for (const auto &owned : running) {
+    Request &request = *owned;
+    if (!request.decoding)
+      continue;
+    const kv::RequestPlan &requestPlan = cache.plan(request.request);
+    ScheduledSequence &sequence = output.sequences.emplace_back();
+    sequence.call = request.call;
+    sequence.rows = model::RowKind::Decode;
+    sequence.wantsLogits = true;
+    sequence.sample = !request.finishing;
+    sequence.firstToken = uint32_t(output.tokens.size());
+    sequence.numTokens = 1;
+    output.tokens.push_back(request.pending);
+    output.positions.push_back(int32_t(request.pendingSlot.position));
+    appendPages(requestPlan, requestPlan.segments.back().pages, output,
+                sequence);
+    scheduled.push_back(&request);
+    --budget;
+  }
+  // Then prefill, whole blocks at a time, oldest call first.
+  const unsigned blockSize = options.blockSize;
+  for (const auto &owned : running) {
+    if (budget <= 0)
+      break;
+    Request &request = *owned;
+    if (request.decoding)
+      continue;
+    const kv::RequestPlan &requestPlan = cache.plan(request.request);
+    while (budget > 0 && request.runIndex < requestPlan.runs.size()) {
+      const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
+      if (run.afterSpanRelocation && !request.spansMoved) {
+        // Its spans were computed after their prefix, at other positions
+        // than they take here: they move first (after this step's forward
+        // pass, which may be computing them; docs/ARCHITECTURE.md, "Span
+        // attention").
+        request.moveSpansAfterStep = true;
+        break;
+      }
+      const kv::SegmentPlan &segment = requestPlan.segments[run.segment];
+      uint32_t take = 0;
+      int64_t tokens = 0;
+      while (request.blocksDone + take < run.numBlocks) {
+        const kv::LogicalBlock &block =
+            requestPlan.blocks[run.firstBlock + request.blocksDone + take];
+        if (tokens + block.numTokens > budget && take > 0)
+          break;
+        if (tokens + block.numTokens > budget && budget < blockSize &&
+            !output.sequences.empty())
+          break;
+        tokens += block.numTokens;
+        ++take;
+      }
+      if (take == 0)
+        break;
+      ScheduledSequence &sequence = output.sequences.emplace_back();
+      sequence.call = request.call;
+      sequence.rows = model::RowKind::Prompt;
+      sequence.firstToken = uint32_t(output.tokens.size());
+      for (uint32_t b = 0; b < take; ++b) {
+        const kv::LogicalBlock &block =
+            requestPlan.blocks[run.firstBlock + request.blocksDone + b];
+        for (uint32_t t = 0; t < block.numTokens; ++t) {
+          output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+          // Where its K is computed: a prefix-context span's ReRoPE
+          // position right after its prefix, not its place in the call.
+          output.positions.push_back(int32_t(block.computePosition + t));
+        }
+      }
+      sequence.numTokens = uint32_t(output.tokens.size()) - sequence.firstToken;
+      uint32_t numPages =
+          run.numPages - run.numBlocks + request.blocksDone + take;
+      appendPages(requestPlan,
+                  llvm::ArrayRef<uint32_t>(segment.pages).take_front(numPages),
+                  output, sequence);
+      budget -= tokens;
+      request.blocksDone += take;
+      if (request.blocksDone == run.numBlocks) {
+        ++request.runIndex;
+        request.blocksDone = 0;
+        sequence.completesPrompt = request.runIndex == requestPlan.runs.size();
+      }
+      sequence.wantsLogits = sequence.completesPrompt;
+      sequence.sample = sequence.completesPrompt;
+      scheduled.push_back(&request);
+    }
+  }
+  return llvm::Error::success();
+}
+
+void Scheduler::queueSpanMoves() {
+  // Spans computed by this step (or earlier) move before the next one.
+  for (const auto &request : running)
+    if (request->moveSpansAfterStep) {
+      request->moveSpansAfterStep = false;
+      request->spansMoved = true;
+      cache.relocateComputedSpans(request->request);
+    }
+}
+
+void Scheduler::failStep(const SchedulerOutput &, const std::string &message) {
+  copies.clear();
+  queueSpanMoves();
+  while (!running.empty())
+    finish(*running.back(), false, message);
+}
+
+void Scheduler::update(const SchedulerOutput &output,
+                       const RunnerOutput &result) {
+  copies.clear();
+  // After the forward pass, before the next planStep (which applies them).
+  queueSpanMoves();
+
+  // Commit, append, flush. Calls that finish are removed afterwards so
+  // that `scheduled` stays valid here.
+  std::vector<Request *> &finished = finishedScratch;
+  std::vector<Request *> &needSlot = needSlotScratch;
+  std::vector<Request *> &unsampled = unsampledScratch;
+  finished.clear();
+  needSlot.clear();
+  unsampled.clear();
+  const SampledToken *sampled = result.sampled.data();
+  const SampledToken *sampledEnd = sampled + result.sampled.size();
+  for (size_t s = 0; s < output.sequences.size(); ++s) {
+    const ScheduledSequence &sequence = output.sequences[s];
+    if (!sequence.wantsLogits)
+      continue;
+    Request &request = *scheduled[s];
+    if (request.finishing) {
+      // The fed token's K/V now exist: feed the next, or finish.
+      if (request.flushQueue.empty()) {
+        finished.push_back(&request);
+        continue;
+      }
+      kv::TokenId next = request.flushQueue.front();
+      request.flushQueue.erase(request.flushQueue.begin());
+      llvm::Expected<kv::DecodeSlot> slot =
+          cache.appendToken(request.request, next);
+      if (!slot) {
+        // Only the cache's benefit is lost: finish without the rest.
+        llvm::consumeError(slot.takeError());
+        finished.push_back(&request);
+        continue;
+      }
+      request.pending = next;
+      takeSlot(request, *slot);
+      continue;
+    }
+    if (sequence.completesPrompt) {
+      cache.commitPrefill(request.request);
+      request.decoding = true;
+    }
+    if (sampled == sampledEnd || sampled->sequence != s) {
+      unsampled.push_back(&request); // a runner that broke its contract
+      continue;
+    }
+    const SampledToken &token = *sampled++;
+    CallOutcome &outcome = (*outcomes)[request.call];
+    if (token.first) {
+      request.firstToken = Clock::now();
+      outcome.stats.ttftSeconds = secondsSince(readyAt[request.call]);
+    }
+    kv::TokenId next = token.token;
+    if (token.stop) {
+      // Later calls splice this output in as a whole assistant message
+      // (plus-distribute's x ⋈ G(x)): feed what they will see after the
+      // fed tokens — the last sampled token unless it ended generation,
+      // then the end-of-turn trailer — so their spans find every block of
+      // the message in the cache, the partial last one included.
+      const auto &trailer = trailers[request.call];
+      if (!trailer) {
+        finished.push_back(&request);
+        continue;
+      }
+      request.finishing = true;
+      request.flushQueue = *trailer;
+      if (token.endOfGeneration) {
+        if (request.flushQueue.empty()) {
+          finished.push_back(&request);
+          continue;
+        }
+        next = request.flushQueue.front();
+        request.flushQueue.erase(request.flushQueue.begin());
+      }
+    }
+    llvm::Expected<kv::DecodeSlot> slot =
+        cache.appendToken(request.request, next);
+    request.pending = next;
+    if (slot) {
+      takeSlot(request, *slot);
+      continue;
+    }
+    llvm::consumeError(slot.takeError());
+    needSlot.push_back(&request);
+  }
+  for (Request *request : finished)
+    finish(*request, true, "");
+  for (Request *request : unsampled)
+    finish(*request, false, "internal error: no token was sampled");
+  // Finished calls freed their blocks; calls that still cannot grow
+  // preempt others (never one of them mid-update: that loop is over).
+  for (Request *request : needSlot) {
+    if (!llvm::any_of(
+            running, [&](const auto &other) { return other.get() == request; }))
+      continue; // preempted for an earlier one; re-admitted later
+    llvm::Expected<kv::DecodeSlot> slot =
+        cache.appendToken(request->request, request->pending);
+    while (!slot) {
+      llvm::consumeError(slot.takeError());
+      if (!preemptFor(*request))
+        break;
+      slot = cache.appendToken(request->request, request->pending);
+    }
+    if (slot) {
+      takeSlot(*request, *slot);
+      continue;
+    }
+    llvm::consumeError(slot.takeError());
+    finish(*request, false,
+           "the KV cache is full and no other call can be preempted; give "
+           "it more room (--kv-cache)");
+  }
+  scheduled.clear();
+}
+
+void Scheduler::takeSlot(Request &request, const kv::DecodeSlot &slot) {
+  // The copy-on-write must run before anything else writes K/V:
+  // appendToken released the source block, and the next allocation
+  // (another call's append, an admission) may recycle it. The executor
+  // runs blockCopies() in order right after update().
+  if (slot.copy)
+    copies.push_back(*slot.copy);
+  request.pendingSlot = slot;
+  request.pendingSlot.copy.reset();
+}
+
+bool Scheduler::preemptFor(Request &needy) {
+  // The most recently admitted other call gives way (vLLM's policy): its
+  // blocks are released (and stay cached), and it is re-admitted later
+  // with what it generated as part of its prompt.
+  Request *victim = nullptr;
+  for (const auto &request : running)
+    if (request.get() != &needy &&
+        (!victim || request->admissionOrder > victim->admissionOrder))
+      victim = request.get();
+  if (!victim)
+    return false;
+  if (victim->finishing) {
+    // Its answer is complete; only the cache's benefit of the flush is lost.
+    finish(*victim, true, "");
+    return true;
+  }
+  CallOutcome &outcome = (*outcomes)[victim->call];
+  cache.release(victim->request);
+  ++outcome.stats.preemptions;
+  // Generated tokens (the pending one included) join the causal tail of
+  // the prompt it resumes with, so nothing is generated twice.
+  std::vector<kv::TokenId> &tail = victim->segments.back().tokens;
+  tail.insert(tail.end(), outcome.tokens.begin() + victim->tokensInPrompt,
+              outcome.tokens.end());
+  victim->tokensInPrompt = outcome.tokens.size();
+  requeue(*victim, WaitingFor::Readmission);
+  return true;
+}
+
+void Scheduler::finish(Request &request, bool succeeded, std::string error) {
+  plan::CallId callId = request.call;
+  CallOutcome &outcome = (*outcomes)[callId];
+  if (cache.contains(request.request))
+    cache.release(request.request);
+  outcome.succeeded = succeeded;
+  outcome.error = std::move(error);
+  outcome.stats.totalSeconds = secondsSince(readyAt[callId]);
+  if (outcome.stats.generatedTokens > 0)
+    outcome.stats.decodeSeconds =
+        std::chrono::duration<double>(Clock::now() - request.firstToken)
+            .count();
+  done[callId] = true;
+  ++callsDone;
+  if (succeeded)
+    outputs[callId] = outcome.tokens;
+  for (plan::CallId dependent : dependents[callId]) {
+    if (--missingDependencies[dependent] == 0) {
+      waiting.push_back(dependent);
+      readyAt[dependent] = Clock::now();
+    }
+  }
+  auto found = llvm::find_if(running, [&](const auto &candidate) {
+    return candidate.get() == &request;
+  });
+  if (found != running.end())
+    running.erase(found);
+}
+
+} // namespace spanc::sched

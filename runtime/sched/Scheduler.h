@@ -1,0 +1,153 @@
+//===- Scheduler.h - Decides each step of a run: admission, batch, preemption//
+//
+// The scheduler half of the executor (docs/ARCHITECTURE.md, "Running a
+// plan"). It tracks the plan's calls from ready to done, admits ready calls
+// to the KV cache manager (holding back a call that would miss a block in
+// flight, and one the cache cannot hold with room to grow), asks CIDRA for
+// the step's relocations, and fills a SchedulerOutput: a decode token for
+// every generating call first, then prefill chunks of whole blocks under
+// the step's token budget. It applies the runner's report: commits
+// prefills, appends sampled tokens (preempting the most recently admitted
+// call when the cache is full), flushes trailers after generation and
+// finishes calls. It never touches K/V memory or a model: the block copies
+// its appends need are handed out (blockCopies) for a backend to run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_SCHED_SCHEDULER_H
+#define SPANC_RUNTIME_SCHED_SCHEDULER_H
+
+#include "plan/Plan.h"
+#include "runtime/kv/BlockPool.h"
+#include "runtime/kv/KvCacheManager.h"
+#include "runtime/sched/CallOutcome.h"
+#include "runtime/sched/SchedulerOutput.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Error.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spanc::sched {
+
+struct SchedulerOptions {
+  unsigned blockSize = 16;
+  /// Tokens one forward step may process (decode tokens + prefill chunks).
+  int64_t stepTokenBudget = 512;
+  /// See ExecutorOptions::shareInFlightBlocks.
+  bool shareInFlightBlocks = true;
+};
+
+/// What a call that is not running waits for.
+enum class WaitingFor {
+  /// Admission in plan order: it became ready and was not tried yet.
+  Admission,
+  /// A running call to commit a block it would otherwise compute again
+  /// (in-flight sharing); other calls are admitted past it.
+  BlocksInFlight,
+  /// Room in the cache for its prompt and its growth: retried, ahead of
+  /// later calls, when a running call releases blocks.
+  CacheRoom,
+  /// Re-admission after it gave way: preempted for another call's growth,
+  /// or deferred because the copies its relocations need did not fit. It
+  /// resumes with what it generated as part of its prompt.
+  Readmission,
+};
+
+const char *waitingForName(WaitingFor reason);
+
+class Scheduler {
+public:
+  using Clock = std::chrono::steady_clock;
+
+  Scheduler(kv::KvCacheManager &cacheManager, kv::BlockPool &pool,
+            const SchedulerOptions &options);
+  ~Scheduler();
+
+  /// Starts a run of `plan`; results go to `outcomes` (one per call, which
+  /// the runner fills with what calls generate).
+  void beginRun(const plan::Plan &plan, std::vector<CallOutcome> &outcomes);
+  /// Marks the calls that never ran and drops the run's state.
+  void endRun();
+
+  /// Admits ready calls in plan order until one must wait. Returns whether
+  /// any was admitted.
+  bool admit();
+  /// Fills `output` with this step's decisions: the CIDRA plan (which may
+  /// defer new calls back to waiting), then the batch. Fails when CIDRA
+  /// cannot plan the step.
+  llvm::Error schedule(SchedulerOutput &output);
+  /// Applies the runner's report on the step `output` described.
+  void update(const SchedulerOutput &output, const RunnerOutput &result);
+  /// The step failed as a whole (a malformed batch): every running call
+  /// fails with `message`.
+  void failStep(const SchedulerOutput &output, const std::string &message);
+  /// The copy-on-write copies the last update()'s appends need, in order:
+  /// run them before anything else writes K/V (kv::DecodeSlot::copy).
+  llvm::ArrayRef<kv::RelocationOp> blockCopies() const { return copies; }
+
+  size_t numCalls() const;
+  size_t numDone() const { return callsDone; }
+  bool hasRunning() const { return !running.empty(); }
+  bool hasWaiting() const { return !waiting.empty(); }
+  /// What a waiting call waits for (std::nullopt when it is not waiting).
+  std::optional<WaitingFor> waitingFor(plan::CallId call) const;
+
+private:
+  struct Request;
+
+  /// Blocks `request` may still need to reach its max_tokens.
+  uint64_t growthBlocks(const Request &request) const;
+  void park(std::unique_ptr<Request> request, WaitingFor reason);
+  /// Moves a running request back to the front of the waiting queue.
+  void requeue(Request &request, WaitingFor reason);
+  void finish(Request &request, bool succeeded, std::string error);
+  bool preemptFor(Request &needy);
+  /// Remembers the decode slot and hands its copy-on-write copy out.
+  void takeSlot(Request &request, const kv::DecodeSlot &slot);
+  /// Queues the span moves the step asked for (after its forward pass).
+  void queueSpanMoves();
+  void appendPages(const kv::RequestPlan &plan, llvm::ArrayRef<uint32_t> pages,
+                   SchedulerOutput &output, ScheduledSequence &sequence);
+
+  kv::KvCacheManager &cache;
+  kv::BlockPool &blockPool;
+  SchedulerOptions options;
+  kv::RequestId nextRequestId = 1;
+
+  // The run's state.
+  const plan::Plan *plan = nullptr;
+  std::vector<CallOutcome> *outcomes = nullptr;
+  std::vector<uint32_t> missingDependencies;
+  std::vector<llvm::SmallVector<plan::CallId, 4>> dependents;
+  std::vector<Clock::time_point> readyAt;
+  std::vector<bool> done;
+  /// Output tokens per call, for splicing into later calls.
+  std::vector<std::optional<std::vector<plan::TokenId>>> outputs;
+  /// Per call: the end-of-turn tokens its consumers put after its output.
+  std::vector<std::optional<std::vector<plan::TokenId>>> trailers;
+  /// Calls waiting for admission, in the order they are tried.
+  std::deque<plan::CallId> waiting;
+  /// The requests of waiting calls that were laid out already (held back,
+  /// short of room, preempted or deferred), each with what it waits for.
+  llvm::DenseMap<plan::CallId, std::unique_ptr<Request>> parked;
+  /// Admitted calls, oldest first.
+  std::vector<std::unique_ptr<Request>> running;
+  /// The running request of each sequence of the last schedule().
+  std::vector<Request *> scheduled;
+  std::vector<kv::RelocationOp> copies;
+  /// Scratch lists of update(), kept for their capacity.
+  std::vector<Request *> finishedScratch, needSlotScratch, unsampledScratch;
+  size_t callsDone = 0;
+  uint64_t admissions = 0;
+};
+
+} // namespace spanc::sched
+
+#endif // SPANC_RUNTIME_SCHED_SCHEDULER_H

@@ -1,0 +1,98 @@
+//===- SchedulerOutput.h - What passes between scheduler and runner -------===//
+//
+// Plain values, one of each per step (docs/ARCHITECTURE.md, "Running a
+// plan"): the scheduler's decisions (SchedulerOutput: the block copies and
+// relocations to run first, then the sequences of the forward batch with
+// their tokens, positions, page lists, row kinds and whether they want
+// logits) and the runner's report (RunnerOutput: the tokens it sampled).
+// Both are reused from step to step; clear() keeps their capacity, so the
+// steady state allocates nothing per token.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_SCHED_SCHEDULEROUTPUT_H
+#define SPANC_RUNTIME_SCHED_SCHEDULEROUTPUT_H
+
+#include "plan/Plan.h"
+#include "runtime/kv/KvCacheManager.h"
+#include "runtime/model/Forward.h"
+
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::sched {
+
+/// One sequence of the step's forward batch. Its tokens, positions and
+/// pages are ranges of SchedulerOutput's flat arrays.
+struct ScheduledSequence {
+  plan::CallId call = 0;
+  model::RowKind rows = model::RowKind::Prompt;
+  /// Logits of its last row: a decode token, or the last prompt chunk.
+  bool wantsLogits = false;
+  /// Sample the call's next token from those logits (not for a token fed
+  /// only for its K/V after generation ended).
+  bool sample = false;
+  /// Its last row is the prompt's last token (the first token is sampled).
+  bool completesPrompt = false;
+  uint32_t firstToken = 0, numTokens = 0; ///< into tokens and positions
+  uint32_t firstPage = 0, numPages = 0;   ///< into blockIds and validTokens
+};
+
+struct SchedulerOutput {
+  /// CIDRA's plan for this step (kv::KvCacheManager::planStep): run it
+  /// before the forward pass.
+  kv::StepPlan stepPlan;
+  /// Decode sequences first, then prefill chunks (Model::forward's order).
+  std::vector<ScheduledSequence> sequences;
+  std::vector<int32_t> tokens, positions;
+  std::vector<int32_t> blockIds, validTokens;
+
+  llvm::ArrayRef<int32_t> tokensOf(const ScheduledSequence &sequence) const {
+    return llvm::ArrayRef<int32_t>(tokens).slice(sequence.firstToken,
+                                                 sequence.numTokens);
+  }
+  llvm::ArrayRef<int32_t> positionsOf(const ScheduledSequence &sequence) const {
+    return llvm::ArrayRef<int32_t>(positions).slice(sequence.firstToken,
+                                                    sequence.numTokens);
+  }
+  llvm::ArrayRef<int32_t> blockIdsOf(const ScheduledSequence &sequence) const {
+    return llvm::ArrayRef<int32_t>(blockIds).slice(sequence.firstPage,
+                                                   sequence.numPages);
+  }
+  llvm::ArrayRef<int32_t>
+  validTokensOf(const ScheduledSequence &sequence) const {
+    return llvm::ArrayRef<int32_t>(validTokens)
+        .slice(sequence.firstPage, sequence.numPages);
+  }
+
+  void clear() {
+    stepPlan = kv::StepPlan();
+    sequences.clear();
+    tokens.clear();
+    positions.clear();
+    blockIds.clear();
+    validTokens.clear();
+  }
+};
+
+/// A token the runner sampled for a sequence that asked for one.
+struct SampledToken {
+  uint32_t sequence = 0; ///< index into SchedulerOutput::sequences
+  plan::TokenId token = 0;
+  /// The token ends generation (end of turn); it is not part of the output.
+  bool endOfGeneration = false;
+  /// Generation is over: end of turn, a stop string or max_tokens.
+  bool stop = false;
+  /// It is the call's first token (the scheduler records the TTFT).
+  bool first = false;
+};
+
+struct RunnerOutput {
+  std::vector<SampledToken> sampled; ///< in sequence order
+  void clear() { sampled.clear(); }
+};
+
+} // namespace spanc::sched
+
+#endif // SPANC_RUNTIME_SCHED_SCHEDULEROUTPUT_H

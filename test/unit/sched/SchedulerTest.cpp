@@ -1,0 +1,236 @@
+//===- SchedulerTest.cpp - The scheduler alone, without a model -----------===//
+//
+// The scheduler's decisions on a real KV cache manager and block pool, with
+// the runner's report written by hand: decode before prefill within the
+// budget, the plain SchedulerOutput of a call, a run marked
+// afterSpanRelocation held until its spans were moved, and the names of
+// what waiting calls wait for (docs/ARCHITECTURE.md, "Running a plan").
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/sched/Scheduler.h"
+
+#include "gtest/gtest.h"
+
+#include <numeric>
+
+namespace spanc::sched {
+namespace {
+
+using kv::SegmentKind;
+
+std::vector<plan::TokenId> range(plan::TokenId first, int count) {
+  std::vector<plan::TokenId> tokens(static_cast<size_t>(count));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+plan::PlanSegment segment(SegmentKind kind, std::vector<plan::TokenId> tokens) {
+  plan::PlanSegment result;
+  result.kind = kind;
+  result.pieces.emplace_back().tokens = std::move(tokens);
+  return result;
+}
+
+plan::Call &addCall(plan::Plan &plan, int64_t maxTokens = 4) {
+  plan::Call &call = plan.calls.emplace_back();
+  call.id = plan::CallId(plan.calls.size() - 1);
+  call.options.maxTokens = maxTokens;
+  return call;
+}
+
+struct Harness {
+  explicit Harness(
+      uint32_t numBlocks, int64_t budget = 512,
+      kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel)
+      : pool(numBlocks, 16),
+        cache(pool, kv::BlockHasher("scheduler-test"), kv::CacheMode::Span,
+              relocation, kv::SpanOptions{kv::SpanContext::Prefix, 0, 0}),
+        scheduler(cache, pool, options(budget)) {}
+
+  static SchedulerOptions options(int64_t budget) {
+    SchedulerOptions result;
+    result.blockSize = 16;
+    result.stepTokenBudget = budget;
+    return result;
+  }
+
+  /// What a runner reports: `token` for every sequence that samples,
+  /// recorded in the outcome as the runner would.
+  void sampleAll(plan::TokenId token) {
+    result.clear();
+    for (size_t s = 0; s < output.sequences.size(); ++s) {
+      const ScheduledSequence &sequence = output.sequences[s];
+      if (!sequence.sample)
+        continue;
+      CallOutcome &outcome = outcomes[sequence.call];
+      SampledToken &sampled = result.sampled.emplace_back();
+      sampled.sequence = uint32_t(s);
+      sampled.token = token;
+      sampled.first = outcome.tokens.empty();
+      outcome.tokens.push_back(token);
+      ++outcome.stats.generatedTokens;
+      sampled.stop = int64_t(outcome.tokens.size()) >=
+                     plan.calls[sequence.call].options.maxTokens;
+    }
+  }
+
+  void step(plan::TokenId token = 7) {
+    ASSERT_FALSE(bool(scheduler.schedule(output)));
+    sampleAll(token);
+    scheduler.update(output, result);
+  }
+
+  kv::BlockPool pool;
+  kv::KvCacheManager cache;
+  Scheduler scheduler;
+  plan::Plan plan;
+  std::vector<CallOutcome> outcomes;
+  SchedulerOutput output;
+  RunnerOutput result;
+};
+
+TEST(SchedulerTest, AOneCallStepIsAPlainValue) {
+  Harness harness(64);
+  addCall(harness.plan)
+      .segments.push_back(segment(SegmentKind::Prefix, range(100, 20)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  ASSERT_TRUE(harness.scheduler.admit());
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+
+  const SchedulerOutput &output = harness.output;
+  ASSERT_EQ(output.sequences.size(), 1u);
+  const ScheduledSequence &sequence = output.sequences[0];
+  EXPECT_EQ(sequence.call, 0u);
+  EXPECT_EQ(sequence.rows, model::RowKind::Prompt);
+  EXPECT_TRUE(sequence.wantsLogits);
+  EXPECT_TRUE(sequence.sample);
+  EXPECT_TRUE(sequence.completesPrompt);
+  EXPECT_EQ(output.tokensOf(sequence).vec(), range(100, 20));
+  EXPECT_EQ(output.positionsOf(sequence).vec(), range(0, 20));
+  EXPECT_EQ(output.validTokensOf(sequence).vec(),
+            (std::vector<int32_t>{16, 4}));
+  ASSERT_EQ(output.blockIdsOf(sequence).size(), 2u);
+  EXPECT_NE(output.blockIdsOf(sequence)[0], output.blockIdsOf(sequence)[1]);
+  EXPECT_TRUE(output.stepPlan.relocation.empty());
+
+  // The runner's token is fed back as a decode row at the next position.
+  // The partial last block was cached with the prefill, so its first write
+  // goes to a copy, which the scheduler hands out for the backend.
+  const int32_t cachedBlock = output.blockIdsOf(sequence)[1];
+  harness.sampleAll(42);
+  harness.scheduler.update(harness.output, harness.result);
+  ASSERT_EQ(harness.scheduler.blockCopies().size(), 1u);
+  const kv::RelocationOp copy = harness.scheduler.blockCopies()[0];
+  EXPECT_EQ(int32_t(copy.source), cachedBlock);
+  EXPECT_EQ(copy.delta, 0);
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  ASSERT_EQ(output.sequences.size(), 1u);
+  EXPECT_EQ(output.sequences[0].rows, model::RowKind::Decode);
+  EXPECT_EQ(output.tokensOf(output.sequences[0]).vec(),
+            (std::vector<int32_t>{42}));
+  EXPECT_EQ(output.positionsOf(output.sequences[0]).vec(),
+            (std::vector<int32_t>{20}));
+  EXPECT_EQ(output.validTokensOf(output.sequences[0]).vec(),
+            (std::vector<int32_t>{16, 5}));
+  EXPECT_EQ(output.blockIdsOf(output.sequences[0])[1],
+            int32_t(copy.destination));
+}
+
+TEST(SchedulerTest, DecodeComesBeforePrefillWithinTheBudget) {
+  Harness harness(64, /*budget=*/32);
+  addCall(harness.plan, 8)
+      .segments.push_back(segment(SegmentKind::Prefix, range(100, 16)));
+  addCall(harness.plan, 8)
+      .segments.push_back(segment(SegmentKind::Prefix, range(500, 80)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  ASSERT_TRUE(harness.scheduler.admit());
+
+  // Step 1: the short prompt, then one block of the long one.
+  harness.step();
+  EXPECT_EQ(harness.output.tokens.size(), 32u);
+  // Every later step: call 0's decode token first, then whole blocks of
+  // call 1's prompt, never over the budget.
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+    const SchedulerOutput &output = harness.output;
+    ASSERT_GE(output.sequences.size(), 2u);
+    EXPECT_EQ(output.sequences[0].call, 0u);
+    EXPECT_EQ(output.sequences[0].rows, model::RowKind::Decode);
+    for (size_t s = 1; s < output.sequences.size(); ++s) {
+      EXPECT_EQ(output.sequences[s].call, 1u);
+      EXPECT_EQ(output.sequences[s].rows, model::RowKind::Prompt);
+      EXPECT_EQ(output.sequences[s].numTokens % 16, 0u);
+    }
+    EXPECT_LE(int64_t(output.tokens.size()), 32);
+    harness.sampleAll(7);
+    harness.scheduler.update(output, harness.result);
+  }
+}
+
+TEST(SchedulerTest, ARunAfterSpanRelocationWaitsForTheMove) {
+  Harness harness(64, 512, kv::RelocationMode::Rerope);
+  plan::Call &call = addCall(harness.plan);
+  call.segments.push_back(segment(SegmentKind::Prefix, range(100, 16)));
+  call.segments.push_back(segment(SegmentKind::Span, range(200, 16)));
+  call.segments.push_back(segment(SegmentKind::Span, range(300, 16)));
+  call.segments.push_back(segment(SegmentKind::Tail, range(900, 16)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  ASSERT_TRUE(harness.scheduler.admit());
+
+  // Step 1 computes the prefix and the spans (the second at the position
+  // right after the prefix, like the first) but not the tail: it reads the
+  // spans where they belong, so they move first.
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  const SchedulerOutput &output = harness.output;
+  ASSERT_FALSE(output.sequences.empty());
+  for (const ScheduledSequence &sequence : output.sequences) {
+    EXPECT_FALSE(sequence.completesPrompt);
+    for (int32_t token : output.tokensOf(sequence))
+      EXPECT_LT(token, 900);
+  }
+  EXPECT_EQ(output.tokens.size(), 48u);
+  EXPECT_TRUE(output.stepPlan.relocation.empty());
+  harness.sampleAll(7);
+  harness.scheduler.update(output, harness.result);
+
+  // Step 2: the move comes with the step, and the tail runs after it.
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  EXPECT_FALSE(output.stepPlan.relocation.empty());
+  ASSERT_EQ(output.sequences.size(), 1u);
+  EXPECT_TRUE(output.sequences[0].completesPrompt);
+  EXPECT_EQ(output.tokensOf(output.sequences[0]).vec(), range(900, 16));
+}
+
+TEST(SchedulerTest, WaitingCallsSayWhatTheyWaitFor) {
+  // Two calls with the same cold prefix: the second waits for the first to
+  // compute it (in-flight sharing), then hits it.
+  Harness harness(64);
+  for (int i = 0; i < 2; ++i) {
+    plan::Call &call = addCall(harness.plan, 2);
+    call.segments.push_back(segment(SegmentKind::Prefix, range(100, 32)));
+    call.segments.push_back(segment(SegmentKind::Tail, range(700 + i, 1)));
+  }
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  ASSERT_TRUE(harness.scheduler.admit());
+  EXPECT_EQ(harness.scheduler.waitingFor(0), std::nullopt);
+  EXPECT_EQ(harness.scheduler.waitingFor(1), WaitingFor::BlocksInFlight);
+  harness.step();
+  ASSERT_TRUE(harness.scheduler.admit());
+  EXPECT_EQ(harness.scheduler.waitingFor(1), std::nullopt);
+  EXPECT_EQ(harness.outcomes[1].stats.reusedTokens, 32u);
+
+  // A call the cache cannot hold with room to grow waits for room.
+  Harness small(6);
+  addCall(small.plan, 16)
+      .segments.push_back(segment(SegmentKind::Prefix, range(100, 40)));
+  addCall(small.plan, 16)
+      .segments.push_back(segment(SegmentKind::Prefix, range(300, 40)));
+  small.scheduler.beginRun(small.plan, small.outcomes);
+  ASSERT_TRUE(small.scheduler.admit());
+  EXPECT_EQ(small.scheduler.waitingFor(1), WaitingFor::CacheRoom);
+  EXPECT_STREQ(waitingForName(WaitingFor::CacheRoom), "cache room");
+}
+
+} // namespace
+} // namespace spanc::sched

@@ -330,7 +330,10 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   std::string recomputeSuffix = "+recompute" + std::to_string(recompute);
   auto modes = parseModes(
       args.setting("modes", "full,isolated,prefix,isolated" + recomputeSuffix +
-                                ",prefix" + recomputeSuffix));
+                                ",prefix" + recomputeSuffix + ",prefix+end" +
+                                std::to_string(recompute) + ",prefix" +
+                                recomputeSuffix + "+end" +
+                                std::to_string(recompute)));
   if (!modes)
     return modes.takeError();
   std::vector<std::string> tasks;
@@ -566,7 +569,9 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         "span attends to the call's context before its plus, the system "
         "turn, not to its siblings); **+recomputeN** "
         "(`--span-recompute=N`: each span's first N blocks recomputed in "
-        "the call's context, the tail reads those rows). Ran: ";
+        "the call's context, the tail reads those rows); **+endN** "
+        "(`--span-recompute-end=N`: the same for each span's last N "
+        "blocks; `prefix+end1` is spanc's default). Ran: ";
   for (const Mode &mode : *modes)
     os << (&mode == &modes->front() ? "" : ", ") << "`" << mode.name << "`";
   os << ".\n"
@@ -710,9 +715,10 @@ BenchRegistration registration{
      "+recompute), planted codes and real prose",
      "  task=codes,prose: the tasks (planted codes in hay; questions about "
      "bench/accuracy/prose.json)\n"
-     "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1: the "
-     "configurations (full, the reference, is always run)\n"
-     "  recompute=1: N of the default +recomputeN modes\n"
+     "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1,"
+     "prefix+end1,prefix+recompute1+end1: the configurations (full, the "
+     "reference, is always run; CONTEXT[+recomputeN][+endN])\n"
+     "  recompute=1: N of the default +recomputeN and +endN modes\n"
      "  docs=4,8,16: documents per context (--quick: 4)\n"
      "  doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "
      "32)\n"

@@ -193,7 +193,8 @@ llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
   };
   llvm::SmallVector<llvm::StringRef, 3> parts;
   text.split(parts, '+');
-  kv::SpanOptions options;
+  // A name spells every recompute: "prefix" alone recomputes nothing.
+  kv::SpanOptions options{kv::SpanContext::Prefix, 0, 0};
   auto parsed = kv::parseSpanContext(parts[0]);
   if (!parsed) {
     llvm::consumeError(parsed.takeError());

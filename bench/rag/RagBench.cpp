@@ -14,8 +14,8 @@
 //   span-miss-<mode> / span-hit-<mode>
 //                         the same for each span accuracy mode of `modes`
 //                         (isolated, prefix+recompute1, ...; issue 14),
-//                         rope-in-kernel; the default mode (prefix, no
-//                         recompute) is the span-*-rope-in-kernel rows.
+//                         rope-in-kernel; the default mode (prefix+end1)
+//                         is the span-*-rope-in-kernel rows.
 //   llama-server-cold / llama-server-shuffled (when the peer is enabled):
 //                         the same prompts rendered through the chat
 //                         template as raw text, served by llama.cpp with
@@ -239,7 +239,8 @@ llvm::Error runRag(const BenchArgs &args) {
       llvm::is_contained(*relocations, kv::RelocationMode::RopeInKernel);
   auto isAlias = [&](const kv::SpanOptions &mode) {
     return ropeInKernelRuns && mode.context == defaultSpan.context &&
-           mode.recomputeBlocks == defaultSpan.recomputeBlocks;
+           mode.recomputeBlocks == defaultSpan.recomputeBlocks &&
+           mode.recomputeEndBlocks == defaultSpan.recomputeEndBlocks;
   };
   /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
   /// for the default mode.

@@ -87,8 +87,10 @@ struct SpanOptions {
   /// in that call's context, and what follows reads those rows instead of
   /// the span's own; the span's cached blocks stay as they are. 0: off.
   uint32_t recomputeBlocks = 0;
-  /// The same for the last this-many blocks of each such span.
-  uint32_t recomputeEndBlocks = 0;
+  /// The same for the last this-many blocks of each such span. One by
+  /// default: the best measured trade-off of accuracy against hit cost
+  /// (bench/results/accuracy.md, docs/ARCHITECTURE.md "Span attention").
+  uint32_t recomputeEndBlocks = 1;
 };
 
 llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);

@@ -96,7 +96,7 @@ def check_default_cold_warm(spanc, model):
     relocations, a warm cache gives the cold answer run after run."""
     for path in ["examples/rag.span", "examples/bulk_rag.span"]:
         for mode in [[], ["--span-recompute", "1"],
-                     ["--span-recompute-end", "1"],
+                     ["--span-recompute-end", "0"],
                      ["--span-context", "isolated"],
                      ["--relocation", "rerope"],
                      ["--relocation", "rerope", "--span-recompute", "1"]]:

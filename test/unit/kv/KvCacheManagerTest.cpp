@@ -66,7 +66,7 @@ uint32_t reusedBlocks(const RequestPlan &plan, uint32_t segment) {
 /// Isolated spans unless told otherwise: most tests here pin the block
 /// mechanics of spans that hash from the root; SpanContext::Prefix has its
 /// own tests below.
-const SpanOptions Isolated{SpanContext::Isolated, 0};
+const SpanOptions Isolated{SpanContext::Isolated, 0, 0};
 
 struct Fixture {
   BlockPool pool;
@@ -702,7 +702,7 @@ namespace {
 
 // SpanContext::Prefix: spans read the context before their plus.
 
-const SpanOptions PrefixContext{SpanContext::Prefix, 0};
+const SpanOptions PrefixContext{SpanContext::Prefix, 0, 0};
 
 TEST(SpanContextPrefix, SpansChainFromTheirPrefixAndReadItsPages) {
   BlockHasher hasher("m");
@@ -818,7 +818,7 @@ TEST(SpanContextPrefix, ReropeComputesAPartlyCachedSpanWhole) {
 
 TEST(SpanRecompute, HeadsOfLaterSpansAreRecomputedInTheCallsContext) {
   BlockHasher hasher("m");
-  const SpanOptions options{SpanContext::Prefix, 1};
+  const SpanOptions options{SpanContext::Prefix, 1, 0};
   auto plan = layoutRequest({prefix(tokens(16, 1)), span(tokens(40, 100)),
                              span(tokens(20, 200)), tail(tokens(3, 300))},
                             CacheMode::Span, options, BlockSize, hasher);
@@ -846,7 +846,7 @@ TEST(SpanRecompute, HeadsOfLaterSpansAreRecomputedInTheCallsContext) {
   // Isolated spans recompute the first span's head too.
   auto isolated = layoutRequest(
       {prefix(tokens(16, 1)), span(tokens(40, 100)), tail(tokens(3, 300))},
-      CacheMode::Span, SpanOptions{SpanContext::Isolated, 1}, BlockSize,
+      CacheMode::Span, SpanOptions{SpanContext::Isolated, 1, 0}, BlockSize,
       hasher);
   ASSERT_TRUE(bool(isolated));
   ASSERT_EQ(isolated->segments.size(), 4u);
@@ -855,7 +855,7 @@ TEST(SpanRecompute, HeadsOfLaterSpansAreRecomputedInTheCallsContext) {
 
 TEST(SpanRecompute, AnExactRepeatHitsTheRecomputedHeadsAShuffleRecomputes) {
   Fixture fixture(64, CacheMode::Span, RelocationMode::RopeInKernel,
-                  SpanOptions{SpanContext::Prefix, 1});
+                  SpanOptions{SpanContext::Prefix, 1, 0});
   KvCacheManager &manager = fixture.manager;
   std::vector<TokenId> a = tokens(40, 1000), b = tokens(24, 2000);
   std::vector<Segment> ab = {prefix(tokens(16, 1)), span(a), span(b),

@@ -167,7 +167,7 @@ TEST_P(Executor, EveryRequestReadsItsSpanAtItsOwnPositions) {
   // one and the same.
   KvCacheManager manager(pool, BlockHasher("test-model"), CacheMode::Span,
                          RelocationMode::Rerope,
-                         SpanOptions{SpanContext::Isolated, 0});
+                         SpanOptions{SpanContext::Isolated, 0, 0});
   RelocationExecutor executor(**storage, config);
   const std::vector<TokenId> document = tokens(40, 5000);
 

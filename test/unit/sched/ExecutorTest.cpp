@@ -227,10 +227,10 @@ protected:
 };
 
 /// Every span accuracy mode (--span-context x --span-recompute).
-const kv::SpanOptions kSpanModes[] = {{kv::SpanContext::Prefix, 0},
-                                      {kv::SpanContext::Isolated, 0},
-                                      {kv::SpanContext::Prefix, 1},
-                                      {kv::SpanContext::Isolated, 1},
+const kv::SpanOptions kSpanModes[] = {{kv::SpanContext::Prefix, 0, 0},
+                                      {kv::SpanContext::Isolated, 0, 0},
+                                      {kv::SpanContext::Prefix, 1, 0},
+                                      {kv::SpanContext::Isolated, 1, 0},
                                       {kv::SpanContext::Prefix, 0, 1}};
 std::string spanModeName(const kv::SpanOptions &options) {
   return std::string(kv::spanContextName(options.context)) +
@@ -241,7 +241,7 @@ std::string spanModeName(const kv::SpanOptions &options) {
               ? "+end" + std::to_string(options.recomputeEndBlocks)
               : "");
 }
-const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0};
+const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0, 0};
 
 std::string query(const std::string &name, const std::string &system,
                   const std::string &spans, const std::string &question) {

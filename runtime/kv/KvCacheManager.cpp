@@ -230,8 +230,8 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
     const bool sawEverythingBefore = !isolated && plusSegments == segmentIndex;
     llvm::SmallVector<bool, 16> recompute(spanBlocks, false);
     if (!sawEverythingBefore) {
-      for (uint32_t b = 0; b < std::min(spanOptions.recomputeBlocks, spanBlocks);
-           ++b)
+      for (uint32_t b = 0;
+           b < std::min(spanOptions.recomputeBlocks, spanBlocks); ++b)
         recompute[b] = true;
       for (uint32_t b = 0;
            b < std::min(spanOptions.recomputeEndBlocks, spanBlocks); ++b)
@@ -514,19 +514,25 @@ AdmitResult KvCacheManager::admit(RequestId id,
     }
   }
 
-  // Spans computed away from their request position move there before
-  // the first causal run after them reads them.
+  // Spans computed away from their request position move there before a
+  // causal run after them reads them: each causal run preceded by spans
+  // not yet moved is a barrier (a recompute run can read its own span's
+  // kept blocks, so there may be one per span).
   if (!request->computedSpanMoves.empty()) {
-    uint32_t lastMovedSegment = 0;
-    for (const RelocationRequest &move : request->computedSpanMoves)
-      lastMovedSegment =
-          std::max(lastMovedSegment, plan.blocks[move.tag].segment);
-    for (ComputeRun &run : plan.runs)
-      if (run.segment > lastMovedSegment &&
-          plan.segments[run.segment].kind != SegmentKind::Span) {
+    uint32_t movedBelow = 0; // moves of earlier segments have a barrier
+    for (ComputeRun &run : plan.runs) {
+      if (plan.segments[run.segment].kind == SegmentKind::Span)
+        continue;
+      bool unmoved = llvm::any_of(
+          request->computedSpanMoves, [&](const RelocationRequest &move) {
+            uint32_t segment = plan.blocks[move.tag].segment;
+            return segment >= movedBelow && segment < run.segment;
+          });
+      if (unmoved) {
         run.afterSpanRelocation = true;
-        break;
+        movedBelow = run.segment;
       }
+    }
   }
 
   requests_[id] = std::move(request);
@@ -583,13 +589,19 @@ KvCacheManager::planStep(const RelocationPlannerOptions &options) {
   }
 }
 
-bool KvCacheManager::relocateComputedSpans(RequestId id) {
+bool KvCacheManager::relocateComputedSpans(RequestId id,
+                                           uint32_t beforeSegment) {
   RequestState &request = state(id);
-  if (request.computedSpanMoves.empty())
+  auto computed = [&](const RelocationRequest &move) {
+    return request.plan.blocks[move.tag].segment < beforeSegment;
+  };
+  size_t before = request.relocations.size();
+  for (const RelocationRequest &move : request.computedSpanMoves)
+    if (computed(move))
+      request.relocations.push_back(move);
+  llvm::erase_if(request.computedSpanMoves, computed);
+  if (request.relocations.size() == before)
     return false;
-  request.relocations.append(request.computedSpanMoves.begin(),
-                             request.computedSpanMoves.end());
-  request.computedSpanMoves.clear();
   if (!request.pending) {
     request.pending = true;
     pending_.push_back(id);

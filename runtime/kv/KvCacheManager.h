@@ -261,10 +261,11 @@ public:
   void finishStep(const StepPlan &step);
 
   /// With ReRoPE: once the runs before one marked afterSpanRelocation were
-  /// computed, queues the moves of the spans they computed at their compute
-  /// positions to their request positions; the next planStep plans them.
-  /// Returns false when there is nothing to move.
-  bool relocateComputedSpans(RequestId id);
+  /// computed, queues the moves of the spans of segments before
+  /// `beforeSegment` (that run's) from their compute positions to their
+  /// request positions; the next planStep plans them. Returns false when
+  /// there is nothing to move.
+  bool relocateComputedSpans(RequestId id, uint32_t beforeSegment);
 
   /// After the forward pass computed the request's runs: records their
   /// positions and enters the computed blocks into the cache.

@@ -1,5 +1,5 @@
 //===- Scheduler.cpp - Decides each step of a run: admission, batch,
-//preemption//
+// preemption//
 
 #include "runtime/sched/Scheduler.h"
 
@@ -46,8 +46,9 @@ struct Scheduler::Request {
   bool decoding = false;
   /// ReRoPE: the spans computed at their compute positions were queued for
   /// their move (the run marked afterSpanRelocation may start once the
-  /// next step's relocations ran); `moveSpansAfterStep` asks for it.
-  bool spansMoved = false;
+  /// next step's relocations ran): `movedBeforeRun` is the run whose
+  /// barrier was passed; `moveSpansAfterStep` asks for the move.
+  uint32_t movedBeforeRun = UINT32_MAX;
   bool moveSpansAfterStep = false;
   /// Generation is over; these tokens are still fed for their K/V only, so
   /// later calls that splice the output in find it cached (see update()).
@@ -209,7 +210,7 @@ bool Scheduler::admit() {
     request->runIndex = 0;
     request->blocksDone = 0;
     request->decoding = false;
-    request->spansMoved = false;
+    request->movedBeforeRun = UINT32_MAX;
     request->moveSpansAfterStep = false;
     stats.queuedSeconds = secondsSince(readyAt[callId]);
     if (stats.preemptions == 0) {
@@ -327,7 +328,8 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     const kv::RequestPlan &requestPlan = cache.plan(request.request);
     while (budget > 0 && request.runIndex < requestPlan.runs.size()) {
       const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
-      if (run.afterSpanRelocation && !request.spansMoved) {
+      if (run.afterSpanRelocation &&
+          request.movedBeforeRun != request.runIndex) {
         // Its spans were computed after their prefix, at other positions
         // than they take here: they move first (after this step's forward
         // pass, which may be computing them; docs/ARCHITECTURE.md, "Span
@@ -391,8 +393,10 @@ void Scheduler::queueSpanMoves() {
   for (const auto &request : running)
     if (request->moveSpansAfterStep) {
       request->moveSpansAfterStep = false;
-      request->spansMoved = true;
-      cache.relocateComputedSpans(request->request);
+      request->movedBeforeRun = request->runIndex;
+      const kv::RequestPlan &plan = cache.plan(request->request);
+      cache.relocateComputedSpans(request->request,
+                                  plan.runs[request->runIndex].segment);
     }
 }
 

@@ -49,10 +49,11 @@ needle)
   ;;
 accuracy)
   # --quick: both tasks, 4 contexts of 4 documents (codes: 32 tokens), a
-  # question per document, 5 modes: 2 x 16 x 5 rows.
+  # question per document, 7 modes: 2 x 16 x 7 rows.
   rows=$(tail -n +2 "$out/accuracy.tsv" | wc -l)
-  [[ $rows == 160 ]] || fail "accuracy.tsv has $rows rows, want 160"
-  for mode in full isolated prefix 'isolated\+recompute1' 'prefix\+recompute1'; do
+  [[ $rows == 224 ]] || fail "accuracy.tsv has $rows rows, want 224"
+  for mode in full isolated prefix 'isolated\+recompute1' 'prefix\+recompute1' \
+    'prefix\+end1' 'prefix\+recompute1\+end1'; do
     grep -qE "^\| codes \| 32 \| 4 \| $mode \| 16 \| [0-9]+ \| [01]\.[0-9]{3} " "$out/accuracy.md" ||
       fail "accuracy.md lacks the codes row of $mode"
     grep -qE "^\| prose \| prose \(~[0-9]+\) \| 4 \| $mode \| 16 \| " "$out/accuracy.md" ||

@@ -128,13 +128,19 @@ def check_invariance(spanc, model):
               path + ": the warm run reused nothing")
         # rerope's warm run is the one that moves cached spans (a fragment
         # one query cached at one position, another reuses at another).
+        # The two strategies round K differently in f16 storage (rerope
+        # the rotated K, rope-in-kernel the unrotated one; the executor
+        # test bounds the logits), which a long greedy answer can follow
+        # past a near-tie; with f32 K/V they differ only by f32 rounding.
         rerope_runs = run(spanc, model, path, *exact, "--relocation",
-                          "rerope", "--repeat", "2")
+                          "rerope", "--repeat", "2", "--kv-precision", "f32")
+        in_kernel = answers(run(spanc, model, path, *exact,
+                                "--kv-precision", "f32"))
         for index in range(2):
             rerope = answers(rerope_runs, index)
-            check(cold == rerope,
+            check(in_kernel == rerope,
                   path + ": rope-in-kernel and rerope (run %d) answers "
-                  "differ: %r vs %r" % (index + 1, cold, rerope))
+                  "differ: %r vs %r" % (index + 1, in_kernel, rerope))
         if path == "examples/bulk_rag.span":
             relocated = sum(call["relocated_tokens"]
                             for call in rerope_runs["runs"][1]["calls"])

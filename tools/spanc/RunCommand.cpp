@@ -278,8 +278,13 @@ int runRun(const std::vector<std::string> &args) {
        "run the program this many times against the same (warm) cache "    //
        "(answers are printed once; --stats shows every run)")              //
       ("batch-invariant",                                                  //
-       "f32 GEMMs, so every answer is exactly what the call would give "   //
-       "alone (bf16 kernels round differently with the batch size)")       //
+       "f32 GEMMs and attention products everywhere (slower prefill; the " //
+       "default kernels are already chosen per row, so an answer never "   //
+       "depends on what shares its step)")                                 //
+      ("kv-precision", po::value<std::string>()->default_value("f16"),     //
+       "K/V storage: f16 (as llama.cpp's default cache) or f32 (twice the " //
+       "memory; ReRoPE and rope-in-kernel then differ only by f32 "         //
+       "rounding)")                                                         //
       ("stats", "per-call statistics on stderr: TTFT, prompt tokens "      //
                 "reused/computed/relocated, hit rate, decode tokens/s")    //
       ("json", "print results and statistics as JSON on stdout")           //
@@ -356,11 +361,13 @@ int runRun(const std::vector<std::string> &args) {
   std::string modelPath = values.count("model")
                               ? values["model"].as<std::string>()
                               : defaultModelPath();
-  // bf16 GEMMs (and int8 decode GEMVs) round differently with the number
-  // of rows in a step, so an answer can depend on what shares its step;
-  // f32 GEMMs do not, at a prefill cost.
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("batch-invariant") != 0;
+  const std::string kvPrecision = values["kv-precision"].as<std::string>();
+  if (kvPrecision != "f16" && kvPrecision != "f32")
+    return reportError("run", "--kv-precision '" + kvPrecision +
+                                  "': expected f16 or f32");
+  modelOptions.halfPrecisionKv = kvPrecision == "f16";
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("run", "cannot load model '" + modelPath +

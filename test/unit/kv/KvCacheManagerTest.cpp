@@ -782,8 +782,9 @@ TEST(SpanContextPrefix, ReropeMovesComputedSpansBeforeTheTailReadsThem) {
   ASSERT_TRUE(bool(step));
   EXPECT_TRUE(step->relocation.batches.empty());
   manager.finishStep(*step);
-  EXPECT_TRUE(manager.relocateComputedSpans(1));
-  EXPECT_FALSE(manager.relocateComputedSpans(1));
+  const uint32_t tailSegment = manager.plan(1).runs[3].segment;
+  EXPECT_TRUE(manager.relocateComputedSpans(1, tailSegment));
+  EXPECT_FALSE(manager.relocateComputedSpans(1, tailSegment));
   step = manager.planStep();
   ASSERT_TRUE(bool(step));
   EXPECT_FALSE(step->relocation.batches.empty());
@@ -908,6 +909,50 @@ TEST(SpanRecompute, EndBlocksAreRecomputedAfterTheSpansKeptHead) {
                                     plan->blocks[4].hash),
                         plan->blocks[5].hash));
   EXPECT_EQ(plan->segments[4].parentHash, plan->blocks[7].hash);
+}
+
+TEST(SpanRecompute, ReropeMovesEachSpanBeforeItsEndRunReadsItsKeptBlocks) {
+  // prefix, A, B, B's end run, C, C's end run, tail: B's end run reads B's
+  // kept block, which must sit at its request position by then, while C is
+  // not computed yet; C moves before its own end run.
+  Fixture fixture(64, CacheMode::Span, RelocationMode::Rerope,
+                  SpanOptions{SpanContext::Prefix, 0, 1});
+  KvCacheManager &manager = fixture.manager;
+  ASSERT_EQ(
+      manager
+          .admit(1, {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                     span(tokens(20, 200)), span(tokens(20, 300)), tail({5})})
+          .status,
+      AdmitStatus::Admitted);
+  const RequestPlan &plan = manager.plan(1);
+  ASSERT_EQ(plan.runs.size(), 7u);
+  std::vector<bool> barriers;
+  for (const ComputeRun &run : plan.runs)
+    barriers.push_back(run.afterSpanRelocation);
+  EXPECT_EQ(barriers,
+            (std::vector<bool>{false, false, false, true, false, true, false}));
+  const uint32_t bEnd = plan.runs[3].segment, cEnd = plan.runs[5].segment;
+  const BlockId bKept = plan.blocks[plan.segments[2].firstBlock].block;
+  const BlockId cKept = plan.blocks[plan.segments[4].firstBlock].block;
+  auto step = manager.planStep();
+  ASSERT_TRUE(bool(step));
+  manager.finishStep(*step);
+  // Before B's end run: B moves, C (not computed yet) stays where it is.
+  EXPECT_TRUE(manager.relocateComputedSpans(1, bEnd));
+  step = manager.planStep();
+  ASSERT_TRUE(bool(step));
+  manager.finishStep(*step);
+  EXPECT_EQ(fixture.pool.storedPosition(bKept), 36);
+  EXPECT_EQ(fixture.pool.storedPosition(cKept), 16);
+  EXPECT_TRUE(manager.relocateComputedSpans(1, cEnd));
+  step = manager.planStep();
+  ASSERT_TRUE(bool(step));
+  manager.finishStep(*step);
+  EXPECT_EQ(fixture.pool.storedPosition(cKept), 56);
+  EXPECT_FALSE(manager.relocateComputedSpans(1, UINT32_MAX));
+  manager.commitPrefill(1);
+  manager.release(1);
+  ASSERT_POOL_OK(fixture.pool);
 }
 
 } // namespace

@@ -71,11 +71,11 @@ accuracy)
       seen[$1 " " $6]++
     } END {
       for (key in seen) if (seen[key] != 16) { print key ": " seen[key] " rows"; bad = 1 }
-      if (length(seen) != 10) bad = 1
+      if (length(seen) != 14) bad = 1
       exit bad }' "$out/accuracy.tsv" || fail "accuracy.tsv is inconsistent"
   # accuracy-modes.tsv: a row per (task, mode) for pareto.py.
   modes=$(tail -n +2 "$out/accuracy-modes.tsv" | wc -l)
-  [[ $modes == 10 ]] || fail "accuracy-modes.tsv has $modes rows, want 10"
+  [[ $modes == 14 ]] || fail "accuracy-modes.tsv has $modes rows, want 14"
   ;;
 *) fail "unknown benchmark $name" ;;
 esac

@@ -10,8 +10,6 @@
 
 namespace spanc::codegen {
 
-MessageEncoder::~MessageEncoder() = default;
-
 namespace {
 
 using ir::Op;

@@ -14,21 +14,24 @@
 #ifndef SPANC_CODEGEN_LOWERING_H
 #define SPANC_CODEGEN_LOWERING_H
 
-#include "codegen/MessageEncoder.h"
-#include "plan/Plan.h"
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
+#include "plan/MessageEncoder.h"
+#include "plan/Plan.h"
 
 #include <optional>
 
 namespace spanc::codegen {
 
+using plan::MessageEncoder;
+using plan::MessageRole;
+
 /// Lowers every query of `module` (in module order) into one plan. Reports
 /// unsupported IR (an undesugared span.retrieve, a gen whose input has no
 /// tokens) through `diagnostics` and returns nullopt.
 std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
-                                const MessageEncoder &encoder,
-                                ir::DiagnosticEngine &diagnostics);
+                                      const MessageEncoder &encoder,
+                                      ir::DiagnosticEngine &diagnostics);
 
 } // namespace spanc::codegen
 

@@ -1,8 +1,11 @@
 //===- Plan.cpp - The physical plan's value types -------------------------===//
 
 #include "plan/Plan.h"
+#include "plan/MessageEncoder.h"
 
 namespace spanc::plan {
+
+MessageEncoder::~MessageEncoder() = default;
 
 const char *segmentKindName(SegmentKind kind) {
   switch (kind) {

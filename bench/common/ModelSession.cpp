@@ -29,7 +29,7 @@ ModelSession::load(llvm::StringRef modelPath) {
   if (!chatTemplate)
     return chatTemplate.takeError();
   session->loadedTemplate = std::move(*chatTemplate);
-  session->encoder = std::make_unique<codegen::ChatTemplateEncoder>(
+  session->encoder = std::make_unique<model::ChatTemplateEncoder>(
       *session->loadedTemplate, *session->loadedTokenizer);
   return session;
 }

@@ -11,7 +11,7 @@
 #define SPANC_BENCH_COMMON_MODELSESSION_H
 
 #include "bench/common/Bench.h"
-#include "codegen/ChatTemplateEncoder.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "plan/Plan.h"
 #include "runtime/model/ChatTemplate.h"
@@ -93,7 +93,7 @@ private:
   std::unique_ptr<model::Model> loadedModel;
   std::unique_ptr<model::Tokenizer> loadedTokenizer;
   std::optional<model::ChatTemplate> loadedTemplate;
-  std::unique_ptr<codegen::ChatTemplateEncoder> encoder;
+  std::unique_ptr<model::ChatTemplateEncoder> encoder;
 };
 
 /// A double-quoted .span string literal whose value is `text` (quotes,

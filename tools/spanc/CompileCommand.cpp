@@ -1,6 +1,6 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
-#include "codegen/ChatTemplateEncoder.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
@@ -59,7 +59,7 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
   auto chatTemplate = model::ChatTemplate::fromGguf(**file, **tokenizer);
   if (!chatTemplate)
     return reportError("compile", llvm::toString(chatTemplate.takeError()));
-  codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
   std::optional<plan::Plan> plan =
       codegen::lowerToPlan(module, encoder, diagnostics);
   if (!plan)

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "codegen/ChatTemplateEncoder.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "runtime/kernels/cpu/Half.h"
@@ -380,7 +380,7 @@ int runRun(const std::vector<std::string> &args) {
       model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
   if (!chatTemplate)
     return reportError("run", llvm::toString(chatTemplate.takeError()));
-  codegen::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
   std::optional<plan::Plan> plan =
       codegen::lowerToPlan(*module, encoder, diagnostics);
   if (!plan)

@@ -18,7 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/sched/Executor.h"
-#include "codegen/ChatTemplateEncoder.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "passes/PassManager.h"
@@ -160,7 +160,7 @@ protected:
     passes::PassManager manager(context);
     manager.addDefaultPipeline();
     EXPECT_FALSE(bool(manager.run(*module)));
-    codegen::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
+    model::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
     std::optional<plan::Plan> plan =
         codegen::lowerToPlan(*module, encoder, diagnostics);
     EXPECT_TRUE(plan.has_value());

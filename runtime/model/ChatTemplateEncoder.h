@@ -1,24 +1,25 @@
 //===- ChatTemplateEncoder.h - A model's chat template as MessageEncoder --===//
-#ifndef SPANC_CODEGEN_CHATTEMPLATEENCODER_H
-#define SPANC_CODEGEN_CHATTEMPLATEENCODER_H
+#ifndef SPANC_RUNTIME_MODEL_CHATTEMPLATEENCODER_H
+#define SPANC_RUNTIME_MODEL_CHATTEMPLATEENCODER_H
 
-#include "codegen/MessageEncoder.h"
+#include "plan/MessageEncoder.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Tokenizer.h"
 
-namespace spanc::codegen {
+namespace spanc::model {
 
 /// Messages through the model's chat template; fragments as plain text
 /// followed by a blank line, so consecutive fragments stay apart.
-class ChatTemplateEncoder : public MessageEncoder {
+class ChatTemplateEncoder : public plan::MessageEncoder {
 public:
-  ChatTemplateEncoder(const model::ChatTemplate &chatTemplate,
-                      const model::Tokenizer &tokenizer)
+  ChatTemplateEncoder(const ChatTemplate &chatTemplate,
+                      const Tokenizer &tokenizer)
       : chatTemplate(chatTemplate), tokenizer(tokenizer) {}
 
   llvm::Expected<std::vector<plan::TokenId>>
-  encodeMessage(MessageRole role, llvm::StringRef content) const override;
-  std::vector<plan::TokenId> encodeFragment(llvm::StringRef text) const override;
+  encodeMessage(plan::MessageRole role, llvm::StringRef content) const override;
+  std::vector<plan::TokenId>
+  encodeFragment(llvm::StringRef text) const override;
   std::vector<plan::TokenId> assistantHeader() const override {
     return chatTemplate.assistantHeader();
   }
@@ -27,10 +28,10 @@ public:
   }
 
 private:
-  const model::ChatTemplate &chatTemplate;
-  const model::Tokenizer &tokenizer;
+  const ChatTemplate &chatTemplate;
+  const Tokenizer &tokenizer;
 };
 
-} // namespace spanc::codegen
+} // namespace spanc::model
 
-#endif // SPANC_CODEGEN_CHATTEMPLATEENCODER_H
+#endif // SPANC_RUNTIME_MODEL_CHATTEMPLATEENCODER_H

@@ -1,15 +1,15 @@
 //===- ChatTemplateEncoder.cpp - A model's chat template as MessageEncoder ===//
 
-#include "codegen/ChatTemplateEncoder.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 
-namespace spanc::codegen {
+namespace spanc::model {
 
 llvm::Expected<std::vector<plan::TokenId>>
-ChatTemplateEncoder::encodeMessage(MessageRole role,
+ChatTemplateEncoder::encodeMessage(plan::MessageRole role,
                                    llvm::StringRef content) const {
-  const char *roleName = role == MessageRole::System ? "system"
-                         : role == MessageRole::User ? "user"
-                                                     : "assistant";
+  const char *roleName = role == plan::MessageRole::System ? "system"
+                         : role == plan::MessageRole::User ? "user"
+                                                           : "assistant";
   return chatTemplate.encodeMessage(roleName, content);
 }
 
@@ -19,4 +19,4 @@ ChatTemplateEncoder::encodeFragment(llvm::StringRef text) const {
   return tokenizer.encode(separated, /*parseSpecial=*/false);
 }
 
-} // namespace spanc::codegen
+} // namespace spanc::model

@@ -378,26 +378,17 @@ AdmitResult KvCacheManager::admit(RequestId id,
   request->numPromptBlocks = uint32_t(plan.blocks.size());
   const unsigned blockSize = pool_.blockSize();
 
-  // Hits, and whether the misses fit.
-  llvm::SmallVector<BlockId, 32> hits;
-  llvm::DenseSet<BlockId> revived; // hits now on the free list
-  uint32_t numMisses = 0;
+  // Hits.
   for (LogicalBlock &block : plan.blocks) {
-    std::optional<BlockId> hit;
     // The last prompt block is always computed, even when cached: the
     // logits of the last prompt token must come from a forward pass, and
     // the first generated token is written into that block's free slots.
-    if (cacheMode_ != CacheMode::Off && &block != &plan.blocks.back())
-      hit = pool_.lookup(block.hash);
-    if (!hit) {
-      ++numMisses;
+    if (cacheMode_ == CacheMode::Off || &block == &plan.blocks.back())
       continue;
+    if (std::optional<BlockId> hit = pool_.lookup(block.hash)) {
+      block.block = *hit;
+      block.reused = true;
     }
-    block.block = *hit;
-    block.reused = true;
-    hits.push_back(*hit);
-    if (pool_.refCount(*hit) == 0)
-      revived.insert(*hit);
   }
   // With ReRoPE a span that reads its prefix is computed at its compute
   // positions; a block of it found in the cache sits at a request position,
@@ -411,22 +402,23 @@ AdmitResult KvCacheManager::admit(RequestId id,
       if (llvm::all_of(blocks, [](const LogicalBlock &b) { return b.reused; }))
         continue;
       for (LogicalBlock &block : blocks) {
-        if (!block.reused)
-          continue;
         block.reused = false;
         block.block = InvalidBlock;
-        ++numMisses;
       }
     }
-    hits.clear();
-    revived.clear();
-    for (const LogicalBlock &block : plan.blocks) {
-      if (!block.reused)
-        continue;
-      hits.push_back(block.block);
-      if (pool_.refCount(block.block) == 0)
-        revived.insert(block.block);
+  }
+  // Whether the misses fit.
+  llvm::SmallVector<BlockId, 32> hits;
+  llvm::DenseSet<BlockId> revived; // hits now on the free list
+  uint32_t numMisses = 0;
+  for (const LogicalBlock &block : plan.blocks) {
+    if (!block.reused) {
+      ++numMisses;
+      continue;
     }
+    hits.push_back(block.block);
+    if (pool_.refCount(block.block) == 0)
+      revived.insert(block.block);
   }
   const uint32_t available = pool_.numFreeBlocks() - uint32_t(revived.size());
   if (numMisses > available) {

@@ -139,7 +139,6 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
     rope.frequencyFactors = factors.empty() ? nullptr : factors.data();
     model->halfPrecisionKv = true;
     model->quantizedDecode = true;
-    model->quantizedEverything = true;
     for (const LayerWeights &layer : model->modelWeights->layers())
       if (!layer.hasQuantized)
         return llvm::createStringError(
@@ -423,9 +422,10 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   // Rows [0, quantizedRows) multiply the 4/8-bit weights in place with
   // int8 activations (decode rows), the rest the packed bf16/f32 copy
   // (prompt rows): each row's path is its own (RowKind).
-  const int64_t quantizedRows = quantizedEverything ? numTokens
-                                : quantizedDecode   ? numDecodeRows
-                                                    : 0;
+  // llama.cpp numerics multiply every row on the file's blocks.
+  const int64_t quantizedRows = llamaNumerics     ? numTokens
+                                : quantizedDecode ? numDecodeRows
+                                                  : 0;
   auto multiplyQuantized = [&](const cpu::GemmWeights &packed,
                                const cpu::PackedQuantMatrix &packedQuantized,
                                const float *x, int64_t rows, float *y) {
@@ -615,7 +615,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   // The 4/8-bit head serves every last-token row (its rows are
   // independent of each other); full-sequence logits (perplexity) take the
   // packed GEMM.
-  if (head && (quantizedEverything || (quantizedDecode && !anyAllLogits))) {
+  if (head && (llamaNumerics || (quantizedDecode && !anyAllLogits))) {
     cpu::quantizeActivations(selected.data(), numRows, dim, dim, head->format,
                              quantizedActivations);
     cpu::quantGemv(*head, quantizedActivations, output.logits.data(),

@@ -150,8 +150,6 @@ private:
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
   bool quantizedDecode = false;
-  /// Every row on the 4/8-bit weights (Numerics::LlamaCpp).
-  bool quantizedEverything = false;
   bool halfPrecisionKv = true;
   Numerics modelNumerics = Numerics::Default;
   cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp

@@ -188,7 +188,8 @@ llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "span mode '%s': expected isolated or prefix, optionally "
-        "+recomputeN and +endN with N in 1..64",
+        "+recomputeN and +endN with N in 1..64 and +blendP with P in "
+        "1..100",
         text.str().c_str());
   };
   llvm::SmallVector<llvm::StringRef, 3> parts;
@@ -207,6 +208,12 @@ llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
                        : part.consume_front("end") ? &options.recomputeEndBlocks
                                                    : nullptr;
     unsigned blocks = 0;
+    if (part.consume_front("blend")) {
+      if (part.getAsInteger(10, blocks) || blocks < 1 || blocks > 100)
+        return bad();
+      options.blendPercent = blocks;
+      continue;
+    }
     if (!target || part.getAsInteger(10, blocks) || blocks < 1 || blocks > 64)
       return bad();
     *target = blocks;
@@ -220,6 +227,8 @@ std::string spanModeName(const kv::SpanOptions &options) {
     name += "+recompute" + std::to_string(options.recomputeBlocks);
   if (options.recomputeEndBlocks > 0)
     name += "+end" + std::to_string(options.recomputeEndBlocks);
+  if (options.blendPercent > 0)
+    name += "+blend" + std::to_string(options.blendPercent);
   return name;
 }
 

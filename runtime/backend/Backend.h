@@ -17,6 +17,8 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <vector>
+
 namespace spanc::backend {
 
 class Backend {
@@ -30,6 +32,18 @@ public:
   virtual llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
                               model::ForwardOutput &output) = 0;
 
+  /// Runs only layers [0, numLayers) of a step, writing their K/V; no
+  /// sequence may ask for logits (a blend's selection pass).
+  virtual llvm::Error
+  forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                uint32_t numLayers) = 0;
+  /// Per token of the first validTokens[i] slots of blocks a[i] and b[i]:
+  /// the squared distance of their K and V rows at `layer`, appended to
+  /// `distances` in block order.
+  virtual void tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
+                              llvm::ArrayRef<int32_t> b,
+                              llvm::ArrayRef<int32_t> validTokens,
+                              std::vector<float> &distances) = 0;
   /// Runs a CIDRA plan's batches in order (duplicates, ReRoPE moves).
   virtual void relocate(const kv::RelocationPlan &plan) = 0;
 

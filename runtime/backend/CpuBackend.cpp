@@ -25,6 +25,24 @@ llvm::Error CpuBackend::forward(llvm::ArrayRef<model::ForwardSequence> batch,
   return cpuModel.forward(batch, *kvStorage, output);
 }
 
+llvm::Error
+CpuBackend::forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                          uint32_t numLayers) {
+  return cpuModel.forwardLayers(batch, *kvStorage, numLayers);
+}
+
+void CpuBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
+                                llvm::ArrayRef<int32_t> b,
+                                llvm::ArrayRef<int32_t> validTokens,
+                                std::vector<float> &distances) {
+  for (size_t index = 0; index < a.size(); ++index) {
+    size_t first = distances.size();
+    distances.resize(first + size_t(validTokens[index]));
+    kvStorage->tokenDistances(int(layer), a[index], b[index],
+                              validTokens[index], distances.data() + first);
+  }
+}
+
 void CpuBackend::relocate(const kv::RelocationPlan &plan) {
   relocation.apply(plan);
 }

@@ -30,6 +30,12 @@ public:
 
   llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
                       model::ForwardOutput &output) override;
+  llvm::Error forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                            uint32_t numLayers) override;
+  void tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
+                      llvm::ArrayRef<int32_t> b,
+                      llvm::ArrayRef<int32_t> validTokens,
+                      std::vector<float> &distances) override;
   void relocate(const kv::RelocationPlan &plan) override;
   void copyBlock(const kv::RelocationOp &copy) override;
 

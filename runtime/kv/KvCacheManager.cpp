@@ -173,7 +173,70 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
   llvm::SmallVector<uint32_t, 32> plusPages;
   uint32_t plusSegments = 0;
   int64_t plusTokens = 0;
+  // Blend (SpanOptions::blendPercent): the span blocks of the plus being
+  // laid out, with their forced flags, and whether any span of it missed
+  // some of the context.
+  const bool blending =
+      cacheMode == CacheMode::Span && spanOptions.blendPercent;
+  llvm::SmallVector<std::pair<uint32_t, bool>, 32> blendBlocks;
+  bool blendNeeded = false;
+  // Ends the plus: a blend segment over its spans, or (nothing to blend)
+  // the span blocks read as they are.
+  auto finishPlus = [&] {
+    if (blendBlocks.empty())
+      return;
+    if (!blendNeeded) {
+      for (auto [block, forced] : blendBlocks)
+        visible.push_back(block);
+      blendBlocks.clear();
+      return;
+    }
+    SegmentPlan blend;
+    blend.kind = SegmentKind::Tail;
+    blend.boundary = true;
+    blend.blend = true;
+    const LogicalBlock &first = plan.blocks[blendBlocks.front().first];
+    blend.firstToken = first.firstToken;
+    blend.firstPosition = first.position;
+    blend.contextSegments = plusSegments;
+    blend.contextTokens = uint32_t(plusTokens);
+    // Every blend block depends on every span (the choice of tokens is
+    // global), so the chain starts from the context after all of them and
+    // the blend's settings.
+    const TokenId settings[] = {TokenId(-1), TokenId(spanOptions.blendPercent),
+                                TokenId(spanOptions.recomputeBlocks),
+                                TokenId(spanOptions.recomputeEndBlocks)};
+    blend.parentHash =
+        hasher.join(context, hasher.hashBlock(hasher.root(), settings));
+    const uint32_t blendIndex = uint32_t(plan.segments.size());
+    blend.firstBlock = uint32_t(plan.blocks.size());
+    BlockHash parent = blend.parentHash;
+    for (auto [source, forced] : blendBlocks) {
+      LogicalBlock block = plan.blocks[source];
+      block.segment = blendIndex;
+      block.computePosition = block.position;
+      block.hash = hasher.hashBlock(
+          parent, llvm::ArrayRef<TokenId>(plan.tokens)
+                      .slice(block.firstToken, block.numTokens));
+      block.blendSource = source;
+      block.blendForced = forced;
+      parent = block.hash;
+      blend.numTokens += block.numTokens;
+      plan.blocks.push_back(block);
+    }
+    blend.numBlocks = uint32_t(plan.blocks.size()) - blend.firstBlock;
+    blend.pages.assign(plusPages.begin(), plusPages.end());
+    appendOwnPages(blend);
+    for (uint32_t block = 0; block < blend.numBlocks; ++block)
+      visible.push_back(blend.firstBlock + block);
+    context = parent;
+    plan.segments.push_back(std::move(blend));
+    blendBlocks.clear();
+    blendNeeded = false;
+  };
   for (const Segment &segment : segments) {
+    if (segment.kind != SegmentKind::Span)
+      finishPlus();
     SegmentPlan segmentPlan;
     segmentPlan.kind = segment.kind;
     segmentPlan.firstToken = uint32_t(plan.tokens.size());
@@ -237,6 +300,15 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
            b < std::min(spanOptions.recomputeEndBlocks, spanBlocks); ++b)
         recompute[spanBlocks - 1 - b] = true;
     }
+    if (blending) {
+      // The spans' blocks wait for the blend at the end of the plus.
+      for (uint32_t block = 0; block < spanBlocks; ++block)
+        blendBlocks.push_back({spanFirstBlock + block, recompute[block]});
+      blendNeeded |= !sawEverythingBefore;
+      context = hasher.join(context, spanFinal);
+      position += spanTokens;
+      continue;
+    }
     if (llvm::none_of(recompute, [](bool r) { return r; })) {
       for (uint32_t block = 0; block < spanBlocks; ++block)
         visible.push_back(spanFirstBlock + block);
@@ -289,7 +361,9 @@ void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
   for (uint32_t index = 0; index < plan.segments.size(); ++index) {
     const SegmentPlan &segment = plan.segments[index];
     os << "segment " << index << " "
-       << (segment.boundary ? "boundary" : segmentKindName(segment.kind))
+       << (segment.blend      ? "blend"
+           : segment.boundary ? "boundary"
+                              : segmentKindName(segment.kind))
        << ": tokens [" << segment.firstToken << ", "
        << segment.firstToken + segment.numTokens << ") positions ["
        << segment.firstPosition << ", "
@@ -337,7 +411,9 @@ void printCallLayout(llvm::ArrayRef<Segment> segments,
   const RequestPlan &plan = manager.plan(id);
   for (const SegmentPlan &segment : plan.segments) {
     os << "    "
-       << (segment.boundary ? "boundary" : segmentKindName(segment.kind))
+       << (segment.blend      ? "blend"
+           : segment.boundary ? "boundary"
+                              : segmentKindName(segment.kind))
        << " tokens " << segment.numTokens << " positions ["
        << segment.firstPosition << ", "
        << segment.firstPosition + segment.numTokens << ") blocks "
@@ -354,6 +430,9 @@ void printCallLayout(llvm::ArrayRef<Segment> segments,
       if (block.computePosition != block.position)
         os << " (computed @" << block.computePosition << ")";
       os << " tokens " << block.numTokens;
+      if (block.blendSource != UINT32_MAX)
+        os << " blends " << block.blendSource
+           << (block.blendForced ? " (all recomputed)" : "");
       if (block.numTokens < blockSize)
         os << " (+" << blockSize - block.numTokens << " padding)";
       os << " hash " << block.hash.str() << "\n";
@@ -405,6 +484,20 @@ AdmitResult KvCacheManager::admit(RequestId id,
         block.reused = false;
         block.block = InvalidBlock;
       }
+    }
+  }
+  // A blend's tokens are chosen over all its blocks: it is reused whole
+  // or computed whole.
+  for (const SegmentPlan &segment : plan.segments) {
+    if (!segment.blend)
+      continue;
+    auto blocks = llvm::MutableArrayRef<LogicalBlock>(plan.blocks)
+                      .slice(segment.firstBlock, segment.numBlocks);
+    if (llvm::all_of(blocks, [](const LogicalBlock &b) { return b.reused; }))
+      continue;
+    for (LogicalBlock &block : blocks) {
+      block.reused = false;
+      block.block = InvalidBlock;
     }
   }
   // Whether the misses fit.
@@ -471,9 +564,14 @@ AdmitResult KvCacheManager::admit(RequestId id,
 
   // Reused: the prompt tokens whose K/V the last segment reads from the
   // cache (a span head it reads recomputed does not count).
-  for (uint32_t page : plan.segments.back().pages)
-    if (plan.blocks[page].reused)
-      plan.numReusedTokens += plan.blocks[page].numTokens;
+  // A blend block computed from a reused span block counts as reused: a
+  // blend recomputes only a fraction of its tokens.
+  for (uint32_t page : plan.segments.back().pages) {
+    const LogicalBlock &block = plan.blocks[page];
+    if (block.reused || (block.blendSource != UINT32_MAX &&
+                         plan.blocks[block.blendSource].reused))
+      plan.numReusedTokens += block.numTokens;
+  }
 
   // Compute runs: maximal stretches of misses inside one segment.
   for (uint32_t index = 0; index < plan.segments.size(); ++index) {
@@ -634,6 +732,16 @@ void KvCacheManager::forgetInFlight(RequestState &request) {
       inFlight_.erase(found);
   }
   request.inFlight.clear();
+}
+
+uint64_t KvCacheManager::layoutBlocks(llvm::ArrayRef<Segment> segments) const {
+  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
+                              pool_.blockSize(), hasher_);
+  if (!layout) {
+    llvm::consumeError(layout.takeError());
+    return 0;
+  }
+  return layout->blocks.size();
 }
 
 bool KvCacheManager::needsBlocksInFlight(

@@ -91,7 +91,19 @@ struct SpanOptions {
   /// default: the best measured trade-off of accuracy against hit cost
   /// (bench/results/accuracy.md, docs/ARCHITECTURE.md "Span attention").
   uint32_t recomputeEndBlocks = 1;
+  /// Selective recompute (CacheBlend-style; docs/ARCHITECTURE.md, "Span
+  /// attention"): after the spans of a plus, a blend segment copies their
+  /// blocks, recomputes the first kBlendSelectionLayers layers of all their
+  /// tokens in the call's context, and then recomputes through every layer
+  /// the blendPercent % of tokens whose K/V moved most at the last of those
+  /// layers (plus every token of the head and end blocks above); what
+  /// follows reads the blend. 0: off.
+  uint32_t blendPercent = 0;
 };
+
+/// The layers a blend recomputes for every span token to choose the tokens
+/// it recomputes in full (by the K/V distance at the last of them).
+constexpr uint32_t kBlendSelectionLayers = 2;
 
 llvm::Expected<CacheMode> parseCacheMode(llvm::StringRef text);
 llvm::Expected<SpanContext> parseSpanContext(llvm::StringRef text);
@@ -111,6 +123,11 @@ struct LogicalBlock {
   int64_t computePosition = 0;
   BlockHash hash;      ///< of its tokens (prompt part at admission)
   bool reused = false; ///< a cache hit: nothing to compute
+  /// A block of a blend segment: the span block it blends (an index into
+  /// RequestPlan::blocks), and whether all its tokens are recomputed (a
+  /// head or end block of SpanOptions::recomputeBlocks/EndBlocks).
+  uint32_t blendSource = UINT32_MAX;
+  bool blendForced = false;
 };
 
 struct SegmentPlan {
@@ -132,6 +149,11 @@ struct SegmentPlan {
   /// its tokens are some of that span's, and later segments read its blocks
   /// instead of the span's own.
   bool boundary = false;
+  /// A blend segment (SpanOptions::blendPercent): a boundary segment over
+  /// every span of a plus, whose blocks mirror theirs (LogicalBlock::
+  /// blendSource). It is computed whole in one step, not causally: see
+  /// sched::BlendTask. Hit or computed as a whole.
+  bool blend = false;
   /// The blocks its attention reads, in logical order, as indices into
   /// RequestPlan::blocks: its context's, then its own (the last numBlocks).
   llvm::SmallVector<uint32_t, 16> pages;
@@ -246,6 +268,11 @@ public:
   /// it now would compute that block a second time; admitted after the
   /// other's commitPrefill it hits. Cheap when nothing is in flight.
   bool needsBlocksInFlight(llvm::ArrayRef<Segment> segments) const;
+
+  /// The blocks admitting `segments` lays out (hits included): its
+  /// segments', recomputed span blocks' and blends'. 0 when malformed
+  /// (admit() reports why).
+  uint64_t layoutBlocks(llvm::ArrayRef<Segment> segments) const;
 
   /// The plan of an admitted request (valid until release).
   const RequestPlan &plan(RequestId id) const;

@@ -151,6 +151,22 @@ float KvStorage::value(int layer, int64_t block, int kvHead, int slot,
   return self->values<float>(layer, block, kvHead)[offset];
 }
 
+void KvStorage::tokenDistances(int layer, int64_t a, int64_t b, int numTokens,
+                               float *out) const {
+  for (int slot = 0; slot < numTokens; ++slot) {
+    double sum = 0;
+    for (int head = 0; head < config_.numKvHeads; ++head)
+      for (int dim = 0; dim < config_.headDim; ++dim) {
+        double dk = double(key(layer, a, head, slot, dim)) -
+                    key(layer, b, head, slot, dim);
+        double dv = double(value(layer, a, head, slot, dim)) -
+                    value(layer, b, head, slot, dim);
+        sum += dk * dk + dv * dv;
+      }
+    out[slot] = float(sum);
+  }
+}
+
 void KvStorage::writeToken(int layer, int64_t block, int slot, const float *key,
                            const float *value) {
   const int32_t blockId = int32_t(block), slotIndex = slot;

@@ -131,6 +131,13 @@ public:
                    const int32_t *slotIndices, const float *keys,
                    const float *values, int64_t rowStride);
 
+  /// Per token of the first `numTokens` slots: the squared distance between
+  /// the K and V rows (every KV head) of one layer in blocks `a` and `b`,
+  /// into out[0, numTokens). How far a blend moved a token (sched::
+  /// BlendTask): both blocks must hold K at the same position.
+  void tokenDistances(int layer, int64_t a, int64_t b, int numTokens,
+                      float *out) const;
+
   /// Copies every layer's K and V of block `source` into `destination`.
   void copyBlock(int64_t source, int64_t destination);
 

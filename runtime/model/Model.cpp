@@ -254,6 +254,24 @@ llvm::Error Model::feedForwardFused(const LayerWeights &layer,
 
 llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
                            kv::KvStorage &storage, ForwardOutput &output) {
+  return runLayers(batch, storage, output, modelConfig.numLayers);
+}
+
+llvm::Error Model::forwardLayers(llvm::ArrayRef<ForwardSequence> batch,
+                                 kv::KvStorage &storage, uint32_t numLayers) {
+  for (size_t index = 0; index < batch.size(); ++index)
+    if (batch[index].logits != LogitsRequest::None)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "forwardLayers: sequence %zu asks for logits", index);
+  ForwardOutput output;
+  return runLayers(batch, storage, output,
+                   std::min(numLayers, modelConfig.numLayers));
+}
+
+llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
+                             kv::KvStorage &storage, ForwardOutput &output,
+                             uint32_t numLayers) {
   const ModelConfig &config = modelConfig;
   const kv::KvStorageConfig &kvConfig = storage.config();
   if (kvConfig.numLayers != int(config.numLayers) ||
@@ -458,7 +476,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
                           mode);
   };
 
-  for (uint32_t layerIndex = 0; layerIndex < config.numLayers; ++layerIndex) {
+  for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
     const LayerWeights &layer = modelWeights->layers()[layerIndex];
     {
       OpTimer timer(profiling, opProfile.normSeconds);
@@ -596,7 +614,7 @@ llvm::Error Model::forward(llvm::ArrayRef<ForwardSequence> batch,
   const int64_t numRows = output.rowOffsets.back();
   output.vocabSize = config.vocabSize;
   output.logits.resize(size_t(numRows * config.vocabSize));
-  if (numRows == 0)
+  if (numRows == 0 || numLayers < config.numLayers)
     return llvm::Error::success();
   int64_t row = 0;
   for (size_t index = 0; index < batch.size(); ++index) {

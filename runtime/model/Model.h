@@ -133,6 +133,11 @@ public:
   /// logical index and `positions` are ignored.
   llvm::Error forward(llvm::ArrayRef<ForwardSequence> batch,
                       kv::KvStorage &storage, ForwardOutput &output);
+  /// Runs only layers [0, numLayers) of a step, writing their K/V, and
+  /// returns no logits (every sequence must ask for none): a blend's
+  /// selection pass (sched::BlendTask).
+  llvm::Error forwardLayers(llvm::ArrayRef<ForwardSequence> batch,
+                            kv::KvStorage &storage, uint32_t numLayers);
 
   /// Turns the per-op timers on (a small cost per op) and reads them.
   void enableProfile(bool enabled) { profiling = enabled; }
@@ -142,6 +147,9 @@ public:
 private:
   Model() = default;
   void reserve(int64_t numTokens);
+  llvm::Error runLayers(llvm::ArrayRef<ForwardSequence> batch,
+                        kv::KvStorage &storage, ForwardOutput &output,
+                        uint32_t numLayers);
   /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
   /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
   llvm::Error feedForwardFused(const LayerWeights &layer, int64_t numTokens);

@@ -52,6 +52,8 @@ public:
 
 private:
   model::Sampler &samplerFor(plan::CallId call);
+  /// Computes one blend segment (BlendTask) on the device.
+  llvm::Error runBlend(const SchedulerOutput &step, const BlendTask &task);
 
   backend::Backend &device;
   const model::Tokenizer &tokenizer;
@@ -66,6 +68,11 @@ private:
 
   llvm::SmallVector<model::ForwardSequence, 16> batch;
   model::ForwardOutput forwardOutput;
+  /// runBlend's buffers, reused from blend to blend.
+  std::vector<int32_t> blendPages, blendPageValid, blendSequenceValid;
+  std::vector<float> blendDistances;
+  std::vector<uint8_t> blendChosen;
+  std::vector<uint32_t> blendOrder;
 };
 
 } // namespace spanc::sched

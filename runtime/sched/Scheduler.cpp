@@ -179,10 +179,9 @@ bool Scheduler::admit() {
     // that into account up front keeps preemption (which recomputes, and so
     // may change a greedy near-tie) for when the estimate is wrong.
     if (!running.empty()) {
-      uint64_t needed = growthBlocks(*request);
-      for (const kv::Segment &segment : request->segments)
-        needed +=
-            (segment.tokens.size() + options.blockSize - 1) / options.blockSize;
+      // Its layout's blocks: segments, recomputed span blocks, blends.
+      uint64_t needed =
+          growthBlocks(*request) + cache.layoutBlocks(request->segments);
       for (const auto &other : running)
         needed += growthBlocks(*other);
       if (needed > blockPool.numFreeBlocks()) {
@@ -326,6 +325,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     if (request.decoding)
       continue;
     const kv::RequestPlan &requestPlan = cache.plan(request.request);
+    bool scheduledPrefill = false;
     while (budget > 0 && request.runIndex < requestPlan.runs.size()) {
       const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
       if (run.afterSpanRelocation &&
@@ -338,6 +338,21 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
         break;
       }
       const kv::SegmentPlan &segment = requestPlan.segments[run.segment];
+      if (segment.blend) {
+        // A blend runs before the step's forward pass: the spans it copies
+        // must have been computed by an earlier step.
+        if (scheduledPrefill)
+          break;
+        scheduleBlend(request, requestPlan, segment, output);
+        // Its cost: the selection layers over every token, the chosen
+        // fraction through every layer.
+        budget -= int64_t(segment.numTokens) *
+                      (cache.spanOptions().blendPercent + 10) / 100 +
+                  1;
+        ++request.runIndex;
+        request.blocksDone = 0;
+        continue;
+      }
       uint32_t take = 0;
       int64_t tokens = 0;
       while (request.blocksDone + take < run.numBlocks) {
@@ -383,9 +398,42 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
       sequence.wantsLogits = sequence.completesPrompt;
       sequence.sample = sequence.completesPrompt;
       scheduled.push_back(&request);
+      scheduledPrefill = true;
     }
   }
   return llvm::Error::success();
+}
+
+void Scheduler::scheduleBlend(const Request &request,
+                              const kv::RequestPlan &requestPlan,
+                              const kv::SegmentPlan &segment,
+                              SchedulerOutput &output) {
+  BlendTask &task = output.blends.emplace_back();
+  task.call = request.call;
+  task.percent = cache.spanOptions().blendPercent;
+  task.firstPage = uint32_t(output.blockIds.size());
+  task.numContextPages = uint32_t(segment.pages.size()) - segment.numBlocks;
+  for (uint32_t page = 0; page < task.numContextPages; ++page) {
+    const kv::LogicalBlock &block = requestPlan.blocks[segment.pages[page]];
+    output.blockIds.push_back(int32_t(block.block));
+    output.validTokens.push_back(int32_t(block.numTokens));
+  }
+  task.firstBlock = uint32_t(output.blendBlocks.size());
+  task.numBlocks = segment.numBlocks;
+  task.firstToken = uint32_t(output.tokens.size());
+  for (uint32_t b = 0; b < segment.numBlocks; ++b) {
+    const kv::LogicalBlock &block = requestPlan.blocks[segment.firstBlock + b];
+    output.blendBlocks.push_back(int32_t(block.block));
+    output.sourceBlocks.push_back(
+        int32_t(requestPlan.blocks[block.blendSource].block));
+    output.blendValidTokens.push_back(int32_t(block.numTokens));
+    output.blendForced.push_back(block.blendForced ? 1 : 0);
+    for (uint32_t t = 0; t < block.numTokens; ++t) {
+      output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+      output.positions.push_back(int32_t(block.position + t));
+    }
+  }
+  task.numTokens = uint32_t(output.tokens.size()) - task.firstToken;
 }
 
 void Scheduler::queueSpanMoves() {

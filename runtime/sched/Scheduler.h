@@ -113,6 +113,9 @@ private:
   void takeSlot(Request &request, const kv::DecodeSlot &slot);
   /// Queues the span moves the step asked for (after its forward pass).
   void queueSpanMoves();
+  /// Lays a blend segment out as a BlendTask of `output`.
+  void scheduleBlend(const Request &request, const kv::RequestPlan &requestPlan,
+                     const kv::SegmentPlan &segment, SchedulerOutput &output);
   void appendPages(const kv::RequestPlan &plan, llvm::ArrayRef<uint32_t> pages,
                    SchedulerOutput &output, ScheduledSequence &sequence);
 

@@ -39,6 +39,25 @@ struct ScheduledSequence {
   uint32_t firstPage = 0, numPages = 0;   ///< into blockIds and validTokens
 };
 
+/// A blend segment to compute whole this step (kv::SpanOptions::
+/// blendPercent; docs/ARCHITECTURE.md, "Span attention"), before the
+/// forward batch. The runner copies each span block into its blend block,
+/// runs the first kv::kBlendSelectionLayers layers of every token causally
+/// over the context pages and the blend blocks, measures how far each
+/// token's K/V moved at the last of them, and recomputes through every
+/// layer the `percent` % that moved most and every forced block's tokens,
+/// each attending to everything before it.
+struct BlendTask {
+  plan::CallId call = 0;
+  uint32_t percent = 0;
+  /// The pages before the plus, into blockIds and validTokens.
+  uint32_t firstPage = 0, numContextPages = 0;
+  /// Into blendBlocks, sourceBlocks, blendValidTokens and blendForced.
+  uint32_t firstBlock = 0, numBlocks = 0;
+  /// Into tokens and positions: every token of the blend, in order.
+  uint32_t firstToken = 0, numTokens = 0;
+};
+
 struct SchedulerOutput {
   /// CIDRA's plan for this step (kv::KvCacheManager::planStep): run it
   /// before the forward pass.
@@ -47,6 +66,10 @@ struct SchedulerOutput {
   std::vector<ScheduledSequence> sequences;
   std::vector<int32_t> tokens, positions;
   std::vector<int32_t> blockIds, validTokens;
+  /// Blends to run before the batch, and their blocks.
+  std::vector<BlendTask> blends;
+  std::vector<int32_t> blendBlocks, sourceBlocks, blendValidTokens;
+  std::vector<uint8_t> blendForced;
 
   llvm::ArrayRef<int32_t> tokensOf(const ScheduledSequence &sequence) const {
     return llvm::ArrayRef<int32_t>(tokens).slice(sequence.firstToken,
@@ -73,6 +96,11 @@ struct SchedulerOutput {
     positions.clear();
     blockIds.clear();
     validTokens.clear();
+    blends.clear();
+    blendBlocks.clear();
+    sourceBlocks.clear();
+    blendValidTokens.clear();
+    blendForced.clear();
   }
 };
 

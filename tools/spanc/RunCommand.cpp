@@ -8,13 +8,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
@@ -59,6 +59,7 @@ void printStats(const plan::Plan &plan,
     total.reusedTokens += stats.reusedTokens;
     total.computedTokens += stats.computedTokens;
     total.relocatedTokens += stats.relocatedTokens;
+    total.blendedTokens += stats.blendedTokens;
     total.generatedTokens += stats.generatedTokens;
   }
   for (const plan::QueryPlan &query : plan.queries) {
@@ -74,6 +75,9 @@ void printStats(const plan::Plan &plan,
                      plan.calls.size(), total.promptTokens, total.reusedTokens,
                      100.0 * total.hitRate(), total.computedTokens,
                      total.relocatedTokens, total.generatedTokens, wallSeconds);
+  if (total.blendedTokens)
+    os << "blend: " << total.blendedTokens
+       << " span tokens recomputed through every layer\n";
 }
 
 nlohmann::json toJson(const plan::Plan &plan,
@@ -113,6 +117,7 @@ nlohmann::json toJson(const plan::Plan &plan,
          {"reused_tokens", stats.reusedTokens},
          {"computed_tokens", stats.computedTokens},
          {"relocated_tokens", stats.relocatedTokens},
+         {"blended_tokens", stats.blendedTokens},
          {"generated_tokens", stats.generatedTokens},
          {"hit_rate", stats.hitRate()},
          {"ttft_seconds", stats.ttftSeconds},
@@ -254,42 +259,42 @@ int runRun(const std::vector<std::string> &args) {
        "KV cache mode: span (spans hit at any position), prefix (stock "    //
        "prefix caching: the baseline) or off")                              //
       ("relocation",
-       po::value<std::string>()->default_value("rope-in-kernel"),          //
-       "how reused spans move: rerope (rotate cached K by the position "   //
-       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")  //
-      ("threads,t", po::value<int>(),                                      //
-       "CPU threads (default: all cores)")                                 //
-      ("kv-cache", po::value<std::string>()->default_value("65536"),       //
-       "KV cache capacity: tokens (65536), rounded down to whole blocks, " //
-       "or memory (512MiB, 2GiB)")                                         //
-      ("block-size", po::value<unsigned>()->default_value(16),             //
-       blockSizeHelp.c_str())                                              //
-      ("step-tokens", po::value<int64_t>()->default_value(512),            //
-       "token budget of one scheduler step (decode tokens + prefill)")     //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
-       "tree-reduce gens over a wide plus with this fan-in (0: only gens " //
-       "with reduce=)")                                                    //
-      ("skip-pass", po::value<std::vector<std::string>>()->composing(),    //
-       "leave this pass out of the default pipeline (repeatable); e.g. "   //
-       "bulk-order, to run a bulk in its written (FIFO) order")            //
-      ("prepare-fragments",                                                //
-       "warm the cache with one G1 call per retrieved fragment first")     //
-      ("repeat", po::value<unsigned>()->default_value(1),                  //
-       "run the program this many times against the same (warm) cache "    //
-       "(answers are printed once; --stats shows every run)")              //
-      ("batch-invariant",                                                  //
-       "f32 GEMMs and attention products everywhere (slower prefill; the " //
-       "default kernels are already chosen per row, so an answer never "   //
-       "depends on what shares its step)")                                 //
-      ("kv-precision", po::value<std::string>()->default_value("f16"),     //
+       po::value<std::string>()->default_value("rope-in-kernel"),           //
+       "how reused spans move: rerope (rotate cached K by the position "    //
+       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
+      ("threads,t", po::value<int>(),                                       //
+       "CPU threads (default: all cores)")                                  //
+      ("kv-cache", po::value<std::string>()->default_value("65536"),        //
+       "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
+       "or memory (512MiB, 2GiB)")                                          //
+      ("block-size", po::value<unsigned>()->default_value(16),              //
+       blockSizeHelp.c_str())                                               //
+      ("step-tokens", po::value<int64_t>()->default_value(512),             //
+       "token budget of one scheduler step (decode tokens + prefill)")      //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
+       "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
+       "with reduce=)")                                                     //
+      ("skip-pass", po::value<std::vector<std::string>>()->composing(),     //
+       "leave this pass out of the default pipeline (repeatable); e.g. "    //
+       "bulk-order, to run a bulk in its written (FIFO) order")             //
+      ("prepare-fragments",                                                 //
+       "warm the cache with one G1 call per retrieved fragment first")      //
+      ("repeat", po::value<unsigned>()->default_value(1),                   //
+       "run the program this many times against the same (warm) cache "     //
+       "(answers are printed once; --stats shows every run)")               //
+      ("batch-invariant",                                                   //
+       "f32 GEMMs and attention products everywhere (slower prefill; the "  //
+       "default kernels are already chosen per row, so an answer never "    //
+       "depends on what shares its step)")                                  //
+      ("kv-precision", po::value<std::string>()->default_value("f16"),      //
        "K/V storage: f16 (as llama.cpp's default cache) or f32 (twice the " //
        "memory; ReRoPE and rope-in-kernel then differ only by f32 "         //
        "rounding)")                                                         //
-      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "      //
-                "reused/computed/relocated, hit rate, decode tokens/s")    //
-      ("json", "print results and statistics as JSON on stdout")           //
-      ("progress-after", po::value<double>()->default_value(1.0),          //
-       "when stderr is a terminal, draw a progress line (calls, tokens, "  //
+      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "       //
+                "reused/computed/relocated, hit rate, decode tokens/s")     //
+      ("json", "print results and statistics as JSON on stdout")            //
+      ("progress-after", po::value<double>()->default_value(1.0),           //
+       "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
   po::positional_options_description positional;

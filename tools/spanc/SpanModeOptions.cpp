@@ -34,7 +34,15 @@ void addSpanModeOptions(po::options_description &options) {
       ("span-recompute-end",                                                //
        po::value<unsigned>()->default_value(defaults.recomputeEndBlocks),   //
        "with --cache=span, the same for the last N blocks of each such "    //
-       "span (they read the span's kept blocks before them)");
+       "span (they read the span's kept blocks before them)")               //
+      ("span-blend",                                                        //
+       po::value<unsigned>()->default_value(defaults.blendPercent),         //
+       "with --cache=span, selective recompute (CacheBlend-style): after "  //
+       "the spans of a plus, recompute their first 2 layers in the call's " //
+       "context, then through every layer the N% of their tokens whose "    //
+       "K/V moved most (and every token of the --span-recompute and "       //
+       "--span-recompute-end blocks); the tail reads the blend, the "       //
+       "cached spans stay as they are (0: off; 1..100)");
 }
 
 llvm::Expected<kv::SpanOptions>
@@ -46,6 +54,11 @@ readSpanModeOptions(const po::variables_map &values) {
   options.context = *context;
   options.recomputeBlocks = values["span-recompute"].as<unsigned>();
   options.recomputeEndBlocks = values["span-recompute-end"].as<unsigned>();
+  options.blendPercent = values["span-blend"].as<unsigned>();
+  if (options.blendPercent > 100)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "--span-blend %u: a percentage, 0..100",
+                                   options.blendPercent);
   for (auto [name, value] :
        {std::make_pair("--span-recompute", options.recomputeBlocks),
         std::make_pair("--span-recompute-end", options.recomputeEndBlocks)})

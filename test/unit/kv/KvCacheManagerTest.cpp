@@ -955,4 +955,74 @@ TEST(SpanRecompute, ReropeMovesEachSpanBeforeItsEndRunReadsItsKeptBlocks) {
   ASSERT_POOL_OK(fixture.pool);
 }
 
+TEST(SpanBlend, OneBlendAfterThePlusMirrorsEverySpanBlockAndTheTailReadsIt) {
+  Fixture fixture(128, CacheMode::Span, RelocationMode::RopeInKernel,
+                  SpanOptions{SpanContext::Prefix, 0, 1, 15});
+  KvCacheManager &manager = fixture.manager;
+  const std::vector<Segment> ab = {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                                   span(tokens(20, 200)), tail({5, 6})};
+  run(manager, 1, ab);
+  const RequestPlan &plan = manager.plan(1);
+  // prefix, A (2 blocks), B (2 blocks), blend (4 blocks), tail.
+  ASSERT_EQ(plan.segments.size(), 5u);
+  const SegmentPlan &blend = plan.segments[3];
+  EXPECT_TRUE(blend.blend);
+  EXPECT_TRUE(blend.boundary);
+  EXPECT_EQ(blend.numBlocks, 4u);
+  EXPECT_EQ(blend.numTokens, 40u);
+  EXPECT_EQ(blend.firstPosition, 16);
+  EXPECT_EQ(blend.contextSegments, 1u);
+  EXPECT_EQ(blend.pages, (llvm::SmallVector<uint32_t, 16>{0, 5, 6, 7, 8}));
+  std::vector<uint32_t> sources;
+  std::vector<bool> forced;
+  for (uint32_t b = 0; b < blend.numBlocks; ++b) {
+    const LogicalBlock &block = plan.blocks[blend.firstBlock + b];
+    sources.push_back(block.blendSource);
+    forced.push_back(block.blendForced);
+    EXPECT_EQ(block.position, plan.blocks[block.blendSource].position);
+    EXPECT_EQ(block.numTokens, plan.blocks[block.blendSource].numTokens);
+  }
+  EXPECT_EQ(sources, (std::vector<uint32_t>{1, 2, 3, 4}));
+  // A saw all its context (the prefix); B's end block is recomputed whole.
+  EXPECT_EQ(forced, (std::vector<bool>{false, false, false, true}));
+  EXPECT_EQ(plan.segments[4].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 5, 6, 7, 8, 9}));
+  manager.release(1);
+
+  // The same call again hits the whole blend; B before A hits both spans
+  // but computes a new blend (another context), which counts as reused.
+  run(manager, 2, ab);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 3), 4u);
+  manager.release(2);
+  run(manager, 3,
+      {prefix(tokens(16, 1)), span(tokens(20, 200)), span(tokens(20, 100)),
+       tail({5, 6})});
+  const RequestPlan &ba = manager.plan(3);
+  EXPECT_EQ(reusedBlocks(ba, 1) + reusedBlocks(ba, 2), 4u);
+  EXPECT_EQ(reusedBlocks(ba, 3), 0u);
+  EXPECT_EQ(ba.numReusedTokens, 16u + 40u);
+  manager.release(3);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
+TEST(SpanBlend, ABlendMissingOneBlockIsComputedWhole) {
+  Fixture fixture(128, CacheMode::Span, RelocationMode::RopeInKernel,
+                  SpanOptions{SpanContext::Prefix, 0, 0, 15});
+  KvCacheManager &manager = fixture.manager;
+  const std::vector<Segment> ab = {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                                   span(tokens(20, 200)), tail({5, 6})};
+  run(manager, 1, ab);
+  const SegmentPlan blend = manager.plan(1).segments[3];
+  const BlockId evicted = manager.plan(1).blocks[blend.firstBlock + 2].block;
+  manager.release(1);
+  // Drop one blend block from the cache: the rest of the blend must not hit.
+  fixture.pool.uncache(evicted);
+  AdmitResult result = manager.admit(2, ab);
+  ASSERT_EQ(result.status, AdmitStatus::Admitted) << result.reason;
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 3), 0u);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 1), 2u);
+  manager.release(2);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
 } // namespace

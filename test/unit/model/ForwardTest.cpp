@@ -140,6 +140,52 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOnePrefill) {
   }
 }
 
+// A blend recomputes chosen tokens as sequences of one row each over a
+// shared page list, all in one step (sched::BlendTask): at every layer a
+// row reads the rows before it written in that same layer, so every token
+// of a prompt run that way matches the causal run.
+TEST(Forward, OneRowPerSequenceInOneStepMatchesACausalRun) {
+  REQUIRE_MODEL();
+  for (bool keysRotated : {true, false}) {
+    const int length = 37;
+    std::vector<int32_t> tokens = someTokens(length, 4);
+    std::vector<int32_t> positions = iota(0, length);
+    auto storage = makeStorage(*model, keysRotated);
+    Pages pages(0, length);
+    ForwardSequence all{tokens, positions, pages.blockIds, pages.validTokens,
+                        LogitsRequest::All};
+    ForwardOutput reference;
+    ASSERT_FALSE(bool(model->forward(all, *storage, reference)));
+
+    auto rows = makeStorage(*model, keysRotated);
+    std::vector<std::vector<int32_t>> valid(length);
+    std::vector<ForwardSequence> batch;
+    for (int token = 0; token < length; ++token) {
+      size_t numPages = size_t(token / 16 + 1);
+      valid[size_t(token)].assign(pages.validTokens.begin(),
+                                  pages.validTokens.begin() + numPages);
+      valid[size_t(token)].back() = token % 16 + 1;
+      ForwardSequence sequence;
+      sequence.tokens = llvm::ArrayRef<int32_t>(tokens).slice(size_t(token), 1);
+      sequence.positions =
+          llvm::ArrayRef<int32_t>(positions).slice(size_t(token), 1);
+      sequence.blockIds =
+          llvm::ArrayRef<int32_t>(pages.blockIds).take_front(numPages);
+      sequence.validTokens = valid[size_t(token)];
+      sequence.logits = LogitsRequest::Last;
+      sequence.rows = RowKind::Prompt;
+      batch.push_back(sequence);
+    }
+    ForwardOutput output;
+    ASSERT_FALSE(bool(model->forward(batch, *rows, output)));
+    for (int token = 0; token < length; ++token)
+      EXPECT_LT(maxDifference(output.row(token), reference.row(token),
+                              reference.vocabSize),
+                kTolerance)
+          << "token " << token << (keysRotated ? " rerope" : " rope-in-kernel");
+  }
+}
+
 TEST(Forward, BatchedSequencesMatchEachAlone) {
   REQUIRE_MODEL();
   std::vector<int32_t> first = someTokens(23, 2), second = someTokens(5, 3);

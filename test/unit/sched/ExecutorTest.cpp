@@ -18,11 +18,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/sched/Executor.h"
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "passes/PassManager.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 
@@ -227,11 +227,11 @@ protected:
 };
 
 /// Every span accuracy mode (--span-context x --span-recompute).
-const kv::SpanOptions kSpanModes[] = {{kv::SpanContext::Prefix, 0, 0},
-                                      {kv::SpanContext::Isolated, 0, 0},
-                                      {kv::SpanContext::Prefix, 1, 0},
-                                      {kv::SpanContext::Isolated, 1, 0},
-                                      {kv::SpanContext::Prefix, 0, 1}};
+const kv::SpanOptions kSpanModes[] = {
+    {kv::SpanContext::Prefix, 0, 0},      {kv::SpanContext::Isolated, 0, 0},
+    {kv::SpanContext::Prefix, 1, 0},      {kv::SpanContext::Isolated, 1, 0},
+    {kv::SpanContext::Prefix, 0, 1},      {kv::SpanContext::Prefix, 0, 0, 20},
+    {kv::SpanContext::Isolated, 0, 1, 20}};
 std::string spanModeName(const kv::SpanOptions &options) {
   return std::string(kv::spanContextName(options.context)) +
          (options.recomputeBlocks
@@ -239,7 +239,9 @@ std::string spanModeName(const kv::SpanOptions &options) {
               : "") +
          (options.recomputeEndBlocks
               ? "+end" + std::to_string(options.recomputeEndBlocks)
-              : "");
+              : "") +
+         (options.blendPercent ? "+blend" + std::to_string(options.blendPercent)
+                               : "");
 }
 const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0, 0};
 
@@ -372,6 +374,39 @@ void ExecutorTest::checkHitLogitsEqualMiss() {
         << spanModeName(spanMode);
   }
   spanOptions = {};
+}
+
+// A blend of every token recomputes every span token through every layer
+// over its call's context: the same K/V as recomputing every span block as
+// a causal run, up to the order of sums, so the same answer as full
+// attention's.
+TEST_P(ExecutorTest, ABlendOfEveryTokenIsFullAttention) {
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
+  for (kv::RelocationMode mode :
+       {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+    spanOptions = {kv::SpanContext::Isolated, 64, 0, 0};
+    auto recomputed = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    recomputed->run(ab);
+    auto reference = recomputed->run(ba);
+    spanOptions = {kv::SpanContext::Isolated, 0, 0, 100};
+    auto blended = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    blended->run(ab);
+    auto blend = blended->run(ba);
+    spanOptions = {};
+    ASSERT_FALSE(blend[0].firstLogits.empty());
+    EXPECT_GT(blend[0].stats.blendedTokens, 0u);
+    double maxDifference = 0;
+    for (size_t i = 0; i < blend[0].firstLogits.size(); ++i)
+      maxDifference = std::max(maxDifference,
+                               double(std::fabs(blend[0].firstLogits[i] -
+                                                reference[0].firstLogits[i])));
+    std::printf(
+        "[ %s ] blend100 vs recompute64 %s: max |diff| %.3g\n", GetParam().name,
+        mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel",
+        maxDifference);
+    EXPECT_LE(maxDifference, exactKv() ? 2e-3 : 2e-2);
+    EXPECT_EQ(blend[0].tokens, reference[0].tokens);
+  }
 }
 
 /// The spacing of IEEE halves around |x|.
@@ -565,8 +600,8 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
     auto roomy = makeExecutor(kv::CacheMode::Span, relocation);
     auto reference = roomy->run(plan);
     // A quarter of what the workload touches, but room for its largest
-    // call: its segments' blocks (and recomputed span heads), its generated
-    // tokens and one copy-on-write block.
+    // call: its segments' blocks (and recomputed span blocks, blends), its
+    // generated tokens and one copy-on-write block.
     const unsigned blockSize = roomy->options().blockSize;
     int64_t workload = 0, largestCall = 0;
     for (const plan::Call &call : plan.calls) {
@@ -579,7 +614,10 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
           tokens += piece.tokens.size();
         blocks += int64_t((tokens + blockSize - 1) / blockSize);
         if (segment.kind == plan::SegmentKind::Span)
-          blocks += spanMode.recomputeBlocks;
+          blocks += spanMode.recomputeBlocks + spanMode.recomputeEndBlocks +
+                    (spanMode.blendPercent
+                         ? int64_t((tokens + blockSize - 1) / blockSize)
+                         : 0);
       }
       workload += blocks * blockSize;
       largestCall = std::max(largestCall, blocks * blockSize);

@@ -57,6 +57,22 @@ public:
       output.logits[size_t(row * vocabSize + answer)] = 1.0f;
     return llvm::Error::success();
   }
+  llvm::Error forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                            uint32_t numLayers) override {
+    log.push_back("forward " + std::to_string(numLayers) + " layers");
+    for (const model::ForwardSequence &sequence : batch)
+      tokens += int64_t(sequence.tokens.size());
+    return llvm::Error::success();
+  }
+  void tokenDistances(uint32_t, llvm::ArrayRef<int32_t>,
+                      llvm::ArrayRef<int32_t>,
+                      llvm::ArrayRef<int32_t> validTokens,
+                      std::vector<float> &distances) override {
+    log.push_back("distances");
+    for (int32_t valid : validTokens)
+      for (int32_t slot = 0; slot < valid; ++slot)
+        distances.push_back(float(distances.size() % 7));
+  }
   void relocate(const kv::RelocationPlan &plan) override {
     if (!plan.empty())
       log.push_back("relocate");

@@ -589,8 +589,12 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
   // Every span mode under rope-in-kernel, and the prefix context under
   // ReRoPE (its spans move before their tails, which needs free blocks).
   std::vector<std::pair<kv::SpanOptions, kv::RelocationMode>> cases;
+  // Blends only on the synthetic models: under preemption SmolLM2
+  // recomputes whole blends over and over (minutes under a shared CPU),
+  // and the block mechanics are the same on every model.
   for (const kv::SpanOptions &spanMode : kSpanModes)
-    cases.push_back({spanMode, kv::RelocationMode::RopeInKernel});
+    if (!spanMode.blendPercent || !GetParam().installed)
+      cases.push_back({spanMode, kv::RelocationMode::RopeInKernel});
   cases.push_back({kSpanModes[0], kv::RelocationMode::Rerope});
   for (const auto &[spanMode, relocation] : cases) {
     spanOptions = spanMode;

@@ -208,6 +208,51 @@ TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   EXPECT_EQ(backend.log.front(), "forward");
 }
 
+TEST(ModelRunnerTest, ABlendRunsInAStepAfterItsSpansBeforeTheTail) {
+  TinyTokenizer tiny = tinyTokenizer();
+  ASSERT_TRUE(tiny.tokenizer);
+  const model::Tokenizer *tokenizer = tiny.tokenizer.get();
+  RecordingBackend backend(tokenizer->vocabSize(), ordinaryToken(*tokenizer));
+  kv::BlockPool pool(64, 16);
+  kv::KvCacheManager cache(pool, kv::BlockHasher("runner-test"),
+                           kv::CacheMode::Span,
+                           kv::RelocationMode::RopeInKernel,
+                           kv::SpanOptions{kv::SpanContext::Prefix, 0, 1, 25});
+  SchedulerOptions options;
+  options.stepTokenBudget = 512;
+  Scheduler scheduler(cache, pool, options);
+  ModelRunner runner(backend, *tokenizer, /*keepFirstLogits=*/false);
+
+  // prefix (16), two spans of 20 tokens (two blocks each), a tail of 4.
+  plan::Plan plan;
+  plan::Call &call = plan.calls.emplace_back();
+  call.options.maxTokens = 1;
+  int next = 10;
+  for (auto [kind, count] : {std::pair{kv::SegmentKind::Prefix, 16},
+                             std::pair{kv::SegmentKind::Span, 20},
+                             std::pair{kv::SegmentKind::Span, 20},
+                             std::pair{kv::SegmentKind::Tail, 4}}) {
+    plan::PlanSegment &segment = call.segments.emplace_back();
+    segment.kind = kind;
+    std::vector<plan::TokenId> &tokens = segment.pieces.emplace_back().tokens;
+    tokens.resize(size_t(count));
+    std::iota(tokens.begin(), tokens.end(), next);
+    next += count;
+  }
+  std::vector<CallOutcome> outcomes;
+  runToCompletion(scheduler, runner, options, plan, outcomes, nullptr);
+  ASSERT_TRUE(outcomes[0].succeeded) << outcomes[0].error;
+  // The spans' step, then the blend before the tail's forward pass: a copy
+  // per span block, the selection layers, the distances, the chosen rows.
+  EXPECT_EQ(backend.log,
+            (std::vector<std::string>{"forward", "copy", "copy", "copy",
+                                      "copy", "forward 2 layers", "distances",
+                                      "forward", "forward"}));
+  // The second span's end block (4 tokens) whole, and 25 % of 40 tokens
+  // among the others.
+  EXPECT_EQ(outcomes[0].stats.blendedTokens, 4u + 10u);
+}
+
 TEST(ModelRunnerTest, WithReropeTheTailRunsAfterItsSpansWereMoved) {
   TinyTokenizer tiny = tinyTokenizer();
   ASSERT_TRUE(tiny.tokenizer);

@@ -2,6 +2,8 @@
 
 #include "codegen/Lowering.h"
 
+#include "ir/Stack.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -418,8 +420,11 @@ std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
                                       ir::DiagnosticEngine &diagnostics) {
   PlanBuilder builder(encoder, diagnostics);
   bool ok = true;
-  for (const auto &query : module.getQueries())
-    ok &= builder.lowerQuery(*query);
+  // Lowering recurses once per nested call (ir/Stack.h).
+  ir::runOnWalkStack([&] {
+    for (const auto &query : module.getQueries())
+      ok &= builder.lowerQuery(*query);
+  });
   if (!ok)
     return std::nullopt;
   return builder.takePlan();

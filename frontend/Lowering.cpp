@@ -5,8 +5,10 @@
 #include "grammar/SpanLexer.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "ir/Stack.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
@@ -583,9 +585,26 @@ private:
 
   ir::Op *lowerExpr(SpanParser::ExprContext *expr) {
     // Past the budget, stop walking too: the inlining tree may be huge.
-    if (budgetReported)
+    if (budgetReported || depthReported)
       return nullptr;
     antlr4::Token *start = expr->getStart();
+    // Each level recurses here; lets inlined into lets nest deeper than
+    // the source's braces (which the parser bounds), so the bound the
+    // verifier puts on the IR is kept here too, before the stack runs out.
+    if (exprDepth >= ir::kMaxNestingDepth) {
+      depthReported = true;
+      bool wasMuted = diagnostics.isMuted();
+      diagnostics.setMuted(false);
+      error(start, "this expression is nested more than " +
+                       llvm::Twine(ir::kMaxNestingDepth) +
+                       " levels deep (lets inlined); spanc supports at "
+                       "most " +
+                       llvm::Twine(ir::kMaxNestingDepth));
+      diagnostics.setMuted(wasMuted);
+      return nullptr;
+    }
+    ++exprDepth;
+    auto leave = llvm::make_scope_exit([&] { --exprDepth; });
     switch (classify(start)) {
     case ExprKind::CrossBlock:
       return lowerJoin(
@@ -768,6 +787,9 @@ private:
   llvm::SmallPtrSet<antlr4::Token *, 4> reportedCycles;
   size_t numOps = 0;
   bool budgetReported = false;
+  /// lowerExpr's recursion depth, and whether it went too deep (said once).
+  unsigned exprDepth = 0;
+  bool depthReported = false;
 };
 
 } // namespace
@@ -778,7 +800,10 @@ std::unique_ptr<ir::Module> lowerToIR(const SyntaxTree &tree,
   if (!tree.module() || tree.numSyntaxErrors())
     return nullptr;
   Lowering lowering(tree, diagnostics, options);
-  return lowering.run();
+  std::unique_ptr<ir::Module> module;
+  // Inlining lets recurses once per nesting level (ir/Stack.h).
+  ir::runOnWalkStack([&] { module = lowering.run(); });
+  return module;
 }
 
 } // namespace spanc::frontend

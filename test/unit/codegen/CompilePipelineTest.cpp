@@ -163,4 +163,53 @@ TEST(CompilePipelineTest, UnknownPassesAreErrorsBeforeAnyInput) {
               HasSubstr("--skip-pass: no pass named 'no-such-pass'"));
 }
 
+/// A program whose query is `gens` gens nested one in the other (through
+/// lets of at most 100 gens each, as braces nest at most 256 deep).
+std::string nestedGens(unsigned gens) {
+  std::string program = "let l0 = user \"seed\"\n";
+  unsigned lets = 0;
+  for (unsigned done = 0; done < gens; done += 100) {
+    unsigned here = std::min(100u, gens - done);
+    std::string let = "let l" + std::to_string(lets + 1) + " = ";
+    for (unsigned i = 0; i < here; ++i)
+      let += "gen(max_tokens = 1) { ";
+    let += "l" + std::to_string(lets);
+    for (unsigned i = 0; i < here; ++i)
+      let += " }";
+    program += let + "\n";
+    ++lets;
+  }
+  return program + "query q { l" + std::to_string(lets) + " }\n";
+}
+
+TEST(CompilePipelineTest, CallsNestedPastTheBoundAreAnErrorNotACrash) {
+  // 4 000 nested gens: lowering recursed once per call and ran out of
+  // stack. Each gen and the cross of its input are a level.
+  ByteEncoder encoder;
+  llvm::Expected<plan::Plan> plan =
+      codegen::compileToPlan(nestedGens(4000), "deep.span", encoder);
+  ASSERT_FALSE(bool(plan));
+  EXPECT_THAT(llvm::toString(plan.takeError()),
+              HasSubstr("is nested more than " +
+                        std::to_string(ir::kMaxNestingDepth) + " levels deep"));
+}
+
+TEST(CompilePipelineTest, CallsNestedToTheBoundLowerToAPlan) {
+  // 499 gens: the leaf, a gen and a cross per gen and the yield make
+  // exactly kMaxNestingDepth levels; lowering them must fit the stack
+  // (under the sanitizers too).
+  static_assert(ir::kMaxNestingDepth == 1000, "recount the gens");
+  ByteEncoder encoder;
+  llvm::Expected<plan::Plan> plan =
+      codegen::compileToPlan(nestedGens(499), "deep.span", encoder);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError()).substr(0, 2000);
+  EXPECT_EQ(plan->calls.size(), 499u);
+  // One gen more is two levels past: the verifier says where.
+  llvm::Expected<plan::Plan> past =
+      codegen::compileToPlan(nestedGens(500), "deep.span", encoder);
+  ASSERT_FALSE(bool(past));
+  EXPECT_THAT(llvm::toString(past.takeError()),
+              HasSubstr("error: 'span.gen' is nested more than"));
+}
+
 } // namespace

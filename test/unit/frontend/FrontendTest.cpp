@@ -72,6 +72,25 @@ TEST(Lowering, LetsThatDoubleAtEachLevelStopAtTheOpBudget) {
       << session.messages.substr(0, 2000);
 }
 
+TEST(Lowering, LetsInlinedPastTheNestingBoundAreAnErrorNotACrash) {
+  // Each let names the one before: inlining recurses once per let, far
+  // past what the stack holds.
+  std::string program = "let a0 = user \"x\"\n";
+  for (int i = 1; i <= 100000; ++i)
+    program +=
+        "let a" + std::to_string(i) + " = a" + std::to_string(i - 1) + "\n";
+  program += "query q { a100000 }\n";
+  Session session;
+  EXPECT_FALSE(session.compile(program));
+  EXPECT_NE(session.messages.find("error: this expression is nested more "
+                                  "than " +
+                                  std::to_string(ir::kMaxNestingDepth) +
+                                  " levels deep (lets inlined)"),
+            std::string::npos)
+      << session.messages.substr(0, 2000);
+  EXPECT_EQ(session.diagnostics.getNumErrors(), 1u);
+}
+
 TEST(Lowering, OverridesAreTypedByTheParamLiteral) {
   Session session;
   frontend::FrontendOptions options;

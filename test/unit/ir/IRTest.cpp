@@ -279,6 +279,36 @@ TEST(IR, UsesAcrossQueriesAreReportedAndTornDownSafely) {
   EXPECT_EQ(second->getOps().front().getOperand(0), nullptr);
 }
 
+TEST(IR, VerifierBoundsHowDeepOpsNest) {
+  // A chain of crosses, each over the one before: the chain of
+  // kMaxNestingDepth ops (the yield included) verifies, one op more is
+  // reported once, at the first op past the bound.
+  auto chain = [](unsigned depth) {
+    std::string text = "span.query @deep {\n  %0 = span.user \"x\"\n";
+    for (unsigned i = 1; i + 1 < depth; ++i)
+      text += "  %" + std::to_string(i) + " = span.cross %" +
+              std::to_string(i - 1) + "\n";
+    text += "  span.yield %" + std::to_string(depth - 2) + "\n}\n";
+    return text;
+  };
+  Harness atBound;
+  auto module = atBound.parse(chain(kMaxNestingDepth));
+  ASSERT_TRUE(module) << atBound.messages;
+  EXPECT_TRUE(verify(*module, atBound.diagnostics)) << atBound.messages;
+
+  Harness past;
+  module = past.parse(chain(kMaxNestingDepth + 5));
+  ASSERT_TRUE(module) << past.messages;
+  EXPECT_FALSE(verify(*module, past.diagnostics));
+  // Line 1 is the query, line 2 the leaf: op number kMaxNestingDepth (the
+  // first past the bound) is on line kMaxNestingDepth + 2.
+  std::string expected = "test.ir:" + std::to_string(kMaxNestingDepth + 2) +
+                         ":3: error: 'span.cross' is nested more than " +
+                         std::to_string(kMaxNestingDepth) + " levels deep";
+  EXPECT_NE(past.messages.find(expected), std::string::npos) << past.messages;
+  EXPECT_EQ(past.diagnostics.getNumErrors(), 1u) << past.messages;
+}
+
 TEST(IR, LocationsCountLinesAndBytesInEveryLineEnding) {
   llvm::SourceMgr sourceMgr;
   DiagnosticEngine diagnostics(sourceMgr);

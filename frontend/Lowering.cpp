@@ -215,10 +215,21 @@ private:
   }
 
   /// Lowers each let once where it is declared, so that its errors are
-  /// reported once; uses inline it again with messages muted.
+  /// reported once; uses inline it again with messages muted. Here, a let
+  /// that lowered once is reused where another let names it (the scratch
+  /// IR may share ops), so a chain of lets each using the one before costs
+  /// its length, not its square.
   void checkLets() {
     ir::Module scratch;
     ir::Query *query = scratch.addQuery("let", {});
+    checkingLets = true;
+    auto done = llvm::make_scope_exit([&] {
+      checkingLets = false;
+      checkedLets.clear();
+      // The budget is for the program's own ops (lets inlined where they
+      // are used), not for this scratch copy.
+      numOps = 0;
+    });
     for (SpanParser::DeclContext *decl : tree.module()->decl()) {
       auto *let = dynamic_cast<SpanParser::LetDeclContext *>(decl);
       if (!let)
@@ -235,9 +246,14 @@ private:
                      text);
         continue;
       }
+      // Lowered without error while another let was checked: its body is
+      // sound.
+      if (checkedLets.count(let->ID()->getText()))
+        continue;
       builder.setInsertionPointToEnd(query);
       it->second.inProgress = true;
-      lowerExpr(let->expr());
+      if (ir::Op *op = lowerExpr(let->expr()))
+        checkedLets[let->ID()->getText()] = op;
       it->second.inProgress = false;
     }
   }
@@ -697,6 +713,9 @@ private:
       diagnostics.setMuted(wasMuted);
       return nullptr;
     }
+    if (checkingLets)
+      if (auto checked = checkedLets.find(key); checked != checkedLets.end())
+        return checked->second;
     // Inline quietly: checkLets() reports each let's own errors once.
     bool wasMuted = diagnostics.isMuted();
     diagnostics.setMuted(true);
@@ -704,6 +723,8 @@ private:
     ir::Op *result = lowerExpr(let.expr);
     let.inProgress = false;
     diagnostics.setMuted(wasMuted);
+    if (checkingLets && result)
+      checkedLets[key] = result;
     return result;
   }
 
@@ -787,6 +808,9 @@ private:
   llvm::SmallPtrSet<antlr4::Token *, 4> reportedCycles;
   size_t numOps = 0;
   bool budgetReported = false;
+  /// While checkLets() runs: the lets lowered so far without error.
+  bool checkingLets = false;
+  llvm::StringMap<ir::Op *> checkedLets;
   /// lowerExpr's recursion depth, and whether it went too deep (said once).
   unsigned exprDepth = 0;
   bool depthReported = false;

@@ -72,6 +72,25 @@ TEST(Lowering, LetsThatDoubleAtEachLevelStopAtTheOpBudget) {
       << session.messages.substr(0, 2000);
 }
 
+TEST(Lowering, AChainOfLetsCountsEachOpOnce) {
+  // 400 lets, each a gen over twelve messages and the let before: 5 602
+  // ops once inlined (with the leaf and the yield). Checking each let on its
+  // own inlined every let before it again, and the op budget counted those
+  // copies (1.1 million).
+  std::string program = "let a0 = user \"start\"\n";
+  for (int i = 1; i <= 400; ++i) {
+    program += "let a" + std::to_string(i) + " = gen(max_tokens = 1) {";
+    for (int message = 0; message < 12; ++message)
+      program += " user \"m\"";
+    program += " a" + std::to_string(i - 1) + " }\n";
+  }
+  program += "query q { a400 }\n";
+  Session session;
+  auto module = session.compile(program);
+  ASSERT_TRUE(module) << session.messages.substr(0, 2000);
+  EXPECT_EQ(module->countOps(), 1u + 400u * 14u + 1u);
+}
+
 TEST(Lowering, LetsInlinedPastTheNestingBoundAreAnErrorNotACrash) {
   // Each let names the one before: inlining recurses once per let, far
   // past what the stack holds.

@@ -133,9 +133,15 @@ private:
     unsigned numOperands = op.getNumOperands();
     if (info.maxOperands == OpInfo::kVariadic) {
       if (numOperands < info.minOperands)
-        error(op.getLoc(), opName(info) + " takes at least " +
-                               llvm::Twine(info.minOperands) +
-                               " operands, got " + llvm::Twine(numOperands));
+        error(op.getLoc(),
+              opName(info) + " takes at least " +
+                  llvm::Twine(info.minOperands) +
+                  (info.minOperands == 1 ? " operand" : " operands") +
+                  ", got " + llvm::Twine(numOperands) +
+                  (op.getKind() == OpKind::Plus
+                       ? " (a plus of nothing joins no span: give it the "
+                         "spans it should hold)"
+                       : ""));
     } else if (numOperands < info.minOperands ||
                numOperands > info.maxOperands) {
       error(op.getLoc(),

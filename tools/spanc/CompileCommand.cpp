@@ -1,14 +1,15 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
 #include "plan/PlanPrinter.h"
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
@@ -32,9 +33,12 @@ namespace {
 int emitPlan(const po::variables_map &values, const ir::Module &module,
              ir::DiagnosticEngine &diagnostics) {
   plan::PlanPrintOptions printOptions;
-  printOptions.blockSize = values["block-size"].as<unsigned>();
-  if (printOptions.blockSize == 0)
-    return reportError("compile", "--block-size must be at least 1");
+  // The layout shown is the runtime's, so the block size is bounded alike.
+  std::optional<int64_t> blockSize =
+      readBoundedInt("compile", values, "block-size", 1, cpu::kMaxBlockSize);
+  if (!blockSize)
+    return 1;
+  printOptions.blockSize = unsigned(*blockSize);
   auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
   if (!cacheMode)
     return reportError("compile", llvm::toString(cacheMode.takeError()));
@@ -84,6 +88,9 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
 
 int runCompile(const std::vector<std::string> &args) {
   po::options_description options("Options");
+  const std::string blockSizeHelp =
+      "with --emit=plan: tokens per KV cache block, in [1, " +
+      std::to_string(cpu::kMaxBlockSize) + "] as for 'spanc run'";
   options.add_options()                                                    //
       ("input", po::value<std::string>()->required(),                      //
        "a .span program, an spnl .json query or a .ir file")               //
@@ -98,7 +105,7 @@ int runCompile(const std::vector<std::string> &args) {
       ("output,o", po::value<std::string>(),                               //
        "write the output here instead of stdout")                          //
       ("print-loc", "print each op's source location as loc(...)")         //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),              //
        "with --emit=ir-opt or plan: tree-reduce gens over wide plus with " //
        "this fan-in (0: only gens with reduce=)")                          //
       ("prepare-fragments",                                                //
@@ -108,8 +115,8 @@ int runCompile(const std::vector<std::string> &args) {
        "with --emit=plan: the GGUF whose tokenizer and chat template "     //
        "lower the program (its weights are not loaded; default: "          //
        "$SPANC_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)")          //
-      ("block-size", po::value<unsigned>()->default_value(16),             //
-       "with --emit=plan: tokens per KV cache block")                      //
+      ("block-size", po::value<int64_t>()->default_value(16),              //
+       blockSizeHelp.c_str())                                              //
       ("cache", po::value<std::string>()->default_value("span"),           //
        "with --emit=plan: the KV cache mode the layout is shown for: "     //
        "span (spans hash from the root), prefix (one causal chain), off")  //

@@ -28,7 +28,7 @@ int runOpt(const std::vector<std::string> &args) {
       ("set", po::value<std::vector<std::string>>()->composing(),            //
        "NAME=VALUE: override `param NAME` of a .span input")                 //
       ("print-loc", "print each op's source location as loc(...)")           //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),               //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),                //
        "fan-in for tree-reduce on gens without reduce= (0: off)")            //
       ("prepare-fragments",                                                  //
        "desugar-retrieve adds a max_tokens=1 warm-up gen per fragment");

@@ -21,6 +21,7 @@
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/SpanModeOptions.h"
+#include "tools/spanc/ThreadsOption.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
@@ -30,13 +31,15 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include <chrono>
 
 namespace spanc::cli {
 
 namespace {
+
+/// --repeat reruns the whole program; more is a benchmark's business.
+constexpr int64_t kMaxRepeat = 1000;
 
 void printStats(const plan::Plan &plan,
                 llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
@@ -262,16 +265,14 @@ int runRun(const std::vector<std::string> &args) {
        po::value<std::string>()->default_value("rope-in-kernel"),           //
        "how reused spans move: rerope (rotate cached K by the position "    //
        "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
-      ("threads,t", po::value<int>(),                                       //
-       "CPU threads (default: all cores)")                                  //
       ("kv-cache", po::value<std::string>()->default_value("65536"),        //
        "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
        "or memory (512MiB, 2GiB)")                                          //
-      ("block-size", po::value<unsigned>()->default_value(16),              //
+      ("block-size", po::value<int64_t>()->default_value(16),               //
        blockSizeHelp.c_str())                                               //
       ("step-tokens", po::value<int64_t>()->default_value(512),             //
        "token budget of one scheduler step (decode tokens + prefill)")      //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),               //
        "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
        "with reduce=)")                                                     //
       ("skip-pass", po::value<std::vector<std::string>>()->composing(),     //
@@ -279,9 +280,10 @@ int runRun(const std::vector<std::string> &args) {
        "bulk-order, to run a bulk in its written (FIFO) order")             //
       ("prepare-fragments",                                                 //
        "warm the cache with one G1 call per retrieved fragment first")      //
-      ("repeat", po::value<unsigned>()->default_value(1),                   //
+      ("repeat", po::value<int64_t>()->default_value(1),                    //
        "run the program this many times against the same (warm) cache "     //
-       "(answers are printed once; --stats shows every run)")               //
+       "(answers are printed once; --stats shows every run), in [1, "       //
+       "1000]")                                                             //
       ("batch-invariant",                                                   //
        "f32 GEMMs and attention products everywhere (slower prefill; the "  //
        "default kernels are already chosen per row, so an answer never "    //
@@ -297,6 +299,7 @@ int runRun(const std::vector<std::string> &args) {
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
+  addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -326,14 +329,20 @@ int runRun(const std::vector<std::string> &args) {
       return reportError("run", llvm::toString(spanOptions.takeError()));
     executorOptions.spanOptions = *spanOptions;
   }
-  executorOptions.blockSize = values["block-size"].as<unsigned>();
+  // The range Executor::create accepts, checked here to report the value
+  // as it was given.
+  std::optional<int64_t> blockSize =
+      readBoundedInt("run", values, "block-size", 1, cpu::kMaxBlockSize);
+  if (!blockSize)
+    return 1;
+  executorOptions.blockSize = unsigned(*blockSize);
+  std::optional<int64_t> repeatCount =
+      readBoundedInt("run", values, "repeat", 1, kMaxRepeat);
+  if (!repeatCount)
+    return 1;
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
-  if (values.count("threads")) {
-    int threads = values["threads"].as<int>();
-    if (threads < 1)
-      return reportError("run", "--threads must be at least 1");
-    omp_set_num_threads(threads);
-  }
+  if (!applyThreadsOption("run", values))
+    return 1;
 
   // Compile.
   codegen::CompileOptions compileOptions;
@@ -434,7 +443,7 @@ int runRun(const std::vector<std::string> &args) {
       }
     };
 
-  unsigned repeat = std::max(1u, values["repeat"].as<unsigned>());
+  const unsigned repeat = unsigned(*repeatCount);
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
   // A streamed answer on the same terminal is progress enough (and the

@@ -208,6 +208,39 @@ TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   EXPECT_EQ(backend.log.front(), "forward");
 }
 
+TEST(ModelRunnerTest, MaxTokensZeroGeneratesNothing) {
+  // As `spanc generate -n 0`: the prompt is computed, no token is kept.
+  TinyTokenizer tiny = tinyTokenizer();
+  ASSERT_TRUE(tiny.tokenizer);
+  const model::Tokenizer *tokenizer = tiny.tokenizer.get();
+  RecordingBackend backend(tokenizer->vocabSize(), ordinaryToken(*tokenizer));
+  kv::BlockPool pool(64, 16);
+  kv::KvCacheManager cache(pool, kv::BlockHasher("runner-test"),
+                           kv::CacheMode::Span,
+                           kv::RelocationMode::RopeInKernel);
+  SchedulerOptions options;
+  Scheduler scheduler(cache, pool, options);
+  ModelRunner runner(backend, *tokenizer, /*keepFirstLogits=*/false);
+
+  plan::Plan plan;
+  addCall(plan, 10, 20, 0);
+  std::vector<CallOutcome> outcomes;
+  std::vector<plan::CallId> streamed;
+  TokenCallback onToken = [&](plan::CallId call, llvm::StringRef) {
+    streamed.push_back(call);
+  };
+  runToCompletion(scheduler, runner, options, plan, outcomes, onToken);
+
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_TRUE(outcomes[0].succeeded) << outcomes[0].error;
+  EXPECT_TRUE(outcomes[0].tokens.empty());
+  EXPECT_EQ(outcomes[0].text, "");
+  EXPECT_EQ(outcomes[0].stats.generatedTokens, 0u);
+  EXPECT_EQ(outcomes[0].stats.promptTokens, 20u);
+  EXPECT_TRUE(streamed.empty());
+  EXPECT_EQ(runner.tokensGenerated(), 0u);
+}
+
 TEST(ModelRunnerTest, WithReropeTheTailRunsAfterItsSpansWereMoved) {
   TinyTokenizer tiny = tinyTokenizer();
   ASSERT_TRUE(tiny.tokenizer);

@@ -79,10 +79,12 @@ public:
     applyOverrides();
     checkLets();
     auto module = std::make_unique<ir::Module>();
+    bool anyQuery = false;
     for (SpanParser::DeclContext *decl : tree.module()->decl()) {
       auto *queryDecl = dynamic_cast<SpanParser::QueryDeclContext *>(decl);
       if (!queryDecl)
         continue;
+      anyQuery = true;
       ir::Query *query = module->addQuery(queryDecl->ID()->getText(),
                                           locate(queryDecl->getStart()));
       builder.setInsertionPointToEnd(query);
@@ -92,6 +94,16 @@ public:
         builder.createYield(result);
       }
     }
+    // An empty file (or one of params and lets only) would compile to
+    // nothing and run nothing, successfully.
+    if (!anyQuery)
+      diagnostics.emit(
+          llvm::SMLoc::getFromPointer(diagnostics.getSourceMgr()
+                                          .getMemoryBuffer(tree.getBufferId())
+                                          ->getBufferStart()),
+          llvm::SourceMgr::DK_Error,
+          "this program declares no query, so there is nothing "
+          "to compile or run (write one: query NAME { ... })");
     if (diagnostics.getNumErrors() != errorsBefore)
       return nullptr;
     return module;

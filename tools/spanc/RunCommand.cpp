@@ -365,6 +365,11 @@ int runRun(const std::vector<std::string> &args) {
   }
   if (!module)
     return 1;
+  // A .span program without a query is an error of the frontend; IR may
+  // hold none.
+  if (module->getQueries().empty())
+    return reportError("run", "the program has no query, so there is nothing "
+                              "to run");
   auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
   if (!optimizer)
     return reportError("run", llvm::toString(optimizer.takeError()));

@@ -203,6 +203,23 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
   return config;
 }
 
+std::optional<uint32_t> declaredContextLength(const GgufFile &file) {
+  Expected<StringRef> architecture = file.getString("general.architecture");
+  if (!architecture) {
+    llvm::consumeError(architecture.takeError());
+    return std::nullopt;
+  }
+  Expected<uint64_t> length =
+      file.getUnsigned((*architecture + ".context_length").str());
+  if (!length) {
+    llvm::consumeError(length.takeError());
+    return std::nullopt;
+  }
+  if (*length == 0 || *length > uint64_t(cpu::kMaxContextLength))
+    return std::nullopt;
+  return uint32_t(*length);
+}
+
 const char *modelFamilyName(ModelFamily family) {
   switch (family) {
   case ModelFamily::Llama:

@@ -11,6 +11,7 @@
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
+#include "runtime/model/ModelConfig.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
@@ -31,7 +32,8 @@ namespace {
 /// Lowers the optimized `module` through the chat template of the model at
 /// `--model` and prints the plan; returns the exit code.
 int emitPlan(const po::variables_map &values, const ir::Module &module,
-             ir::DiagnosticEngine &diagnostics) {
+             ir::DiagnosticEngine &diagnostics,
+             codegen::LoweringLimits limits) {
   plan::PlanPrintOptions printOptions;
   // The layout shown is the runtime's, so the block size is bounded alike.
   std::optional<int64_t> blockSize =
@@ -64,8 +66,11 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
   if (!chatTemplate)
     return reportError("compile", llvm::toString(chatTemplate.takeError()));
   model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  // Prompts are checked against the model's context when the file says
+  // what it is (a tokenizer-only file does not).
+  limits.contextLength = model::declaredContextLength(**file).value_or(0);
   std::optional<plan::Plan> plan =
-      codegen::lowerToPlan(module, encoder, diagnostics);
+      codegen::lowerToPlan(module, encoder, diagnostics, limits);
   if (!plan)
     return 1;
 
@@ -126,6 +131,7 @@ int runCompile(const std::vector<std::string> &args) {
        "the pass that broke it); by default it is verified once, after " //
        "the last pass");
   addSpanModeOptions(options);
+  addMaxCallsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -182,7 +188,7 @@ int runCompile(const std::vector<std::string> &args) {
       return reportError("compile", llvm::toString(std::move(error)));
   }
   if (emit == "plan")
-    return emitPlan(values, *module, diagnostics);
+    return emitPlan(values, *module, diagnostics, compileOptions.limits);
   ir::PrintOptions printOptions;
   printOptions.printLocations = values.count("print-loc") != 0;
   return writeOutput("compile", values, ir::toString(*module, printOptions));

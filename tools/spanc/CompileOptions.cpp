@@ -5,6 +5,7 @@
 #include "frontend/Lowering.h"
 #include "tools/spanc/CommandLine.h"
 
+#include <limits>
 #include <optional>
 
 namespace spanc::cli {
@@ -13,6 +14,17 @@ namespace {
 /// The IR's bound on a gen's reduce= (ir/IR.cpp).
 constexpr int64_t kMaxTreeReduce = 1'000'000'000;
 } // namespace
+
+void addMaxCallsOption(po::options_description &options) {
+  options.add_options()(
+      "max-calls", po::value<int64_t>(),
+      ("the most model calls a program may make, and the most samples its "
+       "repeats may expand to in all (default " +
+       std::to_string(codegen::kDefaultMaxCalls) +
+       "); past it, lowering stops with an error at the op, before any "
+       "model runs")
+          .c_str());
+}
 
 bool readCompileOptions(const char *command, const po::variables_map &values,
                         codegen::CompileOptions &options) {
@@ -40,6 +52,13 @@ bool readCompileOptions(const char *command, const po::variables_map &values,
     options.passes.treeReduce = unsigned(*fanIn);
   }
   options.passes.prepareFragments = values.count("prepare-fragments") != 0;
+  if (values.count("max-calls")) {
+    std::optional<int64_t> maxCalls = readBoundedInt(
+        command, values, "max-calls", 1, std::numeric_limits<int64_t>::max());
+    if (!maxCalls)
+      return false;
+    options.limits.maxCalls = *maxCalls;
+  }
   if (values.count("skip-pass"))
     options.skipPasses = values["skip-pass"].as<std::vector<std::string>>();
   return true;

@@ -15,7 +15,9 @@
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
+#include "runtime/model/Gguf.h"
 #include "runtime/model/Model.h"
+#include "runtime/model/ModelConfig.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
@@ -299,6 +301,7 @@ int runRun(const std::vector<std::string> &args) {
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
+  addMaxCallsOption(options);
   addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
@@ -376,7 +379,9 @@ int runRun(const std::vector<std::string> &args) {
   if (llvm::Error error = (*optimizer)->run(*module))
     return reportError("run", llvm::toString(std::move(error)));
 
-  // Load the model and lower through its chat template.
+  // Lower through the model's chat template before its weights load, so
+  // that a plan past a limit is reported in a moment: only the tokenizer
+  // and the template are read (the file is mapped).
   std::string modelPath = values.count("model")
                               ? values["model"].as<std::string>()
                               : defaultModelPath();
@@ -387,23 +392,33 @@ int runRun(const std::vector<std::string> &args) {
     return reportError("run", "--kv-precision '" + kvPrecision +
                                   "': expected f16 or f32");
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  auto modelFile = model::GgufFile::open(modelPath);
+  if (!modelFile)
+    return reportError("run", "cannot load model '" + modelPath + "': " +
+                                  llvm::toString(modelFile.takeError()) +
+                                  " (tools/setup.sh installs the default)");
+  auto tokenizer = model::Tokenizer::fromGguf(**modelFile);
+  if (!tokenizer)
+    return reportError("run", llvm::toString(tokenizer.takeError()));
+  auto chatTemplate = model::ChatTemplate::fromGguf(**modelFile, **tokenizer);
+  if (!chatTemplate)
+    return reportError("run", llvm::toString(chatTemplate.takeError()));
+  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  // Every call's prompt and max_tokens must fit the model's context: found
+  // here, before any compute, when the prompt is known (the scheduler
+  // checks again once spliced outputs are). A context the file gets wrong
+  // is Model::load's to report.
+  codegen::LoweringLimits limits = compileOptions.limits;
+  limits.contextLength = model::declaredContextLength(**modelFile).value_or(0);
+  std::optional<plan::Plan> plan =
+      codegen::lowerToPlan(*module, encoder, diagnostics, limits);
+  if (!plan)
+    return 1;
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("run", "cannot load model '" + modelPath +
                                   "': " + llvm::toString(model.takeError()) +
                                   " (tools/setup.sh installs the default)");
-  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
-  if (!tokenizer)
-    return reportError("run", llvm::toString(tokenizer.takeError()));
-  auto chatTemplate =
-      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
-  if (!chatTemplate)
-    return reportError("run", llvm::toString(chatTemplate.takeError()));
-  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
-  std::optional<plan::Plan> plan =
-      codegen::lowerToPlan(*module, encoder, diagnostics);
-  if (!plan)
-    return 1;
 
   // K and V of every layer, at the storage precision (f16 by default).
   const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "bench/common/Bench.h"
@@ -245,7 +246,7 @@ int runBench(const std::vector<std::string> &args) {
       "machine, model, repetitions, median and spread), NAME.tsv (raw rows)\n"
       "and NAME.png; bench/run_all.sh runs them all. Speed figures are\n"
       "ratios taken side by side in one run. Benchmarks:\n" +
-      benchmarkList();
+      benchmarkList() + "\n" + limitsHelp(ThreadsLimit);
   ParsedCommandLine parsed =
       parseCommandLine("bench", "spanc bench NAME [options]", about.c_str(),
                        options, positional, args);

@@ -16,6 +16,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -134,14 +135,18 @@ int runCompile(const std::vector<std::string> &args) {
   addMaxCallsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed = parseCommandLine(
-      "compile",
-      "spanc compile FILE [--emit=ast|ir|ir-opt|plan] [--set N=V] [-o OUT]",
+  const std::string about =
       "Compiles a span program (.span), an spnl JSON query (.json) or span\n"
       "IR (.ir) and prints what --emit asks for. Errors are reported as\n"
       "file:line:col with the source line and a caret; all errors of a file\n"
-      "are reported, and the exit code is then 1.",
-      options, positional, args);
+      "are reported, and the exit code is then 1.\n\n" +
+      limitsHelp(CallsLimit | NestingLimit | PromptLimit | FilesLimit) +
+      "(compile checks calls and prompts with --emit=plan, against --model's\n"
+      "context)";
+  ParsedCommandLine parsed = parseCommandLine(
+      "compile",
+      "spanc compile FILE [--emit=ast|ir|ir-opt|plan] [--set N=V] [-o OUT]",
+      about.c_str(), options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "runtime/model/ChatTemplate.h"
@@ -59,8 +60,10 @@ int runGenerate(const std::vector<std::string> &args) {
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
       "generate", "spanc generate PROMPT --model FILE [options]",
-      "Streams a completion of PROMPT on a model, with TTFT and tokens/s on "
-      "stderr.",
+      ("Streams a completion of PROMPT on a model, with TTFT and tokens/s "
+       "on stderr.\n\n" +
+       limitsHelp(PromptLimit | ThreadsLimit))
+          .c_str(),
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;

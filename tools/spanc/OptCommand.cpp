@@ -5,6 +5,7 @@
 #include "passes/PassManager.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -38,7 +39,7 @@ int runOpt(const std::vector<std::string> &args) {
       "Runs optimizer passes over span IR and prints the result. The IR is\n"
       "verified after every pass; a pass that leaves ill-formed IR is named.\n"
       "IR dumps (--print-ir-after*) go to stderr, the result to stdout.\n\n" +
-      passes::describePasses();
+      passes::describePasses() + "\n" + limitsHelp(NestingLimit | FilesLimit);
   // Boost rejects "--passes=" (an empty value after '='), which is how the
   // design spells "no passes": hand it over as a separate empty value.
   std::vector<std::string> arguments;

@@ -22,6 +22,7 @@
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
 
@@ -305,13 +306,15 @@ int runRun(const std::vector<std::string> &args) {
   addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed = parseCommandLine(
-      "run", "spanc run FILE [options] | spanc run --bulk DIR [options]",
+  const std::string about =
       "Compiles a span program (the default optimizer pipeline; see 'spanc\n"
       "opt --help'), lowers it to a plan of model calls and executes it on\n"
       "the model with the span-aware KV cache. Several queries in one file\n"
-      "run as one bulk, continuously batched.",
-      options, positional, args);
+      "run as one bulk, continuously batched.\n\n" +
+      limitsHelp(AllLimits);
+  ParsedCommandLine parsed = parseCommandLine(
+      "run", "spanc run FILE [options] | spanc run --bulk DIR [options]",
+      about.c_str(), options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;

@@ -112,7 +112,7 @@ llvm::Expected<plan::Plan> compileToPlan(llvm::StringRef source,
   if (!module)
     return module.takeError();
   std::optional<plan::Plan> plan =
-      lowerToPlan(**module, encoder, collected.engine());
+      lowerToPlan(**module, encoder, collected.engine(), options.limits);
   if (!plan)
     return collected.failure("lowering");
   return std::move(*plan);

@@ -43,6 +43,8 @@ struct CompileOptions {
   /// Verify the IR after every pass, which names the pass that broke it;
   /// false verifies once, after the last pass (cheaper on large programs).
   bool verifyEach = true;
+  /// What the plan may hold (stage 3: lowerToPlan, compileToPlan).
+  LoweringLimits limits;
   /// Print the IR to stderr after every pass, or after the passes named.
   bool printAfterAll = false;
   std::vector<std::string> printAfter;

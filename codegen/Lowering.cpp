@@ -2,6 +2,8 @@
 
 #include "codegen/Lowering.h"
 
+#include "ir/Stack.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -43,8 +45,9 @@ std::string formatLocation(const ir::Location &loc) {
 
 class PlanBuilder {
 public:
-  PlanBuilder(const MessageEncoder &encoder, ir::DiagnosticEngine &diagnostics)
-      : encoder(encoder), diagnostics(diagnostics),
+  PlanBuilder(const MessageEncoder &encoder, ir::DiagnosticEngine &diagnostics,
+              const LoweringLimits &limits)
+      : encoder(encoder), diagnostics(diagnostics), limits(limits),
         assistantHeader(encoder.assistantHeader()),
         endOfTurn(encoder.endOfTurn()) {}
 
@@ -138,9 +141,16 @@ private:
   /// Calls `lower(body, sampleKey)` for each of a span.repeat's n samples,
   /// each with its own derived key (so its gens get distinct seeds).
   template <typename LowerFn>
-  static bool forEachSample(const Op *repeat, uint64_t key, LowerFn lower) {
+  bool forEachSample(const Op *repeat, uint64_t key, LowerFn lower) {
     bool ok = true;
     int64_t n = repeat->getIntAttr("n").value_or(1);
+    // Checked before the first sample: n may be a billion.
+    if (n > limits.maxCalls - samplesExpanded)
+      return overLimit(repeat, "the program's repeats expand to more than " +
+                                   llvm::Twine(limits.maxCalls) +
+                                   " samples (this one to " + llvm::Twine(n) +
+                                   ")");
+    samplesExpanded += n;
     for (int64_t i = 0; i < n; ++i)
       ok &= lower(repeat->getOperand(0), deriveSampleKey(key, i));
     return ok;
@@ -260,6 +270,13 @@ private:
       if (llvm::find(call.dependencies, dependency) == call.dependencies.end())
         call.dependencies.push_back(dependency);
     llvm::sort(call.dependencies);
+    if (!fitsContext(gen, call))
+      return std::nullopt;
+    if (int64_t(plan.calls.size()) >= limits.maxCalls) {
+      overLimit(gen, "the program makes more than " +
+                         llvm::Twine(limits.maxCalls) + " model calls");
+      return std::nullopt;
+    }
     calls[key] = call.id;
     noteQueryCall(call.id);
     plan.calls.push_back(std::move(call));
@@ -365,6 +382,47 @@ private:
     return true;
   }
 
+  /// Reports that `op` takes the plan past a limit (once: what follows is
+  /// not lowered) and returns false.
+  bool overLimit(const Op *op, const llvm::Twine &what) {
+    if (!limitReported)
+      diagnostics.error(op->getLoc(), what + "; spanc allows at most " +
+                                          llvm::Twine(limits.maxCalls) +
+                                          " (--max-calls N raises the limit)");
+    limitReported = true;
+    return false;
+  }
+
+  /// Whether `call`'s prompt, as far as it is known, and its max_tokens fit
+  /// the model's context; reports at `gen` when not.
+  bool fitsContext(const Op *gen, const Call &call) {
+    if (limits.contextLength <= 0)
+      return true;
+    uint64_t prompt = plan::knownPromptTokens(call);
+    if (prompt + uint64_t(call.options.maxTokens) <=
+        uint64_t(limits.contextLength))
+      return true;
+    // Outputs spliced in count as their frame only until they exist.
+    bool splicesOutputs = llvm::any_of(call.segments, [](const auto &segment) {
+      return llvm::any_of(segment.pieces,
+                          [](const Piece &piece) { return bool(piece.call); });
+    });
+    diagnostics.error(
+        gen->getLoc(),
+        "this call's prompt has " +
+            llvm::Twine(splicesOutputs ? "at least " : "") +
+            llvm::Twine(prompt) + " tokens; with max_tokens " +
+            llvm::Twine(call.options.maxTokens) +
+            " it exceeds the model's context of " +
+            llvm::Twine(limits.contextLength) + " tokens" +
+            (prompt < uint64_t(limits.contextLength)
+                 ? " (lower max_tokens to " +
+                       llvm::Twine(uint64_t(limits.contextLength) - prompt) +
+                       " or less, or shorten the prompt)"
+                 : " (shorten the prompt)"));
+    return false;
+  }
+
   static void addDependency(Call &call, CallId dependency) {
     if (llvm::find(call.dependencies, dependency) == call.dependencies.end())
       call.dependencies.push_back(dependency);
@@ -401,6 +459,10 @@ private:
 
   const MessageEncoder &encoder;
   ir::DiagnosticEngine &diagnostics;
+  const LoweringLimits &limits;
+  /// Repeat samples expanded so far, against limits.maxCalls.
+  int64_t samplesExpanded = 0;
+  bool limitReported = false;
   std::vector<plan::TokenId> assistantHeader;
   std::vector<plan::TokenId> endOfTurn;
   Plan plan;
@@ -415,12 +477,19 @@ private:
 
 std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
                                       const MessageEncoder &encoder,
-                                      ir::DiagnosticEngine &diagnostics) {
-  PlanBuilder builder(encoder, diagnostics);
+                                      ir::DiagnosticEngine &diagnostics,
+                                      const LoweringLimits &limits) {
+  PlanBuilder builder(encoder, diagnostics, limits);
   bool ok = true;
-  for (const auto &query : module.getQueries())
-    ok &= builder.lowerQuery(*query);
-  if (!ok)
+  unsigned errorsBefore = diagnostics.getNumErrors();
+  // Lowering recurses once per nested call (ir/Stack.h).
+  ir::runOnWalkStack([&] {
+    for (const auto &query : module.getQueries())
+      ok &= builder.lowerQuery(*query);
+  });
+  // Whatever reported an error fails the plan, also where a walk goes on
+  // past it (a span's summands).
+  if (!ok || diagnostics.getNumErrors() != errorsBefore)
     return std::nullopt;
   return builder.takePlan();
 }

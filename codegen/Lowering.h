@@ -26,12 +26,31 @@ namespace spanc::codegen {
 using plan::MessageEncoder;
 using plan::MessageRole;
 
+/// The most model calls a plan may make by default (--max-calls).
+constexpr int64_t kDefaultMaxCalls = 10000;
+
+/// What a plan may hold. Lowering stops at the first op past a bound with
+/// an error there, before any model runs: `repeat(1000000)` of a sampled
+/// gen made a million calls and grew until it was killed.
+struct LoweringLimits {
+  /// The most model calls the plan may make; also the most samples all its
+  /// repeats together may expand to (each is a call, an answer or part of
+  /// a prompt).
+  int64_t maxCalls = kDefaultMaxCalls;
+  /// The model's context length: a call's prompt (as far as it is known
+  /// before it runs, see plan::knownPromptTokens) and its max_tokens must
+  /// fit it. 0: not checked (no model at hand).
+  int64_t contextLength = 0;
+};
+
 /// Lowers every query of `module` (in module order) into one plan. Reports
 /// unsupported IR (an undesugared span.retrieve, a gen whose input has no
-/// tokens) through `diagnostics` and returns nullopt.
+/// tokens) and a plan past `limits` through `diagnostics` and returns
+/// nullopt.
 std::optional<plan::Plan> lowerToPlan(const ir::Module &module,
                                       const MessageEncoder &encoder,
-                                      ir::DiagnosticEngine &diagnostics);
+                                      ir::DiagnosticEngine &diagnostics,
+                                      const LoweringLimits &limits = {});
 
 } // namespace spanc::codegen
 

@@ -5,8 +5,10 @@
 #include "grammar/SpanLexer.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "ir/Stack.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
@@ -77,10 +79,12 @@ public:
     applyOverrides();
     checkLets();
     auto module = std::make_unique<ir::Module>();
+    bool anyQuery = false;
     for (SpanParser::DeclContext *decl : tree.module()->decl()) {
       auto *queryDecl = dynamic_cast<SpanParser::QueryDeclContext *>(decl);
       if (!queryDecl)
         continue;
+      anyQuery = true;
       ir::Query *query = module->addQuery(queryDecl->ID()->getText(),
                                           locate(queryDecl->getStart()));
       builder.setInsertionPointToEnd(query);
@@ -90,6 +94,16 @@ public:
         builder.createYield(result);
       }
     }
+    // An empty file (or one of params and lets only) would compile to
+    // nothing and run nothing, successfully.
+    if (!anyQuery)
+      diagnostics.emit(
+          llvm::SMLoc::getFromPointer(diagnostics.getSourceMgr()
+                                          .getMemoryBuffer(tree.getBufferId())
+                                          ->getBufferStart()),
+          llvm::SourceMgr::DK_Error,
+          "this program declares no query, so there is nothing "
+          "to compile or run (write one: query NAME { ... })");
     if (diagnostics.getNumErrors() != errorsBefore)
       return nullptr;
     return module;
@@ -213,10 +227,21 @@ private:
   }
 
   /// Lowers each let once where it is declared, so that its errors are
-  /// reported once; uses inline it again with messages muted.
+  /// reported once; uses inline it again with messages muted. Here, a let
+  /// that lowered once is reused where another let names it (the scratch
+  /// IR may share ops), so a chain of lets each using the one before costs
+  /// its length, not its square.
   void checkLets() {
     ir::Module scratch;
     ir::Query *query = scratch.addQuery("let", {});
+    checkingLets = true;
+    auto done = llvm::make_scope_exit([&] {
+      checkingLets = false;
+      checkedLets.clear();
+      // The budget is for the program's own ops (lets inlined where they
+      // are used), not for this scratch copy.
+      numOps = 0;
+    });
     for (SpanParser::DeclContext *decl : tree.module()->decl()) {
       auto *let = dynamic_cast<SpanParser::LetDeclContext *>(decl);
       if (!let)
@@ -233,9 +258,14 @@ private:
                      text);
         continue;
       }
+      // Lowered without error while another let was checked: its body is
+      // sound.
+      if (checkedLets.count(let->ID()->getText()))
+        continue;
       builder.setInsertionPointToEnd(query);
       it->second.inProgress = true;
-      lowerExpr(let->expr());
+      if (ir::Op *op = lowerExpr(let->expr()))
+        checkedLets[let->ID()->getText()] = op;
       it->second.inProgress = false;
     }
   }
@@ -583,9 +613,26 @@ private:
 
   ir::Op *lowerExpr(SpanParser::ExprContext *expr) {
     // Past the budget, stop walking too: the inlining tree may be huge.
-    if (budgetReported)
+    if (budgetReported || depthReported)
       return nullptr;
     antlr4::Token *start = expr->getStart();
+    // Each level recurses here; lets inlined into lets nest deeper than
+    // the source's braces (which the parser bounds), so the bound the
+    // verifier puts on the IR is kept here too, before the stack runs out.
+    if (exprDepth >= ir::kMaxNestingDepth) {
+      depthReported = true;
+      bool wasMuted = diagnostics.isMuted();
+      diagnostics.setMuted(false);
+      error(start, "this expression is nested more than " +
+                       llvm::Twine(ir::kMaxNestingDepth) +
+                       " levels deep (lets inlined); spanc supports at "
+                       "most " +
+                       llvm::Twine(ir::kMaxNestingDepth));
+      diagnostics.setMuted(wasMuted);
+      return nullptr;
+    }
+    ++exprDepth;
+    auto leave = llvm::make_scope_exit([&] { --exprDepth; });
     switch (classify(start)) {
     case ExprKind::CrossBlock:
       return lowerJoin(
@@ -678,6 +725,9 @@ private:
       diagnostics.setMuted(wasMuted);
       return nullptr;
     }
+    if (checkingLets)
+      if (auto checked = checkedLets.find(key); checked != checkedLets.end())
+        return checked->second;
     // Inline quietly: checkLets() reports each let's own errors once.
     bool wasMuted = diagnostics.isMuted();
     diagnostics.setMuted(true);
@@ -685,6 +735,8 @@ private:
     ir::Op *result = lowerExpr(let.expr);
     let.inProgress = false;
     diagnostics.setMuted(wasMuted);
+    if (checkingLets && result)
+      checkedLets[key] = result;
     return result;
   }
 
@@ -768,6 +820,12 @@ private:
   llvm::SmallPtrSet<antlr4::Token *, 4> reportedCycles;
   size_t numOps = 0;
   bool budgetReported = false;
+  /// While checkLets() runs: the lets lowered so far without error.
+  bool checkingLets = false;
+  llvm::StringMap<ir::Op *> checkedLets;
+  /// lowerExpr's recursion depth, and whether it went too deep (said once).
+  unsigned exprDepth = 0;
+  bool depthReported = false;
 };
 
 } // namespace
@@ -778,7 +836,10 @@ std::unique_ptr<ir::Module> lowerToIR(const SyntaxTree &tree,
   if (!tree.module() || tree.numSyntaxErrors())
     return nullptr;
   Lowering lowering(tree, diagnostics, options);
-  return lowering.run();
+  std::unique_ptr<ir::Module> module;
+  // Inlining lets recurses once per nesting level (ir/Stack.h).
+  ir::runOnWalkStack([&] { module = lowering.run(); });
+  return module;
 }
 
 } // namespace spanc::frontend

@@ -3,6 +3,7 @@
 #include "frontend/SpnlJson.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -92,6 +93,10 @@ public:
                        "invalid JSON: " + cleanMessage(error.what()));
       return nullptr;
     }
+    // The parser keeps the last of two equal keys; the first value would
+    // be dropped without a word.
+    if (reportDuplicateKeys(text))
+      return nullptr;
     locateNodes(text, document);
 
     auto module = std::make_unique<ir::Module>();
@@ -170,6 +175,69 @@ private:
     if (tagEnd != llvm::StringRef::npos)
       return message.substr(tagEnd + 2).str();
     return message.str();
+  }
+
+  /// Reports every key that its object already has, at the key, with its
+  /// JSON Pointer; returns whether there was one. `text` parsed, so it is
+  /// well formed and a small state machine follows it: in an object, the
+  /// string after '{' or ',' is a key.
+  bool reportDuplicateKeys(llvm::StringRef text) {
+    struct Container {
+      bool isObject;
+      bool expectingKey;
+      std::string path;  ///< this container's JSON Pointer
+      std::string child; ///< the pointer segment of the current child
+      unsigned index = 0;
+      llvm::StringSet<> keys;
+    };
+    std::vector<Container> stack;
+    bool found = false;
+    auto childPath = [&] {
+      return stack.empty() ? std::string()
+                           : stack.back().path + "/" + stack.back().child;
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if (c == '"') {
+        size_t start = i++;
+        bool escaped = false;
+        for (; i < text.size() && text[i] != '"'; ++i)
+          if (text[i] == '\\') {
+            escaped = true;
+            ++i;
+          }
+        if (stack.empty() || !stack.back().expectingKey)
+          continue;
+        Container &object = stack.back();
+        object.expectingKey = false;
+        llvm::StringRef quoted = text.slice(start, i + 1);
+        std::string key =
+            escaped
+                ? Json::parse(quoted.begin(), quoted.end()).get<std::string>()
+                : quoted.drop_front().drop_back().str();
+        object.child = pointerSegment(key);
+        if (!object.keys.insert(key).second) {
+          diagnostics.emit(at(start), llvm::SourceMgr::DK_Error,
+                           "duplicate key '" + key +
+                               "': a JSON reader keeps only its last value "
+                               "(at " +
+                               childPath() + ")");
+          found = true;
+        }
+      } else if (c == '{' || c == '[') {
+        std::string path = childPath();
+        stack.push_back({c == '{', c == '{', std::move(path), "0", 0, {}});
+      } else if (c == '}' || c == ']') {
+        stack.pop_back();
+      } else if (c == ',' && !stack.empty()) {
+        Container &container = stack.back();
+        if (container.isObject)
+          container.expectingKey = true;
+        else
+          container.child = std::to_string(++container.index);
+      }
+    }
+    return found;
   }
 
   /// Records the offset of each object and array: the n-th '{' outside

@@ -2,6 +2,7 @@
 
 #include "ir/Diagnostics.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -17,10 +18,32 @@ Location DiagnosticEngine::getLocation(llvm::SMLoc loc) const {
   unsigned bufferId = sourceMgr.FindBufferContainingLoc(loc);
   if (!bufferId)
     return {};
-  auto [line, column] = sourceMgr.getLineAndColumn(loc, bufferId);
+  // SourceMgr::getLineAndColumn (and FindLineNumber, which calls it) finds
+  // the column by scanning back to the previous newline, which makes
+  // locating every op of a long one-line program (minified JSON)
+  // quadratic. An index of line starts answers both by binary search.
+  const std::vector<size_t> &starts = lineStarts(bufferId);
+  const char *bufferStart =
+      sourceMgr.getMemoryBuffer(bufferId)->getBufferStart();
+  size_t offset = size_t(loc.getPointer() - bufferStart);
+  size_t line = size_t(llvm::upper_bound(starts, offset) - starts.begin());
+  unsigned column = unsigned(offset - starts[line - 1]) + 1;
   return {internFileName(
               sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier()),
-          line, column};
+          unsigned(line), column};
+}
+
+const std::vector<size_t> &
+DiagnosticEngine::lineStarts(unsigned bufferId) const {
+  std::vector<size_t> &starts = lineStartsByBuffer[bufferId];
+  if (!starts.empty())
+    return starts;
+  llvm::StringRef text = sourceMgr.getMemoryBuffer(bufferId)->getBuffer();
+  starts.push_back(0);
+  for (size_t i = 0; i < text.size(); ++i)
+    if (text[i] == '\n')
+      starts.push_back(i + 1);
+  return starts;
 }
 
 llvm::SMLoc DiagnosticEngine::getSMLoc(Location loc) {

@@ -12,9 +12,12 @@
 
 #include "ir/IR.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/SourceMgr.h"
+
+#include <vector>
 
 namespace spanc::ir {
 
@@ -56,7 +59,12 @@ public:
   bool isMuted() const { return muted; }
 
 private:
+  /// The offset of each line's first byte in buffer `bufferId` (built on
+  /// first use): lines are numbered as SourceMgr numbers them, by '\n'.
+  const std::vector<size_t> &lineStarts(unsigned bufferId) const;
+
   llvm::SourceMgr &sourceMgr;
+  mutable llvm::DenseMap<unsigned, std::vector<size_t>> lineStartsByBuffer;
   llvm::StringMap<int> buffers; // name -> buffer id, or -1 if unreadable
   unsigned numErrors = 0;
   bool muted = false;

@@ -77,7 +77,9 @@ const OpInfo kOpInfos[] = {
     {OpKind::Assistant, "assistant", TextPosition::Leading, 0, 0, {}},
     {OpKind::Fragment, "fragment", TextPosition::Leading, 0, 0, kFragmentAttrs},
     {OpKind::Cross, "cross", TextPosition::None, 0, V, {}},
-    {OpKind::Plus, "plus", TextPosition::None, 0, V, {}},
+    // A plus joins at least one span: one written with none has lost its
+    // candidates (an empty span is an empty cross).
+    {OpKind::Plus, "plus", TextPosition::None, 1, V, {}},
     {OpKind::Seq, "seq", TextPosition::None, 0, V, {}},
     {OpKind::Par, "par", TextPosition::None, 0, V, {}},
     {OpKind::Gen, "gen", TextPosition::None, 1, 1, kModelCallAttrs},

@@ -170,6 +170,15 @@ struct OpInfo {
   const AttrSpec *findAttribute(llvm::StringRef attrName) const;
 };
 
+/// How deep ops may nest: the longest chain of operands from an op down to
+/// a leaf, counting every op on it (lets are inlined, so a chain of lets
+/// each wrapping the one before nests as deep as all of them together).
+/// Lowering to a plan and the frontend's inlining of lets recurse once per
+/// level; at this bound they use a small part of a thread's stack, even
+/// under the sanitizers. The verifier reports deeper IR at the first op
+/// past the bound.
+constexpr unsigned kMaxNestingDepth = 1000;
+
 const OpInfo &getOpInfo(OpKind kind);
 /// The kind for a name without "span." ("gen"), or nullopt.
 std::optional<OpKind> lookupOpKind(llvm::StringRef name);

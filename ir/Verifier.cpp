@@ -8,6 +8,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -60,11 +61,14 @@ public:
     // to ops, so an operand whose number is stale (not reached yet) fails
     // `order[number] == operand` and is reported as used before defined.
     order.clear();
+    depths.clear();
     numberedAll = false;
+    depthReported = false;
     const Op *yield = nullptr;
     for (const Op &op : query.getOps()) {
       op.scratch = static_cast<unsigned>(order.size());
       order.push_back(&op);
+      depths.push_back(1);
       verifyOp(op, query);
       if (op.getKind() != OpKind::Yield)
         continue;
@@ -129,9 +133,15 @@ private:
     unsigned numOperands = op.getNumOperands();
     if (info.maxOperands == OpInfo::kVariadic) {
       if (numOperands < info.minOperands)
-        error(op.getLoc(), opName(info) + " takes at least " +
-                               llvm::Twine(info.minOperands) +
-                               " operands, got " + llvm::Twine(numOperands));
+        error(op.getLoc(),
+              opName(info) + " takes at least " +
+                  llvm::Twine(info.minOperands) +
+                  (info.minOperands == 1 ? " operand" : " operands") +
+                  ", got " + llvm::Twine(numOperands) +
+                  (op.getKind() == OpKind::Plus
+                       ? " (a plus of nothing joins no span: give it the "
+                         "spans it should hold)"
+                       : ""));
     } else if (numOperands < info.minOperands ||
                numOperands > info.maxOperands) {
       error(op.getLoc(),
@@ -168,7 +178,20 @@ private:
         error(op.getLoc(), operandName(info, i) + " (%" +
                                llvm::Twine(operand->scratch) +
                                ") is used before it is defined");
+        continue;
       }
+      depths[op.scratch] =
+          std::max(depths[op.scratch], depths[operand->scratch] + 1);
+    }
+    // Reported once per query, at the first op past the bound: every op
+    // that uses it is deeper still.
+    if (depths[op.scratch] > kMaxNestingDepth && !depthReported) {
+      depthReported = true;
+      error(op.getLoc(), opName(info) + " is nested more than " +
+                             llvm::Twine(kMaxNestingDepth) +
+                             " levels deep (each op is a level, lets "
+                             "inlined); spanc supports at most " +
+                             llvm::Twine(kMaxNestingDepth));
     }
 
     bool wantsText = info.text != TextPosition::None;
@@ -247,6 +270,10 @@ private:
   std::vector<const Op *> order;
   /// Whether the query being verified has been numbered in full.
   bool numberedAll = false;
+  /// Each op's nesting depth (1 for a leaf), by number.
+  std::vector<unsigned> depths;
+  /// Whether the query being verified nests too deep (said once).
+  bool depthReported = false;
 };
 
 } // namespace

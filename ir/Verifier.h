@@ -3,7 +3,8 @@
 // Checks what the op schemas of ir/IR.h promise: operand counts, that every
 // operand is a result defined earlier in the same query (not a yield), that
 // attributes are known, of the right type and in range, that leaves and
-// retrieve have text, and that each query ends with exactly one span.yield.
+// retrieve have text, that ops nest at most kMaxNestingDepth deep, and that
+// each query ends with exactly one span.yield.
 // Every problem is reported at the op's location; all are reported.
 //
 // The pass manager runs it after every pass (spanc opt, run, and compile

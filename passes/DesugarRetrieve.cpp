@@ -119,7 +119,15 @@ private:
           {{"corpus", ir::Attribute(corpus)},
            {"file", ir::Attribute(fragment.path)},
            {"offset", ir::Attribute(static_cast<int64_t>(fragment.offset))}}));
-    Op *plus = builder.createPlus(spans);
+    // No fragment matched: the documents are an empty span (a plus needs
+    // an operand), and the gen runs without them; say so.
+    if (spans.empty())
+      context.getDiagnostics().warning(
+          retrieve->getLoc(), "retrieve found no fragment of '" + corpus +
+                                  "' for this query; the call runs without "
+                                  "documents");
+    Op *plus =
+        spans.empty() ? builder.createCross({}) : builder.createPlus(spans);
     if (context.getOptions().prepareFragments && !spans.empty()) {
       llvm::SmallVector<Op *, 8> calls;
       for (Op *span : spans)

@@ -2,8 +2,10 @@
 //
 // Normalizes + and cross (⋈), both associative:
 //   +(a, +(b, c))  -> +(a, b, c)      and  ⋈(a, ⋈(b, c)) -> ⋈(a, b, c)
-//   +(a, +(), "")  -> +(a)            (an empty join or empty fragment is
+//   +(a, ⋈(), "")  -> +(a)            (an empty join or empty fragment is
 //                                      an empty span: dropped from + and ⋈)
+//   +("", ⋈())     -> ⋈()             (a plus of empty spans is one; the IR
+//                                      has no plus without operands)
 //   ⋈(x)           -> x               (everywhere)
 //   +(x)           -> x               only where nothing precedes it: as the
 //                                      input of a gen, a child of + or par,
@@ -87,6 +89,15 @@ private:
         } else {
           operands.push_back(operand);
         }
+      }
+      if (rewritten && operands.empty() && op.getKind() == OpKind::Plus) {
+        ir::Builder builder;
+        builder.setInsertionPoint(&op);
+        builder.setLoc(op.getLoc());
+        op.replaceAllUsesWith(builder.createCross({}));
+        dead.push_back(&op);
+        changed = true;
+        continue;
       }
       if (rewritten) {
         op.setOperands(operands);

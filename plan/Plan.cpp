@@ -36,6 +36,14 @@ resolveSegment(const PlanSegment &segment,
   return tokens;
 }
 
+uint64_t knownPromptTokens(const Call &call) {
+  uint64_t tokens = 0;
+  for (const PlanSegment &segment : call.segments)
+    for (const Piece &piece : segment.pieces)
+      tokens += piece.tokens.size() + (piece.call ? piece.trailer.size() : 0);
+  return tokens;
+}
+
 std::optional<std::vector<Segment>>
 resolveCall(const Call &call,
             llvm::ArrayRef<std::optional<std::vector<TokenId>>> outputs) {

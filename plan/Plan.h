@@ -99,6 +99,11 @@ std::optional<std::vector<TokenId>>
 resolveSegment(const PlanSegment &segment,
                llvm::ArrayRef<std::optional<std::vector<TokenId>>> outputs);
 
+/// The tokens of `call`'s prompt known before any call runs: its literal
+/// pieces, and for each call output spliced in its header and trailer (the
+/// output itself may be empty). A lower bound of the prompt's length.
+uint64_t knownPromptTokens(const Call &call);
+
 /// All segments of `call` resolved (see resolveSegment), or nullopt.
 std::optional<std::vector<Segment>>
 resolveCall(const Call &call,

@@ -8,8 +8,10 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/Twine.h"
 
+#include <cmath>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 using llvm::Error;
 using llvm::Expected;
@@ -39,6 +41,12 @@ Error readCount(const GgufFile &file, StringRef arch, StringRef suffix,
                                  ", too large");
   out = static_cast<uint32_t>(*value);
   return Error::success();
+}
+
+std::string formatFloat(float value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
 }
 
 Error readFloat(const GgufFile &file, StringRef arch, StringRef suffix,
@@ -137,10 +145,14 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
                                  " must be even and at most the head "
                                  "dimension " +
                                  Twine(config.headDim));
-  if (!(config.ropeTheta > 0.0f) || !(config.rmsEpsilon > 0.0f))
-    return configError(file, "rope.freq_base and "
-                             "attention.layer_norm_rms_epsilon must be "
-                             "positive");
+  // Finite too: an infinite base or epsilon ran and answered garbage.
+  if (!(config.ropeTheta > 0.0f) || !std::isfinite(config.ropeTheta))
+    return configError(file, "rope.freq_base " + formatFloat(config.ropeTheta) +
+                                 " must be positive and finite");
+  if (!(config.rmsEpsilon > 0.0f) || !std::isfinite(config.rmsEpsilon))
+    return configError(file, "attention.layer_norm_rms_epsilon " +
+                                 formatFloat(config.rmsEpsilon) +
+                                 " must be positive and finite");
 
   // RoPE scaling: `rope.scaling.type` (with `rope.scaling.factor`), or the
   // older `rope.scale_linear`.
@@ -171,12 +183,22 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
   }
   if (config.ropeScaling == RopeScalingType::None)
     config.ropeScalingFactor = 1.0f;
-  if (!(config.ropeScalingFactor > 0.0f))
-    return configError(file, "rope.scaling.factor must be positive");
+  if (!(config.ropeScalingFactor > 0.0f) ||
+      !std::isfinite(config.ropeScalingFactor))
+    return configError(file, "rope.scaling.factor " +
+                                 formatFloat(config.ropeScalingFactor) +
+                                 " must be positive and finite");
   if (Error error =
           readCount(file, arch, "rope.scaling.original_context_length",
                     config.ropeOriginalContext, config.contextLength))
     return error;
+  if (config.ropeScaling == RopeScalingType::Yarn &&
+      (config.ropeOriginalContext == 0 ||
+       config.ropeOriginalContext > uint64_t(cpu::kMaxContextLength)))
+    return configError(file, "rope.scaling.original_context_length " +
+                                 Twine(config.ropeOriginalContext) +
+                                 " must be in [1, " +
+                                 Twine(cpu::kMaxContextLength) + "]");
   config.hasRopeFrequencyFactors = file.findTensor("rope_freqs.weight");
 
   // The vocabulary: token_embd.weight is [embedding, vocab].
@@ -191,6 +213,9 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
                              "[" +
                                  Twine(config.embeddingDim) + ", vocab]");
   config.vocabSize = static_cast<uint32_t>(tokenEmbedding.shape[1]);
+  if (config.vocabSize == 0)
+    return configError(file, "tensor 'token_embd.weight' has no rows: the "
+                             "vocabulary is empty");
   if (const GgufValue *tokens = file.find("tokenizer.ggml.tokens"))
     if (tokens->arraySize() != config.vocabSize)
       return configError(file, "tokenizer.ggml.tokens has " +
@@ -201,6 +226,23 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
   config.tiedOutput = !file.findTensor("output.weight");
   config.qkvBias = file.findTensor("blk.0.attn_q.bias") != nullptr;
   return config;
+}
+
+std::optional<uint32_t> declaredContextLength(const GgufFile &file) {
+  Expected<StringRef> architecture = file.getString("general.architecture");
+  if (!architecture) {
+    llvm::consumeError(architecture.takeError());
+    return std::nullopt;
+  }
+  Expected<uint64_t> length =
+      file.getUnsigned((*architecture + ".context_length").str());
+  if (!length) {
+    llvm::consumeError(length.takeError());
+    return std::nullopt;
+  }
+  if (*length == 0 || *length > uint64_t(cpu::kMaxContextLength))
+    return std::nullopt;
+  return uint32_t(*length);
 }
 
 const char *modelFamilyName(ModelFamily family) {

@@ -12,6 +12,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace spanc::model {
@@ -57,6 +58,12 @@ struct ModelConfig {
   /// Reads and validates the configuration; errors name the key at fault.
   static llvm::Expected<ModelConfig> fromGguf(const GgufFile &file);
 };
+
+/// The context length a file declares (`<arch>.context_length`), without
+/// reading the rest of the configuration: nullopt for a file without an
+/// architecture or that key (a tokenizer-only GGUF) or with a value outside
+/// [1, cpu::kMaxContextLength].
+std::optional<uint32_t> declaredContextLength(const GgufFile &file);
 
 const char *modelFamilyName(ModelFamily family);
 const char *ropeOrderName(RopeOrder order);

@@ -123,6 +123,83 @@ bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
   return true;
 }
 
+std::string describeShape(const GgufTensor &tensor) {
+  std::string shape;
+  for (uint64_t dim : tensor.shape)
+    shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+  return "[" + shape + "]";
+}
+
+/// Checks the sizes the metadata declares against the tensors of the
+/// first and last layers before anything is allocated from them, naming
+/// the key at fault (a feed_forward_length of 2^32 - 1 asked for 20 TB).
+/// Each layer's tensors are checked again as they load.
+llvm::Error checkDeclaredSizes(const GgufFile &file,
+                               const ModelConfig &config) {
+  const std::string arch = config.architecture + ".";
+  auto sizeError = [&](const llvm::Twine &message) {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        (llvm::Twine(file.name()) + ": " + message).str());
+  };
+  // The layers: blk.0 .. blk.(block_count - 1), and no more (a model run
+  // on fewer layers than it has answers, wrongly).
+  uint64_t layersInFile = 0;
+  while (file.findTensor("blk." + std::to_string(layersInFile) +
+                         ".attn_norm.weight"))
+    ++layersInFile;
+  if (layersInFile != config.numLayers) {
+    std::string range =
+        layersInFile
+            ? " (tensors blk.0 to blk." + std::to_string(layersInFile - 1) + ")"
+            : std::string();
+    return sizeError(arch + "block_count is " + llvm::Twine(config.numLayers) +
+                     ", but the file holds " + llvm::Twine(layersInFile) +
+                     " layers" + range);
+  }
+  // Without attention.key_length, the head dimension is derived from
+  // head_count: say so, since that is the key to look at then.
+  std::string keyLength = file.contains(arch + "attention.key_length")
+                              ? "key_length"
+                              : "key_length (embedding_length / head_count)";
+  struct DeclaredRows {
+    const char *tensor;
+    uint64_t rows;
+    std::string what;
+  } declaredRows[] = {
+      {"attn_q.weight", uint64_t(config.numHeads) * config.headDim,
+       arch + "attention.head_count x " + keyLength + " (" +
+           std::to_string(config.numHeads) + " x " +
+           std::to_string(config.headDim) + ")"},
+      {"attn_k.weight", uint64_t(config.numKvHeads) * config.headDim,
+       arch + "attention.head_count_kv x " + keyLength + " (" +
+           std::to_string(config.numKvHeads) + " x " +
+           std::to_string(config.headDim) + ")"},
+      {"ffn_gate.weight", config.feedForwardDim,
+       arch + "feed_forward_length (" + std::to_string(config.feedForwardDim) +
+           ")"},
+      {"ffn_up.weight", config.feedForwardDim,
+       arch + "feed_forward_length (" + std::to_string(config.feedForwardDim) +
+           ")"},
+  };
+  for (uint32_t layer : {0u, config.numLayers - 1})
+    for (const DeclaredRows &check : declaredRows) {
+      std::string name =
+          "blk." + std::to_string(layer) + "." + std::string(check.tensor);
+      const GgufTensor *tensor = file.findTensor(name);
+      if (!tensor)
+        return sizeError("tensor '" + name + "' is missing");
+      if (tensor->shape.size() != 2 ||
+          tensor->shape[0] != config.embeddingDim ||
+          tensor->shape[1] != check.rows)
+        return sizeError(check.what + " and " + arch + "embedding_length (" +
+                         llvm::Twine(config.embeddingDim) +
+                         ") do not match tensor '" + name + "' of shape " +
+                         describeShape(*tensor));
+    }
+  return llvm::Error::success();
+}
+
 void decodeGgmlRow(const void *row, float *out, int64_t count,
                    const void *context) {
   dequantizeRow(*static_cast<const GgmlType *>(context), row, out, count);
@@ -133,6 +210,8 @@ void decodeGgmlRow(const void *row, float *out, int64_t count,
 llvm::Expected<std::unique_ptr<ModelWeights>>
 ModelWeights::load(const GgufFile &file, const ModelConfig &config,
                    cpu::GemmEngine &engine, bool gatedFeedForward) {
+  if (llvm::Error error = checkDeclaredSizes(file, config))
+    return error;
   std::unique_ptr<ModelWeights> weights(new ModelWeights());
   const uint64_t dim = config.embeddingDim;
   const uint64_t queryDim = uint64_t(config.numHeads) * config.headDim;

@@ -51,6 +51,7 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   schedulerOptions.blockSize = options.blockSize;
   schedulerOptions.stepTokenBudget = options.stepTokenBudget;
   schedulerOptions.shareInFlightBlocks = options.shareInFlightBlocks;
+  schedulerOptions.contextLength = model.config().contextLength;
   executor->scheduler = std::make_unique<Scheduler>(
       *executor->cacheManager, *executor->blockPool, schedulerOptions);
   executor->runner = std::make_unique<ModelRunner>(*executor->device, tokenizer,

@@ -215,7 +215,11 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
                             logits, size_t(forwardOutput.vocabSize)));
     sampled.first =
         outcome.tokens.empty() && outcome.stats.generatedTokens == 0;
-    sampled.endOfGeneration = tokenizer.isEndOfGeneration(sampled.token);
+    // max_tokens = 0 generates nothing, as `spanc generate -n 0` does: the
+    // prompt is computed (and cached), and its first sample ends the call
+    // as an end of turn would, unrecorded.
+    sampled.endOfGeneration = tokenizer.isEndOfGeneration(sampled.token) ||
+                              call.options.maxTokens <= 0;
     sampled.stop = sampled.endOfGeneration;
     if (sampled.stop)
       continue;

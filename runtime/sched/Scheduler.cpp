@@ -164,6 +164,25 @@ bool Scheduler::admit() {
         continue;
       }
       request->segments = std::move(*segments);
+      // Lowering checked what it knew; the outputs spliced in are known
+      // now. A call that cannot fit fails here, not after its prefill.
+      if (options.contextLength > 0) {
+        uint64_t prompt = 0;
+        for (const kv::Segment &segment : request->segments)
+          prompt += segment.tokens.size();
+        if (prompt + uint64_t(std::max<int64_t>(call.options.maxTokens, 0)) >
+            uint64_t(options.contextLength)) {
+          waiting.pop_front();
+          running.push_back(std::move(request));
+          finish(*running.back(), false,
+                 "its prompt of " + std::to_string(prompt) +
+                     " tokens and max_tokens " +
+                     std::to_string(call.options.maxTokens) +
+                     " exceed the model's context of " +
+                     std::to_string(options.contextLength) + " tokens");
+          continue;
+        }
+      }
     }
 
     if (options.shareInFlightBlocks &&

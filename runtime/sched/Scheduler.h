@@ -42,6 +42,9 @@ struct SchedulerOptions {
   int64_t stepTokenBudget = 512;
   /// See ExecutorOptions::shareInFlightBlocks.
   bool shareInFlightBlocks = true;
+  /// The model's context length: a call whose prompt and max_tokens do not
+  /// fit it fails at admission, before any of it is computed. 0: no bound.
+  int64_t contextLength = 0;
 };
 
 /// What a call that is not running waits for.

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/LimitsHelp.h"
+#include "tools/spanc/ThreadsOption.h"
 
 #include "bench/common/Bench.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
@@ -85,12 +87,6 @@ int runEngineBenchmark(const po::variables_map &values) {
       options.repetitions < 1)
     return reportError("bench", "engine: token counts must be >= 0 and "
                                 "repetitions >= 1");
-  if (values.count("threads")) {
-    int threads = values["threads"].as<int>();
-    if (threads < 1)
-      return reportError("bench", "--threads must be at least 1");
-    omp_set_num_threads(threads);
-  }
   auto result = model::runEngineBench(options);
   if (!result)
     return reportError("bench", llvm::toString(result.takeError()));
@@ -217,32 +213,32 @@ int runRegisteredBenchmark(const bench::BenchInfo &info,
 
 int runBench(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()                                                   //
-      ("name", po::value<std::string>(), "the benchmark (see --list)")    //
-      ("list", "list the benchmarks and their settings")                  //
-      ("model,m", po::value<std::string>(), "GGUF model")                 //
-      ("threads,t", po::value<int>(), "CPU threads (default: all cores)") //
-      ("quick", "a small size for a smoke test (seconds)")                //
-      ("repetitions,r", po::value<int>(),                                 //
-       "repetitions per point (default: the benchmark's own)")            //
-      ("results", po::value<std::string>(),                               //
-       "folder for NAME.md/.tsv/.png (default: bench/results)")           //
-      ("seed", po::value<uint64_t>()->default_value(1),                   //
-       "seed of generated workloads")                                     //
-      ("set", po::value<std::vector<std::string>>(),                      //
-       "KEY=VALUE: a benchmark's own setting (see --list)")               //
-      ("prompt-tokens", po::value<int>()->default_value(512),             //
-       "engine: prompt length of the prefill test (ppN)")                 //
-      ("gen-tokens", po::value<int>()->default_value(128),                //
-       "engine: decode steps of the generation test (tgN)")               //
-      ("f32", "engine: force f32 GEMMs")                                  //
-      ("gemm", po::value<std::string>()->default_value("amx"),            //
+  options.add_options()                                                //
+      ("name", po::value<std::string>(), "the benchmark (see --list)") //
+      ("list", "list the benchmarks and their settings")               //
+      ("model,m", po::value<std::string>(), "GGUF model")              //
+      ("quick", "a small size for a smoke test (seconds)")             //
+      ("repetitions,r", po::value<int>(),                              //
+       "repetitions per point (default: the benchmark's own)")         //
+      ("results", po::value<std::string>(),                            //
+       "folder for NAME.md/.tsv/.png (default: bench/results)")        //
+      ("seed", po::value<uint64_t>()->default_value(1),                //
+       "seed of generated workloads")                                  //
+      ("set", po::value<std::vector<std::string>>(),                   //
+       "KEY=VALUE: a benchmark's own setting (see --list)")            //
+      ("prompt-tokens", po::value<int>()->default_value(512),          //
+       "engine: prompt length of the prefill test (ppN)")              //
+      ("gen-tokens", po::value<int>()->default_value(128),             //
+       "engine: decode steps of the generation test (tgN)")            //
+      ("f32", "engine: force f32 GEMMs")                               //
+      ("gemm", po::value<std::string>()->default_value("amx"),         //
        "engine: bf16 GEMM kernel, amx (spanc's; oneDNN where the CPU has "
        "no AMX) or onednn")                                              //
       ("numerics", po::value<std::string>()->default_value("default"),   //
        "engine: default, or llama (llama.cpp's arithmetic bit for bit)") //
       ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
+  addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("name", 1);
   std::string about =
@@ -250,19 +246,15 @@ int runBench(const std::vector<std::string> &args) {
       "machine, model, repetitions, median and spread), NAME.tsv (raw rows)\n"
       "and NAME.png; bench/run_all.sh runs them all. Speed figures are\n"
       "ratios taken side by side in one run. Benchmarks:\n" +
-      benchmarkList();
+      benchmarkList() + "\n" + limitsHelp(ThreadsLimit);
   ParsedCommandLine parsed =
       parseCommandLine("bench", "spanc bench NAME [options]", about.c_str(),
                        options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;
-  if (values.count("threads")) {
-    int threads = values["threads"].as<int>();
-    if (threads < 1)
-      return reportError("bench", "--threads must be at least 1");
-    omp_set_num_threads(threads);
-  }
+  if (!applyThreadsOption("bench", values))
+    return 1;
   if (values.count("list")) {
     llvm::outs() << benchmarkList();
     for (const auto &[name, info] : bench::registeredBenchmarks())

@@ -7,6 +7,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <limits>
 
 namespace spanc::cli {
 
@@ -81,6 +82,22 @@ int writeOutput(const char *command, const po::variables_map &values,
                        "cannot write '" + path + "': " + error.message());
   out << text;
   return 0;
+}
+
+std::optional<int64_t> readBoundedInt(const char *command,
+                                      const po::variables_map &values,
+                                      const char *name, int64_t min,
+                                      int64_t max) {
+  int64_t value = values[name].as<int64_t>();
+  if (value >= min && value <= max)
+    return value;
+  std::string range =
+      max == std::numeric_limits<int64_t>::max()
+          ? "at least " + std::to_string(min)
+          : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  reportError(command, std::string("--") + name + " " + std::to_string(value) +
+                           ": must be " + range);
+  return std::nullopt;
 }
 
 int reportError(const char *command, const std::string &message) {

@@ -10,6 +10,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,15 @@ int writeOutput(const char *command, const po::variables_map &values,
 
 /// Prints "spanc COMMAND: error: MESSAGE" to stderr and returns 1.
 int reportError(const char *command, const std::string &message);
+
+/// Reads integer option `name` (declared as po::value<int64_t>, so that a
+/// negative value is seen as one, not wrapped around) and checks that it
+/// is in [min, max]; otherwise reports "--NAME VALUE: must be in [min,
+/// max]" (or "at least min" when max is INT64_MAX) and returns nullopt.
+std::optional<int64_t> readBoundedInt(const char *command,
+                                      const po::variables_map &values,
+                                      const char *name, int64_t min,
+                                      int64_t max);
 
 } // namespace spanc::cli
 

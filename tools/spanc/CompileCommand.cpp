@@ -1,19 +1,22 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
 #include "plan/PlanPrinter.h"
+#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
+#include "runtime/model/ModelConfig.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -30,11 +33,15 @@ namespace {
 /// Lowers the optimized `module` through the chat template of the model at
 /// `--model` and prints the plan; returns the exit code.
 int emitPlan(const po::variables_map &values, const ir::Module &module,
-             ir::DiagnosticEngine &diagnostics) {
+             ir::DiagnosticEngine &diagnostics,
+             codegen::LoweringLimits limits) {
   plan::PlanPrintOptions printOptions;
-  printOptions.blockSize = values["block-size"].as<unsigned>();
-  if (printOptions.blockSize == 0)
-    return reportError("compile", "--block-size must be at least 1");
+  // The layout shown is the runtime's, so the block size is bounded alike.
+  std::optional<int64_t> blockSize =
+      readBoundedInt("compile", values, "block-size", 1, cpu::kMaxBlockSize);
+  if (!blockSize)
+    return 1;
+  printOptions.blockSize = unsigned(*blockSize);
   auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
   if (!cacheMode)
     return reportError("compile", llvm::toString(cacheMode.takeError()));
@@ -60,8 +67,11 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
   if (!chatTemplate)
     return reportError("compile", llvm::toString(chatTemplate.takeError()));
   model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  // Prompts are checked against the model's context when the file says
+  // what it is (a tokenizer-only file does not).
+  limits.contextLength = model::declaredContextLength(**file).value_or(0);
   std::optional<plan::Plan> plan =
-      codegen::lowerToPlan(module, encoder, diagnostics);
+      codegen::lowerToPlan(module, encoder, diagnostics, limits);
   if (!plan)
     return 1;
 
@@ -84,6 +94,9 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
 
 int runCompile(const std::vector<std::string> &args) {
   po::options_description options("Options");
+  const std::string blockSizeHelp =
+      "with --emit=plan: tokens per KV cache block, in [1, " +
+      std::to_string(cpu::kMaxBlockSize) + "] as for 'spanc run'";
   options.add_options()                                                    //
       ("input", po::value<std::string>()->required(),                      //
        "a .span program, an spnl .json query or a .ir file")               //
@@ -98,7 +111,7 @@ int runCompile(const std::vector<std::string> &args) {
       ("output,o", po::value<std::string>(),                               //
        "write the output here instead of stdout")                          //
       ("print-loc", "print each op's source location as loc(...)")         //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),              //
        "with --emit=ir-opt or plan: tree-reduce gens over wide plus with " //
        "this fan-in (0: only gens with reduce=)")                          //
       ("prepare-fragments",                                                //
@@ -108,8 +121,8 @@ int runCompile(const std::vector<std::string> &args) {
        "with --emit=plan: the GGUF whose tokenizer and chat template "     //
        "lower the program (its weights are not loaded; default: "          //
        "$SPANC_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)")          //
-      ("block-size", po::value<unsigned>()->default_value(16),             //
-       "with --emit=plan: tokens per KV cache block")                      //
+      ("block-size", po::value<int64_t>()->default_value(16),              //
+       blockSizeHelp.c_str())                                              //
       ("cache", po::value<std::string>()->default_value("span"),           //
        "with --emit=plan: the KV cache mode the layout is shown for: "     //
        "span (spans hash from the root), prefix (one causal chain), off")  //
@@ -119,16 +132,21 @@ int runCompile(const std::vector<std::string> &args) {
        "the pass that broke it); by default it is verified once, after " //
        "the last pass");
   addSpanModeOptions(options);
+  addMaxCallsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed = parseCommandLine(
-      "compile",
-      "spanc compile FILE [--emit=ast|ir|ir-opt|plan] [--set N=V] [-o OUT]",
+  const std::string about =
       "Compiles a span program (.span), an spnl JSON query (.json) or span\n"
       "IR (.ir) and prints what --emit asks for. Errors are reported as\n"
       "file:line:col with the source line and a caret; all errors of a file\n"
-      "are reported, and the exit code is then 1.",
-      options, positional, args);
+      "are reported, and the exit code is then 1.\n\n" +
+      limitsHelp(CallsLimit | NestingLimit | PromptLimit | FilesLimit) +
+      "(compile checks calls and prompts with --emit=plan, against --model's\n"
+      "context)";
+  ParsedCommandLine parsed = parseCommandLine(
+      "compile",
+      "spanc compile FILE [--emit=ast|ir|ir-opt|plan] [--set N=V] [-o OUT]",
+      about.c_str(), options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;
@@ -175,7 +193,7 @@ int runCompile(const std::vector<std::string> &args) {
       return reportError("compile", llvm::toString(std::move(error)));
   }
   if (emit == "plan")
-    return emitPlan(values, *module, diagnostics);
+    return emitPlan(values, *module, diagnostics, compileOptions.limits);
   ir::PrintOptions printOptions;
   printOptions.printLocations = values.count("print-loc") != 0;
   return writeOutput("compile", values, ir::toString(*module, printOptions));

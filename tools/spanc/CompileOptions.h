@@ -2,8 +2,8 @@
 //
 // `compile`, `opt` and `run` all compile through codegen/CompilePipeline;
 // this reads what they spell the same way (--set, --tree-reduce,
-// --prepare-fragments, --skip-pass, where the subcommand has them) into
-// its options, once.
+// --prepare-fragments, --skip-pass, --max-calls, where the subcommand has
+// them) into its options, once.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_TOOLS_SPANC_COMPILEOPTIONS_H
@@ -20,6 +20,9 @@ namespace spanc::cli {
 bool readCompileOptions(const char *command,
                         const boost::program_options::variables_map &values,
                         codegen::CompileOptions &options);
+
+/// Adds --max-calls (compile and run lower programs to plans).
+void addMaxCallsOption(boost::program_options::options_description &options);
 
 } // namespace spanc::cli
 

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/LimitsHelp.h"
+#include "tools/spanc/ThreadsOption.h"
 
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Engine.h"
@@ -21,6 +23,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <sstream>
 
 namespace spanc::cli {
 
@@ -35,28 +38,32 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 int runGenerate(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()                                                    //
-      ("input", po::value<std::string>()->required(), "the prompt")        //
-      ("model,m", po::value<std::string>()->required(), "GGUF model")      //
-      ("max-tokens,n", po::value<int>()->default_value(128),               //
-       "tokens to generate at most")                                       //
-      ("temperature", po::value<float>()->default_value(0.0f),             //
-       "sampling temperature (0: greedy)")                                 //
-      ("top-k", po::value<int>()->default_value(0), "top-k (0: off)")      //
-      ("top-p", po::value<float>()->default_value(1.0f), "top-p (1: off)") //
-      ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")   //
-      ("threads,t", po::value<int>(), "CPU threads (default: all cores)")  //
-      ("chat", "wrap the prompt as a user message of the chat template")   //
-      ("f32", "force f32 GEMMs (debugging)")                               //
-      ("numerics", po::value<std::string>()->default_value("default"),     //
-       "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/"  //
+  options.add_options()                                                   //
+      ("input", po::value<std::string>()->required(), "the prompt")       //
+      ("model,m", po::value<std::string>()->required(), "GGUF model")     //
+      ("max-tokens,n", po::value<int>()->default_value(128),              //
+       "tokens to generate at most (0: none); the prompt and these must " //
+       "fit the model's context")                                         //
+      ("temperature", po::value<float>()->default_value(0.0f),            //
+       "sampling temperature in [0, 2] (0: greedy)")                      //
+      ("top-k", po::value<int>()->default_value(0), "top-k (0: off)")     //
+      ("top-p", po::value<float>()->default_value(1.0f),                  //
+       "top-p in (0, 1] (1: off)")                                        //
+      ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")  //
+      ("chat", "wrap the prompt as a user message of the chat template")  //
+      ("f32", "force f32 GEMMs (debugging)")                              //
+      ("numerics", po::value<std::string>()->default_value("default"),    //
+       "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/" //
        "Q8_0 models, AVX-512; slower prefill)");
+  addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
       "generate", "spanc generate PROMPT --model FILE [options]",
-      "Streams a completion of PROMPT on a model, with TTFT and tokens/s on "
-      "stderr.",
+      ("Streams a completion of PROMPT on a model, with TTFT and tokens/s "
+       "on stderr.\n\n" +
+       limitsHelp(PromptLimit | ThreadsLimit))
+          .c_str(),
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
@@ -69,16 +76,24 @@ int runGenerate(const std::vector<std::string> &args) {
   sampling.topK = values["top-k"].as<int>();
   sampling.topP = values["top-p"].as<float>();
   sampling.seed = values["seed"].as<uint64_t>();
-  if (sampling.temperature < 0 || sampling.topK < 0 || sampling.topP <= 0 ||
-      sampling.topP > 1)
-    return reportError("generate", "--temperature must be >= 0, --top-k >= "
-                                   "0 and --top-p in (0, 1]");
-  if (values.count("threads")) {
-    int threads = values["threads"].as<int>();
-    if (threads < 1)
-      return reportError("generate", "--threads must be at least 1");
-    omp_set_num_threads(threads);
-  }
+  // The ranges of a gen's options (ir/IR.cpp); written so that NaN fails.
+  auto shown = [](float value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  };
+  if (!(sampling.temperature >= 0 && sampling.temperature <= 2))
+    return reportError("generate", "--temperature " +
+                                       shown(sampling.temperature) +
+                                       ": must be in [0, 2]");
+  if (!(sampling.topP > 0 && sampling.topP <= 1))
+    return reportError("generate", "--top-p " + shown(sampling.topP) +
+                                       ": must be in (0, 1]");
+  if (sampling.topK < 0)
+    return reportError("generate", "--top-k " + std::to_string(sampling.topK) +
+                                       ": must not be negative");
+  if (!applyThreadsOption("generate", values))
+    return 1;
 
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("f32") > 0;
@@ -128,6 +143,21 @@ int runGenerate(const std::vector<std::string> &args) {
   }
   if (promptTokens.empty())
     return reportError("generate", "the prompt has no tokens");
+  // The prompt and every token generated take a position of the model's
+  // context, as they do for a call of 'spanc run'.
+  const int64_t context = engineModel.config().contextLength;
+  if (int64_t(promptTokens.size()) + maxTokens > context)
+    return reportError(
+        "generate",
+        "the prompt (" + std::to_string(promptTokens.size()) +
+            " tokens) and --max-tokens " + std::to_string(maxTokens) +
+            " exceed the model's context of " + std::to_string(context) +
+            " tokens" +
+            (int64_t(promptTokens.size()) < context
+                 ? " (at most " +
+                       std::to_string(context - int64_t(promptTokens.size())) +
+                       " tokens can be generated after this prompt)"
+                 : ""));
   auto isStop = [&](int32_t id) {
     return (*tokenizer)->isEndOfGeneration(id) ||
            std::find(stopTokens.begin(), stopTokens.end(), id) !=

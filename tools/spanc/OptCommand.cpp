@@ -5,6 +5,7 @@
 #include "passes/PassManager.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -28,7 +29,7 @@ int runOpt(const std::vector<std::string> &args) {
       ("set", po::value<std::vector<std::string>>()->composing(),            //
        "NAME=VALUE: override `param NAME` of a .span input")                 //
       ("print-loc", "print each op's source location as loc(...)")           //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),               //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),                //
        "fan-in for tree-reduce on gens without reduce= (0: off)")            //
       ("prepare-fragments",                                                  //
        "desugar-retrieve adds a max_tokens=1 warm-up gen per fragment");
@@ -38,7 +39,7 @@ int runOpt(const std::vector<std::string> &args) {
       "Runs optimizer passes over span IR and prints the result. The IR is\n"
       "verified after every pass; a pass that leaves ill-formed IR is named.\n"
       "IR dumps (--print-ir-after*) go to stderr, the result to stdout.\n\n" +
-      passes::describePasses();
+      passes::describePasses() + "\n" + limitsHelp(NestingLimit | FilesLimit);
   // Boost rejects "--passes=" (an empty value after '='), which is how the
   // design spells "no passes": hand it over as a separate empty value.
   std::vector<std::string> arguments;

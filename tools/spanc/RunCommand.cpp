@@ -15,12 +15,16 @@
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
+#include "runtime/model/Gguf.h"
 #include "runtime/model/Model.h"
+#include "runtime/model/ModelConfig.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
+#include "tools/spanc/ThreadsOption.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
@@ -30,13 +34,15 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include <chrono>
 
 namespace spanc::cli {
 
 namespace {
+
+/// --repeat reruns the whole program; more is a benchmark's business.
+constexpr int64_t kMaxRepeat = 1000;
 
 void printStats(const plan::Plan &plan,
                 llvm::ArrayRef<sched::CallOutcome> outcomes, double wallSeconds,
@@ -262,16 +268,14 @@ int runRun(const std::vector<std::string> &args) {
        po::value<std::string>()->default_value("rope-in-kernel"),           //
        "how reused spans move: rerope (rotate cached K by the position "    //
        "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
-      ("threads,t", po::value<int>(),                                       //
-       "CPU threads (default: all cores)")                                  //
       ("kv-cache", po::value<std::string>()->default_value("65536"),        //
        "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
        "or memory (512MiB, 2GiB)")                                          //
-      ("block-size", po::value<unsigned>()->default_value(16),              //
+      ("block-size", po::value<int64_t>()->default_value(16),               //
        blockSizeHelp.c_str())                                               //
       ("step-tokens", po::value<int64_t>()->default_value(512),             //
        "token budget of one scheduler step (decode tokens + prefill)")      //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
+      ("tree-reduce", po::value<int64_t>()->default_value(0),               //
        "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
        "with reduce=)")                                                     //
       ("skip-pass", po::value<std::vector<std::string>>()->composing(),     //
@@ -279,9 +283,10 @@ int runRun(const std::vector<std::string> &args) {
        "bulk-order, to run a bulk in its written (FIFO) order")             //
       ("prepare-fragments",                                                 //
        "warm the cache with one G1 call per retrieved fragment first")      //
-      ("repeat", po::value<unsigned>()->default_value(1),                   //
+      ("repeat", po::value<int64_t>()->default_value(1),                    //
        "run the program this many times against the same (warm) cache "     //
-       "(answers are printed once; --stats shows every run)")               //
+       "(answers are printed once; --stats shows every run), in [1, "       //
+       "1000]")                                                             //
       ("batch-invariant",                                                   //
        "f32 GEMMs and attention products everywhere (slower prefill; the "  //
        "default kernels are already chosen per row, so an answer never "    //
@@ -297,15 +302,19 @@ int runRun(const std::vector<std::string> &args) {
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
+  addMaxCallsOption(options);
+  addThreadsOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
-  ParsedCommandLine parsed = parseCommandLine(
-      "run", "spanc run FILE [options] | spanc run --bulk DIR [options]",
+  const std::string about =
       "Compiles a span program (the default optimizer pipeline; see 'spanc\n"
       "opt --help'), lowers it to a plan of model calls and executes it on\n"
       "the model with the span-aware KV cache. Several queries in one file\n"
-      "run as one bulk, continuously batched.",
-      options, positional, args);
+      "run as one bulk, continuously batched.\n\n" +
+      limitsHelp(AllLimits);
+  ParsedCommandLine parsed = parseCommandLine(
+      "run", "spanc run FILE [options] | spanc run --bulk DIR [options]",
+      about.c_str(), options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;
@@ -326,14 +335,20 @@ int runRun(const std::vector<std::string> &args) {
       return reportError("run", llvm::toString(spanOptions.takeError()));
     executorOptions.spanOptions = *spanOptions;
   }
-  executorOptions.blockSize = values["block-size"].as<unsigned>();
+  // The range Executor::create accepts, checked here to report the value
+  // as it was given.
+  std::optional<int64_t> blockSize =
+      readBoundedInt("run", values, "block-size", 1, cpu::kMaxBlockSize);
+  if (!blockSize)
+    return 1;
+  executorOptions.blockSize = unsigned(*blockSize);
+  std::optional<int64_t> repeatCount =
+      readBoundedInt("run", values, "repeat", 1, kMaxRepeat);
+  if (!repeatCount)
+    return 1;
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
-  if (values.count("threads")) {
-    int threads = values["threads"].as<int>();
-    if (threads < 1)
-      return reportError("run", "--threads must be at least 1");
-    omp_set_num_threads(threads);
-  }
+  if (!applyThreadsOption("run", values))
+    return 1;
 
   // Compile.
   codegen::CompileOptions compileOptions;
@@ -356,13 +371,20 @@ int runRun(const std::vector<std::string> &args) {
   }
   if (!module)
     return 1;
+  // A .span program without a query is an error of the frontend; IR may
+  // hold none.
+  if (module->getQueries().empty())
+    return reportError("run", "the program has no query, so there is nothing "
+                              "to run");
   auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
   if (!optimizer)
     return reportError("run", llvm::toString(optimizer.takeError()));
   if (llvm::Error error = (*optimizer)->run(*module))
     return reportError("run", llvm::toString(std::move(error)));
 
-  // Load the model and lower through its chat template.
+  // Lower through the model's chat template before its weights load, so
+  // that a plan past a limit is reported in a moment: only the tokenizer
+  // and the template are read (the file is mapped).
   std::string modelPath = values.count("model")
                               ? values["model"].as<std::string>()
                               : defaultModelPath();
@@ -373,23 +395,33 @@ int runRun(const std::vector<std::string> &args) {
     return reportError("run", "--kv-precision '" + kvPrecision +
                                   "': expected f16 or f32");
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  auto modelFile = model::GgufFile::open(modelPath);
+  if (!modelFile)
+    return reportError("run", "cannot load model '" + modelPath + "': " +
+                                  llvm::toString(modelFile.takeError()) +
+                                  " (tools/setup.sh installs the default)");
+  auto tokenizer = model::Tokenizer::fromGguf(**modelFile);
+  if (!tokenizer)
+    return reportError("run", llvm::toString(tokenizer.takeError()));
+  auto chatTemplate = model::ChatTemplate::fromGguf(**modelFile, **tokenizer);
+  if (!chatTemplate)
+    return reportError("run", llvm::toString(chatTemplate.takeError()));
+  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+  // Every call's prompt and max_tokens must fit the model's context: found
+  // here, before any compute, when the prompt is known (the scheduler
+  // checks again once spliced outputs are). A context the file gets wrong
+  // is Model::load's to report.
+  codegen::LoweringLimits limits = compileOptions.limits;
+  limits.contextLength = model::declaredContextLength(**modelFile).value_or(0);
+  std::optional<plan::Plan> plan =
+      codegen::lowerToPlan(*module, encoder, diagnostics, limits);
+  if (!plan)
+    return 1;
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("run", "cannot load model '" + modelPath +
                                   "': " + llvm::toString(model.takeError()) +
                                   " (tools/setup.sh installs the default)");
-  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
-  if (!tokenizer)
-    return reportError("run", llvm::toString(tokenizer.takeError()));
-  auto chatTemplate =
-      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
-  if (!chatTemplate)
-    return reportError("run", llvm::toString(chatTemplate.takeError()));
-  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
-  std::optional<plan::Plan> plan =
-      codegen::lowerToPlan(*module, encoder, diagnostics);
-  if (!plan)
-    return 1;
 
   // K and V of every layer, at the storage precision (f16 by default).
   const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
@@ -434,7 +466,7 @@ int runRun(const std::vector<std::string> &args) {
       }
     };
 
-  unsigned repeat = std::max(1u, values["repeat"].as<unsigned>());
+  const unsigned repeat = unsigned(*repeatCount);
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
   // A streamed answer on the same terminal is progress enough (and the

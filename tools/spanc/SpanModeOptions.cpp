@@ -26,17 +26,17 @@ void addSpanModeOptions(po::options_description &options) {
        "that prefix, in any order) or isolated (nothing: spans hit after "  //
        "any prefix, at a cost in accuracy)")                                //
       ("span-recompute",                                                    //
-       po::value<unsigned>()->default_value(defaults.recomputeBlocks),      //
+       po::value<int64_t>()->default_value(defaults.recomputeBlocks),       //
        "with --cache=span, recompute the first N blocks of each span that " //
        "did not see everything before it, in its call's context; the "      //
        "tail reads those rows, the cached span stays as it is (costs N "    //
        "blocks per span on a hit; 0: off)")                                 //
       ("span-recompute-end",                                                //
-       po::value<unsigned>()->default_value(defaults.recomputeEndBlocks),   //
+       po::value<int64_t>()->default_value(defaults.recomputeEndBlocks),    //
        "with --cache=span, the same for the last N blocks of each such "    //
        "span (they read the span's kept blocks before them)")               //
       ("span-blend",                                                        //
-       po::value<unsigned>()->default_value(defaults.blendPercent),         //
+       po::value<int64_t>()->default_value(defaults.blendPercent),          //
        "with --cache=span, selective recompute (CacheBlend-style): after "  //
        "the spans of a plus, recompute their first 2 layers in the call's " //
        "context, then through every layer the N% of their tokens whose "    //
@@ -52,20 +52,24 @@ readSpanModeOptions(const po::variables_map &values) {
   if (!context)
     return context.takeError();
   options.context = *context;
-  options.recomputeBlocks = values["span-recompute"].as<unsigned>();
-  options.recomputeEndBlocks = values["span-recompute-end"].as<unsigned>();
-  options.blendPercent = values["span-blend"].as<unsigned>();
-  if (options.blendPercent > 100)
+  // Read signed, so that a negative count is reported as given.
+  int64_t recompute = values["span-recompute"].as<int64_t>();
+  int64_t recomputeEnd = values["span-recompute-end"].as<int64_t>();
+  int64_t blend = values["span-blend"].as<int64_t>();
+  if (blend < 0 || blend > 100)
     return llvm::createStringError(std::errc::invalid_argument,
-                                   "--span-blend %u: a percentage, 0..100",
-                                   options.blendPercent);
+                                   "--span-blend %lld: a percentage, 0..100",
+                                   static_cast<long long>(blend));
+  options.blendPercent = unsigned(blend);
   for (auto [name, value] :
-       {std::make_pair("--span-recompute", options.recomputeBlocks),
-        std::make_pair("--span-recompute-end", options.recomputeEndBlocks)})
-    if (value > kMaxRecomputeBlocks)
-      return llvm::createStringError(std::errc::invalid_argument,
-                                     "%s %u: at most %u blocks", name, value,
-                                     kMaxRecomputeBlocks);
+       {std::make_pair("--span-recompute", recompute),
+        std::make_pair("--span-recompute-end", recomputeEnd)})
+    if (value < 0 || value > kMaxRecomputeBlocks)
+      return llvm::createStringError(
+          std::errc::invalid_argument, "%s %lld: must be in [0, %u] blocks",
+          name, static_cast<long long>(value), kMaxRecomputeBlocks);
+  options.recomputeBlocks = unsigned(recompute);
+  options.recomputeEndBlocks = unsigned(recomputeEnd);
   return options;
 }
 

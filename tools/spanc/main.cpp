@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/Version.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -28,7 +29,8 @@ static void printUsage(llvm::raw_ostream &os) {
     os << "  " << llvm::left_justify(command.name, 10) << command.summary
        << "\n";
   os << "\n'spanc SUBCOMMAND --help' describes a subcommand's options.\n"
-        "  --version   print the version and exit\n";
+        "  --version   print the version and exit\n\n"
+     << limitsHelp(AllLimits);
 }
 
 int main(int argc, char **argv) {

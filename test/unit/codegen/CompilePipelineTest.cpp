@@ -163,4 +163,165 @@ TEST(CompilePipelineTest, UnknownPassesAreErrorsBeforeAnyInput) {
               HasSubstr("--skip-pass: no pass named 'no-such-pass'"));
 }
 
+/// A program whose query is `gens` gens nested one in the other (through
+/// lets of at most 100 gens each, as braces nest at most 256 deep).
+std::string nestedGens(unsigned gens) {
+  std::string program = "let l0 = user \"seed\"\n";
+  unsigned lets = 0;
+  for (unsigned done = 0; done < gens; done += 100) {
+    unsigned here = std::min(100u, gens - done);
+    std::string let = "let l" + std::to_string(lets + 1) + " = ";
+    for (unsigned i = 0; i < here; ++i)
+      let += "gen(max_tokens = 1) { ";
+    let += "l" + std::to_string(lets);
+    for (unsigned i = 0; i < here; ++i)
+      let += " }";
+    program += let + "\n";
+    ++lets;
+  }
+  return program + "query q { l" + std::to_string(lets) + " }\n";
+}
+
+TEST(CompilePipelineTest, CallsNestedPastTheBoundAreAnErrorNotACrash) {
+  // 4 000 nested gens: lowering recursed once per call and ran out of
+  // stack. Each gen and the cross of its input are a level.
+  ByteEncoder encoder;
+  llvm::Expected<plan::Plan> plan =
+      codegen::compileToPlan(nestedGens(4000), "deep.span", encoder);
+  ASSERT_FALSE(bool(plan));
+  EXPECT_THAT(llvm::toString(plan.takeError()),
+              HasSubstr("is nested more than " +
+                        std::to_string(ir::kMaxNestingDepth) + " levels deep"));
+}
+
+TEST(CompilePipelineTest, CallsNestedToTheBoundLowerToAPlan) {
+  // 499 gens: the leaf, a gen and a cross per gen and the yield make
+  // exactly kMaxNestingDepth levels; lowering them must fit the stack
+  // (under the sanitizers too).
+  static_assert(ir::kMaxNestingDepth == 1000, "recount the gens");
+  ByteEncoder encoder;
+  llvm::Expected<plan::Plan> plan =
+      codegen::compileToPlan(nestedGens(499), "deep.span", encoder);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError()).substr(0, 2000);
+  EXPECT_EQ(plan->calls.size(), 499u);
+  // One gen more is two levels past: the verifier says where.
+  llvm::Expected<plan::Plan> past =
+      codegen::compileToPlan(nestedGens(500), "deep.span", encoder);
+  ASSERT_FALSE(bool(past));
+  EXPECT_THAT(llvm::toString(past.takeError()),
+              HasSubstr("error: 'span.gen' is nested more than"));
+}
+
+llvm::Expected<plan::Plan> lowerWith(const std::string &source,
+                                     const codegen::LoweringLimits &limits) {
+  ByteEncoder encoder;
+  codegen::CompileOptions options;
+  options.limits = limits;
+  return codegen::compileToPlan(source, "limits.span", encoder, options);
+}
+
+TEST(CompilePipelineTest, ARepeatPastTheCallLimitIsAnErrorAtTheRepeat) {
+  // examples/judge.span with n = 1e9: lowering made a call per sample until
+  // memory ran out. The repeat is refused before its first sample, and the
+  // judge does not run without its candidates.
+  const char *source = R"(
+param n = 3
+query judge {
+  gen(max_tokens = 8, temperature = 0) {
+    system "Pick the best."
+    plus { repeat(n) { gen(max_tokens = 4, temperature = 0.8) { user "x" } } }
+  }
+}
+)";
+  ByteEncoder encoder;
+  codegen::CompileOptions options;
+  options.frontend.paramOverrides = {{"n", "1000000000"}};
+  llvm::Expected<plan::Plan> plan =
+      codegen::compileToPlan(source, "judge.span", encoder, options);
+  ASSERT_FALSE(bool(plan));
+  EXPECT_THAT(llvm::toString(plan.takeError()),
+              HasSubstr("judge.span:6:12: error: the program's repeats expand "
+                        "to more than 10000 samples (this one to 1000000000); "
+                        "spanc allows at most 10000 (--max-calls N raises the "
+                        "limit)"));
+}
+
+TEST(CompilePipelineTest, TheCallLimitCountsCallsAndCanBeRaised) {
+  // 150 distinct gens under a plus, then a judge: 151 calls.
+  std::string source = "query q { gen { plus {";
+  for (int i = 0; i < 150; ++i)
+    source += " gen { user \"c" + std::to_string(i) + "\" }";
+  source += " } user \"best?\" } }\n";
+  codegen::LoweringLimits limits;
+  limits.maxCalls = 150;
+  llvm::Expected<plan::Plan> over = lowerWith(source, limits);
+  ASSERT_FALSE(bool(over));
+  EXPECT_THAT(llvm::toString(over.takeError()),
+              HasSubstr("error: the program makes more than 150 model calls; "
+                        "spanc allows at most 150"));
+  limits.maxCalls = 151;
+  llvm::Expected<plan::Plan> fits = lowerWith(source, limits);
+  ASSERT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+  EXPECT_EQ(fits->calls.size(), 151u);
+}
+
+TEST(CompilePipelineTest, RepeatSamplesCountAcrossRepeats) {
+  // Two repeats of 60 greedy samples: two calls, 120 samples.
+  const char *source = R"(
+query q {
+  gen { plus { repeat(60) { gen(temperature = 0) { user "a" } } } }
+  gen { plus { repeat(60) { gen(temperature = 0) { user "b" } } } }
+}
+)";
+  codegen::LoweringLimits limits;
+  limits.maxCalls = 119;
+  llvm::Expected<plan::Plan> over = lowerWith(source, limits);
+  ASSERT_FALSE(bool(over));
+  EXPECT_THAT(llvm::toString(over.takeError()),
+              HasSubstr("limits.span:4:16: error: the program's repeats "
+                        "expand to more than 119 samples (this one to 60)"));
+  limits.maxCalls = 120;
+  llvm::Expected<plan::Plan> fits = lowerWith(source, limits);
+  ASSERT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+  EXPECT_EQ(fits->calls.size(), 4u);
+}
+
+TEST(CompilePipelineTest, APromptPastTheContextIsAnErrorAtItsGen) {
+  // Byte tokens: the user message is 1 + 5 + 1 tokens, the assistant
+  // header 1: 8, and max_tokens 10 makes 18.
+  const char *source =
+      "query q {\n  gen(max_tokens = 10) { user \"hello\" }\n}\n";
+  codegen::LoweringLimits limits;
+  limits.contextLength = 18;
+  llvm::Expected<plan::Plan> fits = lowerWith(source, limits);
+  ASSERT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+  limits.contextLength = 17;
+  llvm::Expected<plan::Plan> over = lowerWith(source, limits);
+  ASSERT_FALSE(bool(over));
+  EXPECT_THAT(llvm::toString(over.takeError()),
+              HasSubstr("limits.span:2:3: error: this call's prompt has 8 "
+                        "tokens; with max_tokens 10 it exceeds the model's "
+                        "context of 17 tokens (lower max_tokens to 9 or "
+                        "less, or shorten the prompt)"));
+}
+
+TEST(CompilePipelineTest, APromptThatSplicesOutputsIsCheckedForWhatIsKnown) {
+  // The outer call's prompt holds the inner output (at most 4 tokens,
+  // unknown yet): its frame (header and end of turn, 2), the user message
+  // (3) and the assistant header (1) count: 6 at least.
+  const char *source =
+      "query q { gen(max_tokens = 20) { gen(max_tokens = 4) { user \"a\" } "
+      "user \"b\" } }\n";
+  codegen::LoweringLimits limits;
+  limits.contextLength = 25;
+  llvm::Expected<plan::Plan> over = lowerWith(source, limits);
+  ASSERT_FALSE(bool(over));
+  EXPECT_THAT(llvm::toString(over.takeError()),
+              HasSubstr("this call's prompt has at least 6 tokens; with "
+                        "max_tokens 20 it exceeds the model's context of 25"));
+  limits.contextLength = 26;
+  llvm::Expected<plan::Plan> fits = lowerWith(source, limits);
+  EXPECT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+}
+
 } // namespace

@@ -72,6 +72,44 @@ TEST(Lowering, LetsThatDoubleAtEachLevelStopAtTheOpBudget) {
       << session.messages.substr(0, 2000);
 }
 
+TEST(Lowering, AChainOfLetsCountsEachOpOnce) {
+  // 400 lets, each a gen over twelve messages and the let before: 5 602
+  // ops once inlined (with the leaf and the yield). Checking each let on its
+  // own inlined every let before it again, and the op budget counted those
+  // copies (1.1 million).
+  std::string program = "let a0 = user \"start\"\n";
+  for (int i = 1; i <= 400; ++i) {
+    program += "let a" + std::to_string(i) + " = gen(max_tokens = 1) {";
+    for (int message = 0; message < 12; ++message)
+      program += " user \"m\"";
+    program += " a" + std::to_string(i - 1) + " }\n";
+  }
+  program += "query q { a400 }\n";
+  Session session;
+  auto module = session.compile(program);
+  ASSERT_TRUE(module) << session.messages.substr(0, 2000);
+  EXPECT_EQ(module->countOps(), 1u + 400u * 14u + 1u);
+}
+
+TEST(Lowering, LetsInlinedPastTheNestingBoundAreAnErrorNotACrash) {
+  // Each let names the one before: inlining recurses once per let, far
+  // past what the stack holds.
+  std::string program = "let a0 = user \"x\"\n";
+  for (int i = 1; i <= 100000; ++i)
+    program +=
+        "let a" + std::to_string(i) + " = a" + std::to_string(i - 1) + "\n";
+  program += "query q { a100000 }\n";
+  Session session;
+  EXPECT_FALSE(session.compile(program));
+  EXPECT_NE(session.messages.find("error: this expression is nested more "
+                                  "than " +
+                                  std::to_string(ir::kMaxNestingDepth) +
+                                  " levels deep (lets inlined)"),
+            std::string::npos)
+      << session.messages.substr(0, 2000);
+  EXPECT_EQ(session.diagnostics.getNumErrors(), 1u);
+}
+
 TEST(Lowering, OverridesAreTypedByTheParamLiteral) {
   Session session;
   frontend::FrontendOptions options;
@@ -165,4 +203,31 @@ TEST(SpnlJson, LocatesNodesInsideArraysAndStrings) {
   EXPECT_NE(session.messages.find("test.json:2:3: error: unknown key 'nope'"),
             std::string::npos)
       << session.messages;
+}
+
+TEST(SpnlJson, OneLineOfTwoHundredThousandChildrenLocatesInLinearTime) {
+  // Minified JSON puts every node on one line. Finding each op's column by
+  // scanning back along the line took minutes here (Bazel's test timeout);
+  // an index of line starts takes a binary search per op.
+  std::string json = "{\"plus\": [";
+  size_t lastOffset = 0;
+  for (int i = 0; i < 200000; ++i) {
+    if (i)
+      json += ", ";
+    lastOffset = json.size();
+    json += "{\"user\": \"c" + std::to_string(i) + "\"}";
+  }
+  json += "]}";
+  Session session;
+  auto start = std::chrono::steady_clock::now();
+  auto module = session.import(json);
+  double seconds = secondsSince(start);
+  ASSERT_TRUE(module) << session.messages.substr(0, 2000);
+  const ir::Query &query = *module->getQueries()[0];
+  // The ops: 200 000 users, the plus, the yield.
+  auto last = std::prev(query.getOps().end(), 3);
+  EXPECT_EQ(last->getText(), "c199999");
+  EXPECT_EQ(last->getLoc().line, 1u);
+  EXPECT_EQ(last->getLoc().column, lastOffset + 1);
+  std::printf("200 000 children on one line imported in %.3f s\n", seconds);
 }

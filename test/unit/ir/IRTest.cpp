@@ -6,12 +6,14 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 
 using namespace spanc::ir;
 
@@ -275,4 +277,68 @@ TEST(IR, UsesAcrossQueriesAreReportedAndTornDownSafely) {
       << harness.messages;
   module->takeQuery(0).reset(); // the defining query goes first
   EXPECT_EQ(second->getOps().front().getOperand(0), nullptr);
+}
+
+TEST(IR, VerifierBoundsHowDeepOpsNest) {
+  // A chain of crosses, each over the one before: the chain of
+  // kMaxNestingDepth ops (the yield included) verifies, one op more is
+  // reported once, at the first op past the bound.
+  auto chain = [](unsigned depth) {
+    std::string text = "span.query @deep {\n  %0 = span.user \"x\"\n";
+    for (unsigned i = 1; i + 1 < depth; ++i)
+      text += "  %" + std::to_string(i) + " = span.cross %" +
+              std::to_string(i - 1) + "\n";
+    text += "  span.yield %" + std::to_string(depth - 2) + "\n}\n";
+    return text;
+  };
+  Harness atBound;
+  auto module = atBound.parse(chain(kMaxNestingDepth));
+  ASSERT_TRUE(module) << atBound.messages;
+  EXPECT_TRUE(verify(*module, atBound.diagnostics)) << atBound.messages;
+
+  Harness past;
+  module = past.parse(chain(kMaxNestingDepth + 5));
+  ASSERT_TRUE(module) << past.messages;
+  EXPECT_FALSE(verify(*module, past.diagnostics));
+  // Line 1 is the query, line 2 the leaf: op number kMaxNestingDepth (the
+  // first past the bound) is on line kMaxNestingDepth + 2.
+  std::string expected = "test.ir:" + std::to_string(kMaxNestingDepth + 2) +
+                         ":3: error: 'span.cross' is nested more than " +
+                         std::to_string(kMaxNestingDepth) + " levels deep";
+  EXPECT_NE(past.messages.find(expected), std::string::npos) << past.messages;
+  EXPECT_EQ(past.diagnostics.getNumErrors(), 1u) << past.messages;
+}
+
+TEST(IR, LocationsCountLinesAndBytesInEveryLineEnding) {
+  llvm::SourceMgr sourceMgr;
+  DiagnosticEngine diagnostics(sourceMgr);
+  const char *text = "ab\ncd\r\nef\n\ng";
+  unsigned id = sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, "t.txt"), llvm::SMLoc());
+  const char *start = sourceMgr.getMemoryBuffer(id)->getBufferStart();
+  auto at = [&](size_t offset) {
+    Location loc =
+        diagnostics.getLocation(llvm::SMLoc::getFromPointer(start + offset));
+    return std::to_string(loc.line) + ":" + std::to_string(loc.column);
+  };
+  EXPECT_EQ(at(0), "1:1");
+  EXPECT_EQ(at(1), "1:2");
+  EXPECT_EQ(at(2), "1:3"); // the newline ends its own line
+  EXPECT_EQ(at(3), "2:1");
+  EXPECT_EQ(at(5), "2:3"); // '\r' of "\r\n"
+  EXPECT_EQ(at(7), "3:1");
+  EXPECT_EQ(at(10), "4:1"); // an empty line
+  EXPECT_EQ(at(11), "5:1"); // the last line, without a newline
+  EXPECT_EQ(at(12), "5:2"); // one past the end
+  EXPECT_EQ(at(6), "2:4");  // '\n' of "\r\n"
+  // What SourceMgr itself says, for every offset but the one after a '\r'
+  // (SourceMgr restarts its column count there, not only after '\n').
+  for (size_t offset = 0; offset <= std::strlen(text); ++offset) {
+    if (offset > 0 && text[offset - 1] == '\r')
+      continue;
+    auto [line, column] = sourceMgr.getLineAndColumn(
+        llvm::SMLoc::getFromPointer(start + offset), id);
+    EXPECT_EQ(at(offset), std::to_string(line) + ":" + std::to_string(column))
+        << offset;
+  }
 }

@@ -50,9 +50,13 @@ std::unique_ptr<ir::Module> randomModule(unsigned seed, unsigned queries,
                           : builder.createSystem(std::string("s") + text);
         break;
       case 2:
-      case 3:
-        op = builder.createPlus(pickSome(5));
+      case 3: {
+        // An empty span is an empty cross; a plus holds at least one.
+        std::vector<ir::Op *> spans = pickSome(5);
+        op =
+            spans.empty() ? builder.createCross({}) : builder.createPlus(spans);
         break;
+      }
       case 4:
         op = builder.createCross(pickSome(4));
         break;

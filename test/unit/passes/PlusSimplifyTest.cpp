@@ -41,7 +41,7 @@ span.query @q {
   %a = span.fragment "a"
   %b = span.fragment "b"
   %empty = span.fragment ""
-  %none = span.plus
+  %none = span.cross
   %p = span.plus %a, %empty, %none, %b
   %s = span.system "s"
   %x = span.cross %s, %none, %p
@@ -115,9 +115,11 @@ span.query @q {
 }
 
 TEST(PlusSimplify, EmptiesCascadeUpToTheGen) {
+  // The plus left with no span becomes an empty cross: the IR has no plus
+  // of nothing.
   EXPECT_REWRITES("plus-simplify", R"(
 span.query @q {
-  %e = span.plus
+  %e = span.fragment ""
   %f = span.cross %e
   %p = span.plus %f, %e
   %g = span.gen %p
@@ -126,7 +128,7 @@ span.query @q {
 )",
                   R"(
 span.query @q {
-  %p = span.plus
+  %p = span.cross
   %g = span.gen %p
   span.yield %g
 }

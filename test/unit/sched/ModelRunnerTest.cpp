@@ -208,6 +208,74 @@ TEST(ModelRunnerTest, ALoopOnAFakeBackendRunsEveryCallToMaxTokens) {
   EXPECT_EQ(backend.log.front(), "forward");
 }
 
+TEST(ModelRunnerTest, MaxTokensZeroGeneratesNothing) {
+  // As `spanc generate -n 0`: the prompt is computed, no token is kept.
+  TinyTokenizer tiny = tinyTokenizer();
+  ASSERT_TRUE(tiny.tokenizer);
+  const model::Tokenizer *tokenizer = tiny.tokenizer.get();
+  RecordingBackend backend(tokenizer->vocabSize(), ordinaryToken(*tokenizer));
+  kv::BlockPool pool(64, 16);
+  kv::KvCacheManager cache(pool, kv::BlockHasher("runner-test"),
+                           kv::CacheMode::Span,
+                           kv::RelocationMode::RopeInKernel);
+  SchedulerOptions options;
+  Scheduler scheduler(cache, pool, options);
+  ModelRunner runner(backend, *tokenizer, /*keepFirstLogits=*/false);
+
+  plan::Plan plan;
+  addCall(plan, 10, 20, 0);
+  std::vector<CallOutcome> outcomes;
+  std::vector<plan::CallId> streamed;
+  TokenCallback onToken = [&](plan::CallId call, llvm::StringRef) {
+    streamed.push_back(call);
+  };
+  runToCompletion(scheduler, runner, options, plan, outcomes, onToken);
+
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_TRUE(outcomes[0].succeeded) << outcomes[0].error;
+  EXPECT_TRUE(outcomes[0].tokens.empty());
+  EXPECT_EQ(outcomes[0].text, "");
+  EXPECT_EQ(outcomes[0].stats.generatedTokens, 0u);
+  EXPECT_EQ(outcomes[0].stats.promptTokens, 20u);
+  EXPECT_TRUE(streamed.empty());
+  EXPECT_EQ(runner.tokensGenerated(), 0u);
+}
+
+TEST(ModelRunnerTest, ACallPastTheContextFailsAtAdmissionBeforeAnyCompute) {
+  // A 40 000-word prompt was prefilled for 30 s before the RoPE table said
+  // no. The first call fits the context of 36 exactly (20 + 16); the
+  // second's prompt and max_tokens (20 + 17) do not: it fails when it is
+  // admitted, and nothing of it is computed.
+  TinyTokenizer tiny = tinyTokenizer();
+  ASSERT_TRUE(tiny.tokenizer);
+  const model::Tokenizer *tokenizer = tiny.tokenizer.get();
+  RecordingBackend backend(tokenizer->vocabSize(), ordinaryToken(*tokenizer));
+  kv::BlockPool pool(64, 16);
+  kv::KvCacheManager cache(pool, kv::BlockHasher("runner-test"),
+                           kv::CacheMode::Span,
+                           kv::RelocationMode::RopeInKernel);
+  SchedulerOptions options;
+  options.contextLength = 36;
+  Scheduler scheduler(cache, pool, options);
+  ModelRunner runner(backend, *tokenizer, /*keepFirstLogits=*/false);
+
+  plan::Plan plan;
+  addCall(plan, 10, 20, 16);
+  addCall(plan, 40, 20, 17);
+  std::vector<CallOutcome> outcomes;
+  runToCompletion(scheduler, runner, options, plan, outcomes, nullptr);
+
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_TRUE(outcomes[0].succeeded) << outcomes[0].error;
+  EXPECT_EQ(outcomes[0].tokens.size(), 16u);
+  EXPECT_FALSE(outcomes[1].succeeded);
+  EXPECT_EQ(outcomes[1].error, "its prompt of 20 tokens and max_tokens 17 "
+                               "exceed the model's context of 36 tokens");
+  EXPECT_EQ(outcomes[1].stats.computedTokens, 0u);
+  // Only the first call's prompt and its tokens but the last were fed.
+  EXPECT_EQ(backend.tokens, 20 + 15);
+}
+
 TEST(ModelRunnerTest, ABlendRunsInAStepAfterItsSpansBeforeTheTail) {
   TinyTokenizer tiny = tinyTokenizer();
   ASSERT_TRUE(tiny.tokenizer);

@@ -1,6 +1,5 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
@@ -9,11 +8,13 @@
 #include "plan/PlanPrinter.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -119,6 +120,7 @@ int runCompile(const std::vector<std::string> &args) {
        "the pass that broke it); by default it is verified once, after " //
        "the last pass");
   addSpanModeOptions(options);
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -140,11 +142,13 @@ int runCompile(const std::vector<std::string> &args) {
                                       " (expected ast, ir, ir-opt or plan)");
 
   codegen::CompileOptions compileOptions;
-  if (!readCompileOptions("compile", values, compileOptions))
+  if (!readCompileOptions("compile", values, path, compileOptions))
     return 1;
   // Verifying after each pass costs about as much as the passes on large
   // programs; the end result is verified either way.
   compileOptions.verifyEach = values.count("verify-each") != 0;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
 
   llvm::SourceMgr sourceMgr;
   if (emit == "ast") {
@@ -171,7 +175,12 @@ int runCompile(const std::vector<std::string> &args) {
     auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
     if (!optimizer)
       return reportError("compile", llvm::toString(optimizer.takeError()));
-    if (llvm::Error error = (*optimizer)->run(*module))
+    llvm::Error error = (*optimizer)->run(*module);
+    if (interruptRequested()) {
+      llvm::consumeError(std::move(error));
+      return reportInterrupted("compile", "nothing was written");
+    }
+    if (error)
       return reportError("compile", llvm::toString(std::move(error)));
   }
   if (emit == "plan")

@@ -3,11 +3,68 @@
 #include "tools/spanc/CompileOptions.h"
 
 #include "frontend/Lowering.h"
+#include "retrieval/CorpusIndex.h"
+#include "support/FileAccess.h"
 #include "tools/spanc/CommandLine.h"
+
+#include "llvm/Support/FileSystem.h"
 
 namespace spanc::cli {
 
+void addFileAccessOptions(po::options_description &options) {
+  static const std::string maxFileHelp =
+      "the largest file file(\"...\") or a corpus may read: bytes, or a "
+      "number with KiB, MiB, GiB (default " +
+      std::to_string(support::kDefaultMaxFileBytes >> 20) + "MiB)";
+  static const std::string maxFragmentsHelp =
+      "the most fragments one corpus may be cut into (default " +
+      std::to_string(retrieval::kDefaultMaxFragments) + ")";
+  options.add_options()                                                  //
+      ("allow-read", po::value<std::vector<std::string>>()->composing(), //
+       "DIR: file(\"...\") and retrieve corpora may read under DIR too " //
+       "(repeatable). Without it a program reads only under its own "    //
+       "folder; paths are checked after resolving links and '..', and "  //
+       "only regular files are read (no FIFO, device or /proc entry "    //
+       "outside DIR)")                                                   //
+      ("max-file-size", po::value<std::string>(), maxFileHelp.c_str())   //
+      ("index-dir", po::value<std::string>(),                            //
+       "DIR: where corpus indexes are kept (default: $SPANC_INDEX_DIR, " //
+       "else $XDG_CACHE_HOME/spanc/index, else ~/.cache/spanc/index); "  //
+       "never in the corpus itself")                                     //
+      ("max-corpus-fragments", po::value<uint64_t>(),                    //
+       maxFragmentsHelp.c_str());
+}
+
+bool readFileAccessOptions(const char *command, const po::variables_map &values,
+                           retrieval::IndexOptions &index) {
+  if (values.count("allow-read"))
+    for (const std::string &folder :
+         values["allow-read"].as<std::vector<std::string>>()) {
+      if (!llvm::sys::fs::is_directory(folder)) {
+        reportError(command, "--allow-read '" + folder + "': not a folder");
+        return false;
+      }
+      index.readPolicy.roots.push_back(folder);
+    }
+  if (values.count("max-file-size")) {
+    auto size =
+        support::parseByteSize(values["max-file-size"].as<std::string>());
+    if (!size) {
+      reportError(command,
+                  "--max-file-size " + llvm::toString(size.takeError()));
+      return false;
+    }
+    index.readPolicy.maxFileBytes = *size;
+  }
+  if (values.count("index-dir"))
+    index.indexDirectory = values["index-dir"].as<std::string>();
+  if (values.count("max-corpus-fragments"))
+    index.maxFragments = values["max-corpus-fragments"].as<uint64_t>();
+  return true;
+}
+
 bool readCompileOptions(const char *command, const po::variables_map &values,
+                        llvm::StringRef programPath,
                         codegen::CompileOptions &options) {
   if (values.count("set"))
     for (const std::string &text :
@@ -24,6 +81,12 @@ bool readCompileOptions(const char *command, const po::variables_map &values,
   options.passes.prepareFragments = values.count("prepare-fragments") != 0;
   if (values.count("skip-pass"))
     options.skipPasses = values["skip-pass"].as<std::vector<std::string>>();
+
+  retrieval::IndexOptions &index = options.passes.corpusIndex;
+  if (!readFileAccessOptions(command, values, index))
+    return false;
+  options.setReadPolicy(support::ReadPolicy::forProgram(
+      programPath, index.readPolicy.roots, index.readPolicy.maxFileBytes));
   return true;
 }
 

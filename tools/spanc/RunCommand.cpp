@@ -8,18 +8,19 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/SpanModeOptions.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -292,6 +293,7 @@ int runRun(const std::vector<std::string> &args) {
        "when stderr is a terminal, draw a progress line (calls, tokens, "  //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -331,13 +333,18 @@ int runRun(const std::vector<std::string> &args) {
   }
 
   // Compile.
-  codegen::CompileOptions compileOptions;
-  if (!readCompileOptions("run", values, compileOptions))
-    return 1;
-  llvm::SourceMgr sourceMgr;
-  ir::DiagnosticEngine diagnostics(sourceMgr);
   if (values.count("input") == values.count("bulk"))
     return reportError("run", "give either a program FILE or --bulk DIR");
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions(
+          "run", values,
+          values[values.count("bulk") ? "bulk" : "input"].as<std::string>(),
+          compileOptions))
+    return 1;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
+  llvm::SourceMgr sourceMgr;
+  ir::DiagnosticEngine diagnostics(sourceMgr);
   std::unique_ptr<ir::Module> module;
   if (values.count("bulk")) {
     auto bulk =
@@ -354,8 +361,13 @@ int runRun(const std::vector<std::string> &args) {
   auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
   if (!optimizer)
     return reportError("run", llvm::toString(optimizer.takeError()));
-  if (llvm::Error error = (*optimizer)->run(*module))
+  if (llvm::Error error = (*optimizer)->run(*module)) {
+    if (interruptRequested()) {
+      llvm::consumeError(std::move(error));
+      return reportInterrupted("run", "stopped while compiling; nothing ran");
+    }
     return reportError("run", llvm::toString(std::move(error)));
+  }
 
   // Load the model and lower through its chat template.
   std::string modelPath = values.count("model")
@@ -407,6 +419,9 @@ int runRun(const std::vector<std::string> &args) {
       sched::Executor::create(**model, **tokenizer, executorOptions);
   if (!executor)
     return reportError("run", llvm::toString(executor.takeError()));
+  if (interruptRequested())
+    return reportInterrupted("run", "stopped before the first call; nothing "
+                                    "ran");
 
   // Stream the answer live when there is exactly one.
   std::optional<plan::CallId> streamed;
@@ -441,15 +456,29 @@ int runRun(const std::vector<std::string> &args) {
     auto start = std::chrono::steady_clock::now();
     ProgressLine progressLine(showProgress,
                               values["progress-after"].as<double>());
-    outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr,
-                                [&](const sched::ExecutorProgress &progress) {
-                                  progressLine.update(progress);
-                                });
+    outcomes = (*executor)->run(
+        *plan, iteration == 0 ? onToken : nullptr,
+        [&](const sched::ExecutorProgress &progress) {
+          progressLine.update(progress);
+        },
+        interruptRequested);
     progressLine.clear();
     if (streamed && iteration == 0) {
       // End the streamed answer's line before any statistics follow.
       llvm::outs() << "\n";
       llvm::outs().flush();
+    }
+    if (interruptRequested()) {
+      size_t finished =
+          llvm::count_if(outcomes, [](const sched::CallOutcome &outcome) {
+            return outcome.succeeded;
+          });
+      return reportInterrupted(
+          "run", "stopped between two steps of run " +
+                     std::to_string(iteration + 1) + " of " +
+                     std::to_string(repeat) + ", " + std::to_string(finished) +
+                     " of " + std::to_string(plan->calls.size()) +
+                     " calls finished; no results printed");
     }
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -12,6 +12,7 @@
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/Interrupt.h"
 
+#include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
@@ -48,7 +49,11 @@ int runGenerate(const std::vector<std::string> &args) {
       ("top-k", po::value<int>()->default_value(0), "top-k (0: off)")      //
       ("top-p", po::value<float>()->default_value(1.0f), "top-p (1: off)") //
       ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")   //
-      ("threads,t", po::value<int>(), "CPU threads (default: all cores)")  //
+      ("threads,t", po::value<int>(),                                      //
+       "CPU threads at most (default: all cores); fewer while other "      //
+       "processes take cores, unless --fixed-threads")                     //
+      ("fixed-threads", "always use --threads threads, even while other "  //
+                        "processes take cores (benchmarks)")               //
       ("chat", "wrap the prompt as a user message of the chat template")   //
       ("output,o", po::value<std::string>(),                               //
        "write the completion to this file once it is complete (through a " //
@@ -144,6 +149,9 @@ int runGenerate(const std::vector<std::string> &args) {
                stopTokens.end();
   };
 
+  // After omp_set_num_threads: --threads is its ceiling.
+  cpu::AdaptiveThreads adaptiveThreads;
+  const bool adaptThreads = values.count("fixed-threads") == 0;
   auto runner = model::SequenceRunner::create(
       engineModel, int64_t(promptTokens.size()) + maxTokens);
   if (!runner)
@@ -190,6 +198,8 @@ int runGenerate(const std::vector<std::string> &args) {
     logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
     if (!logits)
       return reportError("generate", llvm::toString(logits.takeError()));
+    if (adaptThreads)
+      adaptiveThreads.afterStep();
   }
   out << "\n";
   out.flush();
@@ -207,11 +217,16 @@ int runGenerate(const std::vector<std::string> &args) {
   int decodeSteps = std::max(0, emitted - 1);
   llvm::errs() << llvm::format(
       "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "
-      "%.1f tok/s; %s GEMMs, %d threads\n",
+      "%.1f tok/s; %s GEMMs, %d threads",
       promptTokens.size(), timeToFirstToken * 1e3, emitted,
       decodeSteps > 0 ? decodeSteps / std::max(decodeSeconds, 1e-9) : 0.0,
       cpu::gemmPrecisionName(engineModel.gemmPrecision()),
-      omp_get_max_threads());
+      adaptiveThreads.maxThreads());
+  if (adaptiveThreads.shrinks() > 0)
+    llvm::errs() << llvm::format(
+        " (%d at the end: fewer %u time(s) while other processes took cores)",
+        adaptiveThreads.threads(), adaptiveThreads.shrinks());
+  llvm::errs() << "\n";
   return 0;
 }
 

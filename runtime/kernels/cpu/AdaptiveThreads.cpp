@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,6 +55,10 @@ AdaptiveThreads::AdaptiveThreads(int maxThreads)
       current(limit), probePause(kFirstProbePause) {
   // One thread has nothing to adapt; without schedstat nothing to go by.
   isEnabled = limit > 1 && readOwnWait() >= 0;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
+      CPU_COUNT(&allowed) == int(sysconf(_SC_NPROCESSORS_ONLN)))
+    machineCores = CPU_COUNT(&allowed);
   if (isEnabled)
     startWindow(Clock::now());
 }
@@ -83,13 +88,36 @@ void AdaptiveThreads::startWindow(Clock::time_point now) {
 }
 
 int AdaptiveThreads::decide(const std::vector<double> &waitShares,
-                            Clock::time_point now) {
-  current = std::clamp(nextThreads(waitShares, now), 1, limit);
+                            Clock::time_point now, bool coreLooksFree) {
+  current = std::clamp(nextThreads(waitShares, now, coreLooksFree), 1, limit);
   return current;
 }
 
+bool AdaptiveThreads::coreLooksFree() const {
+  if (machineCores <= 0)
+    return true;
+  int descriptor = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (descriptor < 0)
+    return true;
+  char text[128];
+  ssize_t length = ::read(descriptor, text, sizeof(text) - 1);
+  ::close(descriptor);
+  if (length <= 0)
+    return true;
+  text[length] = '\0';
+  double averages[3];
+  int runnable = 0, total = 0;
+  if (std::sscanf(text, "%lf %lf %lf %d/%d", &averages[0], &averages[1],
+                  &averages[2], &runnable, &total) != 5)
+    return true;
+  // Read right after a step: this thread runs and its team-mates may
+  // still spin, so the team counts as `current` of the runnable tasks.
+  int others = std::max(0, runnable - current);
+  return others + current + 1 <= machineCores;
+}
+
 int AdaptiveThreads::nextThreads(const std::vector<double> &waitShares,
-                                 Clock::time_point now) {
+                                 Clock::time_point now, bool coreLooksFree) {
   int contended =
       int(std::count_if(waitShares.begin(), waitShares.end(),
                         [](double share) { return share >= kContendedShare; }));
@@ -112,7 +140,9 @@ int AdaptiveThreads::nextThreads(const std::vector<double> &waitShares,
     nextProbe = now + probePause;
     return current;
   }
-  if (current < limit && now >= nextProbe) {
+  // A core still taken would make the try a slow step: wait for one that
+  // looks free (checked every window, it costs a read of /proc/loadavg).
+  if (current < limit && now >= nextProbe && coreLooksFree) {
     probing = true;
     return current + 1;
   }
@@ -142,7 +172,8 @@ void AdaptiveThreads::afterStep() {
                                  start.waitNanoseconds) /
                           window;
     int before = current;
-    if (decide(shares, now) != before)
+    bool wantsProbe = current < limit && now >= nextProbe;
+    if (decide(shares, now, !wantsProbe || coreLooksFree()) != before)
       omp_set_num_threads(current);
   }
   startWindow(Clock::now());

@@ -12,9 +12,11 @@
 // windows of steps. A thread that waited a fifth of the window or more
 // means a taken core: the team shrinks by that many threads. Later it tries
 // one thread more for a window and keeps it only if no thread waited, with
-// a growing pause between failed tries, so a machine that stays busy costs
-// a short window every few seconds and a machine that quiets down gets its
-// threads back. It never goes above the count it started with (--threads).
+// a growing pause between failed tries, so a machine that quiets down gets
+// its threads back. A try costs a slow step where the core is still taken,
+// so it is made only when the machine's runnable tasks (/proc/loadavg)
+// leave a core free, where that count covers the cores spanc may use. It
+// never goes above the count it started with (--threads).
 // Spinning at barriers stays as it is: on a quiet machine it is what makes
 // a decode step fast.
 //
@@ -58,9 +60,11 @@ public:
 
   /// The policy, apart from measuring (tests drive it with made-up waits):
   /// given each team thread's wait share over the window that ends at
-  /// `now`, the thread count for the next window (threads() after this).
+  /// `now` and whether a core looks free for one thread more, the thread
+  /// count for the next window (threads() after this).
   int decide(const std::vector<double> &waitShares,
-             std::chrono::steady_clock::time_point now);
+             std::chrono::steady_clock::time_point now,
+             bool coreLooksFree = true);
 
 private:
   using Clock = std::chrono::steady_clock;
@@ -69,9 +73,16 @@ private:
   /// itself in a parallel region of `current` threads.
   bool sampleTeam(std::vector<ThreadWait> &samples) const;
   void startWindow(Clock::time_point now);
-  int nextThreads(const std::vector<double> &waitShares, Clock::time_point now);
+  int nextThreads(const std::vector<double> &waitShares, Clock::time_point now,
+                  bool coreLooksFree);
+  /// Whether /proc/loadavg's runnable tasks leave a core free for one
+  /// team thread more; true where that cannot be told.
+  bool coreLooksFree() const;
 
   bool isEnabled = false;
+  /// The machine's cores, when spanc may use them all (else 0: the
+  /// system-wide runnable count says nothing about spanc's cores).
+  int machineCores = 0;
   int limit = 1;
   int current = 1;
   bool probing = false;

@@ -97,3 +97,15 @@ TEST(AdaptiveThreads, MeasuringAWindowKeepsTheCountWithinItsBounds) {
   EXPECT_GE(threads.threads(), 1);
   EXPECT_LE(threads.threads(), threads.maxThreads());
 }
+
+TEST(AdaptiveThreads, TriesOneMoreOnlyWhenACoreLooksFree) {
+  AdaptiveThreads threads(2);
+  Clock::time_point now = Clock::now();
+  EXPECT_EQ(threads.decide({0.0, 0.5}, now), 1);
+  // Past the pause, but every core is busy: no try, and no failure counted.
+  EXPECT_EQ(threads.decide({0.0}, now + 600ms, /*coreLooksFree=*/false), 1);
+  EXPECT_EQ(threads.decide({0.0}, now + 10s, /*coreLooksFree=*/false), 1);
+  EXPECT_EQ(threads.failedProbes(), 0u);
+  // A core frees up: the next window tries.
+  EXPECT_EQ(threads.decide({0.0}, now + 10s + 30ms, /*coreLooksFree=*/true), 2);
+}

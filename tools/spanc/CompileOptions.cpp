@@ -19,19 +19,19 @@ void addFileAccessOptions(po::options_description &options) {
   static const std::string maxFragmentsHelp =
       "the most fragments one corpus may be cut into (default " +
       std::to_string(retrieval::kDefaultMaxFragments) + ")";
-  options.add_options()                                                  //
-      ("allow-read", po::value<std::vector<std::string>>()->composing(), //
-       "DIR: file(\"...\") and retrieve corpora may read under DIR too " //
-       "(repeatable). Without it a program reads only under its own "    //
-       "folder; paths are checked after resolving links and '..', and "  //
-       "only regular files are read (no FIFO, device or /proc entry "    //
-       "outside DIR)")                                                   //
-      ("max-file-size", po::value<std::string>(), maxFileHelp.c_str())   //
-      ("index-dir", po::value<std::string>(),                            //
-       "DIR: where corpus indexes are kept (default: $SPANC_INDEX_DIR, " //
-       "else $XDG_CACHE_HOME/spanc/index, else ~/.cache/spanc/index); "  //
-       "never in the corpus itself")                                     //
-      ("max-corpus-fragments", po::value<uint64_t>(),                    //
+  options.add_options()                                                    //
+      ("allow-read", po::value<std::vector<std::string>>()->composing(),   //
+       "DIR: what spanc reads for a program (file(\"...\"), retrieve "     //
+       "corpora, the files their links lead to) may also lie under DIR "   //
+       "(repeatable). Without it only the program's own folder is read "   //
+       "(for spanc index, the corpus); paths are checked after resolving " //
+       "links and '..', and only regular files are read")                  //
+      ("max-file-size", po::value<std::string>(), maxFileHelp.c_str())     //
+      ("index-dir", po::value<std::string>(),                              //
+       "DIR: where corpus indexes are kept, never in the corpus itself "   //
+       "(default: $SPANC_INDEX_DIR, else ~/.cache/spanc/index, or under "  //
+       "$XDG_CACHE_HOME when that is set)")                                //
+      ("max-corpus-fragments", po::value<uint64_t>(),                      //
        maxFragmentsHelp.c_str());
 }
 

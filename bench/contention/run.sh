@@ -7,9 +7,12 @@
 # load hits every cell alike.
 #
 #   bench/contention/run.sh [SPANC] [MODEL] [REPEATS]
+#   NICE=-10 bench/contention/run.sh ...   # as root, on a shared machine
 #
 # Needs 2 cores; other load on the machine shows in every cell, so compare
-# the columns of one run.
+# the columns of one run. With NICE set, spanc and the busy loop both run
+# at that niceness: on a machine others keep busy, a negative value makes
+# "quiet" nearly quiet while the busy loop stays an equal competitor.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 spanc="${1:-$root/bazel-bin/tools/spanc/spanc}"
@@ -17,6 +20,7 @@ model="${2:-$HOME/.cache/spanc/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 repeats="${3:-5}"
 prompt="Write a story about a cat."
 results="$(mktemp)"
+launch=(nice -n "${NICE:-0}")
 busy=""
 trap 'rm -f "$results"; [[ -n "$busy" ]] && kill "$busy" 2>/dev/null' EXIT
 
@@ -24,7 +28,7 @@ measure() { # LOAD THREADS MODE
   local flags=(-t "$2")
   [[ "$3" == fixed ]] && flags+=(--fixed-threads)
   local rate
-  rate=$("$spanc" generate "$prompt" --chat -m "$model" -n 128 "${flags[@]}" \
+  rate=$("${launch[@]}" "$spanc" generate "$prompt" --chat -m "$model" -n 128 "${flags[@]}" \
            2>&1 >/dev/null | grep -o 'decode [0-9.]* tok/s' | grep -o '[0-9.]*')
   echo "$1 $2 $3 $rate" >>"$results"
 }
@@ -32,7 +36,7 @@ measure() { # LOAD THREADS MODE
 for ((run = 0; run < repeats; ++run)); do
   for load in quiet busy; do
     if [[ "$load" == busy ]]; then
-      taskset -c 0 sh -c 'while :; do :; done' &
+      "${launch[@]}" taskset -c 0 sh -c 'while :; do :; done' &
       busy=$!
       sleep 0.2
     fi
@@ -45,7 +49,9 @@ for ((run = 0; run < repeats; ++run)); do
   done
 done
 
-echo "decode tok/s, median (min-max) of $repeats; $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "decode tok/s, median (min-max) of $repeats; $(nproc) cores," \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
+  "niceness ${NICE:-0}; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| load | threads | fixed | adaptive |"
 echo "| --- | --- | --- | --- |"

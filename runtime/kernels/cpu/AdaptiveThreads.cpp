@@ -50,7 +50,7 @@ int64_t readOwnWait() {
 
 } // namespace
 
-AdaptiveThreads::AdaptiveThreads(int maxThreads)
+AdaptiveThreads::AdaptiveThreads(int maxThreads, bool startAtMax)
     : limit(maxThreads > 0 ? maxThreads : omp_get_max_threads()),
       current(limit), probePause(kFirstProbePause) {
   // One thread has nothing to adapt; without schedstat nothing to go by.
@@ -59,8 +59,22 @@ AdaptiveThreads::AdaptiveThreads(int maxThreads)
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
       CPU_COUNT(&allowed) == int(sysconf(_SC_NPROCESSORS_ONLN)))
     machineCores = CPU_COUNT(&allowed);
-  if (isEnabled)
-    startWindow(Clock::now());
+  if (!isEnabled)
+    return;
+  // The first step cannot wait for a window to show the cores taken, and
+  // on a taken core it is the slowest of all (a prefill of 37 tokens took
+  // 3.9 s at 2 threads beside two busy processes, 40 ms alone): start with
+  // the cores the runnable tasks leave free.
+  if (int others = otherRunnableTasks();
+      !startAtMax && others >= 0 && machineCores > 0) {
+    int free = std::max(1, machineCores - others);
+    if (free < current) {
+      current = free;
+      omp_set_num_threads(current);
+      nextProbe = Clock::now() + probePause;
+    }
+  }
+  startWindow(Clock::now());
 }
 
 bool AdaptiveThreads::sampleTeam(std::vector<ThreadWait> &samples) const {
@@ -93,27 +107,31 @@ int AdaptiveThreads::decide(const std::vector<double> &waitShares,
   return current;
 }
 
-bool AdaptiveThreads::coreLooksFree() const {
-  if (machineCores <= 0)
-    return true;
+int AdaptiveThreads::otherRunnableTasks() const {
   int descriptor = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (descriptor < 0)
-    return true;
+    return -1;
   char text[128];
   ssize_t length = ::read(descriptor, text, sizeof(text) - 1);
   ::close(descriptor);
   if (length <= 0)
-    return true;
+    return -1;
   text[length] = '\0';
   double averages[3];
   int runnable = 0, total = 0;
   if (std::sscanf(text, "%lf %lf %lf %d/%d", &averages[0], &averages[1],
                   &averages[2], &runnable, &total) != 5)
+    return -1;
+  // Read between steps: this thread runs and its team-mates may still
+  // spin, so the team counts as `current` of the runnable tasks.
+  return std::max(0, runnable - current);
+}
+
+bool AdaptiveThreads::coreLooksFree() const {
+  if (machineCores <= 0)
     return true;
-  // Read right after a step: this thread runs and its team-mates may
-  // still spin, so the team counts as `current` of the runnable tasks.
-  int others = std::max(0, runnable - current);
-  return others + current + 1 <= machineCores;
+  int others = otherRunnableTasks();
+  return others < 0 || others + current + 1 <= machineCores;
 }
 
 int AdaptiveThreads::nextThreads(const std::vector<double> &waitShares,

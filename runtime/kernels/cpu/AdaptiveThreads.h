@@ -15,8 +15,9 @@
 // a growing pause between failed tries, so a machine that quiets down gets
 // its threads back. A try costs a slow step where the core is still taken,
 // so it is made only when the machine's runnable tasks (/proc/loadavg)
-// leave a core free, where that count covers the cores spanc may use. It
-// never goes above the count it started with (--threads).
+// leave a core free, where that count covers the cores spanc may use; the
+// same count sets the threads of the first step. It never goes above the
+// count it started with (--threads).
 // Spinning at barriers stays as it is: on a quiet machine it is what makes
 // a decode step fast.
 //
@@ -37,8 +38,9 @@ class AdaptiveThreads {
 public:
   /// Adapts the OpenMP thread count of the calling thread's parallel
   /// regions (omp_set_num_threads) between 1 and `maxThreads` (0: the
-  /// current omp_get_max_threads()).
-  explicit AdaptiveThreads(int maxThreads = 0);
+  /// current omp_get_max_threads()), starting from the cores the machine's
+  /// runnable tasks leave free unless `startAtMax`.
+  explicit AdaptiveThreads(int maxThreads = 0, bool startAtMax = false);
 
   /// Call after every forward step (or prefill chunk), on the thread that
   /// starts the parallel regions; cheap except at the end of a window.
@@ -78,6 +80,8 @@ private:
   /// Whether /proc/loadavg's runnable tasks leave a core free for one
   /// team thread more; true where that cannot be told.
   bool coreLooksFree() const;
+  /// The runnable tasks that are not this team, or -1.
+  int otherRunnableTasks() const;
 
   bool isEnabled = false;
   /// The machine's cores, when spanc may use them all (else 0: the

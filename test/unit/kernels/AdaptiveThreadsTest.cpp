@@ -24,7 +24,7 @@ const std::vector<double> kQuiet4 = {0.0, 0.01, 0.0, 0.02};
 } // namespace
 
 TEST(AdaptiveThreads, ShrinksByTheThreadsThatWaitedForACore) {
-  AdaptiveThreads threads(4);
+  AdaptiveThreads threads(4, /*startAtMax=*/true);
   Clock::time_point now = Clock::now();
   EXPECT_EQ(threads.decide(kQuiet4, now), 4);
   // Two threads waited a fifth of the window or more.
@@ -37,7 +37,7 @@ TEST(AdaptiveThreads, ShrinksByTheThreadsThatWaitedForACore) {
 }
 
 TEST(AdaptiveThreads, TriesOneMoreAfterAPauseAndKeepsItWhenNoneWaited) {
-  AdaptiveThreads threads(3);
+  AdaptiveThreads threads(3, /*startAtMax=*/true);
   Clock::time_point now = Clock::now();
   EXPECT_EQ(threads.decide({0.5, 0.5, 0.0}, now), 1);
   // Quiet, but too soon to try again.
@@ -55,7 +55,7 @@ TEST(AdaptiveThreads, TriesOneMoreAfterAPauseAndKeepsItWhenNoneWaited) {
 }
 
 TEST(AdaptiveThreads, BacksOffWhileTheExtraThreadKeepsFindingNoCore) {
-  AdaptiveThreads threads(2);
+  AdaptiveThreads threads(2, /*startAtMax=*/true);
   Clock::time_point now = Clock::now();
   EXPECT_EQ(threads.decide({0.0, 0.4}, now), 1);
   // Each failed try doubles the pause: 0.5 s, 1 s, 2 s, 4 s, 8 s, 8 s.
@@ -99,7 +99,7 @@ TEST(AdaptiveThreads, MeasuringAWindowKeepsTheCountWithinItsBounds) {
 }
 
 TEST(AdaptiveThreads, TriesOneMoreOnlyWhenACoreLooksFree) {
-  AdaptiveThreads threads(2);
+  AdaptiveThreads threads(2, /*startAtMax=*/true);
   Clock::time_point now = Clock::now();
   EXPECT_EQ(threads.decide({0.0, 0.5}, now), 1);
   // Past the pause, but every core is busy: no try, and no failure counted.

@@ -177,6 +177,8 @@ int runGenerate(const std::vector<std::string> &args) {
                    std::min(kPrefillChunk, promptTokens.size() - begin)));
     if (!logits)
       return reportError("generate", llvm::toString(logits.takeError()));
+    if (adaptThreads)
+      adaptiveThreads.afterStep();
   }
   // TTFT: prompt in to first token chosen. Decode rate: the steps that
   // produced the tokens after the first one.
@@ -203,6 +205,7 @@ int runGenerate(const std::vector<std::string> &args) {
   }
   out << "\n";
   out.flush();
+  double decodeSeconds = secondsSince(decodeStart);
   if (interruptRequested())
     return reportInterrupted(
         "generate", "stopped after " + std::to_string(emitted) + " tokens" +
@@ -213,7 +216,6 @@ int runGenerate(const std::vector<std::string> &args) {
     if (int code = writeFileAtomically(
             "generate", values["output"].as<std::string>(), completion))
       return code;
-  double decodeSeconds = secondsSince(decodeStart);
   int decodeSteps = std::max(0, emitted - 1);
   llvm::errs() << llvm::format(
       "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "

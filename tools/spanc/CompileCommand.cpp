@@ -1,5 +1,6 @@
 //===- CompileCommand.cpp - spanc compile ---------------------------------===//
 
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "frontend/Load.h"
@@ -8,7 +9,6 @@
 #include "plan/PlanPrinter.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/model/Tokenizer.h"

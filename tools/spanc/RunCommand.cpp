@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
@@ -15,7 +16,6 @@
 #include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
@@ -256,45 +256,45 @@ int runRun(const std::vector<std::string> &args) {
        "KV cache mode: span (spans hit at any position), prefix (stock "    //
        "prefix caching: the baseline) or off")                              //
       ("relocation",
-       po::value<std::string>()->default_value("rope-in-kernel"),           //
-       "how reused spans move: rerope (rotate cached K by the position "    //
-       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
-      ("threads,t", po::value<int>(),                                       //
-       "CPU threads at most (default: all cores); fewer while other "       //
-       "processes take cores, unless --fixed-threads")                      //
-      ("fixed-threads", "always use --threads threads, even while other "   //
-                        "processes take cores (benchmarks)")                //
-      ("kv-cache", po::value<std::string>()->default_value("65536"),        //
-       "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
-       "or memory (512MiB, 2GiB)")                                          //
-      ("block-size", po::value<unsigned>()->default_value(16),              //
-       blockSizeHelp.c_str())                                               //
-      ("step-tokens", po::value<int64_t>()->default_value(512),             //
-       "token budget of one scheduler step (decode tokens + prefill)")      //
-      ("tree-reduce", po::value<unsigned>()->default_value(0),              //
-       "tree-reduce gens over a wide plus with this fan-in (0: only gens "  //
-       "with reduce=)")                                                     //
-      ("skip-pass", po::value<std::vector<std::string>>()->composing(),     //
-       "leave this pass out of the default pipeline (repeatable); e.g. "    //
-       "bulk-order, to run a bulk in its written (FIFO) order")             //
-      ("prepare-fragments",                                                 //
-       "warm the cache with one G1 call per retrieved fragment first")      //
-      ("repeat", po::value<unsigned>()->default_value(1),                   //
-       "run the program this many times against the same (warm) cache "     //
-       "(answers are printed once; --stats shows every run)")               //
-      ("batch-invariant",                                                   //
-       "f32 GEMMs and attention products everywhere (slower prefill; the "  //
-       "default kernels are already chosen per row, so an answer never "    //
-       "depends on what shares its step)")                                  //
-      ("kv-precision", po::value<std::string>()->default_value("f16"),      //
+       po::value<std::string>()->default_value("rope-in-kernel"),          //
+       "how reused spans move: rerope (rotate cached K by the position "   //
+       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")  //
+      ("threads,t", po::value<int>(),                                      //
+       "CPU threads at most (default: all cores); fewer while other "      //
+       "processes take cores, unless --fixed-threads")                     //
+      ("fixed-threads", "always use --threads threads, even while "        //
+       "other processes take cores (benchmarks)")                          //
+      ("kv-cache", po::value<std::string>()->default_value("65536"),       //
+       "KV cache capacity: tokens (65536), rounded down to whole blocks, " //
+       "or memory (512MiB, 2GiB)")                                         //
+      ("block-size", po::value<unsigned>()->default_value(16),             //
+       blockSizeHelp.c_str())                                              //
+      ("step-tokens", po::value<int64_t>()->default_value(512),            //
+       "token budget of one scheduler step (decode tokens + prefill)")     //
+      ("tree-reduce", po::value<unsigned>()->default_value(0),             //
+       "tree-reduce gens over a wide plus with this fan-in (0: only gens " //
+       "with reduce=)")                                                    //
+      ("skip-pass", po::value<std::vector<std::string>>()->composing(),    //
+       "leave this pass out of the default pipeline (repeatable); e.g. "   //
+       "bulk-order, to run a bulk in its written (FIFO) order")            //
+      ("prepare-fragments",                                                //
+       "warm the cache with one G1 call per retrieved fragment first")     //
+      ("repeat", po::value<unsigned>()->default_value(1),                  //
+       "run the program this many times against the same (warm) cache "    //
+       "(answers are printed once; --stats shows every run)")              //
+      ("batch-invariant",                                                  //
+       "f32 GEMMs and attention products everywhere (slower prefill; the " //
+       "default kernels are already chosen per row, so an answer never "   //
+       "depends on what shares its step)")                                 //
+      ("kv-precision", po::value<std::string>()->default_value("f16"),     //
        "K/V storage: f16 (as llama.cpp's default cache) or f32 (twice the " //
        "memory; ReRoPE and rope-in-kernel then differ only by f32 "         //
        "rounding)")                                                         //
-      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "       //
-                "reused/computed/relocated, hit rate, decode tokens/s")     //
-      ("json", "print results and statistics as JSON on stdout")            //
-      ("progress-after", po::value<double>()->default_value(1.0),           //
-       "when stderr is a terminal, draw a progress line (calls, tokens, "   //
+      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "      //
+                "reused/computed/relocated, hit rate, decode tokens/s")    //
+      ("json", "print results and statistics as JSON on stdout")           //
+      ("progress-after", po::value<double>()->default_value(1.0),          //
+       "when stderr is a terminal, draw a progress line (calls, tokens, "  //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
   addFileAccessOptions(options);

@@ -13,6 +13,9 @@ namespace spanc::codegen {
 std::unique_ptr<ir::Module> loadSource(llvm::StringRef path,
                                        ir::DiagnosticEngine &diagnostics,
                                        const CompileOptions &options) {
+  // Locations in the program (a .ir file's loc(...)) show their source
+  // line only where the program may read.
+  diagnostics.setSourceReadPolicy(options.frontend.readPolicy);
   return frontend::loadModule(path, diagnostics, options.frontend);
 }
 
@@ -81,6 +84,7 @@ private:
 llvm::Expected<std::unique_ptr<ir::Module>>
 optimizeSource(llvm::StringRef source, llvm::StringRef name,
                const CompileOptions &options, CollectedDiagnostics &collected) {
+  collected.engine().setSourceReadPolicy(options.frontend.readPolicy);
   std::unique_ptr<ir::Module> module = frontend::loadModuleFromBuffer(
       llvm::MemoryBuffer::getMemBufferCopy(source, name), name,
       collected.engine(), options.frontend);

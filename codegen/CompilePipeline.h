@@ -21,6 +21,7 @@
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
 #include "plan/Plan.h"
+#include "support/FileAccess.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -49,6 +50,13 @@ struct CompileOptions {
   bool printAfterAll = false;
   std::vector<std::string> printAfter;
   ir::PrintOptions printOptions;
+
+  /// Where the program may read: file("...") in the frontend, corpora in
+  /// desugar-retrieve (support/FileAccess.h). Both default to nothing.
+  void setReadPolicy(const support::ReadPolicy &policy) {
+    frontend.readPolicy = policy;
+    passes.corpusIndex.readPolicy = policy;
+  }
 };
 
 /// Stage 1: reads the program at `path` ("-": standard input, as .span;

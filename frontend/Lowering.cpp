@@ -388,15 +388,14 @@ private:
     auto cached = fileContents.find(fullPath);
     if (cached != fileContents.end())
       return cached->second;
-    auto buffer = llvm::MemoryBuffer::getFile(fullPath, /*IsText=*/true);
-    if (!buffer) {
-      error(at, "cannot read file '" + fullPath +
-                    "': " + buffer.getError().message());
+    llvm::Expected<std::string> contents =
+        support::readFile(fullPath, options.readPolicy);
+    if (!contents) {
+      error(at, "cannot read file " + llvm::toString(contents.takeError()));
       return std::nullopt;
     }
-    std::string contents = (*buffer)->getBuffer().str();
-    fileContents.try_emplace(fullPath, contents);
-    return contents;
+    fileContents.try_emplace(fullPath, *contents);
+    return std::move(*contents);
   }
 
   //===--------------------------------------------------------------------===//

@@ -2,10 +2,11 @@
 //
 // Resolves params (with --set overrides typed by the param's literal), lets
 // (inlined where they are used), file("...") (relative to the program's
-// folder) and gen/chat/retrieve options, and builds one span.query per
-// `query` decl. Every semantic error is reported at its location through the
-// DiagnosticEngine, and lowering goes on so that all errors of a file are
-// reported; the module is returned only when there were none.
+// folder, read only where FrontendOptions::readPolicy allows: see
+// support/FileAccess.h) and gen/chat/retrieve options, and builds one
+// span.query per `query` decl. Every semantic error is reported at its location
+// through the DiagnosticEngine, and lowering goes on so that all errors of a
+// file are reported; the module is returned only when there were none.
 //
 // Blocks: a `{ ... }` expression and the input of `gen` are a span.cross of
 // their children (the model input is ordered); the children of cross, plus
@@ -19,6 +20,7 @@
 #include "frontend/SyntaxTree.h"
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
+#include "support/FileAccess.h"
 
 #include <memory>
 #include <string>
@@ -30,6 +32,10 @@ namespace spanc::frontend {
 struct FrontendOptions {
   /// --set NAME=VALUE overrides, in command-line order.
   std::vector<std::pair<std::string, std::string>> paramOverrides;
+  /// Where file("...") may read and how much. The default allows nothing:
+  /// a caller grants the program's folder and the user's --allow-read
+  /// folders (support::ReadPolicy::forProgram).
+  support::ReadPolicy readPolicy;
 };
 
 /// Lowers a syntax tree without syntax errors. Returns null after reporting

@@ -51,10 +51,14 @@ llvm::SMLoc DiagnosticEngine::getSMLoc(Location loc) {
     return {};
   auto [it, inserted] = buffers.try_emplace(loc.file, -1);
   if (inserted) {
-    auto buffer = llvm::MemoryBuffer::getFile(loc.file, /*IsText=*/true);
-    if (buffer)
-      it->second = static_cast<int>(
-          sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc()));
+    llvm::Expected<std::string> text =
+        support::readFile(loc.file, sourcePolicy);
+    if (text)
+      it->second = static_cast<int>(sourceMgr.AddNewSourceBuffer(
+          llvm::MemoryBuffer::getMemBufferCopy(*text, loc.file),
+          llvm::SMLoc()));
+    else
+      llvm::consumeError(text.takeError());
   }
   if (it->second < 0)
     return {};

@@ -3,14 +3,18 @@
 // Prints `file:line:col: error: message`, the source line and a caret for an
 // ir::Location through llvm::SourceMgr. Buffers the frontend already loaded
 // are registered by name; other files named by a location (e.g. a `loc(...)`
-// in a .ir file) are loaded on first use, and when a file cannot be read the
-// message is printed without the source line.
+// in a .ir file) are loaded on first use where the source read policy
+// allows (a .ir program names any file it likes: showing a line of
+// /etc/shadow, or reading /dev/zero, is not a diagnostic's business), and
+// when a file cannot be read the message is printed without the source
+// line.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_DIAGNOSTICS_H
 #define SPANC_IR_DIAGNOSTICS_H
 
 #include "ir/IR.h"
+#include "support/FileAccess.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -30,6 +34,12 @@ public:
 
   /// Makes locations in file `name` resolve to buffer `bufferId`.
   void registerBuffer(llvm::StringRef name, unsigned bufferId);
+
+  /// Where files named by locations may be read (the program's read
+  /// policy); by default none is.
+  void setSourceReadPolicy(support::ReadPolicy policy) {
+    sourcePolicy = std::move(policy);
+  }
 
   /// The location of `loc` in `bufferId` as file, line, column.
   Location getLocation(llvm::SMLoc loc) const;
@@ -66,6 +76,7 @@ private:
   llvm::SourceMgr &sourceMgr;
   mutable llvm::DenseMap<unsigned, std::vector<size_t>> lineStartsByBuffer;
   llvm::StringMap<int> buffers; // name -> buffer id, or -1 if unreadable
+  support::ReadPolicy sourcePolicy;
   unsigned numErrors = 0;
   bool muted = false;
 };

@@ -3,13 +3,16 @@
 // span.retrieve {corpus, k} query "text" becomes a + of the k fragments the
 // corpus index ranks best for the text (retrieval/: SQLite FTS5,
 // BM25, best first, ties by file then offset), each a span.fragment that
-// says where it came from {corpus, file, offset}. The index beside the
-// corpus is built or refreshed first (only changed files are re-chunked).
+// says where it came from {corpus, file, offset}. The corpus's index (in
+// the index folder, never in the corpus) is built or refreshed first (only
+// changed files are re-chunked).
 //
 // A relative corpus path is looked up beside the program first, like
 // file("..."), then in the working folder, so `corpus = "examples/corpus"`
-// works from the repository root. A corpus that cannot be found or read is
-// an error at the retrieve.
+// works from the repository root. Either way the folder must really lie
+// where the read policy allows (the program's folder, --allow-read), as
+// file("...") must, and its links are followed only that far. A corpus
+// that cannot be found, read or allowed is an error at the retrieve.
 //
 // With --prepare-fragments the query also warms the cache: the value it
 // yields becomes seq(monad(par(G¹(F1), G¹(F2), ...)), value), one gen with
@@ -20,6 +23,7 @@
 
 #include "passes/Passes.h"
 #include "retrieval/CorpusIndex.h"
+#include "support/FileAccess.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
@@ -72,17 +76,38 @@ private:
     return corpus.str();
   }
 
-  llvm::Expected<retrieval::CorpusIndex *> openIndex(const std::string &dir) {
-    auto found = indexes.find(dir);
+  llvm::Expected<retrieval::CorpusIndex *>
+  openIndex(const std::string &dir, PassContext &context, ir::Location loc) {
+    const retrieval::IndexOptions &options = context.getOptions().corpusIndex;
+    // What is wrong with the folder itself comes first.
+    if (!llvm::sys::fs::exists(dir))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "corpus '" + dir + "' does not exist");
+    if (!llvm::sys::fs::is_directory(dir))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "corpus '" + dir + "' is not a folder");
+    llvm::Expected<std::string> allowed =
+        support::confinePath(dir, options.readPolicy);
+    if (!allowed)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "cannot read corpus " +
+                                         llvm::toString(allowed.takeError()));
+    auto found = indexes.find(*allowed);
     if (found != indexes.end())
       return found->second.get();
-    auto index = retrieval::CorpusIndex::open(dir);
+    auto index = retrieval::CorpusIndex::open(*allowed, options);
     if (!index)
       return index.takeError();
-    if (auto stats = (*index)->refresh(); !stats)
+    auto stats = (*index)->refresh(context.getOptions().stopRequested);
+    if (!stats)
       return stats.takeError();
+    if (stats->linksSkipped)
+      context.getDiagnostics().warning(
+          loc, "corpus '" + dir + "': " + llvm::Twine(stats->linksSkipped) +
+                   " link(s) to files outside the folders this program may "
+                   "read were skipped");
     retrieval::CorpusIndex *result = index->get();
-    indexes[dir] = std::move(*index);
+    indexes[*allowed] = std::move(*index);
     return result;
   }
 
@@ -95,7 +120,8 @@ private:
                                      "retrieve needs a corpus and k >= 1");
       return false;
     }
-    auto index = openIndex(resolveCorpus(corpus, retrieve->getLoc()));
+    auto index = openIndex(resolveCorpus(corpus, retrieve->getLoc()), context,
+                           retrieve->getLoc());
     if (!index) {
       context.getDiagnostics().error(retrieve->getLoc(),
                                      llvm::toString(index.takeError()));

@@ -19,6 +19,7 @@
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
 #include "ir/Printer.h"
+#include "retrieval/CorpusIndex.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -40,6 +41,15 @@ struct PassOptions {
   unsigned treeReduce = 0;
   /// --prepare-fragments: desugar-retrieve adds G¹ warm-up calls.
   bool prepareFragments = false;
+  /// desugar-retrieve: where a corpus folder may lie (corpusIndex's read
+  /// policy: the program's folder and --allow-read; the default allows
+  /// none), how large its files may be and where its index is kept
+  /// (--index-dir).
+  retrieval::IndexOptions corpusIndex;
+  /// desugar-retrieve asks this between corpus files while indexing; true
+  /// stops the pass with an error (an interrupt: spanc leaves the index as
+  /// it was).
+  std::function<bool()> stopRequested;
 };
 
 /// What a pass gets besides the module: options and a place for located

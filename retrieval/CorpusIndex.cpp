@@ -13,6 +13,8 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 
 namespace spanc::retrieval {
 
@@ -197,12 +199,19 @@ bool isCorpusFile(llvm::StringRef name) {
          extension.equals_insensitive(".md");
 }
 
-/// The corpus files under `directory`, relative and sorted. Hidden entries
-/// (the index itself, .git) are skipped; symbolic links to files are
-/// followed, links to folders are not (no cycles).
-llvm::Expected<std::vector<std::string>>
-listCorpusFiles(llvm::StringRef directory) {
+/// The corpus files under `directory` (a real path), relative and sorted.
+struct CorpusListing {
   std::vector<std::string> files;
+  unsigned linksSkipped = 0;
+};
+
+/// Hidden entries (.git, editor files) are skipped; links to folders are
+/// not followed (no cycles), links to files only when the file really lies
+/// where `policy` allows (the corpus or an allowed folder): a link is how a
+/// corpus would leak a file its owner never meant to share.
+llvm::Expected<CorpusListing>
+listCorpusFiles(llvm::StringRef directory, const support::ReadPolicy &policy) {
+  CorpusListing listing;
   std::error_code ec;
   llvm::sys::fs::recursive_directory_iterator it(directory, ec,
                                                  /*follow_symlinks=*/false);
@@ -219,34 +228,74 @@ listCorpusFiles(llvm::StringRef directory) {
     if (!isCorpusFile(name))
       continue;
     if (type == llvm::sys::fs::file_type::symlink_file) {
-      llvm::sys::fs::file_status status;
-      if (llvm::sys::fs::status(entryPath, status, /*Follow=*/true))
+      llvm::SmallString<256> target;
+      if (llvm::sys::fs::real_path(entryPath, target))
         continue; // A dangling link is not a corpus file.
+      if (!support::isInsideRoots(target, policy)) {
+        ++listing.linksSkipped;
+        continue;
+      }
+      llvm::sys::fs::file_status status;
+      if (llvm::sys::fs::status(target, status))
+        continue;
       type = status.type();
     }
     if (type != llvm::sys::fs::file_type::regular_file)
       continue;
     llvm::StringRef relative = entryPath.drop_front(directory.size());
     relative = relative.ltrim(llvm::sys::path::get_separator());
-    files.push_back(relative.str());
+    listing.files.push_back(relative.str());
   }
   if (ec)
     return makeError("cannot list corpus '" + directory + "': " + ec.message());
-  llvm::sort(files);
-  return files;
+  llvm::sort(listing.files);
+  return listing;
+}
+
+/// The index file of the corpus at `realDirectory`: its folder's name (for
+/// people looking at the cache) and a hash of its whole real path (so two
+/// corpora named alike never share an index).
+std::string indexFileName(llvm::StringRef realDirectory) {
+  std::string name;
+  for (char c : llvm::sys::path::filename(realDirectory))
+    name += llvm::isAlnum(c) || c == '-' || c == '_' || c == '.' ? c : '_';
+  std::array<uint8_t, 20> digest =
+      llvm::SHA1::hash(llvm::arrayRefFromStringRef(realDirectory));
+  return (name.empty() ? "root" : name) + "-" +
+         llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(8),
+                     /*LowerCase=*/true) +
+         ".sqlite";
 }
 
 } // namespace
 
-CorpusIndex::CorpusIndex(std::string directory, std::string path,
-                         sqlite3 *database, ChunkOptions chunking)
-    : directory(std::move(directory)), path(std::move(path)),
-      database(database), chunking(chunking) {}
+std::string defaultIndexDirectory() {
+  if (const char *explicitDirectory = std::getenv("SPANC_INDEX_DIR"))
+    return explicitDirectory;
+  llvm::SmallString<256> directory;
+  if (const char *cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    directory = cache;
+  else if (const char *home = std::getenv("HOME"); home && *home)
+    llvm::sys::path::append(directory, home, ".cache");
+  else
+    return "";
+  llvm::sys::path::append(directory, "spanc", "index");
+  return std::string(directory);
+}
+
+CorpusIndex::CorpusIndex(std::string directory, std::string realDirectory,
+                         std::string path, sqlite3 *database,
+                         IndexOptions options)
+    : directory(std::move(directory)), realDirectory(std::move(realDirectory)),
+      path(std::move(path)), database(database), options(std::move(options)) {
+  // A corpus may always read itself.
+  this->options.readPolicy.roots.push_back(this->realDirectory);
+}
 
 CorpusIndex::~CorpusIndex() { sqlite3_close(database); }
 
 llvm::Expected<std::unique_ptr<CorpusIndex>>
-CorpusIndex::open(llvm::StringRef corpusDir, const ChunkOptions &chunking) {
+CorpusIndex::open(llvm::StringRef corpusDir, const IndexOptions &options) {
   llvm::sys::fs::file_status status;
   if (std::error_code ec = llvm::sys::fs::status(corpusDir, status)) {
     if (ec == std::errc::no_such_file_or_directory)
@@ -256,12 +305,23 @@ CorpusIndex::open(llvm::StringRef corpusDir, const ChunkOptions &chunking) {
   }
   if (status.type() != llvm::sys::fs::file_type::directory_file)
     return makeError("corpus '" + corpusDir + "' is not a folder");
+  llvm::SmallString<256> realDirectory;
+  if (std::error_code ec = llvm::sys::fs::real_path(corpusDir, realDirectory))
+    return makeError("cannot access corpus '" + corpusDir +
+                     "': " + ec.message());
 
-  llvm::SmallString<256> indexFile(corpusDir);
-  llvm::sys::path::append(indexFile, IndexFileName);
-  bool writable =
-      !llvm::sys::fs::access(corpusDir, llvm::sys::fs::AccessMode::Write);
-  std::string path = writable ? std::string(indexFile) : ":memory:";
+  std::string path = ":memory:";
+  std::string indexDirectory = options.indexDirectory.empty()
+                                   ? defaultIndexDirectory()
+                                   : options.indexDirectory;
+  if (!options.inMemory && !indexDirectory.empty() &&
+      !llvm::sys::fs::create_directories(indexDirectory) &&
+      !llvm::sys::fs::access(indexDirectory,
+                             llvm::sys::fs::AccessMode::Write)) {
+    llvm::SmallString<256> indexFile(indexDirectory);
+    llvm::sys::path::append(indexFile, indexFileName(realDirectory));
+    path = std::string(indexFile);
+  }
 
   // A damaged index file is ours to throw away: rebuild it once.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -281,9 +341,9 @@ CorpusIndex::open(llvm::StringRef corpusDir, const ChunkOptions &chunking) {
       continue;
     }
     sqlite3_busy_timeout(database, 10000);
-    std::unique_ptr<CorpusIndex> index(
-        new CorpusIndex(corpusDir.str(), path, database, chunking));
-    llvm::Error error = ensureSchema(database, path, chunking);
+    std::unique_ptr<CorpusIndex> index(new CorpusIndex(
+        corpusDir.str(), std::string(realDirectory), path, database, options));
+    llvm::Error error = ensureSchema(database, path, options.chunking);
     if (!error)
       return index;
     int code = sqlite3_errcode(database);
@@ -299,129 +359,179 @@ CorpusIndex::open(llvm::StringRef corpusDir, const ChunkOptions &chunking) {
   return makeError("corpus index '" + path + "' cannot be opened");
 }
 
-llvm::Expected<RefreshStats> CorpusIndex::refresh() {
-  llvm::Expected<std::vector<std::string>> files = listCorpusFiles(directory);
-  if (!files)
-    return files.takeError();
-
-  Transaction transaction(database, path);
-  if (llvm::Error error = transaction.begin())
-    return error;
-
-  llvm::StringMap<std::string> knownHashes;
-  {
-    Statement select;
-    if (llvm::Error error =
-            prepare(database, path, select, "SELECT path, hash FROM files"))
-      return error;
-    int rc;
-    while ((rc = select.step()) == SQLITE_ROW)
-      knownHashes[select.text(0)] = select.text(1).str();
-    if (rc != SQLITE_DONE)
-      return databaseError(database, path, "reading the file table");
-  }
-
-  Statement deleteFragments, insertFragment, storeFile, deleteFile;
-  if (llvm::Error error = prepare(database, path, deleteFragments,
-                                  "DELETE FROM fragments WHERE path = ?1"))
-    return error;
-  if (llvm::Error error =
-          prepare(database, path, insertFragment,
-                  "INSERT INTO fragments(path, offset, length, body) "
-                  "VALUES (?1, ?2, ?3, ?4)"))
-    return error;
-  if (llvm::Error error =
-          prepare(database, path, storeFile,
-                  "INSERT OR REPLACE INTO files(path, hash) VALUES (?1, ?2)"))
-    return error;
-  if (llvm::Error error = prepare(database, path, deleteFile,
-                                  "DELETE FROM files WHERE path = ?1"))
-    return error;
-
-  auto dropFragments = [&](llvm::StringRef file) -> llvm::Error {
-    deleteFragments.reset();
-    deleteFragments.bind(1, file);
-    if (deleteFragments.step() != SQLITE_DONE)
-      return databaseError(database, path,
-                           "removing fragments of '" + file + "'");
-    return llvm::Error::success();
-  };
+llvm::Expected<RefreshStats>
+CorpusIndex::refresh(const std::function<bool()> &stopRequested) {
+  llvm::Expected<CorpusListing> listing =
+      listCorpusFiles(realDirectory, options.readPolicy);
+  if (!listing)
+    return listing.takeError();
 
   RefreshStats stats;
-  llvm::StringSet<> present;
-  for (const std::string &file : *files) {
-    present.insert(file);
-    llvm::SmallString<256> fullPath(directory);
-    llvm::sys::path::append(fullPath, file);
-    // Hashing every file costs a read of the corpus, but unlike size and
-    // mtime a content hash never misses an edit.
-    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-        llvm::MemoryBuffer::getFile(fullPath, /*IsText=*/false,
-                                    /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      return makeError("cannot read corpus file '" + fullPath +
-                       "': " + buffer.getError().message());
-    llvm::StringRef content = (*buffer)->getBuffer();
-    std::string hash =
-        llvm::toHex(llvm::SHA1::hash(llvm::arrayRefFromStringRef(content)),
-                    /*LowerCase=*/true);
-    auto known = knownHashes.find(file);
-    if (known != knownHashes.end() && known->second == hash) {
-      ++stats.filesUnchanged;
-      continue;
+  stats.linksSkipped = listing->linksSkipped;
+  bool compact = false;
+  {
+    Transaction transaction(database, path);
+    if (llvm::Error error = transaction.begin())
+      return error;
+
+    llvm::StringMap<std::string> knownHashes;
+    {
+      Statement select;
+      if (llvm::Error error =
+              prepare(database, path, select, "SELECT path, hash FROM files"))
+        return error;
+      int rc;
+      while ((rc = select.step()) == SQLITE_ROW)
+        knownHashes[select.text(0)] = select.text(1).str();
+      if (rc != SQLITE_DONE)
+        return databaseError(database, path, "reading the file table");
     }
-    if (known != knownHashes.end()) {
-      ++stats.filesChanged;
+    // The fragment count as the refresh goes, so that a corpus over the
+    // limit stops as soon as it is.
+    int64_t fragments = 0;
+    int64_t droppedFragments = 0;
+    {
+      Statement count;
+      if (llvm::Error error =
+              prepare(database, path, count, "SELECT count(*) FROM fragments"))
+        return error;
+      if (count.step() != SQLITE_ROW)
+        return databaseError(database, path, "counting fragments");
+      fragments = count.integer(0);
+    }
+    const int64_t fragmentsBefore = fragments;
+
+    Statement deleteFragments, insertFragment, storeFile, deleteFile;
+    if (llvm::Error error = prepare(database, path, deleteFragments,
+                                    "DELETE FROM fragments WHERE path = ?1"))
+      return error;
+    if (llvm::Error error =
+            prepare(database, path, insertFragment,
+                    "INSERT INTO fragments(path, offset, length, body) "
+                    "VALUES (?1, ?2, ?3, ?4)"))
+      return error;
+    if (llvm::Error error =
+            prepare(database, path, storeFile,
+                    "INSERT OR REPLACE INTO files(path, hash) VALUES (?1, ?2)"))
+      return error;
+    if (llvm::Error error = prepare(database, path, deleteFile,
+                                    "DELETE FROM files WHERE path = ?1"))
+      return error;
+
+    auto dropFragments = [&](llvm::StringRef file) -> llvm::Error {
+      deleteFragments.reset();
+      deleteFragments.bind(1, file);
+      if (deleteFragments.step() != SQLITE_DONE)
+        return databaseError(database, path,
+                             "removing fragments of '" + file + "'");
+      fragments -= sqlite3_changes(database);
+      droppedFragments += sqlite3_changes(database);
+      return llvm::Error::success();
+    };
+    auto interrupted = [&] {
+      return makeError("indexing corpus '" + directory +
+                       "' interrupted; its index is as it was");
+    };
+
+    llvm::StringSet<> present;
+    for (const std::string &file : listing->files) {
+      // Between files: rolling back leaves the index as it was.
+      if (stopRequested && stopRequested())
+        return interrupted();
+      present.insert(file);
+      llvm::SmallString<256> fullPath(realDirectory);
+      llvm::sys::path::append(fullPath, file);
+      // Hashing every file costs a read of the corpus, but unlike size and
+      // mtime a content hash never misses an edit.
+      llvm::Expected<std::string> content =
+          support::readFile(fullPath, options.readPolicy);
+      if (!content)
+        return makeError("cannot read corpus file " +
+                         llvm::toString(content.takeError()));
+      // Random bytes chunk into fragments too, tens of thousands of them
+      // that mean nothing: a corpus is text.
+      if (size_t zero = content->find('\0'); zero != std::string::npos)
+        return makeError("corpus file '" + fullPath +
+                         "' is not text (a NUL byte at offset " +
+                         llvm::Twine(zero) + ")");
+      std::string hash =
+          llvm::toHex(llvm::SHA1::hash(llvm::arrayRefFromStringRef(*content)),
+                      /*LowerCase=*/true);
+      auto known = knownHashes.find(file);
+      if (known != knownHashes.end() && known->second == hash) {
+        ++stats.filesUnchanged;
+        continue;
+      }
+      if (known != knownHashes.end()) {
+        ++stats.filesChanged;
+        if (llvm::Error error = dropFragments(file))
+          return error;
+      } else {
+        ++stats.filesAdded;
+      }
+      for (const Chunk &chunk : chunkText(*content, options.chunking)) {
+        if (uint64_t(++fragments) > options.maxFragments)
+          return makeError("corpus '" + directory + "' has more than " +
+                           llvm::Twine(options.maxFragments) +
+                           " fragments (at '" + file +
+                           "'); raise the limit with --max-corpus-fragments");
+        insertFragment.reset();
+        insertFragment.bind(1, file);
+        insertFragment.bind(2, static_cast<int64_t>(chunk.offset));
+        insertFragment.bind(3, static_cast<int64_t>(chunk.length));
+        insertFragment.bind(
+            4, llvm::StringRef(*content).substr(chunk.offset, chunk.length));
+        if (insertFragment.step() != SQLITE_DONE)
+          return databaseError(database, path,
+                               "storing a fragment of '" + file + "'");
+        ++stats.fragmentsWritten;
+      }
+      storeFile.reset();
+      storeFile.bind(1, file);
+      storeFile.bind(2, hash);
+      if (storeFile.step() != SQLITE_DONE)
+        return databaseError(database, path,
+                             "storing the hash of '" + file + "'");
+    }
+
+    // Files in the index but no longer in the folder: sorted, for a
+    // deterministic order of deletes.
+    std::vector<std::string> removed;
+    for (const auto &entry : knownHashes)
+      if (!present.count(entry.getKey()))
+        removed.push_back(entry.getKey().str());
+    llvm::sort(removed);
+    for (const std::string &file : removed) {
       if (llvm::Error error = dropFragments(file))
         return error;
-    } else {
-      ++stats.filesAdded;
+      deleteFile.reset();
+      deleteFile.bind(1, file);
+      if (deleteFile.step() != SQLITE_DONE)
+        return databaseError(database, path, "removing '" + file + "'");
+      ++stats.filesRemoved;
     }
-    for (const Chunk &chunk : chunkText(content, chunking)) {
-      insertFragment.reset();
-      insertFragment.bind(1, file);
-      insertFragment.bind(2, static_cast<int64_t>(chunk.offset));
-      insertFragment.bind(3, static_cast<int64_t>(chunk.length));
-      insertFragment.bind(4, content.substr(chunk.offset, chunk.length));
-      if (insertFragment.step() != SQLITE_DONE)
-        return databaseError(database, path,
-                             "storing a fragment of '" + file + "'");
-      ++stats.fragmentsWritten;
-    }
-    storeFile.reset();
-    storeFile.bind(1, file);
-    storeFile.bind(2, hash);
-    if (storeFile.step() != SQLITE_DONE)
-      return databaseError(database, path,
-                           "storing the hash of '" + file + "'");
-  }
-
-  // Files in the index but no longer in the folder: sorted, for a
-  // deterministic order of deletes.
-  std::vector<std::string> removed;
-  for (const auto &entry : knownHashes)
-    if (!present.count(entry.getKey()))
-      removed.push_back(entry.getKey().str());
-  llvm::sort(removed);
-  for (const std::string &file : removed) {
-    if (llvm::Error error = dropFragments(file))
+    if (stopRequested && stopRequested())
+      return interrupted();
+    stats.fragmentsTotal = static_cast<unsigned>(fragments);
+    if (llvm::Error error = transaction.commit())
       return error;
-    deleteFile.reset();
-    deleteFile.bind(1, file);
-    if (deleteFile.step() != SQLITE_DONE)
-      return databaseError(database, path, "removing '" + file + "'");
-    ++stats.filesRemoved;
+    // Deleted rows leave free pages and FTS5 delete markers behind: a
+    // corpus that lost a large file would keep its size for good. Once a
+    // quarter of the fragments went, merge the search index's segments
+    // and rewrite the file (both cost a pass over the index).
+    compact = !isInMemory() && droppedFragments > 0 &&
+              droppedFragments * 4 >= fragmentsBefore;
   }
-
-  Statement count;
-  if (llvm::Error error =
-          prepare(database, path, count, "SELECT count(*) FROM fragments"))
-    return error;
-  if (count.step() != SQLITE_ROW)
-    return databaseError(database, path, "counting fragments");
-  stats.fragmentsTotal = static_cast<unsigned>(count.integer(0));
-  if (llvm::Error error = transaction.commit())
-    return error;
+  if (compact) {
+    // Best effort: another process reading the index makes VACUUM fail,
+    // and the next refresh tries again.
+    sqlite3_exec(database,
+                 "INSERT INTO fragment_search(fragment_search) "
+                 "VALUES('optimize')",
+                 nullptr, nullptr, nullptr);
+    stats.compacted = sqlite3_exec(database, "VACUUM", nullptr, nullptr,
+                                   nullptr) == SQLITE_OK;
+  }
   return stats;
 }
 

@@ -1,20 +1,30 @@
 //===- CorpusIndex.h - SQLite FTS5 (BM25) index of a corpus folder --------===//
 //
-// A corpus is a folder of .txt/.md files. Its index lives beside it in
-// DIR/.spanc-index.sqlite: one row per fragment (file, byte offset, text),
-// searched with FTS5's BM25, plus a content hash per file so that a refresh
-// re-chunks only the files that changed and drops those that are gone.
+// A corpus is a folder of .txt/.md files. Its index is an SQLite file in
+// an index folder (by default ~/.cache/spanc/index; never the corpus, which
+// may belong to someone else or be read-only): one row per fragment (file,
+// byte offset, text), searched with FTS5's BM25, plus a content hash per
+// file so that a refresh re-chunks only the files that changed and drops
+// those that are gone (and gives their space back).
+//
+// What a corpus may hold is bounded: a file's real path must lie in the
+// corpus or another folder the read policy allows (a link to /etc/passwd
+// is skipped, never followed), it must be a regular text file of at most
+// the policy's maxFileBytes, and the corpus at most maxFragments
+// fragments.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RETRIEVAL_CORPUSINDEX_H
 #define SPANC_RETRIEVAL_CORPUSINDEX_H
 
 #include "retrieval/Chunker.h"
+#include "support/FileAccess.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +33,30 @@ struct sqlite3;
 
 namespace spanc::retrieval {
 
-/// The index file's name inside the corpus folder. Names starting with '.'
-/// are never indexed themselves.
-inline constexpr const char *IndexFileName = ".spanc-index.sqlite";
+/// The default of IndexOptions::maxFragments (`--max-corpus-fragments`):
+/// some 200 MB of text at the default chunk size.
+inline constexpr uint64_t kDefaultMaxFragments = 200'000;
+
+/// Where indexes go when IndexOptions::indexDirectory is empty:
+/// $SPANC_INDEX_DIR, else $XDG_CACHE_HOME/spanc/index, else
+/// $HOME/.cache/spanc/index; empty when none is set (indexes then stay in
+/// memory).
+std::string defaultIndexDirectory();
+
+struct IndexOptions {
+  ChunkOptions chunking;
+  /// The folder of index files; empty: defaultIndexDirectory(). An index is
+  /// kept in memory (rebuilt by every process) where this folder cannot be
+  /// created or written.
+  std::string indexDirectory;
+  /// Keep the index in memory only.
+  bool inMemory = false;
+  /// Where a corpus file may really lie besides the corpus folder (which
+  /// is always allowed), and the most bytes one file may hold.
+  support::ReadPolicy readPolicy;
+  /// The most fragments a corpus may have after a refresh.
+  uint64_t maxFragments = kDefaultMaxFragments;
+};
 
 /// A retrieved fragment: where it is and what it says.
 struct Fragment {
@@ -48,26 +79,36 @@ struct RefreshStats {
   /// Fragments written by this refresh, and in the index after it.
   unsigned fragmentsWritten = 0;
   unsigned fragmentsTotal = 0;
+  /// Links whose target lies outside the corpus and the allowed folders:
+  /// skipped, never read.
+  unsigned linksSkipped = 0;
+  /// Whether deleted rows were given back to the file system (VACUUM).
+  bool compacted = false;
 };
 
 class CorpusIndex {
 public:
   /// Opens the index of the corpus folder `corpusDir`, creating the index
-  /// file if needed. A folder that does not exist or is not a folder is an
-  /// error. Where the folder is not writable the index is kept in memory
-  /// (rebuilt by every process), so read-only corpora still work. An index
-  /// built with other chunk options or an older schema is rebuilt.
+  /// file if needed: one file per corpus in the index folder, named after
+  /// the corpus folder's real path. A folder that does not exist or is not
+  /// a folder is an error. Where the index folder is not writable the index
+  /// is kept in memory (rebuilt by every process). An index built with
+  /// other chunk options or an older schema is rebuilt.
   static llvm::Expected<std::unique_ptr<CorpusIndex>>
-  open(llvm::StringRef corpusDir, const ChunkOptions &chunking = {});
+  open(llvm::StringRef corpusDir, const IndexOptions &options = {});
 
   ~CorpusIndex();
   CorpusIndex(const CorpusIndex &) = delete;
   CorpusIndex &operator=(const CorpusIndex &) = delete;
 
   /// Brings the index up to date with the folder: files whose content hash
-  /// changed are re-chunked, new files added, deleted files removed. A file
-  /// that cannot be read is an error naming it; the index is then unchanged.
-  llvm::Expected<RefreshStats> refresh();
+  /// changed are re-chunked, new files added, deleted files removed, and
+  /// the file compacted when that freed much of it. A file that cannot be
+  /// read (or is too large, or not text) is an error naming it; the index
+  /// is then unchanged. So is it when `stopRequested` (asked between files)
+  /// returns true: the refresh then fails with "interrupted".
+  llvm::Expected<RefreshStats>
+  refresh(const std::function<bool()> &stopRequested = nullptr);
 
   /// The `k` fragments most relevant to the free-text `query` by BM25, best
   /// first; equal scores are ordered by path, then offset. Any text is a
@@ -78,18 +119,21 @@ public:
 
   /// The folder, as given to open().
   llvm::StringRef corpusDir() const { return directory; }
+  /// Where its files really are (links resolved).
+  llvm::StringRef corpusRealDir() const { return realDirectory; }
   /// The index file, or ":memory:" for an in-memory index.
   llvm::StringRef indexPath() const { return path; }
   bool isInMemory() const { return path == ":memory:"; }
 
 private:
-  CorpusIndex(std::string directory, std::string path, sqlite3 *database,
-              ChunkOptions chunking);
+  CorpusIndex(std::string directory, std::string realDirectory,
+              std::string path, sqlite3 *database, IndexOptions options);
 
   std::string directory;
+  std::string realDirectory;
   std::string path;
   sqlite3 *database;
-  ChunkOptions chunking;
+  IndexOptions options;
 };
 
 /// Turns free text into an FTS5 MATCH expression that can never be a

@@ -234,7 +234,10 @@ llvm::Error runBulk(const BenchArgs &args) {
   auto fragments = copyCorpus(corpusSource, corpusCopy, chunking);
   if (!fragments)
     return fragments.takeError();
-  auto index = retrieval::CorpusIndex::open(corpusCopy, chunking);
+  retrieval::IndexOptions indexOptions;
+  indexOptions.chunking = chunking;
+  indexOptions.indexDirectory = scratch.str().str(); // removed with it
+  auto index = retrieval::CorpusIndex::open(corpusCopy, indexOptions);
   if (!index)
     return index.takeError();
   auto refreshed = (*index)->refresh();

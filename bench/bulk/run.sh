@@ -16,8 +16,10 @@ for ((i = 0; i < repetitions; ++i)); do
   for mode in bulk-order fifo; do
     extra=()
     [[ $mode == fifo ]] && extra=(--skip-pass bulk-order)
+    # The corpus lies outside the program's folder: allowed explicitly.
     OMP_WAIT_POLICY=passive "$spanc" run bench/bulk/interleaved.span --json \
-      --kv-cache "$kv" -t 2 "${extra[@]}" >"$out/$mode-$i.json"
+      --allow-read examples/corpus --kv-cache "$kv" -t 2 "${extra[@]}" \
+      >"$out/$mode-$i.json"
   done
 done
 /usr/bin/python3 - "$out" "$repetitions" "$kv" <<'PY'

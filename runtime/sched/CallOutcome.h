@@ -69,6 +69,11 @@ struct ExecutorProgress {
 };
 using ProgressCallback = std::function<void(const ExecutorProgress &)>;
 
+/// Asked between scheduler steps; true stops the run there (an interrupt):
+/// running calls are released and every unfinished call fails with
+/// "interrupted".
+using StopCallback = std::function<bool()>;
+
 } // namespace spanc::sched
 
 #endif // SPANC_RUNTIME_SCHED_CALLOUTCOME_H

@@ -65,7 +65,8 @@ const kv::KvStorage &Executor::kvStorage() const { return device->storage(); }
 
 std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
                                        const TokenCallback &onToken,
-                                       const ProgressCallback &onProgress) {
+                                       const ProgressCallback &onProgress,
+                                       const StopCallback &shouldStop) {
   std::vector<CallOutcome> outcomes;
   scheduler->beginRun(plan, outcomes);
   runner->beginRun(plan, outcomes, onToken);
@@ -73,6 +74,10 @@ std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
   SchedulerOutput &step = *stepOutput;
   RunnerOutput &result = *runnerOutput;
   while (scheduler->numDone() < numCalls) {
+    if (shouldStop && shouldStop()) {
+      scheduler->cancel("interrupted");
+      break;
+    }
     bool admittedAny = scheduler->admit();
     if (!scheduler->hasRunning()) {
       if (!admittedAny && !scheduler->hasWaiting())

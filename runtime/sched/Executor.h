@@ -73,10 +73,13 @@ public:
   ~Executor();
 
   /// Runs every call of `plan` to completion (or failure) and returns one
-  /// outcome per call, indexed by CallId.
+  /// outcome per call, indexed by CallId. `shouldStop` is asked between
+  /// steps: once it says true, the calls not finished fail ("interrupted")
+  /// and their blocks go back to the pool, so the cache stays usable.
   std::vector<CallOutcome> run(const plan::Plan &plan,
                                const TokenCallback &onToken = nullptr,
-                               const ProgressCallback &onProgress = nullptr);
+                               const ProgressCallback &onProgress = nullptr,
+                               const StopCallback &shouldStop = nullptr);
 
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }

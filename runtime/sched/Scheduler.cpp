@@ -108,7 +108,7 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
 
 void Scheduler::endRun() {
   for (size_t id = 0; id < done.size(); ++id)
-    if (!done[id])
+    if (!done[id] && (*outcomes)[id].error.empty())
       (*outcomes)[id].error = "not run: the plan could not make progress";
   waiting.clear();
   parked.clear();
@@ -472,6 +472,16 @@ void Scheduler::failStep(const SchedulerOutput &, const std::string &message) {
   queueSpanMoves();
   while (!running.empty())
     finish(*running.back(), false, message);
+}
+
+void Scheduler::cancel(const std::string &reason) {
+  copies.clear();
+  queueSpanMoves();
+  while (!running.empty())
+    finish(*running.back(), false, reason);
+  for (size_t id = 0; id < done.size(); ++id)
+    if (!done[id] && (*outcomes)[id].error.empty())
+      (*outcomes)[id].error = reason;
 }
 
 void Scheduler::update(const SchedulerOutput &output,

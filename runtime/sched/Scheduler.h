@@ -91,6 +91,9 @@ public:
   /// The step failed as a whole (a malformed batch): every running call
   /// fails with `message`.
   void failStep(const SchedulerOutput &output, const std::string &message);
+  /// Stops the run between steps: running calls fail with `reason` and
+  /// release their blocks; calls never admitted fail with it too.
+  void cancel(const std::string &reason);
   /// The copy-on-write copies the last update()'s appends need, in order:
   /// run them before anything else writes K/V (kv::DecodeSlot::copy).
   llvm::ArrayRef<kv::RelocationOp> blockCopies() const { return copies; }

@@ -4,17 +4,23 @@ Usage: e2e.py SPANC GROUP, with the working directory at the workspace root
 (the runfiles root under Bazel), so `examples/...` resolves. GROUP is
 `examples` (every example runs, exits 0, answers are non-empty) or
 `invariance` (cache and relocation modes, cold vs warm, bulk vs one by one
-give the same answers under --batch-invariant). Exits 0 with a SKIPPED
-message when the model is absent.
+give the same answers under --batch-invariant), `bulk`, `progress` or
+`signals` (SIGINT/SIGTERM stop run, generate and index cleanly). Exits 0
+with a SKIPPED message when the model is absent (the index part of
+`signals` needs none).
 """
 
+import glob
+import hashlib
 import json
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 EXAMPLES = [
     "examples/rag.span",
@@ -257,18 +263,167 @@ def check_progress(spanc, model):
           "stderr not a terminal, yet it got %r" % process.stderr[:200])
 
 
+def wait_for(predicate, process, seconds, what):
+    """Polls `predicate` every 5 ms for up to `seconds`; fails the check
+    (and returns False) when it never holds or `process` ended first."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if process.poll() is not None:
+            check(False, "%s: the process ended first (exit %d)" %
+                  (what, process.returncode))
+            return False
+        time.sleep(0.005)
+    check(False, "%s: not within %d s" % (what, seconds))
+    return False
+
+
+def stop(process, signal_number, what):
+    """Sends the signal and returns (exit code, stderr text, seconds to
+    exit); a process that does not stop within 20 s is killed."""
+    sent = time.monotonic()
+    process.send_signal(signal_number)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        check(False, "%s: still running 20 s after the signal" % what)
+    stderr = process.stderr.read().decode("utf-8", "replace")
+    return process.returncode, stderr, time.monotonic() - sent
+
+
+def check_signal_index(spanc):
+    """spanc index stops between two files on SIGTERM: exit 143, a message,
+    the index file byte for byte as before and no journal left; the next
+    refresh then does the whole work."""
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = os.path.join(scratch, "corpus")
+        indexes = os.path.join(scratch, "indexes")
+        os.makedirs(corpus)
+        for number in range(20):
+            with open(os.path.join(corpus, "first-%04d.md" % number), "w") as f:
+                f.write("Paragraph %d of the first batch.\n" % number)
+        command = [spanc, "index", corpus, "--index-dir", indexes]
+        first = subprocess.run(command, capture_output=True, text=True)
+        check(first.returncode == 0, "index: %s" % first.stderr)
+        [index_file] = glob.glob(os.path.join(indexes, "*.sqlite"))
+        with open(index_file, "rb") as f:
+            before = hashlib.sha256(f.read()).hexdigest()
+        # Enough files that the refresh is still running when its journal
+        # appears (each file is a few thousand distinct words).
+        for number in range(3000):
+            with open(os.path.join(corpus, "more-%04d.md" % number), "w") as f:
+                f.write(" ".join("w%d" % (number * 577 + word)
+                                 for word in range(400)) + "\n")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        journal = index_file + "-journal"
+        if wait_for(lambda: os.path.exists(journal), process, 60,
+                    "index journal"):
+            code, stderr, seconds = stop(process, signal.SIGTERM, "index")
+            print("index: SIGTERM -> exit %d in %.3f s: %s" %
+                  (code, seconds, stderr.strip()), flush=True)
+            check(code == 143, "index: exit %d after SIGTERM" % code)
+            check("spanc index: interrupted by SIGTERM: the index of" in stderr
+                  and "is as it was" in stderr,
+                  "index: no interrupt message: %r" % stderr)
+            check(not os.path.exists(journal), "index: journal left behind")
+            with open(index_file, "rb") as f:
+                after = hashlib.sha256(f.read()).hexdigest()
+            check(before == after, "index: the index file changed")
+            again = subprocess.run(command, capture_output=True, text=True)
+            check(again.returncode == 0 and "3000 added, 0 changed, 20 "
+                  "unchanged" in again.stdout,
+                  "index after the interrupt: %r %r" % (again.stdout,
+                                                       again.stderr))
+        else:
+            process.kill()
+            process.wait()
+
+
+def check_signal_generate(spanc, model):
+    """spanc generate stops between two tokens: SIGINT ends the streamed
+    text with a newline and exits 130; with -o the file is left as it was
+    (written only when complete, through a temporary file)."""
+    prompt = "1, 2, 3, 4, 5, 6, 7,"
+    command = [spanc, "generate", prompt, "--model", model, "-n", "4000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    first = process.stdout.read(1)  # the first token is out
+    check(first != b"", "generate: no output before the signal")
+    code, stderr, seconds = stop(process, signal.SIGINT, "generate")
+    rest = process.stdout.read()
+    print("generate: SIGINT -> exit %d in %.3f s: %s" %
+          (code, seconds, stderr.strip().splitlines()[-1:]), flush=True)
+    check(code == 130, "generate: exit %d after SIGINT" % code)
+    check(re.search(r"spanc generate: interrupted by SIGINT: stopped after "
+                    r"\d+ tokens", stderr) is not None,
+          "generate: no interrupt message: %r" % stderr)
+    check((first + rest).endswith(b"\n"), "generate: text not ended")
+
+    with tempfile.TemporaryDirectory() as scratch:
+        output = os.path.join(scratch, "completion.txt")
+        with open(output, "w") as f:
+            f.write("before\n")
+        process = subprocess.Popen(command + ["-o", output],
+                                   stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        time.sleep(1.5)  # loaded and generating: 4000 tokens take longer
+        code, stderr, _ = stop(process, signal.SIGTERM, "generate -o")
+        check(code == 143, "generate -o: exit %d after SIGTERM" % code)
+        with open(output) as f:
+            check(f.read() == "before\n", "generate -o: the file changed")
+        check(os.listdir(scratch) == ["completion.txt"],
+              "generate -o: left %r" % os.listdir(scratch))
+        # Uninterrupted, the file holds the whole completion.
+        done = subprocess.run(command[:-1] + ["8", "-o", output],
+                              capture_output=True, text=True)
+        with open(output) as f:
+            text = f.read()
+        check(done.returncode == 0 and text.strip() != "" and
+              text != "before\n", "generate -o: %r %r" % (text, done.stderr))
+
+
+def check_signal_run(spanc, model):
+    """spanc run stops between two scheduler steps: SIGINT exits 130 with a
+    message saying how far it got."""
+    with tempfile.TemporaryDirectory() as scratch:
+        program = os.path.join(scratch, "long.span")
+        with open(program, "w") as f:
+            f.write('query q { gen(max_tokens = 4000, temperature = 0) '
+                    '{ user "Count from 1 to 10000, separated by commas." } }\n')
+        process = subprocess.Popen(
+            [spanc, "run", program, "--model", model],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = process.stdout.read(1)  # the answer is streaming
+        check(first != b"", "run: no output before the signal")
+        code, stderr, seconds = stop(process, signal.SIGINT, "run")
+        print("run: SIGINT -> exit %d in %.3f s: %s" %
+              (code, seconds, stderr.strip()), flush=True)
+        check(code == 130, "run: exit %d after SIGINT" % code)
+        check("spanc run: interrupted by SIGINT: stopped between two steps "
+              "of run 1 of 1, 0 of 1 calls finished" in stderr,
+              "run: no interrupt message: %r" % stderr)
+
+
 def main():
     spanc, group = os.path.abspath(sys.argv[1]), sys.argv[2]
     model = os.path.join(os.environ.get("SPANC_ROOT", ""), "models",
                          "SmolLM2-135M-Instruct.Q4_1.gguf")
     if group == "bulk":
         check_bulk_errors(spanc, model)
+    if group == "signals":
+        check_signal_index(spanc)
     if not os.environ.get("SPANC_ROOT") or not os.path.exists(model):
         print("SKIPPED: no model at %s (run tools/setup.sh; Bazel sets "
               "SPANC_ROOT to the workspace)" % model)
         return 1 if failures else 0
     {"examples": check_examples, "invariance": check_invariance,
-     "bulk": check_bulk, "progress": check_progress}[group](
+     "bulk": check_bulk, "progress": check_progress,
+     "signals": lambda spanc, model: (check_signal_generate(spanc, model),
+                                      check_signal_run(spanc, model))}[group](
         spanc, model)
     if failures:
         print("%d check(s) failed" % len(failures))

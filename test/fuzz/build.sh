@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang++-14 and ASan/UBSan, outside Bazel
-# (Bazel's toolchain here is gcc, which has no libFuzzer).
+# (Bazel's toolchain here is gcc, which has no libFuzzer):
 #
-#   test/fuzz/build.sh [OUT]        # default OUT: /tmp/spanc-fuzz
-#   OUT/span_fuzzer test/fuzz/span_corpus -max_total_time=600
-#   OUT/json_fuzzer test/fuzz/json_corpus -dict=test/fuzz/json.dict
+#   span   .span source → IR → pipeline → plan      (SpanFuzzer.cpp)
+#   json   spnl JSON → IR → pipeline → plan          (JsonFuzzer.cpp)
+#   ir     textual IR → verifier → pipeline → plan   (IrFuzzer.cpp)
+#   gguf   the GGUF reader, tokenizer, chat template (gguf/GgufFuzzer.cpp)
+#   model  GGUF bytes through Model::load and a forward step
+#          (gguf/ModelFuzzer.cpp)
+#
+#   test/fuzz/build.sh [OUT] [TARGET...]   # default OUT: /tmp/spanc-fuzz, all
+#   test/fuzz/run.sh TARGET SECONDS        # runs one, merges into its corpus
 #
 # The ANTLR parser is generated into OUT, so nothing is written into the
-# source tree.
+# source tree. Objects are rebuilt when their source, a project header or
+# this script changed.
 set -euo pipefail
+shopt -s nullglob
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-/tmp/spanc-fuzz}"
+shift || true
+targets=("$@")
+if ((${#targets[@]} == 0)); then targets=(span json ir gguf model); fi
 mkdir -p "$out/include/grammar" "$out/obj"
 
 # The generated lexer and parser, as //grammar:span_antlr makes them.
@@ -37,12 +48,15 @@ flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer
        -fsanitize=fuzzer-no-link,address,undefined
        # LLVM is built without RTTI: UBSan's vptr check needs it.
        -fno-sanitize=vptr -fno-sanitize-recover=undefined
+       # The runtime's OpenMP is GCC's, as in the Bazel build.
+       -fopenmp=libgomp
+       -DPCRE2_CODE_UNIT_WIDTH=8
        -I"$root" -I"$out/include" -I"$out/antlr4-runtime"
        -I/usr/lib/llvm-14/include -w)
-libs=(-L/usr/lib/llvm-14/lib -lLLVMSupport -lLLVMDemangle -lantlr4-runtime
-      -lz -ltinfo -lpthread -ldl)
+libs=(-L/usr/lib/llvm-14/lib -lLLVMSupport -lLLVMDemangle -lz -ltinfo
+      -lpthread -ldl)
 
-sources=(
+frontend_sources=(
   "$out/include/grammar/SpanLexer.cpp" "$out/include/grammar/SpanParser.cpp"
   "$out/include/grammar/SpanVisitor.cpp" "$out/include/grammar/SpanBaseVisitor.cpp"
   "$root"/ir/*.cpp
@@ -52,29 +66,72 @@ sources=(
   "$root/passes/DesugarChat.cpp" "$root/passes/PlusSimplify.cpp"
   "$root/passes/TreeReduce.cpp" "$root/passes/PlusDistribute.cpp"
   "$root/passes/CommonSubtrees.cpp" "$root/passes/BulkOrder.cpp"
+  "$root/codegen/Lowering.cpp" "$root/plan/Plan.cpp"
 )
-objects=()
-pids=()
-for source in "${sources[@]}"; do
-  object="$out/obj/$(echo "${source#"$root"/}" | tr '/' '_').o"
-  objects+=("$object")
-  # Rebuild when the source, any project header or this script changed.
-  if [[ ! -f "$object" || "$source" -nt "$object" ||
-        "$root/test/fuzz/build.sh" -nt "$object" ||
-        -n "$(find "$root/ir" "$root/frontend" "$root/passes" \
-                  "$root/test/fuzz" -name '*.h' -newer "$object" | head -1)" ]]; then
-    "$cxx" "${flags[@]}" -c "$source" -o "$object" &
-    pids+=($!)
-    # Two cores, shared: at most two compiles at a time.
-    if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
-  fi
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
+frontend_sources+=("$root"/support/*.cpp)
+reader_sources=(
+  "$root/runtime/model/Gguf.cpp" "$root/runtime/model/Quantization.cpp"
+  "$root/runtime/model/ModelConfig.cpp" "$root/runtime/model/Tokenizer.cpp"
+  "$root/runtime/model/ChatTemplate.cpp"
+)
+model_sources=(
+  "$root/runtime/model/Gguf.cpp" "$root/runtime/model/Quantization.cpp"
+  "$root/runtime/model/ModelConfig.cpp" "$root/runtime/model/Weights.cpp"
+  "$root/runtime/model/Model.cpp" "$root/runtime/model/Engine.cpp"
+  "$root/runtime/kv/KvStorage.cpp"
+  "$root"/runtime/kernels/cpu/*.cpp
+)
 
-for target in span json; do
-  name="$(tr '[:lower:]' '[:upper:]' <<<"${target:0:1}")${target:1}"
-  "$cxx" "${flags[@]/fuzzer-no-link/fuzzer}" \
-    "$root/test/fuzz/${name}Fuzzer.cpp" "${objects[@]}" "${libs[@]}" \
-    -o "$out/${target}_fuzzer"
+# Compiles SOURCES... into objects (two at a time: the machine is shared)
+# and sets `objects` to their paths.
+compile() {
+  objects=()
+  local pids=() source object
+  for source in "$@"; do
+    object="$out/obj/$(echo "${source#"$root"/}" | tr '/' '_').o"
+    objects+=("$object")
+    if [[ ! -f "$object" || "$source" -nt "$object" ||
+          "$root/test/fuzz/build.sh" -nt "$object" ||
+          -n "$(find "$root/ir" "$root/frontend" "$root/passes" \
+                    "$root/codegen" "$root/plan" "$root/support" \
+                    "$root/runtime" "$root/test/fuzz" -name '*.h' \
+                    -newer "$object" 2>/dev/null | head -1)" ]]; then
+      "$cxx" "${flags[@]}" -c "$source" -o "$object" &
+      pids+=($!)
+      if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    fi
+  done
+  local pid
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
+link() { # NAME HARNESS EXTRA_LIBS...
+  local name="$1" harness="$2"
+  shift 2
+  "$cxx" "${flags[@]/fuzzer-no-link/fuzzer}" "$harness" "${objects[@]}" \
+    "${libs[@]}" "$@" -o "$out/${name}_fuzzer"
+  echo "built $out/${name}_fuzzer"
+}
+
+for target in "${targets[@]}"; do
+  case "$target" in
+  span | json | ir)
+    compile "${frontend_sources[@]}"
+    harness="$(tr '[:lower:]' '[:upper:]' <<<"${target:0:1}")${target:1}"
+    [[ "$target" == ir ]] && harness=Ir
+    link "$target" "$root/test/fuzz/${harness}Fuzzer.cpp" -lantlr4-runtime
+    ;;
+  gguf)
+    compile "${reader_sources[@]}"
+    link gguf "$root/test/fuzz/gguf/GgufFuzzer.cpp" -lpcre2-8
+    ;;
+  model)
+    compile "${model_sources[@]}"
+    link model "$root/test/fuzz/gguf/ModelFuzzer.cpp" -ldnnl
+    ;;
+  *)
+    echo "unknown target '$target' (span, json, ir, gguf, model)" >&2
+    exit 2
+    ;;
+  esac
 done
-echo "built $out/span_fuzzer $out/json_fuzzer"

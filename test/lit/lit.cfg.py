@@ -22,3 +22,7 @@ config.environment["PATH"] = os.pathsep.join(
 for name in ["SPANC_ROOT", "HOME"]:
     if name in os.environ:
         config.environment[name] = os.environ[name]
+# Corpus indexes go to the index folder (~/.cache/spanc/index by default):
+# keep the tests' own.
+config.environment["SPANC_INDEX_DIR"] = os.path.join(config.test_exec_root,
+                                                     "spanc-index")

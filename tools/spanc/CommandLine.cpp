@@ -2,6 +2,8 @@
 
 #include "tools/spanc/CommandLine.h"
 
+#include "tools/spanc/Interrupt.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -69,18 +71,51 @@ std::string defaultModelPath() {
 
 int writeOutput(const char *command, const po::variables_map &values,
                 const std::string &text) {
+  if (interruptRequested())
+    return reportInterrupted(command, "nothing was written");
   if (!values.count("output") || values["output"].as<std::string>() == "-") {
     llvm::outs() << text;
     llvm::outs().flush();
     return 0;
   }
-  std::string path = values["output"].as<std::string>();
-  std::error_code error;
-  llvm::raw_fd_ostream out(path, error, llvm::sys::fs::OF_Text);
-  if (error)
+  return writeFileAtomically(command, values["output"].as<std::string>(), text);
+}
+
+int writeFileAtomically(const char *command, const std::string &path,
+                        llvm::StringRef text) {
+  // Beside the target, so that the rename stays on one file system.
+  llvm::SmallString<256> model(path);
+  model += ".tmp-%%%%%%";
+  llvm::SmallString<256> temporary;
+  int descriptor = -1;
+  if (std::error_code error =
+          llvm::sys::fs::createUniqueFile(model, descriptor, temporary))
     return reportError(command,
                        "cannot write '" + path + "': " + error.message());
-  out << text;
+  setTemporaryFile(temporary);
+  auto discard = [&](const std::string &message) {
+    llvm::sys::fs::remove(temporary);
+    clearTemporaryFile();
+    return reportError(command, message);
+  };
+  {
+    llvm::raw_fd_ostream out(descriptor, /*shouldClose=*/true);
+    out << text;
+    out.close();
+    if (out.has_error()) {
+      std::string message = out.error().message();
+      out.clear_error();
+      return discard("cannot write '" + path + "': " + message);
+    }
+  }
+  if (interruptRequested()) {
+    llvm::sys::fs::remove(temporary);
+    clearTemporaryFile();
+    return reportInterrupted(command, "'" + path + "' is as it was");
+  }
+  if (std::error_code error = llvm::sys::fs::rename(temporary, path))
+    return discard("cannot write '" + path + "': " + error.message());
+  clearTemporaryFile();
   return 0;
 }
 

@@ -8,6 +8,8 @@
 #ifndef SPANC_TOOLS_SPANC_COMMANDLINE_H
 #define SPANC_TOOLS_SPANC_COMMANDLINE_H
 
+#include "llvm/ADT/StringRef.h"
+
 #include <boost/program_options.hpp>
 
 #include <cstdint>
@@ -56,9 +58,17 @@ int notYetImplemented(const char *command, const char *issue);
 std::string defaultModelPath();
 
 /// Writes `text` to the file named by option `output` (`-o`), or to stdout
-/// when it is absent or "-"; returns the exit code.
+/// when it is absent or "-"; returns the exit code. A file is written
+/// whole or not at all (writeFileAtomically), and nothing is written once
+/// an interrupt was requested (Interrupt.h).
 int writeOutput(const char *command, const po::variables_map &values,
                 const std::string &text);
+
+/// Writes `text` to a temporary file beside `path` and renames it over
+/// `path`, so that `path` is never seen half written; a failure or an
+/// interrupt leaves `path` as it was. Returns the exit code.
+int writeFileAtomically(const char *command, const std::string &path,
+                        llvm::StringRef text);
 
 /// Prints "spanc COMMAND: error: MESSAGE" to stderr and returns 1.
 int reportError(const char *command, const std::string &message);

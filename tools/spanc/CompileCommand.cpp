@@ -16,6 +16,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 
@@ -133,6 +134,7 @@ int runCompile(const std::vector<std::string> &args) {
        "the last pass");
   addSpanModeOptions(options);
   addMaxCallsOption(options);
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   const std::string about =
@@ -158,11 +160,13 @@ int runCompile(const std::vector<std::string> &args) {
                                       " (expected ast, ir, ir-opt or plan)");
 
   codegen::CompileOptions compileOptions;
-  if (!readCompileOptions("compile", values, compileOptions))
+  if (!readCompileOptions("compile", values, path, compileOptions))
     return 1;
   // Verifying after each pass costs about as much as the passes on large
   // programs; the end result is verified either way.
   compileOptions.verifyEach = values.count("verify-each") != 0;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
 
   llvm::SourceMgr sourceMgr;
   if (emit == "ast") {
@@ -189,7 +193,12 @@ int runCompile(const std::vector<std::string> &args) {
     auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
     if (!optimizer)
       return reportError("compile", llvm::toString(optimizer.takeError()));
-    if (llvm::Error error = (*optimizer)->run(*module))
+    llvm::Error error = (*optimizer)->run(*module);
+    if (interruptRequested()) {
+      llvm::consumeError(std::move(error));
+      return reportInterrupted("compile", "nothing was written");
+    }
+    if (error)
       return reportError("compile", llvm::toString(std::move(error)));
   }
   if (emit == "plan")

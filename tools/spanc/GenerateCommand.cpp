@@ -3,14 +3,18 @@
 // Prompt in, streamed text out: tokenizes PROMPT (or wraps it as a user
 // message of the model's chat template with --chat), prefills it, samples up
 // to --max-tokens tokens and writes each one's text to stdout as soon as it
-// exists. Time to first token and decode tokens/s go to stderr.
+// exists (with -o FILE, to FILE at the end, whole). Time to first token and
+// decode tokens/s go to stderr. SIGINT/SIGTERM stop between two prefill
+// chunks or two tokens (Interrupt.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
+#include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
@@ -50,7 +54,13 @@ int runGenerate(const std::vector<std::string> &args) {
       ("top-p", po::value<float>()->default_value(1.0f),                  //
        "top-p in (0, 1] (1: off)")                                        //
       ("seed", po::value<uint64_t>()->default_value(0), "sampling seed")  //
+      ("fixed-threads", "always use --threads threads, even while other " //
+                        "processes take cores (benchmarks)")              //
       ("chat", "wrap the prompt as a user message of the chat template")  //
+      ("output,o", po::value<std::string>(),                              //
+       "write the completion to this file once it is complete (through "  //
+       "a temporary file, so an interrupted run leaves it as it was) "    //
+       "instead of streaming it to stdout")                               //
       ("f32", "force f32 GEMMs (debugging)")                              //
       ("numerics", po::value<std::string>()->default_value("default"),    //
        "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/" //
@@ -61,12 +71,16 @@ int runGenerate(const std::vector<std::string> &args) {
   ParsedCommandLine parsed = parseCommandLine(
       "generate", "spanc generate PROMPT --model FILE [options]",
       ("Streams a completion of PROMPT on a model, with TTFT and tokens/s "
-       "on stderr.\n\n" +
+       "on stderr. SIGINT or SIGTERM stops between two tokens: the text so "
+       "far ends with a newline, -o FILE is left as it was, and the exit "
+       "code is 130 or 143. -t is a ceiling: fewer threads run while other "
+       "processes take cores, unless --fixed-threads.\n\n" +
        limitsHelp(PromptLimit | ThreadsLimit))
           .c_str(),
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
+  deferInterrupts();
   const po::variables_map &values = parsed.values;
   const int maxTokens = values["max-tokens"].as<int>();
   if (maxTokens < 0)
@@ -164,22 +178,43 @@ int runGenerate(const std::vector<std::string> &args) {
                stopTokens.end();
   };
 
+  // After omp_set_num_threads: --threads is its ceiling.
+  cpu::AdaptiveThreads adaptiveThreads;
+  const bool adaptThreads = values.count("fixed-threads") == 0;
   auto runner = model::SequenceRunner::create(
       engineModel, int64_t(promptTokens.size()) + maxTokens);
   if (!runner)
     return reportError("generate", llvm::toString(runner.takeError()));
   model::Sampler sampler(sampling);
-  llvm::raw_ostream &out = llvm::outs();
+  const bool toFile = values.count("output") != 0;
+  std::string completion;
+  llvm::raw_string_ostream completionStream(completion);
+  llvm::raw_ostream &out =
+      toFile ? static_cast<llvm::raw_ostream &>(completionStream)
+             : llvm::outs();
   auto start = std::chrono::steady_clock::now();
-  auto logits = (*runner)->append(promptTokens);
-  if (!logits)
-    return reportError("generate", llvm::toString(logits.takeError()));
+  // The runner's own prefill chunks, one call each, so that an interrupt
+  // is seen between them (the same chunks: the same logits).
+  constexpr size_t kPrefillChunk = 512;
+  llvm::Expected<llvm::ArrayRef<float>> logits = llvm::ArrayRef<float>();
+  for (size_t begin = 0; begin < promptTokens.size(); begin += kPrefillChunk) {
+    if (interruptRequested())
+      return reportInterrupted("generate", "stopped during the prefill");
+    logits = (*runner)->append(
+        llvm::ArrayRef<int32_t>(promptTokens)
+            .slice(begin,
+                   std::min(kPrefillChunk, promptTokens.size() - begin)));
+    if (!logits)
+      return reportError("generate", llvm::toString(logits.takeError()));
+    if (adaptThreads)
+      adaptiveThreads.afterStep();
+  }
   // TTFT: prompt in to first token chosen. Decode rate: the steps that
   // produced the tokens after the first one.
   double timeToFirstToken = 0;
   auto decodeStart = std::chrono::steady_clock::now();
   int emitted = 0;
-  while (emitted < maxTokens) {
+  while (emitted < maxTokens && !interruptRequested()) {
     int32_t next = sampler.sample(*logits);
     if (emitted == 0) {
       timeToFirstToken = secondsSince(start);
@@ -194,18 +229,35 @@ int runGenerate(const std::vector<std::string> &args) {
     logits = (*runner)->append(llvm::ArrayRef<int32_t>(next));
     if (!logits)
       return reportError("generate", llvm::toString(logits.takeError()));
+    if (adaptThreads)
+      adaptiveThreads.afterStep();
   }
   out << "\n";
   out.flush();
   double decodeSeconds = secondsSince(decodeStart);
+  if (interruptRequested())
+    return reportInterrupted(
+        "generate", "stopped after " + std::to_string(emitted) + " tokens" +
+                        (toFile ? "; '" + values["output"].as<std::string>() +
+                                      "' is as it was"
+                                : ""));
+  if (toFile)
+    if (int code = writeFileAtomically(
+            "generate", values["output"].as<std::string>(), completion))
+      return code;
   int decodeSteps = std::max(0, emitted - 1);
   llvm::errs() << llvm::format(
       "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "
-      "%.1f tok/s; %s GEMMs, %d threads\n",
+      "%.1f tok/s; %s GEMMs, %d threads",
       promptTokens.size(), timeToFirstToken * 1e3, emitted,
       decodeSteps > 0 ? decodeSteps / std::max(decodeSeconds, 1e-9) : 0.0,
       cpu::gemmPrecisionName(engineModel.gemmPrecision()),
-      omp_get_max_threads());
+      adaptiveThreads.maxThreads());
+  if (adaptiveThreads.shrinks() > 0)
+    llvm::errs() << llvm::format(
+        " (%d at the end: fewer %u time(s) while other processes took cores)",
+        adaptiveThreads.threads(), adaptiveThreads.shrinks());
+  llvm::errs() << "\n";
   return 0;
 }
 

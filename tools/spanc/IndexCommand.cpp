@@ -2,6 +2,8 @@
 
 #include "retrieval/CorpusIndex.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -16,24 +18,42 @@ int runIndex(const std::vector<std::string> &args) {
        "after refreshing, print the fragments that best match this text") //
       ("top,k", po::value<unsigned>()->default_value(4),                  //
        "how many fragments --query prints");
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
-      "index", "spanc index DIR [--query TEXT [-k N]]",
+      "index", "spanc index DIR [--query TEXT [-k N]] [--index-dir DIR]",
       "Chunks the .txt/.md files of a corpus folder into fragments (by\n"
       "paragraph, with a size cap and overlap) and indexes them with SQLite\n"
-      "FTS5 (BM25) in DIR/.spanc-index.sqlite. Only files whose content\n"
-      "changed are re-chunked; fragments of deleted files are removed.\n"
+      "FTS5 (BM25). The index is a file in the index folder (--index-dir;\n"
+      "by default ~/.cache/spanc/index), never in the corpus. Only files\n"
+      "whose content changed are re-chunked; fragments of deleted files are\n"
+      "removed and the space they took is given back.\n"
+      "Links are followed only to files inside DIR or an --allow-read\n"
+      "folder; a file must be text (no NUL byte) of at most --max-file-size\n"
+      "bytes, and the corpus at most --max-corpus-fragments fragments.\n"
+      "SIGINT or SIGTERM stops between two files and leaves the index as\n"
+      "it was (exit 130 or 143).\n"
       "With --query, prints the top fragments for that text, best first.",
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
+  deferInterrupts();
 
   std::string directory = parsed.values["input"].as<std::string>();
-  auto index = retrieval::CorpusIndex::open(directory);
+  retrieval::IndexOptions indexOptions;
+  if (!readFileAccessOptions("index", parsed.values, indexOptions))
+    return 1;
+  auto index = retrieval::CorpusIndex::open(directory, indexOptions);
   if (!index)
     return reportError("index", llvm::toString(index.takeError()));
-  auto stats = (*index)->refresh();
+  auto stats = (*index)->refresh(interruptRequested);
+  if (interruptRequested()) {
+    if (!stats)
+      llvm::consumeError(stats.takeError());
+    return reportInterrupted("index",
+                             "the index of '" + directory + "' is as it was");
+  }
   if (!stats)
     return reportError("index", llvm::toString(stats.takeError()));
 
@@ -43,6 +63,13 @@ int runIndex(const std::vector<std::string> &args) {
                << " removed; " << stats->fragmentsWritten
                << " fragments written, " << stats->fragmentsTotal << " in "
                << (*index)->indexPath() << "\n";
+  if (stats->linksSkipped)
+    llvm::outs() << "skipped " << stats->linksSkipped
+                 << " link(s) to files outside " << directory
+                 << " and the --allow-read folders\n";
+  if (stats->compacted)
+    llvm::outs() << "compacted the index (space of removed fragments given "
+                    "back)\n";
 
   if (!parsed.values.count("query"))
     return 0;

@@ -5,6 +5,7 @@
 #include "passes/PassManager.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -33,6 +34,7 @@ int runOpt(const std::vector<std::string> &args) {
        "fan-in for tree-reduce on gens without reduce= (0: off)")            //
       ("prepare-fragments",                                                  //
        "desugar-retrieve adds a max_tokens=1 warm-up gen per fragment");
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   std::string about =
@@ -61,7 +63,8 @@ int runOpt(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   codegen::CompileOptions compileOptions;
-  if (!readCompileOptions("opt", values, compileOptions))
+  if (!readCompileOptions("opt", values, values["input"].as<std::string>(),
+                          compileOptions))
     return 1;
   if (values.count("passes"))
     compileOptions.pipeline = values["passes"].as<std::string>();
@@ -70,6 +73,8 @@ int runOpt(const std::vector<std::string> &args) {
     compileOptions.printAfter =
         values["print-ir-after"].as<std::vector<std::string>>();
   compileOptions.printOptions.printLocations = values.count("print-loc") != 0;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
 
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
@@ -81,7 +86,12 @@ int runOpt(const std::vector<std::string> &args) {
       values["input"].as<std::string>(), diagnostics, compileOptions);
   if (!module)
     return 1;
-  if (llvm::Error error = (*optimizer)->run(*module))
+  llvm::Error error = (*optimizer)->run(*module);
+  if (interruptRequested()) {
+    llvm::consumeError(std::move(error));
+    return reportInterrupted("opt", "nothing was written");
+  }
+  if (error)
     return reportError("opt", llvm::toString(std::move(error)));
 
   return writeOutput("opt", values,

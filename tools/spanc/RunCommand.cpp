@@ -10,6 +10,7 @@
 
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
+#include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
@@ -22,6 +23,7 @@
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -268,6 +270,8 @@ int runRun(const std::vector<std::string> &args) {
        po::value<std::string>()->default_value("rope-in-kernel"),           //
        "how reused spans move: rerope (rotate cached K by the position "    //
        "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
+      ("fixed-threads", "-t is a ceiling: fewer threads run while other "  //
+       "processes take cores; with this, always -t threads (benchmarks)")  //
       ("kv-cache", po::value<std::string>()->default_value("65536"),        //
        "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
        "or memory (512MiB, 2GiB)")                                          //
@@ -304,6 +308,7 @@ int runRun(const std::vector<std::string> &args) {
   addSpanModeOptions(options);
   addMaxCallsOption(options);
   addThreadsOption(options);
+  addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   const std::string about =
@@ -351,13 +356,18 @@ int runRun(const std::vector<std::string> &args) {
     return 1;
 
   // Compile.
-  codegen::CompileOptions compileOptions;
-  if (!readCompileOptions("run", values, compileOptions))
-    return 1;
-  llvm::SourceMgr sourceMgr;
-  ir::DiagnosticEngine diagnostics(sourceMgr);
   if (values.count("input") == values.count("bulk"))
     return reportError("run", "give either a program FILE or --bulk DIR");
+  codegen::CompileOptions compileOptions;
+  if (!readCompileOptions(
+          "run", values,
+          values[values.count("bulk") ? "bulk" : "input"].as<std::string>(),
+          compileOptions))
+    return 1;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
+  llvm::SourceMgr sourceMgr;
+  ir::DiagnosticEngine diagnostics(sourceMgr);
   std::unique_ptr<ir::Module> module;
   if (values.count("bulk")) {
     auto bulk =
@@ -379,8 +389,13 @@ int runRun(const std::vector<std::string> &args) {
   auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
   if (!optimizer)
     return reportError("run", llvm::toString(optimizer.takeError()));
-  if (llvm::Error error = (*optimizer)->run(*module))
+  if (llvm::Error error = (*optimizer)->run(*module)) {
+    if (interruptRequested()) {
+      llvm::consumeError(std::move(error));
+      return reportInterrupted("run", "stopped while compiling; nothing ran");
+    }
     return reportError("run", llvm::toString(std::move(error)));
+  }
 
   // Lower through the model's chat template before its weights load, so
   // that a plan past a limit is reported in a moment: only the tokenizer
@@ -444,6 +459,9 @@ int runRun(const std::vector<std::string> &args) {
       sched::Executor::create(**model, **tokenizer, executorOptions);
   if (!executor)
     return reportError("run", llvm::toString(executor.takeError()));
+  if (interruptRequested())
+    return reportInterrupted("run", "stopped before the first call; nothing "
+                                    "ran");
 
   // Stream the answer live when there is exactly one.
   std::optional<plan::CallId> streamed;
@@ -466,6 +484,10 @@ int runRun(const std::vector<std::string> &args) {
       }
     };
 
+  // After omp_set_num_threads: --threads is its ceiling. Adapted after
+  // every scheduler step (the progress callback).
+  cpu::AdaptiveThreads adaptiveThreads;
+  const bool adaptThreads = values.count("fixed-threads") == 0;
   const unsigned repeat = unsigned(*repeatCount);
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
@@ -478,15 +500,31 @@ int runRun(const std::vector<std::string> &args) {
     auto start = std::chrono::steady_clock::now();
     ProgressLine progressLine(showProgress,
                               values["progress-after"].as<double>());
-    outcomes = (*executor)->run(*plan, iteration == 0 ? onToken : nullptr,
-                                [&](const sched::ExecutorProgress &progress) {
-                                  progressLine.update(progress);
-                                });
+    outcomes = (*executor)->run(
+        *plan, iteration == 0 ? onToken : nullptr,
+        [&](const sched::ExecutorProgress &progress) {
+          progressLine.update(progress);
+          if (adaptThreads)
+            adaptiveThreads.afterStep();
+        },
+        interruptRequested);
     progressLine.clear();
     if (streamed && iteration == 0) {
       // End the streamed answer's line before any statistics follow.
       llvm::outs() << "\n";
       llvm::outs().flush();
+    }
+    if (interruptRequested()) {
+      size_t finished =
+          llvm::count_if(outcomes, [](const sched::CallOutcome &outcome) {
+            return outcome.succeeded;
+          });
+      return reportInterrupted(
+          "run", "stopped between two steps of run " +
+                     std::to_string(iteration + 1) + " of " +
+                     std::to_string(repeat) + ", " + std::to_string(finished) +
+                     " of " + std::to_string(plan->calls.size()) +
+                     " calls finished; no results printed");
     }
     double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -85,10 +85,9 @@ void copyTree(const std::string &from, const std::string &to) {
   }
 }
 
-/// The lit tests stage an input in a writable folder (desugar-retrieve
-/// writes its index beside the corpus), with the folder's files and the
-/// contents of its Inputs/ beside it. This does the same and returns the
-/// staged input's path.
+/// The lit tests stage an input in a writable folder, with the folder's
+/// files and the contents of its Inputs/ beside it. This does the same and
+/// returns the staged input's path.
 std::string stageInput(const std::string &path, unsigned index) {
   const char *tmp = std::getenv("TEST_TMPDIR");
   llvm::SmallString<256> scratch(tmp ? tmp : "/tmp");
@@ -118,8 +117,20 @@ struct Session {
   }
 };
 
-bool runDefaultPipeline(ir::Module &module, Session &session) {
+/// What spanc grants a program: its folder (the staged one) for file() and
+/// corpora, and an index folder of the test's own.
+support::ReadPolicy readPolicyFor(const std::string &path) {
+  return support::ReadPolicy::forProgram(path);
+}
+
+bool runDefaultPipeline(ir::Module &module, Session &session,
+                        const std::string &path) {
   passes::PassOptions options;
+  options.corpusIndex.readPolicy = readPolicyFor(path);
+  const char *tmp = std::getenv("TEST_TMPDIR");
+  llvm::SmallString<256> indexes(tmp ? tmp : "/tmp");
+  llvm::sys::path::append(indexes, "indexes");
+  options.corpusIndex.indexDirectory = std::string(indexes);
   passes::PassContext context(session.diagnostics, options);
   passes::PassManager manager(context);
   manager.addDefaultPipeline();
@@ -165,8 +176,10 @@ TEST(AllLitInputs, RoundTripAndPipelineIsIdempotent) {
     bool expectFailure = isExpectedToFail(original);
     std::string path = stageInput(original, i);
     Session session;
+    frontend::FrontendOptions frontendOptions;
+    frontendOptions.readPolicy = readPolicyFor(path);
     std::unique_ptr<ir::Module> module =
-        frontend::loadModule(path, session.diagnostics);
+        frontend::loadModule(path, session.diagnostics, frontendOptions);
     if (!module) {
       EXPECT_TRUE(expectFailure)
           << "does not compile, but is not marked to fail:\n"
@@ -177,7 +190,7 @@ TEST(AllLitInputs, RoundTripAndPipelineIsIdempotent) {
     ++checked;
     expectRoundTrip(*module, path);
 
-    if (!runDefaultPipeline(*module, session)) {
+    if (!runDefaultPipeline(*module, session, path)) {
       EXPECT_TRUE(expectFailure) << "the default pipeline fails:\n"
                                  << session.messages;
       continue;
@@ -185,7 +198,7 @@ TEST(AllLitInputs, RoundTripAndPipelineIsIdempotent) {
     ++optimized;
     expectRoundTrip(*module, path);
     std::string once = ir::toString(*module);
-    ASSERT_TRUE(runDefaultPipeline(*module, session)) << session.messages;
+    ASSERT_TRUE(runDefaultPipeline(*module, session, path)) << session.messages;
     EXPECT_EQ(once, ir::toString(*module))
         << "the default pipeline changed its own output";
   }

@@ -651,6 +651,30 @@ TEST_P(ExecutorTest, ABulkAnswersLikeItsQueriesOneByOne) {
             answers(compile(b), makeExecutor()->run(compile(b)))["b"]);
 }
 
+TEST_P(ExecutorTest, AStopBetweenStepsFailsWhatIsUnfinishedAndFreesItsBlocks) {
+  std::string a =
+      query("a", "Be brief.", "fragment pool fragment rope", "What is ReRoPE?");
+  std::string b =
+      query("b", "Be brief.", "fragment rope fragment bulk", "What is a bulk?");
+  plan::Plan bulk = compile(a + b);
+  std::unique_ptr<sched::Executor> executor = makeExecutor();
+  const uint32_t freeBefore = executor->pool().numFreeBlocks();
+  unsigned steps = 0;
+  std::vector<sched::CallOutcome> stopped =
+      executor->run(bulk, nullptr, nullptr, [&] { return ++steps > 2; });
+  EXPECT_EQ(steps, 3u);
+  ASSERT_EQ(stopped.size(), bulk.calls.size());
+  for (const sched::CallOutcome &outcome : stopped) {
+    EXPECT_FALSE(outcome.succeeded);
+    EXPECT_EQ(outcome.error, "interrupted");
+  }
+  // Nothing stays referenced: the cache is whole for the next run, which
+  // answers as a fresh executor does.
+  EXPECT_EQ(executor->pool().numFreeBlocks(), freeBefore);
+  Answers after = answers(bulk, executor->run(bulk));
+  EXPECT_EQ(after, answers(bulk, makeExecutor()->run(bulk)));
+}
+
 } // namespace
 } // namespace spanc
 

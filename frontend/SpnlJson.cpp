@@ -211,10 +211,15 @@ private:
         Container &object = stack.back();
         object.expectingKey = false;
         llvm::StringRef quoted = text.slice(start, i + 1);
-        std::string key =
-            escaped
-                ? Json::parse(quoted.begin(), quoted.end()).get<std::string>()
-                : quoted.drop_front().drop_back().str();
+        // Decoded without exceptions: the scan may run over a key the full
+        // parse rejects (a raw control character); it is compared raw.
+        std::string key = quoted.drop_front().drop_back().str();
+        if (escaped) {
+          Json decoded = Json::parse(quoted.begin(), quoted.end(), nullptr,
+                                     /*allow_exceptions=*/false);
+          if (decoded.is_string())
+            key = decoded.get<std::string>();
+        }
         object.child = pointerSegment(key);
         if (!object.keys.insert(key).second) {
           diagnostics.emit(at(start), llvm::SourceMgr::DK_Error,
@@ -228,7 +233,10 @@ private:
         std::string path = childPath();
         stack.push_back({c == '{', c == '{', std::move(path), "0", 0, {}});
       } else if (c == '}' || c == ']') {
-        stack.pop_back();
+        // The parser stops at a NUL byte, so bytes after one were never
+        // checked: never trust the text to balance.
+        if (!stack.empty())
+          stack.pop_back();
       } else if (c == ',' && !stack.empty()) {
         Container &container = stack.back();
         if (container.isObject)

@@ -21,7 +21,9 @@
 #include "runtime/model/Sampler.h"
 #include "runtime/model/Tokenizer.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <omp.h>
@@ -187,6 +189,15 @@ int runGenerate(const std::vector<std::string> &args) {
     return reportError("generate", llvm::toString(runner.takeError()));
   model::Sampler sampler(sampling);
   const bool toFile = values.count("output") != 0;
+  if (toFile) {
+    // Found out before generating, not after.
+    llvm::StringRef folder =
+        llvm::sys::path::parent_path(values["output"].as<std::string>());
+    if (!folder.empty() && !llvm::sys::fs::is_directory(folder))
+      return reportError("generate", "cannot write '" +
+                                         values["output"].as<std::string>() +
+                                         "': no folder '" + folder.str() + "'");
+  }
   std::string completion;
   llvm::raw_string_ostream completionStream(completion);
   llvm::raw_ostream &out =

@@ -360,7 +360,13 @@ void quantizeBlockScalar(const float *source, uint8_t *values, bool roundSum,
   const float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
   int32_t sum = 0;
   for (int i = 0; i < kBlock; ++i) {
-    int value = int(std::nearbyint(source[i] * inverse));
+    // Finite inputs give [-127, 127]; a NaN or infinity (a broken model's
+    // activations) saturates as the AVX-512 path's conversion does, so the
+    // block sums stay small and no float-to-int conversion overflows.
+    float rounded = std::nearbyint(source[i] * inverse);
+    int value = rounded >= 127.0f    ? 127
+                : rounded >= -128.0f ? int(rounded)
+                                     : -128;
     values[i] = uint8_t(int8_t(value));
     sum += value;
   }
@@ -392,10 +398,19 @@ SPANC_AVX512_F16C void quantizeBlockAvx512(const float *source, uint8_t *values,
   const float d = maximum / 127.0f;
   const __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  const __m512i lowValues = _mm512_cvtps_epi32(
-      _mm512_roundscale_ps(_mm512_mul_ps(low, inverse), kRound));
-  const __m512i highValues = _mm512_cvtps_epi32(
-      _mm512_roundscale_ps(_mm512_mul_ps(high, inverse), kRound));
+  // Finite inputs give [-127, 127]; NaN and infinities convert to INT_MIN
+  // and are clamped with the rest, so the sum matches the stored bytes and
+  // stays small (quantGemv multiplies it by 128).
+  const __m512i lowest = _mm512_set1_epi32(-128),
+                highest = _mm512_set1_epi32(127);
+  const __m512i lowValues = _mm512_min_epi32(
+      highest,
+      _mm512_max_epi32(lowest, _mm512_cvtps_epi32(_mm512_roundscale_ps(
+                                   _mm512_mul_ps(low, inverse), kRound))));
+  const __m512i highValues = _mm512_min_epi32(
+      highest,
+      _mm512_max_epi32(lowest, _mm512_cvtps_epi32(_mm512_roundscale_ps(
+                                   _mm512_mul_ps(high, inverse), kRound))));
   const int32_t sum =
       _mm512_reduce_add_epi32(_mm512_add_epi32(lowValues, highValues));
   _mm_storeu_si128(reinterpret_cast<__m128i *>(values),

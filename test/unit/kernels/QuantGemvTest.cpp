@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -245,6 +246,34 @@ TEST(QuantGemv, VectorAndScalarQuantizationAgreeBitForBit) {
     EXPECT_EQ(fast.scaledSums, scalar.scaledSums);
     EXPECT_EQ(scalar.value(0, 64 + 1), -8); // -7.5 rounds to even
     EXPECT_EQ(scalar.value(0, 64 + 3), -6); // -6.5 too
+  }
+}
+
+TEST(QuantGemv, NonFiniteActivationsSaturateAndKeepSumsSmall) {
+  // A broken model (found by the Model::load fuzz target) feeds NaN and
+  // infinities: the blocks must still hold int8 values whose sums match
+  // them (quantGemv multiplies a sum by 128 in int32), on both paths.
+  const int64_t columns = 128;
+  std::vector<float> x(size_t(columns), 1.5f);
+  for (int i = 0; i < 32; ++i)
+    x[size_t(i)] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = std::numeric_limits<float>::infinity();
+  x[70] = -std::numeric_limits<float>::infinity();
+  x[100] = std::numeric_limits<float>::quiet_NaN();
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    QuantizedActivations fast, scalar;
+    quantizeActivations(x.data(), 1, columns, columns, format, fast);
+    quantizeActivations(x.data(), 1, columns, columns, format, scalar, true);
+    EXPECT_EQ(fast.values, scalar.values);
+    EXPECT_EQ(fast.sums, scalar.sums);
+    for (int64_t block = 0; block < columns / 32; ++block) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < 32; ++i)
+        sum += scalar.value(0, block * 32 + i);
+      EXPECT_EQ(scalar.sums[size_t(block)], sum) << "block " << block;
+      EXPECT_LE(std::abs(sum), 32 * 128);
+    }
+    EXPECT_EQ(scalar.value(0, 0), -128); // NaN saturates low
   }
 }
 

@@ -65,7 +65,8 @@ AdaptiveThreads::AdaptiveThreads(int maxThreads, bool startAtMax)
   // on a taken core it is the slowest of all (a prefill of 37 tokens took
   // 3.9 s at 2 threads beside two busy processes, 40 ms alone): start with
   // the cores the runnable tasks leave free.
-  if (int others = otherRunnableTasks();
+  // Before any parallel region only this thread of the team runs.
+  if (int others = otherRunnableTasks(/*teamRunnable=*/1);
       !startAtMax && others >= 0 && machineCores > 0) {
     int free = std::max(1, machineCores - others);
     if (free < current) {
@@ -107,7 +108,7 @@ int AdaptiveThreads::decide(const std::vector<double> &waitShares,
   return current;
 }
 
-int AdaptiveThreads::otherRunnableTasks() const {
+int AdaptiveThreads::otherRunnableTasks(int teamRunnable) const {
   int descriptor = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (descriptor < 0)
     return -1;
@@ -122,15 +123,15 @@ int AdaptiveThreads::otherRunnableTasks() const {
   if (std::sscanf(text, "%lf %lf %lf %d/%d", &averages[0], &averages[1],
                   &averages[2], &runnable, &total) != 5)
     return -1;
-  // Read between steps: this thread runs and its team-mates may still
-  // spin, so the team counts as `current` of the runnable tasks.
-  return std::max(0, runnable - current);
+  return std::max(0, runnable - teamRunnable);
 }
 
 bool AdaptiveThreads::coreLooksFree() const {
   if (machineCores <= 0)
     return true;
-  int others = otherRunnableTasks();
+  // Read between steps: this thread runs and its team-mates may still
+  // spin, so the team counts as `current` of the runnable tasks.
+  int others = otherRunnableTasks(current);
   return others < 0 || others + current + 1 <= machineCores;
 }
 

@@ -80,8 +80,9 @@ private:
   /// Whether /proc/loadavg's runnable tasks leave a core free for one
   /// team thread more; true where that cannot be told.
   bool coreLooksFree() const;
-  /// The runnable tasks that are not this team, or -1.
-  int otherRunnableTasks() const;
+  /// The runnable tasks that are not this team (`teamRunnable` of them
+  /// are), or -1.
+  int otherRunnableTasks(int teamRunnable) const;
 
   bool isEnabled = false;
   /// The machine's cores, when spanc may use them all (else 0: the

@@ -91,6 +91,11 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   const int64_t length = context.pageStarts[sequencePages - 1] +
                          batch.validTokens[sequencePages - 1];
 
+  // Span pages of a scaled sequence score at the span temperature.
+  const float scale =
+      item.spanPages
+          ? shape.scale / batch.spanScaling[item.sequence].temperature
+          : shape.scale;
   TileState tile;
   tile.rows = item.numRows;
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
@@ -114,14 +119,14 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
       const float *query =
           context.queries + firstQueryRow * shape.queryRowStride + offset;
       for (int dim = 0; dim < headDim; ++dim)
-        tile.query[row * headDim + dim] = query[dim] * shape.scale;
+        tile.query[row * headDim + dim] = query[dim] * scale;
     }
     std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
   }
   if (byDim) {
     const float *base = context.queries + firstQueryRow * shape.queryRowStride;
     if (offsetsFit) {
-      gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, shape.scale,
+      gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, scale,
                          tile.queryByDim);
     } else {
       // Rows past the tile score as zero queries (and are masked out).
@@ -133,7 +138,7 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
         const float *query =
             base + token * shape.queryRowStride + int64_t(head) * headDim;
         for (int dim = 0; dim < headDim; ++dim)
-          tile.queryByDim[dim * kMaxRows + row] = query[dim] * shape.scale;
+          tile.queryByDim[dim * kMaxRows + row] = query[dim] * scale;
       }
     }
   }
@@ -149,6 +154,80 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   else
     foldPagesScalar<Element>(context, item, tile);
   finishItem(context, item, tile, partial, output);
+}
+
+/// The split states of one kind of pages of a row, combined: the
+/// log-sum-exp of their scores (-inf: no visible key) and their normalized
+/// weighted values in `values`.
+float combineSplits(const AttentionWorkItem *splits, int numSplits,
+                    bool spanPages, const float *partials, int row,
+                    int headDim, float *values) {
+  const int64_t stateFloats = int64_t(kMaxRows) * (2 + headDim);
+  float kindMax = kNegativeInfinity;
+  for (int split = 0; split < numSplits; ++split) {
+    const float *state =
+        partials + splits[split].partial * stateFloats + row * (2 + headDim);
+    if (splits[split].spanPages == spanPages && state[1] > 0)
+      kindMax = std::max(kindMax, state[0]);
+  }
+  std::fill(values, values + headDim, 0.0f);
+  if (kindMax == kNegativeInfinity)
+    return kNegativeInfinity;
+  float total = 0;
+  for (int split = 0; split < numSplits; ++split) {
+    const float *state =
+        partials + splits[split].partial * stateFloats + row * (2 + headDim);
+    if (splits[split].spanPages != spanPages || state[1] == 0)
+      continue;
+    float weight = std::exp(state[0] - kindMax);
+    total += state[1] * weight;
+    for (int dim = 0; dim < headDim; ++dim)
+      values[dim] += state[2 + dim] * weight;
+  }
+  for (int dim = 0; dim < headDim; ++dim)
+    values[dim] /= total;
+  return kindMax + std::log(total);
+}
+
+/// Combines the split states of a scaled sequence's group (SpanScaling):
+/// each kind of pages is normalized on its own, then the two are weighed
+/// by softmax(massScale * spanLogSumExp, otherLogSumExp).
+void mergeScaledGroup(const CallContext &context,
+                      const AttentionWorkItem *splits, const float *partials,
+                      float *output) {
+  const PagedAttentionShape &shape = *context.shape;
+  const int headDim = shape.headDim;
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const AttentionWorkItem &first = splits[0];
+  const int32_t firstQueryRow = context.batch->queryOffsets[first.sequence];
+  const float massScale =
+      context.batch->spanScaling[first.sequence].massScale;
+  alignas(64) float spanValues[kMaxHeadDim];
+  alignas(64) float otherValues[kMaxHeadDim];
+  for (int row = 0; row < first.numRows; ++row) {
+    float spanMass = combineSplits(splits, first.numSplits, true, partials,
+                                   row, headDim, spanValues);
+    float otherMass = combineSplits(splits, first.numSplits, false, partials,
+                                    row, headDim, otherValues);
+    if (spanMass != kNegativeInfinity)
+      spanMass *= massScale;
+    const float top = std::max(spanMass, otherMass);
+    const float spanWeight =
+        spanMass == kNegativeInfinity ? 0.0f : std::exp(spanMass - top);
+    const float otherWeight =
+        otherMass == kNegativeInfinity ? 0.0f : std::exp(otherMass - top);
+    const float total = spanWeight + otherWeight;
+    const float inverse = total > 0 ? 1.0f / total : 0.0f;
+    int tileRow = first.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = first.kvHead * groupSize + tileRow % groupSize;
+    float *out = output + (firstQueryRow + token) * shape.outputRowStride +
+                 int64_t(head) * headDim;
+    for (int dim = 0; dim < headDim; ++dim)
+      out[dim] = (spanValues[dim] * spanWeight +
+                  otherValues[dim] * otherWeight) *
+                 inverse;
+  }
 }
 
 /// Combines the split states of one group into its output rows.
@@ -226,6 +305,17 @@ void pagedAttention(const PagedAttentionShape &shape,
   // greedy choice.
   constexpr int64_t splitTarget = 16;
 
+  // A sequence with SpanScaling whose tile sees any span page.
+  auto scaled = [&](int sequence, int32_t pageBegin, int32_t pageEnd) {
+    if (!batch.spanPages || !batch.spanScaling ||
+        batch.spanScaling[sequence].isIdentity())
+      return false;
+    for (int32_t page = pageBegin; page < pageEnd; ++page)
+      if (batch.spanPages[page])
+        return true;
+    return false;
+  };
+
   workspace.items.clear();
   workspace.groups.clear();
   int32_t numPartials = 0;
@@ -249,9 +339,42 @@ void pagedAttention(const PagedAttentionShape &shape,
                workspace.pageStarts[size_t(visibleEnd)] <= lastLimit)
           ++visibleEnd;
         int64_t visiblePages = visibleEnd - pageBegin;
+        workspace.groups.push_back(int32_t(workspace.items.size()));
+        if (scaled(sequence, pageBegin, visibleEnd)) {
+          // Each run of pages of one kind is split on its own; every
+          // split keeps a partial state for mergeScaledGroup.
+          const size_t groupFirst = workspace.items.size();
+          for (int32_t runBegin = pageBegin; runBegin < visibleEnd;) {
+            const bool spanRun = batch.spanPages[runBegin] != 0;
+            int32_t runEnd = runBegin + 1;
+            while (runEnd < visibleEnd &&
+                   (batch.spanPages[runEnd] != 0) == spanRun)
+              ++runEnd;
+            const int64_t runPages = runEnd - runBegin;
+            const int64_t splits = std::max<int64_t>(
+                1, std::min<int64_t>(splitTarget, runPages / minPages));
+            for (int64_t split = 0; split < splits; ++split) {
+              AttentionWorkItem item;
+              item.sequence = sequence;
+              item.kvHead = kvHead;
+              item.firstRow = int32_t(firstRow);
+              item.numRows = numRows;
+              item.pageBegin = int32_t(runBegin + runPages * split / splits);
+              item.pageEnd =
+                  int32_t(runBegin + runPages * (split + 1) / splits);
+              item.partial = numPartials++;
+              item.numSplits = 0;
+              item.spanPages = spanRun;
+              workspace.items.push_back(item);
+            }
+            runBegin = runEnd;
+          }
+          workspace.items[groupFirst].numSplits =
+              int32_t(workspace.items.size() - groupFirst);
+          continue;
+        }
         int64_t splits = std::max<int64_t>(
             1, std::min<int64_t>(splitTarget, visiblePages / minPages));
-        workspace.groups.push_back(int32_t(workspace.items.size()));
         for (int64_t split = 0; split < splits; ++split) {
           AttentionWorkItem item;
           item.sequence = sequence;
@@ -338,7 +461,14 @@ void pagedAttention(const PagedAttentionShape &shape,
   for (int64_t group = 0; group < numGroups; ++group) {
     const AttentionWorkItem *first =
         workspace.items.data() + workspace.groups[size_t(group)];
-    if (first->numSplits > 1)
+    if (first->partial < 0)
+      continue;
+    bool anySpanPages = false;
+    for (int split = 0; split < first->numSplits; ++split)
+      anySpanPages |= first[split].spanPages;
+    if (anySpanPages)
+      mergeScaledGroup(context, first, partials, output);
+    else
       mergeGroup(context, first, partials, output);
   }
 }

@@ -45,6 +45,17 @@ struct PagedKvView {
   int blockSize = 16;
 };
 
+/// APE-style scaling of a sequence's attention to pages of parallel-encoded
+/// context (docs/ARCHITECTURE.md, "Span attention"): their scores are
+/// divided by `temperature`, and the log of their softmax mass (its
+/// log-sum-exp) is multiplied by `massScale` before it is weighed against
+/// the mass of the sequence's other pages.
+struct SpanScaling {
+  float temperature = 1;
+  float massScale = 1;
+  bool isIdentity() const { return temperature == 1 && massScale == 1; }
+};
+
 struct PagedAttentionShape {
   int numQueryHeads = 0;
   int numKvHeads = 0;
@@ -70,6 +81,12 @@ struct PagedAttentionBatch {
   /// in a one-token tail as inside a long prefill. Null: a sequence of one
   /// query is a decode step.
   const uint8_t *decodeSequences = nullptr;
+  /// Optional SpanScaling: per page (like blockIds), nonzero for a page of
+  /// parallel-encoded context; per sequence, its scaling. Both null: none.
+  /// A scaled sequence's pages of each kind are folded separately and
+  /// merged by the scaled masses, so its rows cost a merge more.
+  const uint8_t *spanPages = nullptr;
+  const SpanScaling *spanScaling = nullptr;
 };
 
 struct PagedAttentionOptions {
@@ -94,6 +111,9 @@ struct AttentionWorkItem {
   int32_t sequence, kvHead, firstRow, numRows, pageBegin, pageEnd;
   int32_t partial;   ///< index of this split's partial state, or -1
   int32_t numSplits; ///< on a group's first split: splits in the group
+  /// Its pages are parallel-encoded context of a scaled sequence
+  /// (SpanScaling): scores divided by the temperature, mass scaled.
+  bool spanPages = false;
 };
 struct AttentionWorkspace {
   std::vector<int64_t> pageStarts; ///< logical index of each page's slot 0
@@ -110,7 +130,8 @@ struct AttentionWorkspace {
 };
 
 /// output[row][head*headDim + d] = softmax(q k^T * scale) v, causal over
-/// logical indices, for every sequence of `batch`.
+/// logical indices, for every sequence of `batch` (with SpanScaling where
+/// the batch asks for it).
 void pagedAttention(const PagedAttentionShape &shape,
                     const PagedAttentionBatch &batch, const PagedKvView &kv,
                     const float *queries, float *output,

@@ -30,6 +30,10 @@ struct TestSequence {
   std::vector<int32_t> blockIds;
   std::vector<int32_t> validTokens;
   int numQueries = 0;
+  /// Per page, nonzero for parallel-encoded context (SpanScaling); empty:
+  /// none.
+  std::vector<uint8_t> spanPages;
+  SpanScaling scaling;
 };
 
 struct Case {
@@ -101,7 +105,16 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
 
   std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
                        validTokens;
+  std::vector<uint8_t> spanPages;
+  std::vector<SpanScaling> scalings;
+  bool anyScaling = false;
   for (const TestSequence &sequence : testCase.sequences) {
+    anyScaling |= !sequence.spanPages.empty();
+    for (size_t page = 0; page < sequence.blockIds.size(); ++page)
+      spanPages.push_back(sequence.spanPages.empty()
+                              ? 0
+                              : sequence.spanPages[page]);
+    scalings.push_back(sequence.scaling);
     queryOffsets.push_back(queryOffsets.back() + sequence.numQueries);
     pageOffsets.push_back(pageOffsets.back() +
                           int32_t(sequence.blockIds.size()));
@@ -131,6 +144,10 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   batch.pageOffsets = pageOffsets.data();
   batch.blockIds = blockIds.data();
   batch.validTokens = validTokens.data();
+  if (anyScaling) {
+    batch.spanPages = spanPages.data();
+    batch.spanScaling = scalings.data();
+  }
   PagedAttentionOptions options;
   options.forceScalar = forceScalar;
   options.allowAmx = allowAmx;
@@ -147,12 +164,16 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
     const TestSequence &sequence = testCase.sequences[index];
     // The logical tokens: valid slots in page order.
     std::vector<const std::vector<float> *> keys, values;
+    // Each key's kind: 1 for a span page's (scaled), 0 for the others.
+    std::vector<int> kinds;
     for (size_t page = 0; page < sequence.blockIds.size(); ++page)
       for (int slot = 0; slot < sequence.validTokens[page]; ++slot) {
         size_t flat =
             size_t(sequence.blockIds[page] * testCase.blockSize + slot);
         keys.push_back(&keyOf[flat]);
         values.push_back(&valueOf[flat]);
+        kinds.push_back(!sequence.spanPages.empty() &&
+                        sequence.spanPages[page] != 0);
       }
     const int64_t length = int64_t(keys.size());
     for (int query = 0; query < sequence.numQueries; ++query) {
@@ -163,7 +184,7 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
         const float *q =
             queries.data() + row * queryStride + head * testCase.headDim;
         std::vector<double> scores(size_t(limit + 1));
-        double maxScore = -1e300;
+        double kindMax[2] = {-1e300, -1e300};
         for (int64_t key = 0; key <= limit; ++key) {
           std::vector<float> k(
               keys[size_t(key)]->begin() + kvHead * testCase.headDim,
@@ -174,19 +195,43 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
           double dot = 0;
           for (int dim = 0; dim < testCase.headDim; ++dim)
             dot += double(q[dim]) * k[size_t(dim)];
-          scores[size_t(key)] = dot * shape.scale;
-          maxScore = std::max(maxScore, scores[size_t(key)]);
+          const int kind = kinds[size_t(key)];
+          scores[size_t(key)] =
+              dot * shape.scale / (kind ? sequence.scaling.temperature : 1.0);
+          kindMax[kind] = std::max(kindMax[kind], scores[size_t(key)]);
         }
-        double total = 0;
-        for (double &score : scores)
-          total += (score = std::exp(score - maxScore));
+        // Each kind's softmax on its own, then the kinds weighed by their
+        // masses, the span kind's log-sum-exp times massScale (with one
+        // kind this is the plain softmax).
+        double kindSum[2] = {0, 0};
+        for (int64_t key = 0; key <= limit; ++key) {
+          const int kind = kinds[size_t(key)];
+          kindSum[kind] +=
+              (scores[size_t(key)] = std::exp(scores[size_t(key)] -
+                                              kindMax[kind]));
+        }
+        double mass[2];
+        for (int kind = 0; kind < 2; ++kind)
+          mass[kind] = kindSum[kind] > 0
+                           ? kindMax[kind] + std::log(kindSum[kind])
+                           : -1e300;
+        if (kindSum[1] > 0)
+          mass[1] *= sequence.scaling.massScale;
+        const double top = std::max(mass[0], mass[1]);
+        double kindWeight[2];
+        for (int kind = 0; kind < 2; ++kind)
+          kindWeight[kind] =
+              kindSum[kind] > 0 ? std::exp(mass[kind] - top) : 0.0;
+        const double weightTotal = kindWeight[0] + kindWeight[1];
         for (int dim = 0; dim < testCase.headDim; ++dim) {
           double expected = 0;
-          for (int64_t key = 0; key <= limit; ++key)
+          for (int64_t key = 0; key <= limit; ++key) {
+            const int kind = kinds[size_t(key)];
             expected +=
-                scores[size_t(key)] *
+                scores[size_t(key)] / kindSum[kind] * kindWeight[kind] /
+                weightTotal *
                 (*values[size_t(key)])[size_t(kvHead * testCase.headDim + dim)];
-          expected /= total;
+          }
           const float actual = output[size_t(row * outputStride +
                                              head * testCase.headDim + dim)];
           largestError = std::max(largestError, std::abs(actual - expected));
@@ -309,6 +354,65 @@ TEST(PagedAttention, RopeInKernelRotatesNeoXPairs) {
   testCase.sequences = {sequence, contiguous(10, 45, 2)};
   runCase(testCase, false, 1);
   runCase(testCase, true, 1);
+}
+
+TEST(PagedAttention, SpanScalingSharpensAndWeighsSpanPagesApart) {
+  // A tail after a prefix and two spans (APE-style scaling): its span
+  // pages score at a temperature and their mass is scaled before it is
+  // weighed against the prefix's and its own. Prompt rows and a decode
+  // row, padding in a span page, a split run of span pages (minPages 2),
+  // an unscaled sequence over the same pages, and sequences whose visible
+  // pages hold no span page.
+  Case testCase;
+  testCase.numBlocks = 40;
+  TestSequence tail;
+  tail.blockIds = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  tail.validTokens = {16, 5, 16, 16, 16, 9, 16, 16, 7};
+  tail.spanPages = {0, 0, 1, 1, 1, 1, 1, 0, 0};
+  tail.scaling = {0.7f, 1.3f};
+  tail.numQueries = 20;
+  TestSequence decode = tail;
+  decode.numQueries = 1;
+  decode.scaling = {1.0f, 0.8f};
+  TestSequence plain = tail;
+  plain.spanPages.clear();
+  plain.numQueries = 3;
+  // Its span page is visible to its later rows only: some tiles are
+  // scaled, some not, and a scaled tile's first rows see no span key.
+  TestSequence spanOnlyAfter;
+  spanOnlyAfter.blockIds = {9, 10, 11};
+  spanOnlyAfter.validTokens = {16, 16, 16};
+  spanOnlyAfter.spanPages = {0, 0, 1};
+  spanOnlyAfter.scaling = {0.5f, 2.0f};
+  spanOnlyAfter.numQueries = 30;
+  TestSequence temperatureOnly = tail;
+  temperatureOnly.scaling = {0.5f, 1.0f};
+  temperatureOnly.numQueries = 2;
+  testCase.sequences = {tail, decode, plain, spanOnlyAfter, temperatureOnly};
+  for (int minPages : {0, 2}) {
+    runCase(testCase, false, minPages);
+    runCase(testCase, true, minPages);
+  }
+  testCase.ropeInKernel = true;
+  runCase(testCase, false, 2);
+}
+
+TEST(PagedAttention, IdentitySpanScalingIsThePlainKernelBitForBit) {
+  Case testCase;
+  TestSequence scaled = contiguous(0, 150, 17);
+  scaled.spanPages.assign(scaled.blockIds.size(), 0);
+  scaled.spanPages[2] = scaled.spanPages[3] = 1;
+  TestSequence plain = scaled;
+  plain.spanPages.clear();
+  std::vector<float> withFlags, without;
+  Case flagged = testCase, unflagged = testCase;
+  flagged.sequences = {scaled};
+  unflagged.sequences = {plain};
+  runCaseWith(flagged, false, 0, KvPrecision::F16, false, &withFlags);
+  runCaseWith(unflagged, false, 0, KvPrecision::F16, false, &without);
+  ASSERT_EQ(withFlags.size(), without.size());
+  EXPECT_EQ(0, std::memcmp(withFlags.data(), without.data(),
+                           withFlags.size() * sizeof(float)));
 }
 
 TEST(PagedAttention, ScalarPathTakesOddShapes) {

@@ -188,8 +188,8 @@ llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "span mode '%s': expected isolated or prefix, optionally "
-        "+recomputeN and +endN with N in 1..64 and +blendP with P in "
-        "1..100",
+        "+recomputeN and +endN with N in 1..64, +blendP with P in "
+        "1..100, +tempP and +massP (span scaling in percent, 10..400)",
         text.str().c_str());
   };
   llvm::SmallVector<llvm::StringRef, 3> parts;
@@ -208,6 +208,15 @@ llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
                        : part.consume_front("end") ? &options.recomputeEndBlocks
                                                    : nullptr;
     unsigned blocks = 0;
+    float *scaling = part.consume_front("temp")   ? &options.temperature
+                     : part.consume_front("mass") ? &options.massScale
+                                                  : nullptr;
+    if (scaling) {
+      if (part.getAsInteger(10, blocks) || blocks < 10 || blocks > 400)
+        return bad();
+      *scaling = float(blocks) / 100.0f;
+      continue;
+    }
     if (part.consume_front("blend")) {
       if (part.getAsInteger(10, blocks) || blocks < 1 || blocks > 100)
         return bad();
@@ -229,6 +238,11 @@ std::string spanModeName(const kv::SpanOptions &options) {
     name += "+end" + std::to_string(options.recomputeEndBlocks);
   if (options.blendPercent > 0)
     name += "+blend" + std::to_string(options.blendPercent);
+  if (options.temperature != 1)
+    name +=
+        "+temp" + std::to_string(int(std::lround(options.temperature * 100)));
+  if (options.massScale != 1)
+    name += "+mass" + std::to_string(int(std::lround(options.massScale * 100)));
   return name;
 }
 

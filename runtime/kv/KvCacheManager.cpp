@@ -5,8 +5,10 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/Format.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace spanc::kv {
 
@@ -247,6 +249,15 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
     const uint32_t segmentIndex = uint32_t(plan.segments.size());
 
     if (segment.kind != SegmentKind::Span) {
+      if (inPlus && cacheMode == CacheMode::Span && spanOptions.scalesSpans()) {
+        // It reads the plus's spans scaled: its blocks differ from those
+        // computed unscaled or at other settings.
+        TokenId settings[3] = {TokenId(-2), 0, 0};
+        std::memcpy(&settings[1], &spanOptions.temperature, sizeof(float));
+        std::memcpy(&settings[2], &spanOptions.massScale, sizeof(float));
+        context =
+            hasher.join(context, hasher.hashBlock(hasher.root(), settings));
+      }
       inPlus = false;
       segmentPlan.parentHash = context;
       segmentPlan.contextSegments = segmentIndex;
@@ -389,6 +400,15 @@ void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
   }
 }
 
+bool readsScaled(const RequestPlan &plan, const SegmentPlan &reader,
+                 uint32_t page, const SpanOptions &spanOptions) {
+  if (!spanOptions.scalesSpans() || reader.kind == SegmentKind::Span ||
+      reader.boundary)
+    return false;
+  const SegmentPlan &owner = plan.segments[plan.blocks[page].segment];
+  return owner.kind == SegmentKind::Span || owner.boundary;
+}
+
 void printCallLayout(llvm::ArrayRef<Segment> segments,
                      const BlockHasher &hasher, CacheMode cacheMode,
                      const SpanOptions &spanOptions, unsigned blockSize,
@@ -424,6 +444,19 @@ void printCallLayout(llvm::ArrayRef<Segment> segments,
       os << "segments [0, " << segment.contextSegments << ") tokens "
          << segment.contextTokens;
     os << " parent " << segment.parentHash.str() << "\n";
+    llvm::SmallVector<uint32_t, 16> scaled;
+    for (uint32_t page : segment.pages)
+      if (readsScaled(plan, segment, page, spanOptions))
+        scaled.push_back(page);
+    if (!scaled.empty()) {
+      os << "      reads scaled (temperature "
+         << llvm::format("%g", double(spanOptions.temperature))
+         << ", mass scale " << llvm::format("%g", double(spanOptions.massScale))
+         << "): blocks";
+      for (uint32_t page : scaled)
+        os << " " << page;
+      os << "\n";
+    }
     for (uint32_t b = 0; b < segment.numBlocks; ++b) {
       const LogicalBlock &block = plan.blocks[segment.firstBlock + b];
       os << "      block " << segment.firstBlock + b << " @" << block.position;

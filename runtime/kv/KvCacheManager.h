@@ -99,6 +99,16 @@ struct SpanOptions {
   /// layers (plus every token of the head and end blocks above); what
   /// follows reads the blend. 0: off.
   uint32_t blendPercent = 0;
+  /// Span scaling (APE-style; docs/ARCHITECTURE.md, "Span attention"):
+  /// what follows a plus reads its spans' pages (their cached blocks, the
+  /// recomputed head and end blocks, the blend) with scores divided by
+  /// `temperature` and the log of their attention mass multiplied by
+  /// `massScale` before it is weighed against the prefix's and its own.
+  /// 1 and 1: off. What the tail computes depends on them, so they join
+  /// the hash of every block after a plus.
+  float temperature = 1;
+  float massScale = 1;
+  bool scalesSpans() const { return temperature != 1 || massScale != 1; }
 };
 
 /// The layers a blend recomputes for every span token to choose the tokens
@@ -203,6 +213,14 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                           const SpanOptions &spanOptions,
                                           unsigned blockSize,
                                           const BlockHasher &hasher);
+
+/// Whether segment `reader` of `plan` reads its page `page` (an index into
+/// plan.blocks) with span scaling (SpanOptions::temperature, massScale): a
+/// causal segment after a plus reads so the pages of its spans, recomputed
+/// head and end blocks and blend; a span and a recompute read their context
+/// as a causal run would.
+bool readsScaled(const RequestPlan &plan, const SegmentPlan &reader,
+                 uint32_t page, const SpanOptions &spanOptions);
 
 /// Prints segments, positions, block boundaries, hashes and page lists, one
 /// line per segment and block (for `spanc compile --emit=plan` and logs).

@@ -34,6 +34,16 @@ enum class RowKind {
   Decode, ///< a generated token fed back
 };
 
+/// APE-style scaling of a sequence's attention to pages of parallel-encoded
+/// context (docs/ARCHITECTURE.md, "Span attention"; kv::SpanOptions): their
+/// scores are divided by `temperature` and the log of their softmax mass is
+/// multiplied by `massScale` before it is weighed against the other pages'.
+struct SpanScaling {
+  float temperature = 1;
+  float massScale = 1;
+  bool isIdentity() const { return temperature == 1 && massScale == 1; }
+};
+
 /// One sequence of a forward step.
 struct ForwardSequence {
   llvm::ArrayRef<int32_t> tokens;      ///< the new tokens
@@ -42,6 +52,10 @@ struct ForwardSequence {
   llvm::ArrayRef<int32_t> validTokens; ///< valid leading slots per page
   LogitsRequest logits = LogitsRequest::Last;
   RowKind rows = RowKind::Auto;
+  /// Per page (empty: none), nonzero for a page of parallel-encoded context
+  /// that spanScaling applies to.
+  llvm::ArrayRef<uint8_t> spanPages = {};
+  SpanScaling spanScaling = {};
 };
 
 /// What forward() returns: logits rows, vocabSize floats each, in sequence

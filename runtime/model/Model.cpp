@@ -301,6 +301,9 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
   slotBlocks.clear();
   slotIndices.clear();
   decodeSequences.clear();
+  spanPages.clear();
+  spanScalings.clear();
+  bool anySpanScaling = false;
   output.rowOffsets.assign(1, 0);
   int64_t numDecodeRows = 0;
   bool anyAllLogits = false;
@@ -327,6 +330,26 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
           index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
                      " blocks but " + llvm::Twine(sequence.validTokens.size()) +
                      " valid-token counts");
+    const SpanScaling &scaling = sequence.spanScaling;
+    if (!sequence.spanPages.empty() &&
+        sequence.spanPages.size() != sequence.blockIds.size())
+      return batchError(
+          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
+                     " blocks but " + llvm::Twine(sequence.spanPages.size()) +
+                     " span-page flags");
+    if (!(scaling.temperature > 0) || !std::isfinite(scaling.temperature) ||
+        !(scaling.massScale > 0) || !std::isfinite(scaling.massScale))
+      return batchError(index, "span scaling needs a positive finite "
+                               "temperature and mass scale");
+    const bool scaled = !sequence.spanPages.empty() && !scaling.isIdentity();
+    if (scaled && llamaNumerics)
+      return batchError(index, "span scaling needs spanc's attention kernel, "
+                               "not llama.cpp numerics");
+    anySpanScaling |= scaled;
+    spanScalings.push_back(
+        cpu::SpanScaling{scaling.temperature, scaling.massScale});
+    for (size_t page = 0; page < sequence.blockIds.size(); ++page)
+      spanPages.push_back(scaled ? sequence.spanPages[page] : 0);
     int64_t length = 0;
     for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
       int32_t block = sequence.blockIds[page];
@@ -423,6 +446,10 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
   attentionBatch.blockIds = blockIds.data();
   attentionBatch.validTokens = validTokens.data();
   attentionBatch.decodeSequences = decodeSequences.data();
+  if (anySpanScaling) {
+    attentionBatch.spanPages = spanPages.data();
+    attentionBatch.spanScaling = spanScalings.data();
+  }
   cpu::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = ropeInKernel ? &ropeTable : nullptr;
   // f32 GEMMs (--batch-invariant) keep attention's products in f32 too: a

@@ -173,6 +173,8 @@ private:
   std::vector<int32_t> tokenIds, ropePositions, queryOffsets, pageOffsets,
       blockIds, validTokens;
   std::vector<uint8_t> decodeSequences;
+  std::vector<uint8_t> spanPages; ///< per page, for the attention kernel
+  std::vector<cpu::SpanScaling> spanScalings;   ///< per sequence
   std::vector<int32_t> slotBlocks, slotIndices; ///< where each new token goes
 
   bool profiling = false;

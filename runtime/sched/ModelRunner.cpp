@@ -190,6 +190,8 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
     sequence.positions = step.positionsOf(scheduled);
     sequence.blockIds = step.blockIdsOf(scheduled);
     sequence.validTokens = step.validTokensOf(scheduled);
+    sequence.spanPages = step.spanPagesOf(scheduled);
+    sequence.spanScaling = step.spanScaling;
     sequence.logits = scheduled.wantsLogits ? model::LogitsRequest::Last
                                             : model::LogitsRequest::None;
     sequence.rows = scheduled.rows;

@@ -282,6 +282,7 @@ void Scheduler::requeue(Request &request, WaitingFor reason) {
 }
 
 void Scheduler::appendPages(const kv::RequestPlan &requestPlan,
+                            const kv::SegmentPlan &reader,
                             llvm::ArrayRef<uint32_t> pages,
                             SchedulerOutput &output,
                             ScheduledSequence &sequence) {
@@ -290,6 +291,8 @@ void Scheduler::appendPages(const kv::RequestPlan &requestPlan,
   for (uint32_t page : pages) {
     output.blockIds.push_back(int32_t(requestPlan.blocks[page].block));
     output.validTokens.push_back(int32_t(requestPlan.blocks[page].numTokens));
+    output.spanPages.push_back(
+        kv::readsScaled(requestPlan, reader, page, cache.spanOptions()));
   }
 }
 
@@ -300,6 +303,8 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
   if (!stepPlan)
     return stepPlan.takeError();
   output.stepPlan = std::move(*stepPlan);
+  output.spanScaling.temperature = cache.spanOptions().temperature;
+  output.spanScaling.massScale = cache.spanOptions().massScale;
   // The plan's temporaries go back to the pool now: nothing allocates
   // before the runner has run its batches, which come first in the step.
   cache.finishStep(output.stepPlan);
@@ -330,8 +335,8 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     sequence.numTokens = 1;
     output.tokens.push_back(request.pending);
     output.positions.push_back(int32_t(request.pendingSlot.position));
-    appendPages(requestPlan, requestPlan.segments.back().pages, output,
-                sequence);
+    appendPages(requestPlan, requestPlan.segments.back(),
+                requestPlan.segments.back().pages, output, sequence);
     scheduled.push_back(&request);
     --budget;
   }
@@ -404,7 +409,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
       sequence.numTokens = uint32_t(output.tokens.size()) - sequence.firstToken;
       uint32_t numPages =
           run.numPages - run.numBlocks + request.blocksDone + take;
-      appendPages(requestPlan,
+      appendPages(requestPlan, segment,
                   llvm::ArrayRef<uint32_t>(segment.pages).take_front(numPages),
                   output, sequence);
       budget -= tokens;
@@ -436,6 +441,7 @@ void Scheduler::scheduleBlend(const Request &request,
     const kv::LogicalBlock &block = requestPlan.blocks[segment.pages[page]];
     output.blockIds.push_back(int32_t(block.block));
     output.validTokens.push_back(int32_t(block.numTokens));
+    output.spanPages.push_back(0);
   }
   task.firstBlock = uint32_t(output.blendBlocks.size());
   task.numBlocks = segment.numBlocks;

@@ -122,8 +122,11 @@ private:
   /// Lays a blend segment out as a BlendTask of `output`.
   void scheduleBlend(const Request &request, const kv::RequestPlan &requestPlan,
                      const kv::SegmentPlan &segment, SchedulerOutput &output);
-  void appendPages(const kv::RequestPlan &plan, llvm::ArrayRef<uint32_t> pages,
-                   SchedulerOutput &output, ScheduledSequence &sequence);
+  /// Appends the page list `pages` that segment `reader` of the plan reads,
+  /// with its span-page flags (kv::SpanOptions::temperature, massScale).
+  void appendPages(const kv::RequestPlan &plan, const kv::SegmentPlan &reader,
+                   llvm::ArrayRef<uint32_t> pages, SchedulerOutput &output,
+                   ScheduledSequence &sequence);
 
   kv::KvCacheManager &cache;
   kv::BlockPool &blockPool;

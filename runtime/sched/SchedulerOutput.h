@@ -66,6 +66,10 @@ struct SchedulerOutput {
   std::vector<ScheduledSequence> sequences;
   std::vector<int32_t> tokens, positions;
   std::vector<int32_t> blockIds, validTokens;
+  /// Per page, nonzero for a span page that the sequence reads with
+  /// spanScaling (kv::SpanOptions::temperature, massScale).
+  std::vector<uint8_t> spanPages;
+  model::SpanScaling spanScaling;
   /// Blends to run before the batch, and their blocks.
   std::vector<BlendTask> blends;
   std::vector<int32_t> blendBlocks, sourceBlocks, blendValidTokens;
@@ -89,6 +93,14 @@ struct SchedulerOutput {
         .slice(sequence.firstPage, sequence.numPages);
   }
 
+  /// Empty when no page has a flag (a step built without them).
+  llvm::ArrayRef<uint8_t> spanPagesOf(const ScheduledSequence &sequence) const {
+    if (spanPages.empty())
+      return {};
+    return llvm::ArrayRef<uint8_t>(spanPages).slice(sequence.firstPage,
+                                                    sequence.numPages);
+  }
+
   void clear() {
     stepPlan = kv::StepPlan();
     sequences.clear();
@@ -96,6 +108,8 @@ struct SchedulerOutput {
     positions.clear();
     blockIds.clear();
     validTokens.clear();
+    spanPages.clear();
+    spanScaling = model::SpanScaling();
     blends.clear();
     blendBlocks.clear();
     sourceBlocks.clear();

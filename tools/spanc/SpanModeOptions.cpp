@@ -42,7 +42,18 @@ void addSpanModeOptions(po::options_description &options) {
        "context, then through every layer the N% of their tokens whose "    //
        "K/V moved most (and every token of the --span-recompute and "       //
        "--span-recompute-end blocks); the tail reads the blend, the "       //
-       "cached spans stay as they are (0: off; 1..100)");
+       "cached spans stay as they are (0: off; 1..100)")                    //
+      ("span-temperature",                                                  //
+       po::value<float>()->default_value(defaults.temperature),             //
+       "with --cache=span, span scaling (APE-style): what follows a plus "  //
+       "reads its spans with scores divided by T (below 1 sharpens; "       //
+       "0.1..4; 1: off)")                                                   //
+      ("span-mass-scale",                                                   //
+       po::value<float>()->default_value(defaults.massScale),               //
+       "with --cache=span, span scaling: the log of the attention mass "    //
+       "that what follows a plus gives its spans is multiplied by S "       //
+       "before it is weighed against the prefix and the tail (0.1..4; 1: "  //
+       "off)");
 }
 
 llvm::Expected<kv::SpanOptions>
@@ -61,6 +72,17 @@ readSpanModeOptions(const po::variables_map &values) {
                                    "--span-blend %lld: a percentage, 0..100",
                                    static_cast<long long>(blend));
   options.blendPercent = unsigned(blend);
+  for (auto [name, target] :
+       {std::make_pair("--span-temperature", &options.temperature),
+        std::make_pair("--span-mass-scale", &options.massScale)}) {
+    float value = values[name + 2].as<float>();
+    // Also refuses NaN.
+    if (!(value >= 0.1f && value <= 4.0f))
+      return llvm::createStringError(std::errc::invalid_argument,
+                                     "%s %g: must be in [0.1, 4]", name,
+                                     double(value));
+    *target = value;
+  }
   for (auto [name, value] :
        {std::make_pair("--span-recompute", recompute),
         std::make_pair("--span-recompute-end", recomputeEnd)})

@@ -160,8 +160,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
 /// log-sum-exp of their scores (-inf: no visible key) and their normalized
 /// weighted values in `values`.
 float combineSplits(const AttentionWorkItem *splits, int numSplits,
-                    bool spanPages, const float *partials, int row,
-                    int headDim, float *values) {
+                    bool spanPages, const float *partials, int row, int headDim,
+                    float *values) {
   const int64_t stateFloats = int64_t(kMaxRows) * (2 + headDim);
   float kindMax = kNegativeInfinity;
   for (int split = 0; split < numSplits; ++split) {
@@ -200,13 +200,12 @@ void mergeScaledGroup(const CallContext &context,
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const AttentionWorkItem &first = splits[0];
   const int32_t firstQueryRow = context.batch->queryOffsets[first.sequence];
-  const float massScale =
-      context.batch->spanScaling[first.sequence].massScale;
+  const float massScale = context.batch->spanScaling[first.sequence].massScale;
   alignas(64) float spanValues[kMaxHeadDim];
   alignas(64) float otherValues[kMaxHeadDim];
   for (int row = 0; row < first.numRows; ++row) {
-    float spanMass = combineSplits(splits, first.numSplits, true, partials,
-                                   row, headDim, spanValues);
+    float spanMass = combineSplits(splits, first.numSplits, true, partials, row,
+                                   headDim, spanValues);
     float otherMass = combineSplits(splits, first.numSplits, false, partials,
                                     row, headDim, otherValues);
     if (spanMass != kNegativeInfinity)
@@ -224,9 +223,9 @@ void mergeScaledGroup(const CallContext &context,
     float *out = output + (firstQueryRow + token) * shape.outputRowStride +
                  int64_t(head) * headDim;
     for (int dim = 0; dim < headDim; ++dim)
-      out[dim] = (spanValues[dim] * spanWeight +
-                  otherValues[dim] * otherWeight) *
-                 inverse;
+      out[dim] =
+          (spanValues[dim] * spanWeight + otherValues[dim] * otherWeight) *
+          inverse;
   }
 }
 

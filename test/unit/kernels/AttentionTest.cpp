@@ -111,9 +111,8 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   for (const TestSequence &sequence : testCase.sequences) {
     anyScaling |= !sequence.spanPages.empty();
     for (size_t page = 0; page < sequence.blockIds.size(); ++page)
-      spanPages.push_back(sequence.spanPages.empty()
-                              ? 0
-                              : sequence.spanPages[page]);
+      spanPages.push_back(
+          sequence.spanPages.empty() ? 0 : sequence.spanPages[page]);
     scalings.push_back(sequence.scaling);
     queryOffsets.push_back(queryOffsets.back() + sequence.numQueries);
     pageOffsets.push_back(pageOffsets.back() +
@@ -206,9 +205,8 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
         double kindSum[2] = {0, 0};
         for (int64_t key = 0; key <= limit; ++key) {
           const int kind = kinds[size_t(key)];
-          kindSum[kind] +=
-              (scores[size_t(key)] = std::exp(scores[size_t(key)] -
-                                              kindMax[kind]));
+          kindSum[kind] += (scores[size_t(key)] =
+                                std::exp(scores[size_t(key)] - kindMax[kind]));
         }
         double mass[2];
         for (int kind = 0; kind < 2; ++kind)

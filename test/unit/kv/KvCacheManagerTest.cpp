@@ -762,6 +762,41 @@ TEST(SpanContextPrefix, SpansHitInAnyOrderAfterTheSamePrefixOnly) {
   ASSERT_POOL_OK(fixture.pool);
 }
 
+TEST(SpanScaling, WhatFollowsAPlusHashesItsScalingTheSpansDoNot) {
+  // The tail reads the spans scaled, so its blocks depend on the scaling;
+  // the spans (and the prefix) do not, and stay shared across settings.
+  BlockHasher hasher("m");
+  std::vector<Segment> prompt = {prefix(tokens(20, 1)), span(tokens(20, 100)),
+                                 span(tokens(5, 200)), tail(tokens(3, 300))};
+  SpanOptions scaled = PrefixContext, sharper = PrefixContext;
+  scaled.temperature = 0.8f;
+  sharper.temperature = 0.7f;
+  auto plain =
+      layoutRequest(prompt, CacheMode::Span, PrefixContext, BlockSize, hasher);
+  auto first =
+      layoutRequest(prompt, CacheMode::Span, scaled, BlockSize, hasher);
+  auto second =
+      layoutRequest(prompt, CacheMode::Span, sharper, BlockSize, hasher);
+  auto again =
+      layoutRequest(prompt, CacheMode::Span, scaled, BlockSize, hasher);
+  ASSERT_TRUE(plain && first && second && again);
+  for (uint32_t s : {0u, 1u, 2u}) {
+    EXPECT_EQ(segmentHashes(*plain, s), segmentHashes(*first, s));
+    EXPECT_EQ(segmentHashes(*first, s), segmentHashes(*second, s));
+  }
+  EXPECT_NE(segmentHashes(*plain, 3), segmentHashes(*first, 3));
+  EXPECT_NE(segmentHashes(*first, 3), segmentHashes(*second, 3));
+  EXPECT_EQ(segmentHashes(*first, 3), segmentHashes(*again, 3));
+  // Without a plus there is nothing to scale: the same blocks.
+  std::vector<Segment> causal = {prefix(tokens(20, 1)), tail(tokens(3, 300))};
+  auto causalPlain =
+      layoutRequest(causal, CacheMode::Span, PrefixContext, BlockSize, hasher);
+  auto causalScaled =
+      layoutRequest(causal, CacheMode::Span, scaled, BlockSize, hasher);
+  ASSERT_TRUE(causalPlain && causalScaled);
+  EXPECT_EQ(segmentHashes(*causalPlain, 1), segmentHashes(*causalScaled, 1));
+}
+
 TEST(SpanContextPrefix, ReropeMovesComputedSpansBeforeTheTailReadsThem) {
   Fixture fixture(64, CacheMode::Span, RelocationMode::Rerope, PrefixContext);
   KvCacheManager &manager = fixture.manager;

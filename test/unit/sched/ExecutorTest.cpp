@@ -228,9 +228,13 @@ protected:
 
 /// Every span accuracy mode (--span-context x --span-recompute).
 const kv::SpanOptions kSpanModes[] = {
-    {kv::SpanContext::Prefix, 0, 0},      {kv::SpanContext::Isolated, 0, 0},
-    {kv::SpanContext::Prefix, 1, 0},      {kv::SpanContext::Isolated, 1, 0},
-    {kv::SpanContext::Prefix, 0, 1},      {kv::SpanContext::Prefix, 0, 0, 20},
+    {kv::SpanContext::Prefix, 0, 0},
+    {kv::SpanContext::Isolated, 0, 0},
+    {kv::SpanContext::Prefix, 1, 0},
+    // With span scaling: flagged pages, split and merged apart.
+    {kv::SpanContext::Isolated, 1, 0, 0, 0.8f, 1.2f},
+    {kv::SpanContext::Prefix, 0, 1},
+    {kv::SpanContext::Prefix, 0, 0, 20},
     {kv::SpanContext::Isolated, 0, 1, 20}};
 std::string spanModeName(const kv::SpanOptions &options) {
   return std::string(kv::spanContextName(options.context)) +
@@ -241,7 +245,8 @@ std::string spanModeName(const kv::SpanOptions &options) {
               ? "+end" + std::to_string(options.recomputeEndBlocks)
               : "") +
          (options.blendPercent ? "+blend" + std::to_string(options.blendPercent)
-                               : "");
+                               : "") +
+         (options.scalesSpans() ? "+scaled" : "");
 }
 const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0, 0};
 

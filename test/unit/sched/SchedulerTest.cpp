@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace spanc::sched {
@@ -42,10 +43,11 @@ plan::Call &addCall(plan::Plan &plan, int64_t maxTokens = 4) {
 struct Harness {
   explicit Harness(
       uint32_t numBlocks, int64_t budget = 512,
-      kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel)
+      kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
+      kv::SpanOptions spanOptions = {kv::SpanContext::Prefix, 0, 0})
       : pool(numBlocks, 16),
         cache(pool, kv::BlockHasher("scheduler-test"), kv::CacheMode::Span,
-              relocation, kv::SpanOptions{kv::SpanContext::Prefix, 0, 0}),
+              relocation, spanOptions),
         scheduler(cache, pool, options(budget)) {}
 
   static SchedulerOptions options(int64_t budget) {
@@ -200,6 +202,51 @@ TEST(SchedulerTest, ARunAfterSpanRelocationWaitsForTheMove) {
   ASSERT_EQ(output.sequences.size(), 1u);
   EXPECT_TRUE(output.sequences[0].completesPrompt);
   EXPECT_EQ(output.tokensOf(output.sequences[0]).vec(), range(900, 16));
+}
+
+TEST(SchedulerTest, WhatFollowsAPlusReadsItsSpanPagesScaled) {
+  // Span scaling (kv::SpanOptions::temperature, massScale): the tail and
+  // its decode rows flag the pages of the spans and of the recomputed end
+  // block; the spans and the recompute read their context unflagged.
+  kv::SpanOptions spanOptions{kv::SpanContext::Prefix, 0, 1};
+  spanOptions.temperature = 0.8f;
+  spanOptions.massScale = 1.2f;
+  Harness harness(64, 512, kv::RelocationMode::RopeInKernel, spanOptions);
+  plan::Call &call = addCall(harness.plan);
+  call.segments.push_back(segment(SegmentKind::Prefix, range(100, 16)));
+  call.segments.push_back(segment(SegmentKind::Span, range(200, 32)));
+  call.segments.push_back(segment(SegmentKind::Span, range(300, 32)));
+  call.segments.push_back(segment(SegmentKind::Tail, range(900, 16)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  ASSERT_TRUE(harness.scheduler.admit());
+
+  std::vector<uint8_t> tailFlags;
+  for (int step = 0; step < 4 && tailFlags.empty(); ++step) {
+    ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+    const SchedulerOutput &output = harness.output;
+    EXPECT_EQ(output.spanPages.size(), output.blockIds.size());
+    EXPECT_EQ(output.spanScaling.temperature, 0.8f);
+    EXPECT_EQ(output.spanScaling.massScale, 1.2f);
+    for (const ScheduledSequence &sequence : output.sequences) {
+      std::vector<uint8_t> flags = output.spanPagesOf(sequence).vec();
+      if (output.tokensOf(sequence)[0] >= 900)
+        tailFlags = flags;
+      else // a span, or the recompute of the second span's last block
+        EXPECT_EQ(std::count(flags.begin(), flags.end(), 1), 0)
+            << "sequence from token " << output.tokensOf(sequence)[0];
+    }
+    harness.sampleAll(7);
+    harness.scheduler.update(output, harness.result);
+  }
+  // Prefix, the first span's two blocks, the second's kept first block and
+  // recomputed last block, the tail.
+  EXPECT_EQ(tailFlags, (std::vector<uint8_t>{0, 1, 1, 1, 1, 0}));
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  ASSERT_EQ(harness.output.sequences.size(), 1u);
+  EXPECT_EQ(harness.output.sequences[0].rows, model::RowKind::Decode);
+  // The same pages and the generated token's new block.
+  EXPECT_EQ(harness.output.spanPagesOf(harness.output.sequences[0]).vec(),
+            (std::vector<uint8_t>{0, 1, 1, 1, 1, 0, 0}));
 }
 
 TEST(SchedulerTest, WaitingCallsSayWhatTheyWaitFor) {

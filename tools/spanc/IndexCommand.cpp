@@ -16,8 +16,8 @@ int runIndex(const std::vector<std::string> &args) {
       ("input", po::value<std::string>()->required(), "corpus folder")    //
       ("query,q", po::value<std::string>(),                               //
        "after refreshing, print the fragments that best match this text") //
-      ("top,k", po::value<unsigned>()->default_value(4),                  //
-       "how many fragments --query prints");
+      ("top,k", po::value<int64_t>()->default_value(4),                   //
+       "how many fragments --query prints, 1..1000");
   addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
@@ -38,6 +38,11 @@ int runIndex(const std::vector<std::string> &args) {
       options, positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
+  // Read signed, so that -1 is reported as given (not as 4294967295).
+  const int64_t top = parsed.values["top"].as<int64_t>();
+  if (top < 1 || top > 1000)
+    return reportError("index", "--top " + std::to_string(top) +
+                                    ": must be in [1, 1000]");
   deferInterrupts();
 
   std::string directory = parsed.values["input"].as<std::string>();
@@ -74,8 +79,7 @@ int runIndex(const std::vector<std::string> &args) {
   if (!parsed.values.count("query"))
     return 0;
   std::string query = parsed.values["query"].as<std::string>();
-  auto fragments =
-      (*index)->retrieve(query, parsed.values["top"].as<unsigned>());
+  auto fragments = (*index)->retrieve(query, unsigned(top));
   if (!fragments)
     return reportError("index", llvm::toString(fragments.takeError()));
   unsigned rank = 0;

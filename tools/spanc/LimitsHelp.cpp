@@ -36,7 +36,9 @@ std::string limitsHelp(unsigned lines) {
     text += "  threads  -t is at most " +
             std::to_string(kThreadsPerHardwareThread) +
             " per hardware thread this process may use (" +
-            std::to_string(maxThreads()) + " here)\n";
+            std::to_string(maxThreads()) +
+            " here)\n"
+            "           (OMP_NUM_THREADS too, without -t)\n";
   if (lines & FilesLimit)
     text += "  files    file() and retrieve read the program's folder and "
             "what --allow-read\n"

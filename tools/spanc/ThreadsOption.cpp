@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace spanc::cli {
@@ -25,8 +26,21 @@ void addThreadsOption(po::options_description &options) {
 }
 
 bool applyThreadsOption(const char *command, const po::variables_map &values) {
-  if (!values.count("threads"))
+  if (!values.count("threads")) {
+    // Without -t, OpenMP takes OMP_NUM_THREADS as it is: the same bound.
+    const char *environment = std::getenv("OMP_NUM_THREADS");
+    if (environment && omp_get_max_threads() > maxThreads()) {
+      reportError(command,
+                  "OMP_NUM_THREADS=" + std::string(environment) + " asks for " +
+                      std::to_string(omp_get_max_threads()) +
+                      " threads; at most " + std::to_string(maxThreads()) +
+                      " here (" + std::to_string(kThreadsPerHardwareThread) +
+                      " per hardware thread this process may use): set it " +
+                      "lower or pass -t");
+      return false;
+    }
     return true;
+  }
   int threads = values["threads"].as<int>();
   if (threads < 1 || threads > maxThreads()) {
     reportError(command,

@@ -337,56 +337,47 @@ void pagedAttention(const PagedAttentionShape &shape,
         while (visibleEnd < pageEnd &&
                workspace.pageStarts[size_t(visibleEnd)] <= lastLimit)
           ++visibleEnd;
-        int64_t visiblePages = visibleEnd - pageBegin;
-        workspace.groups.push_back(int32_t(workspace.items.size()));
+        // The items of pages [begin, end): as many splits as the range's
+        // length asks for, each with a partial state when there are
+        // several or when `keepPartial` (a scaled group merges them all).
+        auto addSplits = [&](int32_t begin, int32_t end, bool spanRun,
+                             bool keepPartial) {
+          const int64_t pages = end - begin;
+          const int64_t splits = std::max<int64_t>(
+              1, std::min<int64_t>(splitTarget, pages / minPages));
+          for (int64_t split = 0; split < splits; ++split) {
+            AttentionWorkItem item;
+            item.sequence = sequence;
+            item.kvHead = kvHead;
+            item.firstRow = int32_t(firstRow);
+            item.numRows = numRows;
+            item.pageBegin = int32_t(begin + pages * split / splits);
+            item.pageEnd = int32_t(begin + pages * (split + 1) / splits);
+            item.partial = keepPartial || splits > 1 ? numPartials++ : -1;
+            item.numSplits = 0;
+            item.spanPages = spanRun;
+            workspace.items.push_back(item);
+          }
+        };
+        const size_t groupFirst = workspace.items.size();
+        workspace.groups.push_back(int32_t(groupFirst));
         if (scaled(sequence, pageBegin, visibleEnd)) {
-          // Each run of pages of one kind is split on its own; every
-          // split keeps a partial state for mergeScaledGroup.
-          const size_t groupFirst = workspace.items.size();
+          // Each run of pages of one kind is split on its own, for
+          // mergeScaledGroup.
           for (int32_t runBegin = pageBegin; runBegin < visibleEnd;) {
             const bool spanRun = batch.spanPages[runBegin] != 0;
             int32_t runEnd = runBegin + 1;
             while (runEnd < visibleEnd &&
                    (batch.spanPages[runEnd] != 0) == spanRun)
               ++runEnd;
-            const int64_t runPages = runEnd - runBegin;
-            const int64_t splits = std::max<int64_t>(
-                1, std::min<int64_t>(splitTarget, runPages / minPages));
-            for (int64_t split = 0; split < splits; ++split) {
-              AttentionWorkItem item;
-              item.sequence = sequence;
-              item.kvHead = kvHead;
-              item.firstRow = int32_t(firstRow);
-              item.numRows = numRows;
-              item.pageBegin = int32_t(runBegin + runPages * split / splits);
-              item.pageEnd =
-                  int32_t(runBegin + runPages * (split + 1) / splits);
-              item.partial = numPartials++;
-              item.numSplits = 0;
-              item.spanPages = spanRun;
-              workspace.items.push_back(item);
-            }
+            addSplits(runBegin, runEnd, spanRun, true);
             runBegin = runEnd;
           }
-          workspace.items[groupFirst].numSplits =
-              int32_t(workspace.items.size() - groupFirst);
-          continue;
+        } else {
+          addSplits(pageBegin, visibleEnd, false, false);
         }
-        int64_t splits = std::max<int64_t>(
-            1, std::min<int64_t>(splitTarget, visiblePages / minPages));
-        for (int64_t split = 0; split < splits; ++split) {
-          AttentionWorkItem item;
-          item.sequence = sequence;
-          item.kvHead = kvHead;
-          item.firstRow = int32_t(firstRow);
-          item.numRows = numRows;
-          item.pageBegin = int32_t(pageBegin + visiblePages * split / splits);
-          item.pageEnd =
-              int32_t(pageBegin + visiblePages * (split + 1) / splits);
-          item.partial = splits > 1 ? numPartials++ : -1;
-          item.numSplits = split == 0 ? int32_t(splits) : 0;
-          workspace.items.push_back(item);
-        }
+        workspace.items[groupFirst].numSplits =
+            int32_t(workspace.items.size() - groupFirst);
       }
     }
   }

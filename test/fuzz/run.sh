@@ -71,8 +71,9 @@ if [[ -z "$executions" ]]; then
 fi
 findings=$(grep -cE '^==[0-9]+==ERROR|^SUMMARY: |deadly signal|ERROR: libFuzzer' \
   "$log" || true)
-artifacts=$(grep -o 'Test unit written to [^ ]*' "$log" | sed 's/.* //' |
-            xargs -r -n1 basename | paste -sd, -)
+# (No match is the good case: under pipefail it must not end the script.)
+artifacts=$( (grep -o 'Test unit written to [^ ]*' "$log" || true) |
+            sed 's/.* //' | xargs -r -n1 basename | paste -sd, -)
 printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$(date -u +%F)" "$target" \
   "$elapsed" "${executions:-0}" "$((after - before))" "$status" \
   "${artifacts:-none}" >>"$root/test/fuzz/LOG.md"

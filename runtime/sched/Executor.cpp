@@ -94,10 +94,6 @@ void Executor::cancelCall(plan::CallId call, const std::string &reason) {
   scheduler->cancelCall(call, reason);
 }
 
-void Executor::cancelAll(const std::string &reason) {
-  scheduler->cancel(reason);
-}
-
 bool Executor::isDone(plan::CallId call) const {
   return scheduler->isDone(call);
 }

@@ -96,8 +96,6 @@ public:
   bool step();
   /// Cancels one call between steps (see Scheduler::cancelCall).
   void cancelCall(plan::CallId call, const std::string &reason);
-  /// Cancels every unfinished call (running ones release their blocks).
-  void cancelAll(const std::string &reason);
   bool isDone(plan::CallId call) const;
   size_t numRunning() const;
   /// Calls ready but not admitted (queued, held back or preempted).

@@ -161,9 +161,11 @@ void Engine::deliverFinished() {
     figures.cacheHits += outcome.stats.reusedTokens;
     figures.preemptions += outcome.stats.preemptions;
     figures.reasons.push_back(result.reason);
-    request.stream->finishChoice(owner.choice, std::move(result));
+    // The metrics and the in-flight count first: a client that has its
+    // answer sees them updated, and may submit again at once.
     if (--request.choicesLeft == 0)
       finishRequest(request);
+    request.stream->finishChoice(owner.choice, std::move(result));
     // The session keeps its call slots until it restarts; their memory
     // goes now.
     plan.calls[id].segments.clear();

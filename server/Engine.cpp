@@ -108,10 +108,18 @@ void Engine::admitQueued(std::vector<std::shared_ptr<Request>> &queued) {
   if (queued.empty())
     return;
   for (std::shared_ptr<Request> &request : queued) {
+    // A request's calls refer to each other by their index (a span
+    // query's plan); in the session they are numbered from `base`.
+    const plan::CallId base = plan::CallId(plan.calls.size());
     for (size_t choice = 0; choice < request->calls.calls.size(); ++choice) {
       plan::Call &call = request->calls.calls[choice];
-      call.id = plan::CallId(plan.calls.size());
-      call.dependencies.clear();
+      call.id = base + plan::CallId(choice);
+      for (plan::CallId &dependency : call.dependencies)
+        dependency += base;
+      for (plan::PlanSegment &segment : call.segments)
+        for (plan::Piece &piece : segment.pieces)
+          if (piece.call)
+            *piece.call += base;
       activeCalls.push_back(call.id);
       owners.push_back({request, choice});
       plan.calls.push_back(std::move(call));
@@ -156,6 +164,9 @@ void Engine::deliverFinished() {
     result.reason = finishReason(call, outcome);
     result.stats = outcome.stats;
     FinishedRequest &figures = request.figures;
+    // A span query's prompts are known once its calls are admitted.
+    if (request.calls.promptTokens.empty())
+      figures.promptTokens += outcome.stats.promptTokens;
     figures.generationTokens += outcome.stats.generatedTokens;
     figures.cacheQueries += outcome.stats.promptTokens;
     figures.cacheHits += outcome.stats.reusedTokens;

@@ -289,6 +289,98 @@ void HttpServer::completions(Endpoint endpoint,
   response.set_content(dump(body), "application/json");
 }
 
+void HttpServer::spanQuery(const httplib::Request &httpRequest,
+                           httplib::Response &response) {
+  const Clock::time_point arrival = Clock::now();
+  // --set NAME=VALUE as ?set=NAME=VALUE, repeatable.
+  std::vector<std::pair<std::string, std::string>> params;
+  for (size_t index = 0; index < httpRequest.get_param_value_count("set");
+       ++index) {
+    std::string text = httpRequest.get_param_value("set", index);
+    size_t equals = text.find('=');
+    if (equals == std::string::npos || equals == 0)
+      return sendError(
+          response,
+          ApiError(400, "set takes NAME=VALUE, got '" + text + "'", "set"));
+    params.emplace_back(text.substr(0, equals), text.substr(equals + 1));
+  }
+  // spnl sends JSON; a .span program is anything else.
+  size_t first = httpRequest.body.find_first_not_of(" \t\r\n");
+  bool isJson = httpRequest.get_header_value("Content-Type").find("json") !=
+                    std::string::npos ||
+                (first != std::string::npos && httpRequest.body[first] == '{');
+  auto plan = compileSpanQuery(httpRequest.body, isJson, params, encoder,
+                               options.spanQueryLimits);
+  if (!plan)
+    return sendError(response, plan.takeError());
+  RequestCalls calls;
+  calls.calls = plan->calls;
+  auto submitted = engine.submit(std::move(calls), arrival);
+  if (!submitted)
+    return sendError(response, submitted.takeError());
+  std::shared_ptr<ResponseStream> stream = *submitted;
+
+  std::vector<std::string> texts(plan->calls.size());
+  ResponseStream::Update update;
+  do {
+    stream->take(update, std::chrono::milliseconds(100));
+    for (size_t call = 0; call < texts.size(); ++call)
+      texts[call] += update.text[call];
+  } while (!update.allDone);
+
+  json queries = json::array();
+  for (const plan::QueryPlan &query : plan->queries) {
+    json results = json::array();
+    for (const plan::ResultItem &item : query.results) {
+      if (!item.call) {
+        results.push_back({{"text", item.text}});
+        continue;
+      }
+      json answer = {{"call", *item.call}, {"text", texts[*item.call]}};
+      const ChoiceResult &result = stream->result(*item.call);
+      if (!result.succeeded)
+        answer["error"] = result.error;
+      results.push_back(answer);
+    }
+    queries.push_back({{"name", query.name}, {"results", results}});
+  }
+  json callsJson = json::array();
+  uint64_t prompt = 0, cached = 0, completion = 0;
+  for (const plan::Call &call : plan->calls) {
+    const ChoiceResult &result = stream->result(call.id);
+    const sched::CallStats &stats = result.stats;
+    prompt += stats.promptTokens;
+    cached += stats.reusedTokens;
+    completion += stats.generatedTokens;
+    callsJson.push_back({{"id", call.id},
+                         {"query", call.query},
+                         {"location", call.location},
+                         {"cache_only", call.cacheOnly},
+                         {"succeeded", result.succeeded},
+                         {"error", result.error},
+                         {"finish_reason", reasonName(result, false)},
+                         {"prompt_tokens", stats.promptTokens},
+                         {"reused_tokens", stats.reusedTokens},
+                         {"computed_tokens", stats.computedTokens},
+                         {"relocated_tokens", stats.relocatedTokens},
+                         {"generated_tokens", stats.generatedTokens},
+                         {"preemptions", stats.preemptions},
+                         {"queued_seconds", stats.queuedSeconds},
+                         {"ttft_seconds", stats.ttftSeconds},
+                         {"total_seconds", stats.totalSeconds}});
+  }
+  json body = {{"object", "span.query"},
+               {"model", options.requestLimits.modelName},
+               {"queries", queries},
+               {"calls", callsJson},
+               {"usage",
+                {{"prompt_tokens", prompt},
+                 {"completion_tokens", completion},
+                 {"total_tokens", prompt + completion},
+                 {"prompt_tokens_details", {{"cached_tokens", cached}}}}}};
+  response.set_content(dump(body), "application/json");
+}
+
 void HttpServer::routes() {
   httplib::Server &http = *server;
   http.new_task_queue = [threads = options.httpThreads] {
@@ -394,6 +486,10 @@ void HttpServer::routes() {
   only("/v1/chat/completions", "POST",
        [this](const httplib::Request &request, httplib::Response &response) {
          completions(Endpoint::ChatCompletions, request, response);
+       });
+  only("/v1/query", "POST",
+       [this](const httplib::Request &request, httplib::Response &response) {
+         spanQuery(request, response);
        });
   only("/v1/completions", "POST",
        [this](const httplib::Request &request, httplib::Response &response) {

@@ -7,7 +7,8 @@
 // submitted to the Engine, whose ResponseStream the thread then waits on:
 // the whole answer, or server-sent events ending in `data: [DONE]`. A
 // client that goes away mid-stream cancels its calls. /metrics renders
-// ServerMetrics; /health and /v1/models answer at once.
+// ServerMetrics; /health and /v1/models answer at once. POST /v1/query
+// compiles a span program (SpanQuery) and submits its whole plan.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_HTTPSERVER_H
@@ -19,6 +20,7 @@
 #include "server/Engine.h"
 #include "server/Metrics.h"
 #include "server/PromptBuilder.h"
+#include "server/SpanQuery.h"
 
 #include "llvm/Support/Error.h"
 
@@ -43,6 +45,7 @@ struct HttpOptions {
   size_t httpThreads = 64;
   RequestLimits requestLimits;
   PromptLimits promptLimits;
+  SpanQueryLimits spanQueryLimits;
 };
 
 class HttpServer {
@@ -63,6 +66,8 @@ private:
   void routes();
   void completions(Endpoint endpoint, const httplib::Request &request,
                    httplib::Response &response);
+  /// POST /v1/query: a span program, its answers and per-call statistics.
+  void spanQuery(const httplib::Request &request, httplib::Response &response);
 
   Engine &engine;
   ServerMetrics &metrics;

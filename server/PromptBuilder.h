@@ -31,10 +31,11 @@ struct PromptLimits {
   int64_t contextLength = 0;
 };
 
-/// The calls of one request: prompt p's choice c is calls[p * n + c].
+/// The calls of one request: prompt p's choice c is calls[p * n + c]; a
+/// span query's plan, whose calls name each other by index.
 struct RequestCalls {
   std::vector<plan::Call> calls;
-  /// Prompt tokens of each prompt.
+  /// Prompt tokens of each prompt; empty: each call's, as admitted.
   std::vector<uint64_t> promptTokens;
 };
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 KEY = "test-key-123"
 failures = []
@@ -343,6 +344,95 @@ def check_errors(server):
     check(status == 200, "the server serves after bad requests")
 
 
+def span_source(question, body="", max_tokens=12):
+    """A span query over the chat requests' system message."""
+    return """query q {
+  gen(max_tokens = %d, temperature = 0) {
+    system "%s"
+    %s
+    user "%s"
+  }
+}
+""" % (max_tokens, SYSTEM, body, question)
+
+
+def check_span_query(server):
+    # A span query and a chat over the same messages are one prompt: the
+    # query hits the chat's blocks and answers as the chat did.
+    status, _, chat = server.json("POST", "/v1/chat/completions",
+                                  chat_body("Where do spans live?"))
+    status, _, result = server.json(
+        "POST", "/v1/query", body=span_source("Where do spans live?"),
+        headers={"Content-Type": "text/plain"})
+    if not check(status == 200, "/v1/query: 200 (got %d %r)" %
+                 (status, result)):
+        return
+    answer = result["queries"][0]["results"][0]
+    call = result["calls"][0]
+    check(answer["text"] == chat["choices"][0]["message"]["content"],
+          "a span query answers as the same chat: %r vs %r" %
+          (answer["text"], chat["choices"][0]["message"]["content"]))
+    check(call["succeeded"] and call["prompt_tokens"] ==
+          chat["usage"]["prompt_tokens"], "same prompt: %r" % call)
+    check(call["reused_tokens"] >= 16, "the query reuses the chat's blocks: "
+          "%r" % call)
+
+    # Spans: the documents in a plus hit at any position.
+    plus = ('plus { fragment "The block pool owns every block." '
+            'fragment "Rotary embeddings rotate keys by position." }')
+    swapped = ('plus { fragment "Rotary embeddings rotate keys by position." '
+               'fragment "The block pool owns every block." }')
+    status, _, first = server.json("POST", "/v1/query",
+                                   body=span_source("Which is first?", plus))
+    status, _, second = server.json(
+        "POST", "/v1/query", body=span_source("Which is second?", swapped))
+    check(status == 200 and second["calls"][0]["reused_tokens"] >
+          first["calls"][0]["reused_tokens"],
+          "swapped spans are reused: %r then %r" %
+          (first["calls"][0], second["calls"][0]))
+
+    # Parameters, nested calls and spnl JSON.
+    status, _, nested = server.json(
+        "POST", "/v1/query?" + urllib.parse.urlencode({"set": "topic=cats"}),
+        body="""param topic = "dogs"
+query judge {
+  gen(max_tokens = 6, temperature = 0) {
+    system "Pick the best."
+    plus { repeat(2) { gen(max_tokens = 4, temperature = 0.8, seed = 3) {
+      user topic } } }
+    user "Which one?"
+  }
+}
+""")
+    check(status == 200 and len(nested.get("calls", [])) >= 2 and
+          all(c["succeeded"] for c in nested["calls"]),
+          "a nested query runs: %r" % (nested,))
+    spnl = {"g": {"model": "tiny-llama-synthetic", "input": {"cross": [
+        {"system": "You answer."}, {"user": "Hello?"}]}, "max_tokens": 5,
+        "temperature": 0}}
+    status, _, document = server.json("POST", "/v1/query", spnl)
+    check(status == 200 and document["calls"][0]["succeeded"],
+          "spnl JSON runs: %d %r" % (status, document))
+
+    # No file is read for a network program, and errors say where.
+    for source, what in [
+            ('query q { gen { user file("/etc/hostname") } }', "file()"),
+            ('query q { gen { user file("test/e2e/serve.py") } }', "a relative file()"),
+            ('query q { gen { plus { retrieve(corpus = "/etc", query = "x", '
+             'k = 2) } user "q" } }', "retrieve()")]:
+        status, _, document = server.json("POST", "/v1/query", body=source)
+        check(status == 400, "%s is refused over the network: %d %r" %
+              (what, status, document))
+    status, _, document = server.json("POST", "/v1/query",
+                                      body="query q {\n  gen { user nosuch }\n}")
+    check(status == 400 and "query.span:2:" in
+          document["error"]["message"], "a bad program's error says where: "
+          "%r" % (document,))
+    status, _, document = server.json(
+        "POST", "/v1/query", body=span_source("x", max_tokens=100000))
+    check(status == 400, "a query's max_tokens over the limit: %d" % status)
+
+
 QUESTIONS = ["Question number %d about spans?" % i for i in range(16)]
 
 
@@ -530,6 +620,7 @@ def main():
         check_chat(server)
         check_completions(server)
         check_errors(server)
+        check_span_query(server)
         check_concurrent(server)
         check_disconnect(server)
         code = server.stop(signal.SIGTERM)

@@ -44,6 +44,7 @@ namespace {
 constexpr int64_t kMaxBodyBound = int64_t(1) << 30;
 constexpr int64_t kMaxQueueBound = 100000;
 constexpr int64_t kMaxHttpThreads = 1024;
+constexpr int64_t kMaxQueryCalls = 10000;
 
 } // namespace
 
@@ -80,6 +81,9 @@ int runServe(const std::vector<std::string> &args) {
       ("max-prompt-tokens", po::value<int64_t>()->default_value(0),         //
        "largest prompt in tokens (400 above it); 0: the model's context. "  //
        "A prompt plus its max_tokens must fit the context in any case")     //
+      ("max-query-calls", po::value<int64_t>()->default_value(256),         //
+       "model calls a /v1/query program may make, its repeats' samples "    //
+       "included (400 above it)")                                           //
       ("http-threads", po::value<int64_t>()->default_value(64),             //
        "threads serving connections; each holds one connection for a "      //
        "request's whole answer, so this bounds the concurrent clients")     //
@@ -117,6 +121,10 @@ int runServe(const std::vector<std::string> &args) {
       "       stream (server-sent events ending in 'data: [DONE]'),\n"
       "       stream_options.include_usage; usage with\n"
       "       prompt_tokens_details.cached_tokens\n"
+      "  POST /v1/query             a .span program or spnl JSON as the body\n"
+      "       (?set=NAME%3DVALUE, URL-encoded, overrides a param): each\n"
+      "       query's answers and per-call statistics; file() and\n"
+      "       retrieve() are refused\n"
       "  GET  /v1/models            the one model served\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
       "  GET  /health               200 while serving (no key needed)\n\n"
@@ -171,10 +179,12 @@ int runServe(const std::vector<std::string> &args) {
       "serve", values, "default-max-tokens", 1, cpu::kMaxContextLength);
   std::optional<int64_t> maxPromptTokens = readBoundedInt(
       "serve", values, "max-prompt-tokens", 0, cpu::kMaxContextLength);
+  std::optional<int64_t> maxQueryCalls =
+      readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
   std::optional<int64_t> httpThreads =
       readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
   if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
-      !defaultMaxTokens || !maxPromptTokens || !httpThreads)
+      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads)
     return 1;
   executorOptions.blockSize = unsigned(*blockSize);
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
@@ -243,6 +253,11 @@ int runServe(const std::vector<std::string> &args) {
   httpOptions.promptLimits.contextLength = contextLength;
   httpOptions.promptLimits.maxPromptTokens =
       *maxPromptTokens ? *maxPromptTokens : contextLength;
+  httpOptions.spanQueryLimits.maxCalls = *maxQueryCalls;
+  httpOptions.spanQueryLimits.maxTokensLimit = *maxTokensLimit;
+  httpOptions.spanQueryLimits.maxPromptTokens =
+      httpOptions.promptLimits.maxPromptTokens;
+  httpOptions.spanQueryLimits.contextLength = contextLength;
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());

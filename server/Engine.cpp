@@ -139,6 +139,7 @@ void Engine::finishRequest(Request &request) {
   Clock::time_point first = stream.firstToken();
   request.figures.hasFirstToken = first != stream.arrival();
   request.figures.ttftSeconds = secondsBetween(stream.arrival(), first);
+  request.figures.interTokenSeconds = stream.takeInterTokenGaps();
   metrics.recordFinished(request.figures);
   std::lock_guard<std::mutex> lock(mutex);
   --inFlight;

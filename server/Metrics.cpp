@@ -16,6 +16,9 @@ namespace {
 const std::vector<double> kTimeToFirstTokenBuckets = {
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kInterTokenLatencyBuckets = {
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+    0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 const std::vector<double> kRequestLatencyBuckets = {
     0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
@@ -92,6 +95,7 @@ ServerMetrics::ServerMetrics(std::string modelName, unsigned blockSize,
     : labels("model_name=\"" + escapeLabelValue(modelName) + "\""),
       blockSize(blockSize), numBlocks(numBlocks),
       timeToFirstToken(kTimeToFirstTokenBuckets),
+      interTokenLatency(kInterTokenLatencyBuckets),
       endToEndLatency(kRequestLatencyBuckets) {}
 
 void ServerMetrics::setLoad(uint64_t runningNow, uint64_t waitingNow,
@@ -113,6 +117,8 @@ void ServerMetrics::recordFinished(const FinishedRequest &request) {
     ++finished[size_t(reason)];
   if (request.hasFirstToken)
     timeToFirstToken.observe(request.ttftSeconds);
+  for (double gap : request.interTokenSeconds)
+    interTokenLatency.observe(gap);
   endToEndLatency.observe(request.e2eSeconds);
 }
 
@@ -159,6 +165,9 @@ std::string ServerMetrics::render() const {
   header(out, "vllm:time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.");
   timeToFirstToken.render("vllm:time_to_first_token_seconds", labels, out);
+  header(out, "vllm:inter_token_latency_seconds", "histogram",
+         "Histogram of inter-token latency in seconds.");
+  interTokenLatency.render("vllm:inter_token_latency_seconds", labels, out);
   header(out, "vllm:e2e_request_latency_seconds", "histogram",
          "Histogram of e2e request latency in seconds.");
   endToEndLatency.render("vllm:e2e_request_latency_seconds", labels, out);

@@ -54,6 +54,8 @@ struct FinishedRequest {
   bool hasFirstToken = false;
   double ttftSeconds = 0;
   double e2eSeconds = 0;
+  /// Between consecutive output tokens of each sequence.
+  std::vector<double> interTokenSeconds;
 };
 
 class ServerMetrics {
@@ -77,6 +79,7 @@ private:
   uint64_t cacheQueries = 0, cacheHits = 0, preemptions = 0;
   uint64_t finished[3] = {0, 0, 0}; ///< by FinishReason
   Histogram timeToFirstToken;
+  Histogram interTokenLatency;
   Histogram endToEndLatency;
 };
 

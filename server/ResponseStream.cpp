@@ -10,11 +10,18 @@ ResponseStream::ResponseStream(size_t numChoices, Clock::time_point arrival)
 void ResponseStream::appendText(size_t choice, llvm::StringRef piece) {
   {
     std::lock_guard<std::mutex> lock(mutex);
+    Clock::time_point now = Clock::now();
     if (!hasFirstToken) {
       hasFirstToken = true;
-      firstTokenAt = Clock::now();
+      firstTokenAt = now;
     }
-    choices[choice].unread += piece.str();
+    Choice &entry = choices[choice];
+    if (entry.hasPiece)
+      interTokenGaps.push_back(
+          std::chrono::duration<double>(now - entry.lastPiece).count());
+    entry.hasPiece = true;
+    entry.lastPiece = now;
+    entry.unread += piece.str();
   }
   news.notify_all();
 }
@@ -57,6 +64,13 @@ void ResponseStream::take(Update &update, std::chrono::milliseconds timeout) {
 const ChoiceResult &ResponseStream::result(size_t choice) const {
   std::lock_guard<std::mutex> lock(mutex);
   return choices[choice].result;
+}
+
+std::vector<double> ResponseStream::takeInterTokenGaps() {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<double> gaps;
+  gaps.swap(interTokenGaps);
+  return gaps;
 }
 
 Clock::time_point ResponseStream::firstToken() const {

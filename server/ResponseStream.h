@@ -63,10 +63,15 @@ public:
   Clock::time_point arrival() const { return arrivedAt; }
   /// When the first text of any choice came (arrival when none did).
   Clock::time_point firstToken() const;
+  /// The gaps between consecutive pieces of each choice, in seconds
+  /// (vllm:inter_token_latency_seconds); taken once.
+  std::vector<double> takeInterTokenGaps();
 
 private:
   struct Choice {
     std::string unread;
+    bool hasPiece = false;
+    Clock::time_point lastPiece;
     bool done = false;
     bool reported = false;
     ChoiceResult result;
@@ -75,6 +80,7 @@ private:
   std::condition_variable news;
   std::vector<Choice> choices;
   size_t numDone = 0;
+  std::vector<double> interTokenGaps;
   bool hasFirstToken = false;
   Clock::time_point arrivedAt, firstTokenAt;
   std::atomic<bool> cancelled{false};

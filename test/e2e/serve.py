@@ -437,6 +437,8 @@ QUESTIONS = ["Question number %d about spans?" % i for i in range(16)]
 
 
 def check_concurrent(server):
+    """16 clients at once, chats whole and streamed and span queries over
+    the same system message: every answer equals the serial one."""
     serial = {}
     for question in QUESTIONS:
         status, _, answer = server.json("POST", "/v1/chat/completions",
@@ -449,9 +451,16 @@ def check_concurrent(server):
     peak_running = [0]
     done = threading.Event()
 
-    def client(question, streamed):
+    def client(question, kind):
         try:
-            if streamed:
+            if kind == "query":
+                # The same messages as a span query: the same answer.
+                status, _, result = server.json(
+                    "POST", "/v1/query", body=span_source(question))
+                results[question] = (status,
+                                     result["queries"][0]["results"][0]
+                                     ["text"], result["usage"])
+            elif kind == "stream":
                 status, events = server.stream(
                     "/v1/chat/completions",
                     chat_body(question, stream=True,
@@ -477,7 +486,8 @@ def check_concurrent(server):
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    threads = [threading.Thread(target=client, args=(q, i % 2 == 1),
+    kinds = ["chat", "stream", "query"]
+    threads = [threading.Thread(target=client, args=(q, kinds[i % 3]),
                                 daemon=True)
                for i, q in enumerate(QUESTIONS)]
     start = time.time()
@@ -519,6 +529,9 @@ def check_concurrent(server):
     finished = delta("vllm:request_success_total", finished_reason="stop") + \
         delta("vllm:request_success_total", finished_reason="length")
     check(finished == len(QUESTIONS), "request_success_total: %d" % finished)
+    check(delta("vllm:inter_token_latency_seconds_count") ==
+          sum(max(u["completion_tokens"] - 1, 0) for u in usages),
+          "inter-token histogram counts every gap between tokens")
     check(delta("vllm:e2e_request_latency_seconds_count") == len(QUESTIONS),
           "e2e histogram counts every request")
     check(delta("vllm:time_to_first_token_seconds_count") == len(QUESTIONS),

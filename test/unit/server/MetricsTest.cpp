@@ -29,7 +29,9 @@ TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
   request.hasFirstToken = true;
   request.ttftSeconds = 0.03;
   request.e2eSeconds = 1.2;
+  request.interTokenSeconds = {0.02, 0.03, 0.2};
   metrics.recordFinished(request);
+  request.interTokenSeconds.clear();
   request.reasons = {FinishReason::Stop};
   request.hasFirstToken = false;
   request.e2eSeconds = 0.1;
@@ -72,6 +74,14 @@ TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
                                 ",le=\"0.04\"} 1.0"));
   EXPECT_TRUE(hasLine(text, "vllm:time_to_first_token_seconds_count{" + label +
                                 "} 1.0"));
+  EXPECT_TRUE(hasLine(text, "# TYPE vllm:inter_token_latency_seconds "
+                            "histogram"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_bucket{" + label +
+                                ",le=\"0.025\"} 1.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_bucket{" + label +
+                                ",le=\"0.05\"} 2.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_count{" + label +
+                                "} 3.0"));
   EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_bucket{" + label +
                                 ",le=\"0.3\"} 1.0"));
   EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_bucket{" + label +

@@ -49,6 +49,11 @@ void Engine::start() {
   thread = std::thread([this] { loop(); });
 }
 
+bool Engine::isStopping() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return stopping;
+}
+
 size_t Engine::numInFlight() const {
   std::lock_guard<std::mutex> lock(mutex);
   return inFlight;
@@ -56,6 +61,9 @@ size_t Engine::numInFlight() const {
 
 llvm::Expected<std::shared_ptr<ResponseStream>>
 Engine::submit(RequestCalls calls, Clock::time_point arrival) {
+  // A request without calls would never finish.
+  if (calls.calls.empty())
+    return apiError(400, "the request makes no model call");
   auto request = std::make_shared<Request>();
   request->stream =
       std::make_shared<ResponseStream>(calls.calls.size(), arrival);

@@ -60,6 +60,8 @@ public:
 
   /// Requests submitted and not yet finished.
   size_t numInFlight() const;
+  /// Whether shutdown() began (calls failing now were cancelled by it).
+  bool isStopping() const;
 
 private:
   struct Request;

@@ -277,9 +277,10 @@ void HttpServer::completions(Endpoint endpoint,
   for (size_t choice = 0; choice < numChoices; ++choice) {
     const ChoiceResult &result = answer->stream->result(choice);
     if (!result.succeeded)
-      return sendError(response,
-                       ApiError(500, "choice " + std::to_string(choice) +
-                                         " failed: " + result.error));
+      // Cancelled by a shutdown: the server, not the request, gave up.
+      return sendError(response, ApiError(engine.isStopping() ? 503 : 500,
+                                          "choice " + std::to_string(choice) +
+                                              " failed: " + result.error));
     texts[choice] += answer->filters[choice].finish();
     body["choices"].push_back(answer->choiceText(
         choice, texts[choice], false,

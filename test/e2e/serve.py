@@ -581,10 +581,11 @@ def check_disconnect(server):
 def check_queue_full(spanc, model):
     server = Server(spanc, model, "--api-key", KEY, "--max-queue", "1",
                     "--max-tokens-limit", "2000")
-    holder = threading.Thread(target=server.json, daemon=True, args=(
+    held = []
+    holder = threading.Thread(target=lambda: held.append(server.json(
         "POST", "/v1/completions",
         {"prompt": "Hold the only slot", "max_tokens": 2000,
-         "temperature": 0}))
+         "temperature": 0})), daemon=True)
     holder.start()
     deadline = time.time() + 10
     status = None
@@ -605,6 +606,9 @@ def check_queue_full(spanc, model):
           code)
     holder.join(10)
     check(not holder.is_alive(), "the request in flight was answered")
+    check(held and held[0][0] == 503 and
+          held[0][2]["error"]["code"] == "shutting_down",
+          "the request in flight is cancelled with 503: %r" % (held,))
 
 
 def check_sensible_answer(spanc):

@@ -38,9 +38,9 @@ FinishReason finishReason(const plan::Call &call,
 } // namespace
 
 Engine::Engine(sched::Executor &executor, ServerMetrics &metrics,
-               size_t maxRequests, ThreadHooks hooks)
+               size_t maxRequests, ThreadHooks hooks, size_t maxSessionCalls)
     : executor(executor), metrics(metrics), maxRequests(maxRequests),
-      hooks(std::move(hooks)) {}
+      maxSessionCalls(maxSessionCalls), hooks(std::move(hooks)) {}
 
 Engine::~Engine() { shutdown("the server is shutting down"); }
 
@@ -223,7 +223,9 @@ void Engine::loop() {
         wake.wait(lock, [&] { return stopping || !queue.empty(); });
       if (stopping)
         break;
-      queued.swap(queue);
+      // A full session drains first; the queue joins the next one.
+      if (plan.calls.size() < maxSessionCalls)
+        queued.swap(queue);
     }
     admitQueued(queued);
     // Cancellations first, so a step never runs for a client gone.

@@ -43,9 +43,11 @@ public:
   };
 
   /// `maxRequests`: requests held at once, running or waiting; one more is
-  /// refused (429).
+  /// refused (429). `maxSessionCalls`: once the session's plan holds this
+  /// many calls, new requests wait until it drains and starts over, so
+  /// memory stays bounded under a load that never pauses.
   Engine(sched::Executor &executor, ServerMetrics &metrics, size_t maxRequests,
-         ThreadHooks hooks = {});
+         ThreadHooks hooks = {}, size_t maxSessionCalls = 65536);
   ~Engine();
 
   void start();
@@ -84,6 +86,7 @@ private:
   sched::Executor &executor;
   ServerMetrics &metrics;
   const size_t maxRequests;
+  const size_t maxSessionCalls;
   ThreadHooks hooks;
 
   // Shared with the HTTP threads.

@@ -63,16 +63,68 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
 
 const kv::KvStorage &Executor::kvStorage() const { return device->storage(); }
 
+void Executor::beginSession(const plan::Plan &plan,
+                            std::vector<CallOutcome> &outcomes,
+                            const TokenCallback &onToken) {
+  // The runner keeps a pointer to the callback: the session owns a copy.
+  sessionOnToken = onToken;
+  scheduler->beginRun(plan, outcomes);
+  runner->beginRun(plan, outcomes, sessionOnToken);
+}
+
+void Executor::addCalls() {
+  scheduler->addCalls();
+  runner->addCalls();
+}
+
+void Executor::endSession() {
+  scheduler->endRun();
+  runner->endRun();
+}
+
+bool Executor::step() {
+  scheduler->admit();
+  if (!scheduler->hasRunning())
+    return false;
+  runStep();
+  return true;
+}
+
+void Executor::cancelCall(plan::CallId call, const std::string &reason) {
+  scheduler->cancelCall(call, reason);
+}
+
+bool Executor::isDone(plan::CallId call) const {
+  return scheduler->isDone(call);
+}
+
+size_t Executor::numRunning() const { return scheduler->numRunning(); }
+
+size_t Executor::numWaiting() const { return scheduler->numWaiting(); }
+
+void Executor::runStep() {
+  SchedulerOutput &step = *stepOutput;
+  RunnerOutput &result = *runnerOutput;
+  llvm::Error error = scheduler->schedule(step);
+  if (!error)
+    error = runner->execute(step, result);
+  if (error) {
+    // A step failed as a whole (a malformed batch): fail what ran in it.
+    scheduler->failStep(step, llvm::toString(std::move(error)));
+  } else {
+    scheduler->update(step, result);
+    // Copy-on-write before anything else may write the source blocks.
+    runner->copyBlocks(scheduler->blockCopies());
+  }
+}
+
 std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
                                        const TokenCallback &onToken,
                                        const ProgressCallback &onProgress,
                                        const StopCallback &shouldStop) {
   std::vector<CallOutcome> outcomes;
-  scheduler->beginRun(plan, outcomes);
-  runner->beginRun(plan, outcomes, onToken);
+  beginSession(plan, outcomes, onToken);
   const size_t numCalls = plan.calls.size();
-  SchedulerOutput &step = *stepOutput;
-  RunnerOutput &result = *runnerOutput;
   while (scheduler->numDone() < numCalls) {
     if (shouldStop && shouldStop()) {
       scheduler->cancel("interrupted");
@@ -84,22 +136,11 @@ std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
         break; // nothing can make progress (should not happen)
       continue;
     }
-    llvm::Error error = scheduler->schedule(step);
-    if (!error)
-      error = runner->execute(step, result);
-    if (error) {
-      // A step failed as a whole (a malformed batch): fail what ran in it.
-      scheduler->failStep(step, llvm::toString(std::move(error)));
-    } else {
-      scheduler->update(step, result);
-      // Copy-on-write before anything else may write the source blocks.
-      runner->copyBlocks(scheduler->blockCopies());
-    }
+    runStep();
     if (onProgress)
       onProgress({scheduler->numDone(), numCalls, runner->tokensGenerated()});
   }
-  scheduler->endRun();
-  runner->endRun();
+  endSession();
   return outcomes;
 }
 

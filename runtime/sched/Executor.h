@@ -22,6 +22,7 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace spanc::backend {
@@ -81,6 +82,27 @@ public:
                                const ProgressCallback &onProgress = nullptr,
                                const StopCallback &shouldStop = nullptr);
 
+  /// A session: a run whose plan grows while it runs (a server's requests),
+  /// driven one step at a time. run() is a session over a fixed plan.
+  /// `plan` and `outcomes` must outlive the session; calls appended to
+  /// `plan` join it at addCalls(), outcomes grow with them.
+  void beginSession(const plan::Plan &plan, std::vector<CallOutcome> &outcomes,
+                    const TokenCallback &onToken);
+  /// Takes in the calls appended to the session's plan since the last call
+  /// (their ids are their indices). Between steps only.
+  void addCalls();
+  /// Admits what it can and runs one step. Returns false when there was
+  /// nothing to run (every call done, or none can be admitted now).
+  bool step();
+  /// Cancels one call between steps (see Scheduler::cancelCall).
+  void cancelCall(plan::CallId call, const std::string &reason);
+  bool isDone(plan::CallId call) const;
+  size_t numRunning() const;
+  /// Calls ready but not admitted (queued, held back or preempted).
+  size_t numWaiting() const;
+  /// Marks the calls never run and ends the session.
+  void endSession();
+
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }
   /// The K/V memory (tests compare what relocation left there).
@@ -90,6 +112,8 @@ public:
 
 private:
   Executor();
+  /// schedule → run → update for the admitted calls.
+  void runStep();
 
   ExecutorOptions executorOptions;
   std::unique_ptr<kv::BlockPool> blockPool;
@@ -101,6 +125,8 @@ private:
   /// Reused by every step (no per-token allocation in the steady state).
   std::unique_ptr<SchedulerOutput> stepOutput;
   std::unique_ptr<RunnerOutput> runnerOutput;
+  /// The session's streaming callback (the runner points to it).
+  TokenCallback sessionOnToken;
 };
 
 } // namespace spanc::sched

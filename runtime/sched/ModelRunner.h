@@ -40,6 +40,9 @@ public:
   void beginRun(const plan::Plan &plan, std::vector<CallOutcome> &outcomes,
                 const TokenCallback &onToken);
   void endRun();
+  /// The run's plan grew (Scheduler::addCalls): room for the new calls'
+  /// samplers.
+  void addCalls() { samplers.resize(plan->calls.size()); }
 
   /// Runs the step: relocations, the forward pass, sampling. Fails (with
   /// nothing sampled) when the backend rejects the batch.

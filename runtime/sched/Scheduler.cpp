@@ -75,14 +75,13 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
                          std::vector<CallOutcome> &runOutcomes) {
   plan = &newPlan;
   outcomes = &runOutcomes;
-  const size_t count = newPlan.calls.size();
-  outcomes->assign(count, CallOutcome());
-  missingDependencies.assign(count, 0);
-  dependents.assign(count, {});
-  readyAt.assign(count, Clock::time_point());
-  done.assign(count, false);
-  outputs.assign(count, std::nullopt);
-  trailers.assign(count, std::nullopt);
+  outcomes->clear();
+  missingDependencies.clear();
+  dependents.clear();
+  readyAt.clear();
+  done.clear();
+  outputs.clear();
+  trailers.clear();
   waiting.clear();
   parked.clear();
   running.clear();
@@ -90,20 +89,70 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
   copies.clear();
   callsDone = 0;
   admissions = 0;
-  for (const plan::Call &call : newPlan.calls)
-    for (const plan::PlanSegment &segment : call.segments)
+  registerCalls(0);
+}
+
+void Scheduler::registerCalls(size_t first) {
+  const size_t count = plan->calls.size();
+  outcomes->resize(count);
+  missingDependencies.resize(count, 0);
+  dependents.resize(count);
+  readyAt.resize(count, Clock::time_point());
+  done.resize(count, false);
+  outputs.resize(count, std::nullopt);
+  trailers.resize(count, std::nullopt);
+  for (size_t id = first; id < count; ++id)
+    for (const plan::PlanSegment &segment : plan->calls[id].segments)
       for (const plan::Piece &piece : segment.pieces)
         if (piece.call && !trailers[*piece.call])
           trailers[*piece.call] = piece.trailer;
-  for (const plan::Call &call : newPlan.calls) {
-    missingDependencies[call.id] = uint32_t(call.dependencies.size());
-    for (plan::CallId dependency : call.dependencies)
+  for (size_t id = first; id < count; ++id) {
+    const plan::Call &call = plan->calls[id];
+    // A dependency that finished before this call was added counts as met.
+    uint32_t missing = 0;
+    for (plan::CallId dependency : call.dependencies) {
+      if (done[dependency])
+        continue;
+      ++missing;
       dependents[dependency].push_back(call.id);
-    if (call.dependencies.empty()) {
+    }
+    missingDependencies[call.id] = missing;
+    if (missing == 0) {
       waiting.push_back(call.id);
       readyAt[call.id] = Clock::now();
     }
   }
+}
+
+void Scheduler::addCalls() { registerCalls(done.size()); }
+
+void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
+  if (callId >= done.size() || done[callId])
+    return;
+  auto active = llvm::find_if(
+      running, [&](const auto &request) { return request->call == callId; });
+  if (active != running.end()) {
+    finish(**active, false, reason);
+    return;
+  }
+  // Waiting (or not ready yet): it leaves the queue and fails unrun, as a
+  // call whose dependency failed does at admission.
+  auto queued = llvm::find(waiting, callId);
+  if (queued != waiting.end())
+    waiting.erase(queued);
+  std::unique_ptr<Request> request;
+  auto found = parked.find(callId);
+  if (found != parked.end()) {
+    request = std::move(found->second);
+    parked.erase(found);
+  } else {
+    request = std::make_unique<Request>();
+    request->call = callId;
+  }
+  if (readyAt[callId] == Clock::time_point())
+    readyAt[callId] = Clock::now();
+  running.push_back(std::move(request));
+  finish(*running.back(), false, reason);
 }
 
 void Scheduler::endRun() {
@@ -665,7 +714,8 @@ void Scheduler::finish(Request &request, bool succeeded, std::string error) {
   if (succeeded)
     outputs[callId] = outcome.tokens;
   for (plan::CallId dependent : dependents[callId]) {
-    if (--missingDependencies[dependent] == 0) {
+    // A dependent cancelled before it was ready is done already.
+    if (--missingDependencies[dependent] == 0 && !done[dependent]) {
       waiting.push_back(dependent);
       readyAt[dependent] = Clock::now();
     }

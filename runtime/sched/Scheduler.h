@@ -78,6 +78,15 @@ public:
   void beginRun(const plan::Plan &plan, std::vector<CallOutcome> &outcomes);
   /// Marks the calls that never ran and drops the run's state.
   void endRun();
+  /// The plan of the run grew: calls from numCalls() to the plan's end were
+  /// appended (a server adds requests to a run in progress). Their
+  /// dependencies must be calls of the plan; the ready ones join the
+  /// waiting queue behind the calls already there. Call between steps.
+  void addCalls();
+  /// Ends one call between steps: a running call fails with `reason` and
+  /// releases its blocks, a waiting one fails without running, one already
+  /// done stays as it was (a client that went away).
+  void cancelCall(plan::CallId call, const std::string &reason);
 
   /// Admits ready calls in plan order until one must wait. Returns whether
   /// any was admitted.
@@ -100,6 +109,9 @@ public:
 
   size_t numCalls() const;
   size_t numDone() const { return callsDone; }
+  bool isDone(plan::CallId call) const { return done[call]; }
+  size_t numRunning() const { return running.size(); }
+  size_t numWaiting() const { return waiting.size(); }
   bool hasRunning() const { return !running.empty(); }
   bool hasWaiting() const { return !waiting.empty(); }
   /// What a waiting call waits for (std::nullopt when it is not waiting).
@@ -115,6 +127,8 @@ private:
   void requeue(Request &request, WaitingFor reason);
   void finish(Request &request, bool succeeded, std::string error);
   bool preemptFor(Request &needy);
+  /// Registers calls [first, plan's end): dependencies, trailers, readiness.
+  void registerCalls(size_t first);
   /// Remembers the decode slot and hands its copy-on-write copy out.
   void takeSlot(Request &request, const kv::DecodeSlot &slot);
   /// Queues the span moves the step asked for (after its forward pass).

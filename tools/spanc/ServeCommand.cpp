@@ -1,28 +1,303 @@
-//===- ServeCommand.cpp - spanc serve -------------------------------------===//
+//===- ServeCommand.cpp - spanc serve: an OpenAI-compatible HTTP server ---===//
+//
+// Loads the model once, sizes one KV cache and starts the server library:
+// the engine thread (one Executor session shared by every request) and the
+// HTTP threads (docs/ARCHITECTURE.md, "Serving"). SIGINT and SIGTERM stop
+// it: the listening socket closes, requests in flight are cancelled (their
+// clients get an error), the engine thread ends, exit 0.
+//
+//===----------------------------------------------------------------------===//
 
+#include "runtime/kernels/cpu/AdaptiveThreads.h"
+#include "runtime/kernels/cpu/Half.h"
+#include "runtime/kernels/cpu/Limits.h"
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/ModelConfig.h"
+#include "runtime/model/Tokenizer.h"
+#include "runtime/sched/Executor.h"
+#include "server/Engine.h"
+#include "server/HttpServer.h"
+#include "server/Metrics.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/Interrupt.h"
+#include "tools/spanc/LimitsHelp.h"
+#include "tools/spanc/SpanModeOptions.h"
+#include "tools/spanc/ThreadsOption.h"
+
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
 
 namespace spanc::cli {
 
+namespace {
+
+/// Bounds of the server's own options (the help says them).
+constexpr int64_t kMaxBodyBound = int64_t(1) << 30;
+constexpr int64_t kMaxQueueBound = 100000;
+constexpr int64_t kMaxHttpThreads = 1024;
+constexpr int64_t kMaxQueryCalls = 10000;
+
+} // namespace
+
 int runServe(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  options.add_options()                                              //
-      ("model,m", po::value<std::string>(), "GGUF model to serve")   //
-      ("host", po::value<std::string>()->default_value("127.0.0.1"), //
-       "address to listen on (loopback by default)")                 //
-      ("port", po::value<int>()->default_value(8080), "TCP port")    //
-      ("cache", po::value<std::string>()->default_value("span"),     //
-       "KV cache mode: span, prefix or off")                         //
-      ("threads,t", po::value<int>(), "CPU threads (default: all cores)");
+  const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
+                                    std::to_string(cpu::kMaxBlockSize) + "]";
+  options.add_options()                                                     //
+      ("model,m", po::value<std::string>(),                                 //
+       "GGUF model to serve (default: $SPANC_MODEL, else the "              //
+       "SmolLM2-135M-Instruct that tools/setup.sh installs)")               //
+      ("served-model-name", po::value<std::string>(),                       //
+       "the model's id in /v1/models and the `model` requests must name "   //
+       "(default: the file's name without .gguf)")                          //
+      ("host", po::value<std::string>()->default_value("127.0.0.1"),        //
+       "address to listen on (loopback by default; 0.0.0.0 for every "      //
+       "interface: then set --api-key)")                                    //
+      ("port", po::value<int64_t>()->default_value(8000),                   //
+       "TCP port, in [0, 65535] (8000 as vLLM, where spnl looks; 0: any "   //
+       "free port, printed on stderr)")                                     //
+      ("api-key", po::value<std::string>(),                                 //
+       "require 'Authorization: Bearer KEY' on every endpoint but /health " //
+       "(default: $SPANC_API_KEY; none: no key)")                           //
+      ("max-body", po::value<int64_t>()->default_value(1 << 20),            //
+       "largest request body in bytes; a larger one gets 413")              //
+      ("max-queue", po::value<int64_t>()->default_value(256),               //
+       "requests the server holds at once, running or waiting; one more "   //
+       "gets 429 with Retry-After")                                         //
+      ("max-tokens-limit", po::value<int64_t>()->default_value(4096),       //
+       "largest max_tokens a request may ask for (400 above it)")           //
+      ("default-max-tokens", po::value<int64_t>()->default_value(256),      //
+       "max_tokens of a request that gives none (bounded by "               //
+       "--max-tokens-limit)")                                               //
+      ("max-prompt-tokens", po::value<int64_t>()->default_value(0),         //
+       "largest prompt in tokens (400 above it); 0: the model's context. "  //
+       "A prompt plus its max_tokens must fit the context in any case")     //
+      ("max-query-calls", po::value<int64_t>()->default_value(256),         //
+       "model calls a /v1/query program may make, its repeats' samples "    //
+       "included (400 above it)")                                           //
+      ("http-threads", po::value<int64_t>()->default_value(64),             //
+       "threads serving connections; each holds one connection for a "      //
+       "request's whole answer, so this bounds the concurrent clients")     //
+      ("cache", po::value<std::string>()->default_value("span"),            //
+       "KV cache mode: span, prefix (stock prefix caching) or off")         //
+      ("relocation",
+       po::value<std::string>()->default_value("rope-in-kernel"),         //
+       "how reused spans move: rerope or rope-in-kernel")                 //
+      ("kv-cache", po::value<std::string>()->default_value("65536"),      //
+       "KV cache capacity: tokens, rounded down to whole blocks, or "     //
+       "memory (512MiB, 2GiB)")                                           //
+      ("block-size", po::value<int64_t>()->default_value(16),             //
+       blockSizeHelp.c_str())                                             //
+      ("step-tokens", po::value<int64_t>()->default_value(512),           //
+       "token budget of one scheduler step (decode tokens + prefill)")    //
+      ("kv-precision", po::value<std::string>()->default_value("f16"),    //
+       "K/V storage: f16 or f32")                                         //
+      ("batch-invariant",                                                 //
+       "f32 GEMMs and attention products everywhere (slower prefill)")    //
+      ("fixed-threads", "-t is a ceiling: fewer threads run while other " //
+                        "processes take cores; with this, always -t threads");
+  addSpanModeOptions(options);
+  addThreadsOption(options);
+  const std::string about =
+      "Serves the model over HTTP with one scheduler and one KV cache for\n"
+      "every request: requests that arrive while others run join the next\n"
+      "step (continuous batching), and a chat request reuses the blocks a\n"
+      "span query or another chat left (same messages, same blocks).\n\n"
+      "Endpoints (OpenAI's shapes, as vLLM and llama.cpp serve them):\n"
+      "  POST /v1/chat/completions  messages through the model's chat "
+      "template\n"
+      "  POST /v1/completions       a prompt or a list of prompts\n"
+      "       both: max_tokens, temperature, top_p, seed, stop (up to 4), n "
+      "(up to 16),\n"
+      "       stream (server-sent events ending in 'data: [DONE]'),\n"
+      "       stream_options.include_usage; usage with\n"
+      "       prompt_tokens_details.cached_tokens\n"
+      "  POST /v1/query             a .span program or spnl JSON as the body\n"
+      "       (?set=NAME%3DVALUE, URL-encoded, overrides a param): each\n"
+      "       query's answers and per-call statistics; file() and\n"
+      "       retrieve() are refused\n"
+      "  GET  /v1/models            the one model served\n"
+      "  GET  /metrics              Prometheus text, vLLM's metric names\n"
+      "  GET  /health               200 while serving (no key needed)\n\n"
+      "Errors are OpenAI-style JSON ({\"error\": {\"message\", \"type\", "
+      "\"param\", \"code\"}}):\n"
+      "  400 malformed JSON (with line and column), a bad field, a prompt "
+      "over\n"
+      "      --max-prompt-tokens or max_tokens over --max-tokens-limit or "
+      "past the\n"
+      "      context; 401 missing or wrong key; 404 unknown model or path; "
+      "405 wrong\n"
+      "      method (with Allow); 413 body over --max-body; 429 more than "
+      "--max-queue\n"
+      "      requests (with Retry-After); 500 a call that failed.\n\n"
+      "SIGINT or SIGTERM: stop accepting, cancel the requests in flight, "
+      "exit 0.\n\n" +
+      limitsHelp(ThreadsLimit);
   ParsedCommandLine parsed = parseCommandLine(
-      "serve", "spanc serve [options]",
-      "Serves /v1/chat/completions, /v1/completions (SSE streaming),\n"
-      "/v1/query (a .span program or spnl JSON), /metrics and /health.",
-      options, po::positional_options_description(), args);
+      "serve", "spanc serve [--model M] [options]", about.c_str(), options,
+      po::positional_options_description(), args);
   if (parsed.exitCode)
     return *parsed.exitCode;
-  return notYetImplemented(
-      "serve", "to be filed (docs/ARCHITECTURE.md, Not built yet)");
+  const po::variables_map &values = parsed.values;
+
+  sched::ExecutorOptions executorOptions;
+  {
+    auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
+    if (!cacheMode)
+      return reportError("serve", llvm::toString(cacheMode.takeError()));
+    executorOptions.cacheMode = *cacheMode;
+    auto relocation =
+        kv::parseRelocationMode(values["relocation"].as<std::string>());
+    if (!relocation)
+      return reportError("serve", llvm::toString(relocation.takeError()));
+    executorOptions.relocationMode = *relocation;
+    auto spanOptions = readSpanModeOptions(values);
+    if (!spanOptions)
+      return reportError("serve", llvm::toString(spanOptions.takeError()));
+    executorOptions.spanOptions = *spanOptions;
+  }
+  std::optional<int64_t> blockSize =
+      readBoundedInt("serve", values, "block-size", 1, cpu::kMaxBlockSize);
+  std::optional<int64_t> port =
+      readBoundedInt("serve", values, "port", 0, 65535);
+  std::optional<int64_t> maxBody =
+      readBoundedInt("serve", values, "max-body", 1, kMaxBodyBound);
+  std::optional<int64_t> maxQueue =
+      readBoundedInt("serve", values, "max-queue", 1, kMaxQueueBound);
+  std::optional<int64_t> maxTokensLimit = readBoundedInt(
+      "serve", values, "max-tokens-limit", 1, cpu::kMaxContextLength);
+  std::optional<int64_t> defaultMaxTokens = readBoundedInt(
+      "serve", values, "default-max-tokens", 1, cpu::kMaxContextLength);
+  std::optional<int64_t> maxPromptTokens = readBoundedInt(
+      "serve", values, "max-prompt-tokens", 0, cpu::kMaxContextLength);
+  std::optional<int64_t> maxQueryCalls =
+      readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
+  std::optional<int64_t> httpThreads =
+      readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
+  if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
+      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads)
+    return 1;
+  executorOptions.blockSize = unsigned(*blockSize);
+  executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  if (!applyThreadsOption("serve", values))
+    return 1;
+  // The engine thread starts the parallel regions; the count -t set here
+  // is per thread, so it is handed over.
+  const int threads = omp_get_max_threads();
+
+  std::string modelPath = values.count("model")
+                              ? values["model"].as<std::string>()
+                              : defaultModelPath();
+  model::ModelOptions modelOptions;
+  modelOptions.forceF32 = values.count("batch-invariant") != 0;
+  const std::string kvPrecision = values["kv-precision"].as<std::string>();
+  if (kvPrecision != "f16" && kvPrecision != "f32")
+    return reportError("serve", "--kv-precision '" + kvPrecision +
+                                    "': expected f16 or f32");
+  modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  deferInterrupts();
+  auto model = model::Model::load(modelPath, modelOptions);
+  if (!model)
+    return reportError("serve", "cannot load model '" + modelPath +
+                                    "': " + llvm::toString(model.takeError()) +
+                                    " (tools/setup.sh installs the default)");
+  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
+  if (!tokenizer)
+    return reportError("serve", llvm::toString(tokenizer.takeError()));
+  auto chatTemplate =
+      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
+  if (!chatTemplate)
+    return reportError("serve", llvm::toString(chatTemplate.takeError()));
+  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
+
+  const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
+  const uint64_t bytesPerBlock =
+      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
+      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
+      executorOptions.blockSize;
+  auto blocks =
+      kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
+                               executorOptions.blockSize, bytesPerBlock);
+  if (!blocks)
+    return reportError("serve", llvm::toString(blocks.takeError()));
+  executorOptions.cacheTokens =
+      int64_t(*blocks) * int64_t(executorOptions.blockSize);
+  auto executor =
+      sched::Executor::create(**model, **tokenizer, executorOptions);
+  if (!executor)
+    return reportError("serve", llvm::toString(executor.takeError()));
+
+  std::string modelName = values.count("served-model-name")
+                              ? values["served-model-name"].as<std::string>()
+                              : llvm::sys::path::stem(modelPath).str();
+  const int64_t contextLength = (*model)->config().contextLength;
+  server::HttpOptions httpOptions;
+  if (values.count("api-key"))
+    httpOptions.apiKey = values["api-key"].as<std::string>();
+  else if (const char *key = std::getenv("SPANC_API_KEY"))
+    httpOptions.apiKey = key;
+  httpOptions.maxBodyBytes = size_t(*maxBody);
+  httpOptions.httpThreads = size_t(*httpThreads);
+  httpOptions.requestLimits.modelName = modelName;
+  httpOptions.requestLimits.maxTokensLimit = *maxTokensLimit;
+  httpOptions.requestLimits.defaultMaxTokens = *defaultMaxTokens;
+  httpOptions.promptLimits.contextLength = contextLength;
+  httpOptions.promptLimits.maxPromptTokens =
+      *maxPromptTokens ? *maxPromptTokens : contextLength;
+  httpOptions.spanQueryLimits.maxCalls = *maxQueryCalls;
+  httpOptions.spanQueryLimits.maxTokensLimit = *maxTokensLimit;
+  httpOptions.spanQueryLimits.maxPromptTokens =
+      httpOptions.promptLimits.maxPromptTokens;
+  httpOptions.spanQueryLimits.contextLength = contextLength;
+
+  server::ServerMetrics metrics(modelName, executorOptions.blockSize,
+                                (*executor)->pool().numBlocks());
+  std::optional<cpu::AdaptiveThreads> adaptiveThreads;
+  const bool adaptThreads = values.count("fixed-threads") == 0;
+  server::Engine::ThreadHooks hooks;
+  hooks.atStart = [&] {
+    omp_set_num_threads(threads);
+    if (adaptThreads)
+      adaptiveThreads.emplace();
+  };
+  hooks.afterStep = [&] {
+    if (adaptiveThreads)
+      adaptiveThreads->afterStep();
+  };
+  server::Engine engine(**executor, metrics, size_t(*maxQueue), hooks);
+  server::HttpServer http(engine, metrics, encoder, **tokenizer, httpOptions);
+  const std::string host = values["host"].as<std::string>();
+  auto bound = http.bind(host, int(*port));
+  if (!bound)
+    return reportError("serve", llvm::toString(bound.takeError()));
+  engine.start();
+  std::thread listener([&] { http.serve(); });
+  llvm::errs() << "spanc serve: serving " << modelName << " on http://" << host
+               << ":" << *bound << " (" << (*executor)->pool().numBlocks()
+               << " KV blocks of " << executorOptions.blockSize << " tokens"
+               << (httpOptions.apiKey.empty() ? "" : ", API key required")
+               << ")\n";
+  llvm::errs().flush();
+
+  while (!interruptRequested())
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Stop accepting first; requests still in flight are cancelled so that
+  // the threads serving them end, then the listener returns.
+  http.stop();
+  engine.shutdown("cancelled: the server is shutting down");
+  listener.join();
+  llvm::errs() << "spanc serve: stopped (signal " << interruptExitCode() - 128
+               << ")\n";
+  return 0;
 }
 
 } // namespace spanc::cli

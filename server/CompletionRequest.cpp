@@ -1,0 +1,253 @@
+//===- CompletionRequest.cpp - An OpenAI completion request, parsed -------===//
+
+#include "server/CompletionRequest.h"
+
+#include "server/ApiError.h"
+
+#include <nlohmann/json.hpp>
+
+namespace spanc::server {
+
+namespace {
+
+using nlohmann::json;
+
+llvm::Error badField(const std::string &field, const std::string &what) {
+  return apiError(400, "'" + field + "' " + what, field);
+}
+
+/// An optional number field within [low, high].
+llvm::Error readNumber(const json &body, const char *field, double low,
+                       double high, double &value) {
+  auto found = body.find(field);
+  if (found == body.end() || found->is_null())
+    return llvm::Error::success();
+  if (!found->is_number())
+    return badField(field, "must be a number");
+  double number = found->get<double>();
+  if (!(number >= low && number <= high))
+    return badField(field, "must be in [" + json(low).dump() + ", " +
+                               json(high).dump() + "], not " + found->dump());
+  value = number;
+  return llvm::Error::success();
+}
+
+/// An optional integer field within [low, high].
+llvm::Error readInteger(const json &body, const char *field, int64_t low,
+                        int64_t high, std::optional<int64_t> &value) {
+  auto found = body.find(field);
+  if (found == body.end() || found->is_null())
+    return llvm::Error::success();
+  if (!found->is_number_integer())
+    return badField(field, "must be an integer");
+  // Unsigned values past int64 are out of range too.
+  if (found->is_number_unsigned() &&
+      found->get<uint64_t>() > uint64_t(INT64_MAX))
+    return badField(field, "must be at most " + std::to_string(high));
+  int64_t number = found->get<int64_t>();
+  if (number < low || number > high)
+    return badField(field, "must be in [" + std::to_string(low) + ", " +
+                               std::to_string(high) + "], not " +
+                               std::to_string(number));
+  value = number;
+  return llvm::Error::success();
+}
+
+llvm::Expected<plan::MessageRole> readRole(const json &role, size_t index) {
+  std::string field = "messages[" + std::to_string(index) + "].role";
+  if (!role.is_string())
+    return badField(field, "must be a string");
+  const std::string &name = role.get_ref<const std::string &>();
+  // OpenAI's newer name for the system role.
+  if (name == "system" || name == "developer")
+    return plan::MessageRole::System;
+  if (name == "user")
+    return plan::MessageRole::User;
+  if (name == "assistant")
+    return plan::MessageRole::Assistant;
+  return badField(field, "must be system, developer, user or assistant, not '" +
+                             name + "'");
+}
+
+/// A message's content: a string, or an array of text parts.
+llvm::Expected<std::string> readContent(const json &content, size_t index) {
+  std::string field = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string())
+    return content.get<std::string>();
+  if (!content.is_array())
+    return badField(field, "must be a string or an array of text parts");
+  std::string text;
+  for (const json &part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" ||
+        !part.contains("text") || !part["text"].is_string())
+      return badField(field, "has a part that is not {\"type\": \"text\", "
+                             "\"text\": STRING} (only text is supported)");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+llvm::Error readMessages(const json &body, CompletionRequest &request) {
+  auto found = body.find("messages");
+  if (found == body.end())
+    return badField("messages", "is required");
+  if (!found->is_array() || found->empty())
+    return badField("messages", "must be a non-empty array");
+  for (size_t index = 0; index < found->size(); ++index) {
+    const json &message = (*found)[index];
+    if (!message.is_object() || !message.contains("role") ||
+        !message.contains("content"))
+      return badField("messages[" + std::to_string(index) + "]",
+                      "must be an object with a role and a content");
+    auto role = readRole(message["role"], index);
+    if (!role)
+      return role.takeError();
+    auto content = readContent(message["content"], index);
+    if (!content)
+      return content.takeError();
+    request.messages.push_back({*role, std::move(*content)});
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error readPrompts(const json &body, CompletionRequest &request,
+                        const RequestLimits &limits) {
+  auto found = body.find("prompt");
+  if (found == body.end())
+    return badField("prompt", "is required");
+  if (found->is_string()) {
+    request.prompts.push_back(found->get<std::string>());
+    return llvm::Error::success();
+  }
+  if (!found->is_array() || found->empty())
+    return badField("prompt", "must be a string or a non-empty array of "
+                              "strings");
+  if (int64_t(found->size()) > limits.maxPrompts)
+    return badField("prompt", "holds more than " +
+                                  std::to_string(limits.maxPrompts) +
+                                  " prompts");
+  for (const json &prompt : *found) {
+    if (!prompt.is_string())
+      return badField("prompt", "must hold strings (token-id prompts are not "
+                                "supported)");
+    request.prompts.push_back(prompt.get<std::string>());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error readStop(const json &body, CompletionRequest &request,
+                     const RequestLimits &limits) {
+  auto found = body.find("stop");
+  if (found == body.end() || found->is_null())
+    return llvm::Error::success();
+  if (found->is_string()) {
+    if (!found->get_ref<const std::string &>().empty())
+      request.stop.push_back(found->get<std::string>());
+    return llvm::Error::success();
+  }
+  if (!found->is_array())
+    return badField("stop", "must be a string or an array of strings");
+  if (found->size() > limits.maxStopStrings)
+    return badField("stop", "holds more than " +
+                                std::to_string(limits.maxStopStrings) +
+                                " strings");
+  for (const json &stop : *found) {
+    if (!stop.is_string())
+      return badField("stop", "must hold strings");
+    if (!stop.get_ref<const std::string &>().empty())
+      request.stop.push_back(stop.get<std::string>());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error readBool(const json &object, const char *field,
+                     const std::string &name, bool &value) {
+  auto found = object.find(field);
+  if (found == object.end() || found->is_null())
+    return llvm::Error::success();
+  if (!found->is_boolean())
+    return badField(name, "must be true or false");
+  value = found->get<bool>();
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<CompletionRequest>
+parseCompletionRequest(llvm::StringRef text, Endpoint endpoint,
+                       const RequestLimits &limits) {
+  json body;
+  try {
+    body = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &error) {
+    // nlohmann's message names the line and column.
+    return apiError(400,
+                    std::string("the body is not valid JSON: ") + error.what());
+  }
+  if (!body.is_object())
+    return apiError(400, "the body must be a JSON object");
+
+  CompletionRequest request;
+  request.endpoint = endpoint;
+  request.model = limits.modelName;
+  if (auto model = body.find("model");
+      model != body.end() && !model->is_null()) {
+    if (!model->is_string())
+      return badField("model", "must be a string");
+    if (model->get_ref<const std::string &>() != limits.modelName)
+      return apiError(404,
+                      "The model '" + model->get<std::string>() +
+                          "' does not exist; this server serves '" +
+                          limits.modelName + "'",
+                      "model");
+  }
+  if (llvm::Error error = endpoint == Endpoint::ChatCompletions
+                              ? readMessages(body, request)
+                              : readPrompts(body, request, limits))
+    return error;
+
+  std::optional<int64_t> maxTokens;
+  // Chat's newer name first, as OpenAI documents it.
+  const char *maxTokensField = "max_tokens";
+  if (endpoint == Endpoint::ChatCompletions &&
+      body.contains("max_completion_tokens") &&
+      !body["max_completion_tokens"].is_null())
+    maxTokensField = "max_completion_tokens";
+  if (llvm::Error error = readInteger(body, maxTokensField, 1,
+                                      limits.maxTokensLimit, maxTokens))
+    return error;
+  request.maxTokens = maxTokens.value_or(
+      std::min(limits.defaultMaxTokens, limits.maxTokensLimit));
+  if (llvm::Error error =
+          readNumber(body, "temperature", 0.0, 2.0, request.temperature))
+    return error;
+  if (llvm::Error error = readNumber(body, "top_p", 0.0, 1.0, request.topP))
+    return error;
+  if (request.topP <= 0)
+    return badField("top_p", "must be greater than 0");
+  std::optional<int64_t> seed;
+  if (llvm::Error error = readInteger(body, "seed", INT64_MIN, INT64_MAX, seed))
+    return error;
+  if (seed)
+    request.seed = uint64_t(*seed);
+  std::optional<int64_t> n;
+  if (llvm::Error error = readInteger(body, "n", 1, limits.maxChoices, n))
+    return error;
+  request.n = n.value_or(1);
+  if (llvm::Error error = readStop(body, request, limits))
+    return error;
+  if (llvm::Error error = readBool(body, "stream", "stream", request.stream))
+    return error;
+  if (auto options = body.find("stream_options");
+      options != body.end() && !options->is_null()) {
+    if (!options->is_object())
+      return badField("stream_options", "must be an object");
+    if (llvm::Error error =
+            readBool(*options, "include_usage", "stream_options.include_usage",
+                     request.includeUsage))
+      return error;
+  }
+  return request;
+}
+
+} // namespace spanc::server

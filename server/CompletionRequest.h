@@ -1,0 +1,72 @@
+//===- CompletionRequest.h - An OpenAI completion request, parsed ---------===//
+//
+// The body of POST /v1/chat/completions or /v1/completions as vLLM and
+// llama.cpp accept it, read into plain values and checked against the
+// server's limits: a malformed or out-of-range field is a 400 naming the
+// field (param), an unknown model a 404. Unknown fields are ignored, as
+// vLLM does.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_SERVER_COMPLETIONREQUEST_H
+#define SPANC_SERVER_COMPLETIONREQUEST_H
+
+#include "plan/MessageEncoder.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spanc::server {
+
+enum class Endpoint { ChatCompletions, Completions };
+
+struct ChatMessage {
+  plan::MessageRole role = plan::MessageRole::User;
+  std::string content;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;
+  /// Chat: the conversation, through the model's chat template.
+  std::vector<ChatMessage> messages;
+  /// Completions: one or more raw prompts (each gets n choices).
+  std::vector<std::string> prompts;
+  int64_t maxTokens = 0;
+  double temperature = 1.0;
+  double topP = 1.0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  int64_t n = 1;
+  bool stream = false;
+  /// stream_options.include_usage: a last chunk with the usage.
+  bool includeUsage = false;
+};
+
+/// The server's bounds on a request.
+struct RequestLimits {
+  /// The one model served (its id in /v1/models).
+  std::string modelName;
+  /// max_tokens above this is refused (--max-tokens-limit).
+  int64_t maxTokensLimit = 4096;
+  /// max_tokens when the request gives none.
+  int64_t defaultMaxTokens = 256;
+  /// Choices per prompt (n) and prompts per completions request.
+  int64_t maxChoices = 16;
+  int64_t maxPrompts = 64;
+  /// Stop strings per request, as OpenAI allows.
+  size_t maxStopStrings = 4;
+};
+
+/// Parses and checks `body`; an ApiError (400, 404) says what is wrong.
+llvm::Expected<CompletionRequest>
+parseCompletionRequest(llvm::StringRef body, Endpoint endpoint,
+                       const RequestLimits &limits);
+
+} // namespace spanc::server
+
+#endif // SPANC_SERVER_COMPLETIONREQUEST_H

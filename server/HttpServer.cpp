@@ -1,0 +1,501 @@
+//===- HttpServer.cpp - spanc serve's HTTP front: routes, limits, streaming ==//
+
+#include "server/HttpServer.h"
+
+#include "server/ApiError.h"
+#include "server/StopStringFilter.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <ctime>
+
+namespace spanc::server {
+
+namespace {
+
+using nlohmann::json;
+
+/// JSON text; invalid UTF-8 from a byte-level token becomes U+FFFD
+/// instead of an exception.
+std::string dump(const json &value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void sendError(httplib::Response &response, const ApiError &error) {
+  response.status = error.status();
+  if (error.status() == 429)
+    response.set_header("Retry-After", "1");
+  response.set_content(error.body(), "application/json");
+}
+
+void sendError(httplib::Response &response, llvm::Error error) {
+  sendError(response, toApiError(std::move(error)));
+}
+
+/// Compares without an early exit, so timing does not reveal the key.
+bool sameKey(const std::string &given, const std::string &expected) {
+  if (given.size() != expected.size())
+    return false;
+  unsigned char difference = 0;
+  for (size_t index = 0; index < given.size(); ++index)
+    difference |= static_cast<unsigned char>(given[index] ^ expected[index]);
+  return difference == 0;
+}
+
+std::string newId(const char *prefix) {
+  static std::atomic<uint64_t> counter{0};
+  return std::string(prefix) + std::to_string(std::time(nullptr)) + "-" +
+         std::to_string(++counter);
+}
+
+const char *reasonName(const ChoiceResult &result, bool stoppedByString) {
+  if (stoppedByString)
+    return "stop";
+  switch (result.reason) {
+  case FinishReason::Stop:
+    return "stop";
+  case FinishReason::Length:
+    return "length";
+  case FinishReason::Abort:
+    return "abort";
+  }
+  return "stop";
+}
+
+/// Everything an answer needs besides the text.
+struct Answer {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  int64_t n = 1;
+  bool includeUsage = false;
+  std::vector<uint64_t> promptTokens;
+  std::shared_ptr<ResponseStream> stream;
+  std::vector<StopStringFilter> filters;
+  std::vector<bool> sentRole;
+
+  const char *object(bool chunk) const {
+    if (endpoint == Endpoint::Completions)
+      return "text_completion";
+    return chunk ? "chat.completion.chunk" : "chat.completion";
+  }
+
+  json usage() const {
+    uint64_t prompt = 0, completion = 0, cached = 0;
+    for (uint64_t tokens : promptTokens)
+      prompt += tokens;
+    for (size_t choice = 0; choice < stream->numChoices(); ++choice) {
+      const ChoiceResult &result = stream->result(choice);
+      completion += result.stats.generatedTokens;
+      // Each prompt counts once, as its first choice found it.
+      if (choice % size_t(n) == 0)
+        cached += result.stats.reusedTokens;
+    }
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  }
+
+  json envelope(bool chunk) const {
+    return {{"id", id},
+            {"object", object(chunk)},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array()}};
+  }
+
+  json choiceText(size_t index, const std::string &text, bool chunk,
+                  const char *finishReason) const {
+    json choice = {{"index", index}, {"logprobs", nullptr}};
+    choice["finish_reason"] = finishReason ? json(finishReason) : json();
+    if (endpoint == Endpoint::Completions) {
+      choice["text"] = text;
+    } else if (chunk) {
+      choice["delta"] = json::object();
+      if (!text.empty() || !finishReason)
+        choice["delta"]["content"] = text;
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    }
+    return choice;
+  }
+};
+
+/// One server-sent event.
+bool writeEvent(httplib::DataSink &sink, const std::string &data) {
+  std::string event = "data: " + data + "\n\n";
+  return sink.write(event.data(), event.size());
+}
+
+/// Streams the answer as server-sent events; false when the client is
+/// gone (the request is then cancelled by the releaser).
+bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
+  ResponseStream::Update update;
+  while (true) {
+    answer.stream->take(update, std::chrono::milliseconds(100));
+    for (size_t choice = 0; choice < update.text.size(); ++choice) {
+      StopStringFilter &filter = answer.filters[choice];
+      std::string text = filter.push(update.text[choice]);
+      if (update.finished[choice])
+        text += filter.finish();
+      json chunk = answer.envelope(true);
+      if (answer.endpoint == Endpoint::ChatCompletions &&
+          !answer.sentRole[choice]) {
+        // The first delta names the role, as OpenAI's does.
+        json first = answer.choiceText(choice, "", true, nullptr);
+        first["delta"] = {{"role", "assistant"}, {"content", ""}};
+        chunk["choices"].push_back(first);
+        answer.sentRole[choice] = true;
+        if (!writeEvent(sink, dump(chunk)))
+          return false;
+        chunk["choices"] = json::array();
+      }
+      if (!text.empty()) {
+        chunk["choices"].push_back(
+            answer.choiceText(choice, text, true, nullptr));
+        if (!writeEvent(sink, dump(chunk)))
+          return false;
+        chunk["choices"] = json::array();
+      }
+      if (update.finished[choice]) {
+        const ChoiceResult &result = answer.stream->result(choice);
+        if (!result.succeeded) {
+          ApiError error(500, "choice " + std::to_string(choice) +
+                                  " failed: " + result.error);
+          if (!writeEvent(sink, error.body()))
+            return false;
+        }
+        chunk["choices"].push_back(answer.choiceText(
+            choice, "", true, reasonName(result, filter.stopped())));
+        if (!writeEvent(sink, dump(chunk)))
+          return false;
+      }
+    }
+    if (update.allDone) {
+      if (answer.includeUsage) {
+        json chunk = answer.envelope(true);
+        chunk["usage"] = answer.usage();
+        if (!writeEvent(sink, dump(chunk)))
+          return false;
+      }
+      if (!writeEvent(sink, "[DONE]"))
+        return false;
+      sink.done();
+      return true;
+    }
+    if (!sink.is_writable())
+      return false;
+  }
+}
+
+} // namespace
+
+HttpServer::HttpServer(Engine &engine, ServerMetrics &metrics,
+                       const plan::MessageEncoder &encoder,
+                       const model::Tokenizer &tokenizer, HttpOptions options)
+    : engine(engine), metrics(metrics), encoder(encoder), tokenizer(tokenizer),
+      options(std::move(options)), server(std::make_unique<httplib::Server>()) {
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+llvm::Expected<int> HttpServer::bind(const std::string &host, int port) {
+  if (port == 0) {
+    int bound = server->bind_to_any_port(host);
+    if (bound > 0)
+      return bound;
+  } else if (server->bind_to_port(host, port)) {
+    return port;
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "cannot listen on %s:%d (in use, or not an "
+                                 "address of this machine)",
+                                 host.c_str(), port);
+}
+
+void HttpServer::serve() { server->listen_after_bind(); }
+
+void HttpServer::stop() { server->stop(); }
+
+void HttpServer::completions(Endpoint endpoint,
+                             const httplib::Request &httpRequest,
+                             httplib::Response &response) {
+  const Clock::time_point arrival = Clock::now();
+  auto request =
+      parseCompletionRequest(httpRequest.body, endpoint, options.requestLimits);
+  if (!request)
+    return sendError(response, request.takeError());
+  auto calls = buildCalls(*request, encoder, tokenizer, options.promptLimits);
+  if (!calls)
+    return sendError(response, calls.takeError());
+
+  auto answer = std::make_shared<Answer>();
+  answer->endpoint = endpoint;
+  answer->id =
+      newId(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-");
+  answer->model = request->model;
+  answer->created = int64_t(std::time(nullptr));
+  answer->n = request->n;
+  answer->includeUsage = request->includeUsage;
+  answer->promptTokens = calls->promptTokens;
+  const size_t numChoices = calls->calls.size();
+  auto stream = engine.submit(std::move(*calls), arrival);
+  if (!stream)
+    return sendError(response, stream.takeError());
+  answer->stream = *stream;
+  answer->filters.assign(numChoices, StopStringFilter(request->stop));
+  answer->sentRole.assign(numChoices, false);
+
+  if (request->stream) {
+    response.set_header("Cache-Control", "no-cache");
+    response.set_chunked_content_provider(
+        "text/event-stream",
+        [answer](size_t, httplib::DataSink &sink) {
+          return streamAnswer(*answer, sink);
+        },
+        [answer](bool success) {
+          // Written to the end or not: a stream cut short is cancelled.
+          if (!success)
+            answer->stream->cancel();
+        });
+    return;
+  }
+
+  std::vector<std::string> texts(numChoices);
+  ResponseStream::Update update;
+  do {
+    answer->stream->take(update, std::chrono::milliseconds(100));
+    for (size_t choice = 0; choice < numChoices; ++choice)
+      texts[choice] += answer->filters[choice].push(update.text[choice]);
+  } while (!update.allDone);
+  json body = answer->envelope(false);
+  for (size_t choice = 0; choice < numChoices; ++choice) {
+    const ChoiceResult &result = answer->stream->result(choice);
+    if (!result.succeeded)
+      // Cancelled by a shutdown: the server, not the request, gave up.
+      return sendError(response, ApiError(engine.isStopping() ? 503 : 500,
+                                          "choice " + std::to_string(choice) +
+                                              " failed: " + result.error));
+    texts[choice] += answer->filters[choice].finish();
+    body["choices"].push_back(answer->choiceText(
+        choice, texts[choice], false,
+        reasonName(result, answer->filters[choice].stopped())));
+  }
+  body["usage"] = answer->usage();
+  response.set_content(dump(body), "application/json");
+}
+
+void HttpServer::spanQuery(const httplib::Request &httpRequest,
+                           httplib::Response &response) {
+  const Clock::time_point arrival = Clock::now();
+  // --set NAME=VALUE as ?set=NAME=VALUE, repeatable.
+  std::vector<std::pair<std::string, std::string>> params;
+  for (size_t index = 0; index < httpRequest.get_param_value_count("set");
+       ++index) {
+    std::string text = httpRequest.get_param_value("set", index);
+    size_t equals = text.find('=');
+    if (equals == std::string::npos || equals == 0)
+      return sendError(
+          response,
+          ApiError(400, "set takes NAME=VALUE, got '" + text + "'", "set"));
+    params.emplace_back(text.substr(0, equals), text.substr(equals + 1));
+  }
+  // spnl sends JSON; a .span program is anything else.
+  size_t first = httpRequest.body.find_first_not_of(" \t\r\n");
+  bool isJson = httpRequest.get_header_value("Content-Type").find("json") !=
+                    std::string::npos ||
+                (first != std::string::npos && httpRequest.body[first] == '{');
+  auto plan = compileSpanQuery(httpRequest.body, isJson, params, encoder,
+                               options.spanQueryLimits);
+  if (!plan)
+    return sendError(response, plan.takeError());
+  RequestCalls calls;
+  calls.calls = plan->calls;
+  auto submitted = engine.submit(std::move(calls), arrival);
+  if (!submitted)
+    return sendError(response, submitted.takeError());
+  std::shared_ptr<ResponseStream> stream = *submitted;
+
+  std::vector<std::string> texts(plan->calls.size());
+  ResponseStream::Update update;
+  do {
+    stream->take(update, std::chrono::milliseconds(100));
+    for (size_t call = 0; call < texts.size(); ++call)
+      texts[call] += update.text[call];
+  } while (!update.allDone);
+
+  json queries = json::array();
+  for (const plan::QueryPlan &query : plan->queries) {
+    json results = json::array();
+    for (const plan::ResultItem &item : query.results) {
+      if (!item.call) {
+        results.push_back({{"text", item.text}});
+        continue;
+      }
+      json answer = {{"call", *item.call}, {"text", texts[*item.call]}};
+      const ChoiceResult &result = stream->result(*item.call);
+      if (!result.succeeded)
+        answer["error"] = result.error;
+      results.push_back(answer);
+    }
+    queries.push_back({{"name", query.name}, {"results", results}});
+  }
+  json callsJson = json::array();
+  uint64_t prompt = 0, cached = 0, completion = 0;
+  for (const plan::Call &call : plan->calls) {
+    const ChoiceResult &result = stream->result(call.id);
+    const sched::CallStats &stats = result.stats;
+    prompt += stats.promptTokens;
+    cached += stats.reusedTokens;
+    completion += stats.generatedTokens;
+    callsJson.push_back({{"id", call.id},
+                         {"query", call.query},
+                         {"location", call.location},
+                         {"cache_only", call.cacheOnly},
+                         {"succeeded", result.succeeded},
+                         {"error", result.error},
+                         {"finish_reason", reasonName(result, false)},
+                         {"prompt_tokens", stats.promptTokens},
+                         {"reused_tokens", stats.reusedTokens},
+                         {"computed_tokens", stats.computedTokens},
+                         {"relocated_tokens", stats.relocatedTokens},
+                         {"generated_tokens", stats.generatedTokens},
+                         {"preemptions", stats.preemptions},
+                         {"queued_seconds", stats.queuedSeconds},
+                         {"ttft_seconds", stats.ttftSeconds},
+                         {"total_seconds", stats.totalSeconds}});
+  }
+  json body = {{"object", "span.query"},
+               {"model", options.requestLimits.modelName},
+               {"queries", queries},
+               {"calls", callsJson},
+               {"usage",
+                {{"prompt_tokens", prompt},
+                 {"completion_tokens", completion},
+                 {"total_tokens", prompt + completion},
+                 {"prompt_tokens_details", {{"cached_tokens", cached}}}}}};
+  response.set_content(dump(body), "application/json");
+}
+
+void HttpServer::routes() {
+  httplib::Server &http = *server;
+  http.new_task_queue = [threads = options.httpThreads] {
+    return new httplib::ThreadPool(threads);
+  };
+  http.set_payload_max_length(options.maxBodyBytes);
+
+  // The key guards everything but the liveness probe.
+  http.set_pre_routing_handler(
+      [this](const httplib::Request &request, httplib::Response &response) {
+        if (options.apiKey.empty() || request.path == "/health")
+          return httplib::Server::HandlerResponse::Unhandled;
+        std::string given = request.get_header_value("Authorization");
+        const std::string scheme = "Bearer ";
+        if (given.compare(0, scheme.size(), scheme) == 0 &&
+            sameKey(given.substr(scheme.size()), options.apiKey))
+          return httplib::Server::HandlerResponse::Unhandled;
+        sendError(response,
+                  ApiError(401, given.empty()
+                                    ? "missing API key: send 'Authorization: "
+                                      "Bearer KEY'"
+                                    : "invalid API key"));
+        response.set_header("WWW-Authenticate", "Bearer");
+        // The body was not read: the connection cannot carry another request.
+        response.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      });
+
+  // Errors httplib raises itself (no route, body too large) in OpenAI's
+  // shape too.
+  http.set_error_handler([this](const httplib::Request &request,
+                                httplib::Response &response) {
+    if (!response.body.empty())
+      return;
+    if (response.status == 413)
+      return sendError(response,
+                       ApiError(413, "the body is larger than the server's "
+                                     "limit of " +
+                                         std::to_string(options.maxBodyBytes) +
+                                         " bytes (--max-body)"));
+    if (response.status == 404)
+      return sendError(response,
+                       ApiError(404, "no such endpoint: " + request.path));
+    sendError(response, ApiError(response.status,
+                                 "the request failed (HTTP " +
+                                     std::to_string(response.status) + ")"));
+  });
+  http.set_exception_handler([](const httplib::Request &,
+                                httplib::Response &response,
+                                std::exception_ptr exception) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(exception);
+    } catch (const std::exception &error) {
+      what += std::string(": ") + error.what();
+    } catch (...) {
+    }
+    sendError(response, ApiError(500, what));
+  });
+
+  // Each path answers its own method; the others get 405 and Allow.
+  auto only = [&](const char *path, const char *method,
+                  httplib::Server::Handler handler) {
+    auto wrongMethod = [path, method](const httplib::Request &request,
+                                      httplib::Response &response) {
+      sendError(response, ApiError(405, "method " + request.method +
+                                            " is not allowed on " + path +
+                                            "; use " + method));
+      response.set_header("Allow", method);
+    };
+    if (std::string(method) == "GET")
+      http.Get(path, handler);
+    else
+      http.Get(path, wrongMethod);
+    if (std::string(method) == "POST")
+      http.Post(path, handler);
+    else
+      http.Post(path, wrongMethod);
+    http.Put(path, wrongMethod);
+    http.Patch(path, wrongMethod);
+    http.Delete(path, wrongMethod);
+  };
+
+  only("/health", "GET",
+       [](const httplib::Request &, httplib::Response &response) {
+         response.status = 200;
+       });
+  only("/v1/models", "GET",
+       [this](const httplib::Request &, httplib::Response &response) {
+         json model = {{"id", options.requestLimits.modelName},
+                       {"object", "model"},
+                       {"created", int64_t(std::time(nullptr))},
+                       {"owned_by", "spanc"},
+                       {"max_model_len", options.promptLimits.contextLength}};
+         json body = {{"object", "list"}, {"data", json::array({model})}};
+         response.set_content(dump(body), "application/json");
+       });
+  only("/metrics", "GET",
+       [this](const httplib::Request &, httplib::Response &response) {
+         response.set_content(metrics.render(),
+                              "text/plain; version=0.0.4; charset=utf-8");
+       });
+  only("/v1/chat/completions", "POST",
+       [this](const httplib::Request &request, httplib::Response &response) {
+         completions(Endpoint::ChatCompletions, request, response);
+       });
+  only("/v1/query", "POST",
+       [this](const httplib::Request &request, httplib::Response &response) {
+         spanQuery(request, response);
+       });
+  only("/v1/completions", "POST",
+       [this](const httplib::Request &request, httplib::Response &response) {
+         completions(Endpoint::Completions, request, response);
+       });
+}
+
+} // namespace spanc::server

@@ -1,0 +1,82 @@
+//===- HttpServer.h - spanc serve's HTTP front: routes, limits, streaming -===//
+//
+// The HTTP threads of spanc serve (docs/ARCHITECTURE.md, "Serving"), on
+// cpp-httplib's thread pool. Each request is checked (API key, body size,
+// method, JSON, limits) and answered with an OpenAI-style error when it
+// fails; a completion request is turned into calls (PromptBuilder) and
+// submitted to the Engine, whose ResponseStream the thread then waits on:
+// the whole answer, or server-sent events ending in `data: [DONE]`. A
+// client that goes away mid-stream cancels its calls. /metrics renders
+// ServerMetrics; /health and /v1/models answer at once. POST /v1/query
+// compiles a span program (SpanQuery) and submits its whole plan.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_SERVER_HTTPSERVER_H
+#define SPANC_SERVER_HTTPSERVER_H
+
+#include "plan/MessageEncoder.h"
+#include "runtime/model/Tokenizer.h"
+#include "server/CompletionRequest.h"
+#include "server/Engine.h"
+#include "server/Metrics.h"
+#include "server/PromptBuilder.h"
+#include "server/SpanQuery.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+} // namespace httplib
+
+namespace spanc::server {
+
+struct HttpOptions {
+  /// Required as `Authorization: Bearer KEY` on every endpoint but
+  /// /health; empty: no key.
+  std::string apiKey;
+  /// Bodies larger than this get 413.
+  size_t maxBodyBytes = 1 << 20;
+  /// Threads serving connections (each held for a request's whole answer).
+  size_t httpThreads = 64;
+  RequestLimits requestLimits;
+  PromptLimits promptLimits;
+  SpanQueryLimits spanQueryLimits;
+};
+
+class HttpServer {
+public:
+  HttpServer(Engine &engine, ServerMetrics &metrics,
+             const plan::MessageEncoder &encoder,
+             const model::Tokenizer &tokenizer, HttpOptions options);
+  ~HttpServer();
+
+  /// Binds `host`:`port` (0: any free port); returns the port bound.
+  llvm::Expected<int> bind(const std::string &host, int port);
+  /// Serves until stop(); blocks.
+  void serve();
+  /// Stops accepting; serve() returns once the requests being served end.
+  void stop();
+
+private:
+  void routes();
+  void completions(Endpoint endpoint, const httplib::Request &request,
+                   httplib::Response &response);
+  /// POST /v1/query: a span program, its answers and per-call statistics.
+  void spanQuery(const httplib::Request &request, httplib::Response &response);
+
+  Engine &engine;
+  ServerMetrics &metrics;
+  const plan::MessageEncoder &encoder;
+  const model::Tokenizer &tokenizer;
+  HttpOptions options;
+  std::unique_ptr<httplib::Server> server;
+};
+
+} // namespace spanc::server
+
+#endif // SPANC_SERVER_HTTPSERVER_H

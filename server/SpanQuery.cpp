@@ -1,0 +1,52 @@
+//===- SpanQuery.cpp - A span program sent over the network, compiled -----===//
+
+#include "server/SpanQuery.h"
+
+#include "codegen/CompilePipeline.h"
+#include "server/ApiError.h"
+#include "support/FileAccess.h"
+
+namespace spanc::server {
+
+llvm::Expected<plan::Plan>
+compileSpanQuery(llvm::StringRef source, bool isJson,
+                 llvm::ArrayRef<std::pair<std::string, std::string>> params,
+                 const plan::MessageEncoder &encoder,
+                 const SpanQueryLimits &limits) {
+  codegen::CompileOptions options;
+  // Nothing on this machine may be read on a network program's behalf:
+  // no folder is allowed, not even the server's working folder.
+  options.setReadPolicy(support::ReadPolicy());
+  options.frontend.paramOverrides.assign(params.begin(), params.end());
+  options.limits.maxCalls = limits.maxCalls;
+  options.limits.contextLength = limits.contextLength;
+  // Verifying once is enough for a program that is not being debugged.
+  options.verifyEach = false;
+  auto plan = codegen::compileToPlan(
+      source, isJson ? "query.json" : "query.span", encoder, options);
+  if (!plan)
+    return apiError(400, "the program does not compile:\n" +
+                             llvm::toString(plan.takeError()));
+  if (plan->calls.empty())
+    return apiError(400, "the program makes no model call");
+  for (const plan::Call &call : plan->calls) {
+    std::string where = call.location.empty() ? "a gen" : call.location;
+    if (call.options.maxTokens > limits.maxTokensLimit)
+      return apiError(
+          400,
+          where + ": max_tokens " + std::to_string(call.options.maxTokens) +
+              " is over the server's limit of " +
+              std::to_string(limits.maxTokensLimit) + " (--max-tokens-limit)",
+          "max_tokens");
+    uint64_t prompt = plan::knownPromptTokens(call);
+    if (limits.maxPromptTokens > 0 && prompt > uint64_t(limits.maxPromptTokens))
+      return apiError(400, where + ": the prompt has at least " +
+                               std::to_string(prompt) +
+                               " tokens, more than the server's limit of " +
+                               std::to_string(limits.maxPromptTokens) +
+                               " (--max-prompt-tokens)");
+  }
+  return std::move(*plan);
+}
+
+} // namespace spanc::server

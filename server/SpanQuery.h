@@ -1,0 +1,48 @@
+//===- SpanQuery.h - A span program sent over the network, compiled -------===//
+//
+// POST /v1/query carries a .span program or an spnl JSON query. Its author
+// is not the machine's owner, so it compiles with a read policy that allows
+// nothing: file("...") and retrieve(...) are refused (docs/ARCHITECTURE.md,
+// "File access"), and the plan is bounded by the server's limits (calls,
+// max_tokens, prompt tokens, context) before anything is queued. A program
+// that does not compile is a 400 with its diagnostics (file:line:col).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_SERVER_SPANQUERY_H
+#define SPANC_SERVER_SPANQUERY_H
+
+#include "plan/MessageEncoder.h"
+#include "plan/Plan.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace spanc::server {
+
+struct SpanQueryLimits {
+  /// Model calls one program may make (its repeats' samples included).
+  int64_t maxCalls = 256;
+  /// Each call's max_tokens (--max-tokens-limit).
+  int64_t maxTokensLimit = 4096;
+  /// Each call's prompt as far as it is known before running.
+  int64_t maxPromptTokens = 0;
+  /// The model's context. 0: no bound.
+  int64_t contextLength = 0;
+};
+
+/// Compiles `source` (spnl JSON when `isJson`, else .span) with the `param`
+/// overrides (NAME, VALUE) through the model's chat template.
+llvm::Expected<plan::Plan>
+compileSpanQuery(llvm::StringRef source, bool isJson,
+                 llvm::ArrayRef<std::pair<std::string, std::string>> params,
+                 const plan::MessageEncoder &encoder,
+                 const SpanQueryLimits &limits);
+
+} // namespace spanc::server
+
+#endif // SPANC_SERVER_SPANQUERY_H

@@ -1,0 +1,163 @@
+//===- CompletionRequestTest.cpp - OpenAI request bodies, parsed ----------===//
+//
+// What parseCompletionRequest accepts and how it refuses: every malformed
+// or out-of-range field is an ApiError with the status and field (param)
+// an OpenAI client expects; JSON syntax errors name line and column.
+//
+//===----------------------------------------------------------------------===//
+
+#include "server/CompletionRequest.h"
+
+#include "server/ApiError.h"
+
+#include <gtest/gtest.h>
+
+namespace spanc::server {
+namespace {
+
+RequestLimits limits() {
+  RequestLimits result;
+  result.modelName = "tiny";
+  result.maxTokensLimit = 100;
+  result.defaultMaxTokens = 16;
+  result.maxChoices = 4;
+  result.maxPrompts = 3;
+  return result;
+}
+
+/// The ApiError of a body that must be refused.
+ApiError refuse(const std::string &body,
+                Endpoint endpoint = Endpoint::ChatCompletions) {
+  auto request = parseCompletionRequest(body, endpoint, limits());
+  EXPECT_FALSE(bool(request)) << "accepted: " << body;
+  if (request)
+    return ApiError(0, "");
+  return toApiError(request.takeError());
+}
+
+TEST(CompletionRequest, ReadsEveryChatField) {
+  auto request = parseCompletionRequest(
+      R"({"model": "tiny", "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"},
+                                          {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": "c"}],
+          "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 42,
+          "stop": ["x", "", "yz"], "n": 2, "stream": true,
+          "stream_options": {"include_usage": true}, "unknown": 1})",
+      Endpoint::ChatCompletions, limits());
+  ASSERT_TRUE(bool(request)) << llvm::toString(request.takeError());
+  ASSERT_EQ(request->messages.size(), 3u);
+  EXPECT_EQ(request->messages[0].role, plan::MessageRole::System);
+  EXPECT_EQ(request->messages[1].content, "ab");
+  EXPECT_EQ(request->messages[2].role, plan::MessageRole::Assistant);
+  EXPECT_EQ(request->maxTokens, 7);
+  EXPECT_DOUBLE_EQ(request->temperature, 0.5);
+  EXPECT_DOUBLE_EQ(request->topP, 0.9);
+  EXPECT_EQ(request->seed, std::optional<uint64_t>(42));
+  EXPECT_EQ(request->stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_EQ(request->n, 2);
+  EXPECT_TRUE(request->stream);
+  EXPECT_TRUE(request->includeUsage);
+}
+
+TEST(CompletionRequest, DefaultsFollowTheServersLimits) {
+  auto request = parseCompletionRequest(R"({"prompt": ["p", "q"]})",
+                                        Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(request)) << llvm::toString(request.takeError());
+  EXPECT_EQ(request->prompts, (std::vector<std::string>{"p", "q"}));
+  EXPECT_EQ(request->model, "tiny");
+  EXPECT_EQ(request->maxTokens, 16);
+  EXPECT_DOUBLE_EQ(request->temperature, 1.0);
+  EXPECT_EQ(request->n, 1);
+  EXPECT_FALSE(request->stream);
+}
+
+TEST(CompletionRequest, MaxCompletionTokensIsChatsNewerName) {
+  auto request = parseCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}],
+          "max_completion_tokens": 9})",
+      Endpoint::ChatCompletions, limits());
+  ASSERT_TRUE(bool(request)) << llvm::toString(request.takeError());
+  EXPECT_EQ(request->maxTokens, 9);
+}
+
+TEST(CompletionRequest, MalformedJsonIsA400WithLineAndColumn) {
+  ApiError error = refuse("{\"messages\": [\n  {\"role\": }]}");
+  EXPECT_EQ(error.status(), 400);
+  EXPECT_NE(error.detail().find("line 2, column 12"), std::string::npos)
+      << error.detail();
+}
+
+TEST(CompletionRequest, UnknownModelIsA404) {
+  ApiError error = refuse(R"({"model": "gpt-4", "messages": [{"role": "user",
+                 "content": "a"}]})");
+  EXPECT_EQ(error.status(), 404);
+  EXPECT_EQ(error.param(), "model");
+}
+
+TEST(CompletionRequest, OutOfRangeFieldsAre400sNamingTheField) {
+  const std::string messages =
+      R"("messages": [{"role": "user", "content": "a"}])";
+  struct Case {
+    std::string fields;
+    std::string param;
+  } cases[] = {
+      {R"("max_tokens": 101)", "max_tokens"},
+      {R"("max_tokens": 0)", "max_tokens"},
+      {R"("max_tokens": "5")", "max_tokens"},
+      {R"("max_tokens": 18446744073709551615)", "max_tokens"},
+      {R"("temperature": 2.5)", "temperature"},
+      {R"("temperature": "hot")", "temperature"},
+      {R"("top_p": 0)", "top_p"},
+      {R"("n": 5)", "n"},
+      {R"("stop": [1])", "stop"},
+      {R"("stop": ["a", "b", "c", "d", "e"])", "stop"},
+      {R"("stream": "yes")", "stream"},
+      {R"("stream_options": {"include_usage": 1})",
+       "stream_options.include_usage"},
+  };
+  for (const Case &test : cases) {
+    ApiError error = refuse("{" + messages + ", " + test.fields + "}");
+    EXPECT_EQ(error.status(), 400) << test.fields;
+    EXPECT_EQ(error.param(), test.param) << test.fields;
+  }
+}
+
+TEST(CompletionRequest, BadMessagesAndPromptsAre400s) {
+  EXPECT_EQ(refuse(R"({})").param(), "messages");
+  EXPECT_EQ(refuse(R"({"messages": []})").param(), "messages");
+  EXPECT_EQ(
+      refuse(R"({"messages": [{"role": "tool", "content": "a"}]})").param(),
+      "messages[0].role");
+  EXPECT_EQ(
+      refuse(R"({"messages": [{"role": "user", "content": null}]})").param(),
+      "messages[0].content");
+  EXPECT_EQ(refuse(R"({"messages": [{"role": "user", "content":
+                       [{"type": "image_url"}]}]})")
+                .param(),
+            "messages[0].content");
+  EXPECT_EQ(refuse(R"([1, 2])").status(), 400);
+  EXPECT_EQ(refuse(R"({"prompt": [1, 2]})", Endpoint::Completions).param(),
+            "prompt");
+  EXPECT_EQ(refuse(R"({"prompt": ["a", "b", "c", "d"]})", Endpoint::Completions)
+                .param(),
+            "prompt");
+}
+
+TEST(ApiError, BodyIsOpenAisShape) {
+  ApiError error(429, "full \"now\"");
+  EXPECT_EQ(error.body(),
+            R"({"error":{"code":"queue_full","message":"full \"now\"",)"
+            R"("param":null,"type":"rate_limit_error"}})");
+  EXPECT_STREQ(ApiError(401, "").type(), "authentication_error");
+  EXPECT_STREQ(ApiError(413, "").code(), "request_too_large");
+  // Another error becomes a 500 with its message.
+  ApiError other = toApiError(
+      llvm::createStringError(llvm::inconvertibleErrorCode(), "disk on fire"));
+  EXPECT_EQ(other.status(), 500);
+  EXPECT_EQ(other.detail(), "disk on fire");
+}
+
+} // namespace
+} // namespace spanc::server

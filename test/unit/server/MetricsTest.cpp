@@ -1,0 +1,111 @@
+//===- MetricsTest.cpp - Prometheus text with vLLM's names ----------------===//
+
+#include "server/Metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace spanc::server {
+namespace {
+
+bool hasLine(const std::string &text, const std::string &line) {
+  std::istringstream lines(text);
+  for (std::string each; std::getline(lines, each);)
+    if (each == line)
+      return true;
+  return false;
+}
+
+TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
+  ServerMetrics metrics("tiny \"q\"", 16, 256);
+  metrics.setLoad(3, 2, 0.25);
+  FinishedRequest request;
+  request.promptTokens = 100;
+  request.generationTokens = 7;
+  request.cacheQueries = 100;
+  request.cacheHits = 64;
+  request.reasons = {FinishReason::Length, FinishReason::Stop};
+  request.hasFirstToken = true;
+  request.ttftSeconds = 0.03;
+  request.e2eSeconds = 1.2;
+  request.interTokenSeconds = {0.02, 0.03, 0.2};
+  metrics.recordFinished(request);
+  request.interTokenSeconds.clear();
+  request.reasons = {FinishReason::Stop};
+  request.hasFirstToken = false;
+  request.e2eSeconds = 0.1;
+  metrics.recordFinished(request);
+  std::string text = metrics.render();
+  const std::string label = "model_name=\"tiny \\\"q\\\"\"";
+  for (const char *gauge :
+       {"vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc"})
+    EXPECT_TRUE(hasLine(text, std::string("# TYPE ") + gauge + " gauge"))
+        << gauge;
+  EXPECT_TRUE(hasLine(text, "vllm:num_requests_running{" + label + "} 3.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:num_requests_waiting{" + label + "} 2.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:kv_cache_usage_perc{" + label + "} 0.25"));
+  for (const char *counter :
+       {"vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:request_success_total"}) {
+    EXPECT_TRUE(hasLine(text, std::string("# TYPE ") + counter + " counter"))
+        << counter;
+    EXPECT_NE(text.find(std::string("# HELP ") + counter + " "),
+              std::string::npos);
+  }
+  EXPECT_TRUE(hasLine(text, "vllm:prompt_tokens_total{" + label + "} 200.0"));
+  EXPECT_TRUE(
+      hasLine(text, "vllm:prefix_cache_hits_total{" + label + "} 128.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:request_success_total{" + label +
+                                ",finished_reason=\"stop\"} 2.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:request_success_total{" + label +
+                                ",finished_reason=\"length\"} 1.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:cache_config_info{" + label +
+                                ",block_size=\"16\",num_gpu_blocks=\"256\"} "
+                                "1.0"));
+  // Histograms: cumulative buckets, +Inf equal to _count, _sum.
+  EXPECT_TRUE(hasLine(text, "# TYPE vllm:time_to_first_token_seconds "
+                            "histogram"));
+  EXPECT_TRUE(hasLine(text, "vllm:time_to_first_token_seconds_bucket{" + label +
+                                ",le=\"0.02\"} 0.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:time_to_first_token_seconds_bucket{" + label +
+                                ",le=\"0.04\"} 1.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:time_to_first_token_seconds_count{" + label +
+                                "} 1.0"));
+  EXPECT_TRUE(hasLine(text, "# TYPE vllm:inter_token_latency_seconds "
+                            "histogram"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_bucket{" + label +
+                                ",le=\"0.025\"} 1.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_bucket{" + label +
+                                ",le=\"0.05\"} 2.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:inter_token_latency_seconds_count{" + label +
+                                "} 3.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_bucket{" + label +
+                                ",le=\"0.3\"} 1.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_bucket{" + label +
+                                ",le=\"1.5\"} 2.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_bucket{" + label +
+                                ",le=\"+Inf\"} 2.0"));
+  EXPECT_TRUE(
+      hasLine(text, "vllm:e2e_request_latency_seconds_sum{" + label + "} 1.3"));
+  EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_count{" + label +
+                                "} 2.0"));
+}
+
+TEST(Histogram, ABoundaryValueFallsInItsOwnBucket) {
+  Histogram histogram({1.0, 2.0});
+  histogram.observe(1.0);
+  histogram.observe(2.5);
+  std::string text;
+  histogram.render("h", "a=\"b\"", text);
+  EXPECT_EQ(text, "h_bucket{a=\"b\",le=\"1.0\"} 1.0\n"
+                  "h_bucket{a=\"b\",le=\"2.0\"} 1.0\n"
+                  "h_bucket{a=\"b\",le=\"+Inf\"} 2.0\n"
+                  "h_sum{a=\"b\"} 3.5\n"
+                  "h_count{a=\"b\"} 2.0\n");
+}
+
+} // namespace
+} // namespace spanc::server

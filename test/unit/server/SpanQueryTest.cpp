@@ -1,0 +1,117 @@
+//===- SpanQueryTest.cpp - Span programs from the network, compiled -------===//
+//
+// On the synthetic ChatML tokenizer: a network program compiles to a plan
+// whose nested calls name each other by index; file() is refused even for
+// a file beside the server (its working folder), and the server's limits
+// on calls and max_tokens are 400s before anything runs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "server/SpanQuery.h"
+
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
+#include "runtime/model/Gguf.h"
+#include "runtime/model/Tokenizer.h"
+#include "server/ApiError.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace spanc::server {
+namespace {
+
+class SpanQueryTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto file = model::GgufFile::open(kModel);
+    ASSERT_TRUE(bool(file)) << llvm::toString(file.takeError());
+    gguf = std::move(*file);
+    auto tokens = model::Tokenizer::fromGguf(*gguf);
+    ASSERT_TRUE(bool(tokens)) << llvm::toString(tokens.takeError());
+    tokenizer = std::move(*tokens);
+    auto chat = model::ChatTemplate::fromGguf(*gguf, *tokenizer);
+    ASSERT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
+    chatTemplate = std::make_unique<model::ChatTemplate>(std::move(*chat));
+    encoder =
+        std::make_unique<model::ChatTemplateEncoder>(*chatTemplate, *tokenizer);
+  }
+
+  ApiError refuse(const std::string &source, SpanQueryLimits limits = {}) {
+    auto plan = compileSpanQuery(source, false, {}, *encoder, limits);
+    EXPECT_FALSE(bool(plan)) << "compiled: " << source;
+    return plan ? ApiError(0, "") : toApiError(plan.takeError());
+  }
+
+  static constexpr const char *kModel =
+      "test/data/synthetic/tiny-chatml-synthetic.gguf";
+  std::unique_ptr<model::GgufFile> gguf;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::ChatTemplate> chatTemplate;
+  std::unique_ptr<model::ChatTemplateEncoder> encoder;
+};
+
+TEST_F(SpanQueryTest, CompilesNestedCallsWithParams) {
+  auto plan = compileSpanQuery(R"(param topic = "dogs"
+query judge {
+  gen(max_tokens = 6, temperature = 0) {
+    system "Pick one."
+    plus { repeat(2) { gen(max_tokens = 4, temperature = 0.8, seed = 1) {
+      user topic } } }
+    user "Which?"
+  }
+})",
+                               false, {{"topic", "cats"}}, *encoder, {});
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->calls.size(), 3u);
+  const plan::Call &judge = plan->calls.back();
+  EXPECT_EQ(judge.dependencies.size(), 2u);
+  for (plan::CallId dependency : judge.dependencies)
+    EXPECT_LT(dependency, judge.id);
+  // The override reached the inner calls' prompt.
+  std::vector<plan::TokenId> cats = tokenizer->encode("cats", false);
+  std::vector<plan::TokenId> prompt;
+  for (const plan::PlanSegment &segment : plan->calls[0].segments)
+    for (const plan::Piece &piece : segment.pieces)
+      prompt.insert(prompt.end(), piece.tokens.begin(), piece.tokens.end());
+  EXPECT_NE(std::search(prompt.begin(), prompt.end(), cats.begin(), cats.end()),
+            prompt.end());
+}
+
+TEST_F(SpanQueryTest, ReadsNoFileEvenBesideTheServer) {
+  // The model file lies under the working folder; a .span program given on
+  // the command line could read beside itself, a network one cannot.
+  ASSERT_TRUE(llvm::sys::fs::exists(kModel));
+  ApiError error =
+      refuse(std::string("query q { gen { user file(\"") + kModel + "\") } }");
+  EXPECT_EQ(error.status(), 400);
+  EXPECT_NE(error.detail().find("query.span:1:"), std::string::npos)
+      << error.detail();
+  EXPECT_EQ(refuse("query q { gen { plus { retrieve(corpus = \"test\", "
+                   "query = \"x\", k = 2) } user \"q\" } }")
+                .status(),
+            400);
+}
+
+TEST_F(SpanQueryTest, TheServersLimitsAre400s) {
+  SpanQueryLimits limits;
+  limits.maxTokensLimit = 10;
+  ApiError error =
+      refuse("query q { gen(max_tokens = 11) { user \"x\" } }", limits);
+  EXPECT_EQ(error.status(), 400);
+  EXPECT_EQ(error.param(), "max_tokens");
+  limits = SpanQueryLimits();
+  limits.maxCalls = 2;
+  EXPECT_EQ(refuse("query q { gen { plus { repeat(3) { gen { user \"a\" } } } "
+                   "user \"b\" } }",
+                   limits)
+                .status(),
+            400);
+  EXPECT_EQ(refuse("query q { gen { user nosuch } }").status(), 400);
+}
+
+} // namespace
+} // namespace spanc::server

@@ -237,10 +237,10 @@ llvm::Error runRag(const BenchArgs &args) {
   const kv::SpanOptions defaultSpan;
   bool ropeInKernelRuns =
       llvm::is_contained(*relocations, kv::RelocationMode::RopeInKernel);
+  // A mode's name spells every setting (blend and scaling included), so
+  // equal names are the same mode.
   auto isAlias = [&](const kv::SpanOptions &mode) {
-    return ropeInKernelRuns && mode.context == defaultSpan.context &&
-           mode.recomputeBlocks == defaultSpan.recomputeBlocks &&
-           mode.recomputeEndBlocks == defaultSpan.recomputeEndBlocks;
+    return ropeInKernelRuns && spanModeName(mode) == spanModeName(defaultSpan);
   };
   /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
   /// for the default mode.

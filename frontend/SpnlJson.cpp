@@ -190,6 +190,9 @@ private:
       unsigned index = 0;
       llvm::StringSet<> keys;
     };
+    // The parser stops at a NUL byte: what follows was never read, need not
+    // be JSON, and is not scanned.
+    text = text.take_until([](char c) { return c == '\0'; });
     std::vector<Container> stack;
     bool found = false;
     auto childPath = [&] {
@@ -206,6 +209,10 @@ private:
             escaped = true;
             ++i;
           }
+        // An unterminated string (never in text the parser accepted; kept
+        // safe all the same).
+        if (i >= text.size())
+          break;
         if (stack.empty() || !stack.back().expectingKey)
           continue;
         Container &object = stack.back();

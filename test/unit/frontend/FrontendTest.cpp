@@ -195,6 +195,22 @@ TEST(SpnlJson, DeepNestingIsAnErrorNotACrash) {
       << session.messages.substr(0, 1000);
 }
 
+TEST(SpnlJson, TheDuplicateKeyScanReadsOnlyWhatTheParserRead) {
+  // The JSON reader stops at a NUL byte. What follows is not part of the
+  // query: its keys are not checked, and an unterminated one there (a fuzz
+  // input) must not be read past the end.
+  for (const std::string &after :
+       {std::string("{\"a\": 1, \"a\": 2}"), std::string("{{\"")}) {
+    Session session;
+    std::string json = "{\"user\": \"hi\"}";
+    json += '\0';
+    json += after;
+    session.import(json);
+    EXPECT_EQ(session.messages.find("duplicate key"), std::string::npos)
+        << session.messages;
+  }
+}
+
 TEST(SpnlJson, LocatesNodesInsideArraysAndStrings) {
   // Braces inside strings must not shift the location of later nodes.
   Session session;

@@ -325,21 +325,10 @@ int runRun(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
-  {
-    auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
-    if (!cacheMode)
-      return reportError("run", llvm::toString(cacheMode.takeError()));
-    executorOptions.cacheMode = *cacheMode;
-    auto relocation =
-        kv::parseRelocationMode(values["relocation"].as<std::string>());
-    if (!relocation)
-      return reportError("run", llvm::toString(relocation.takeError()));
-    executorOptions.relocationMode = *relocation;
-    auto spanOptions = readSpanModeOptions(values);
-    if (!spanOptions)
-      return reportError("run", llvm::toString(spanOptions.takeError()));
-    executorOptions.spanOptions = *spanOptions;
-  }
+  if (llvm::Error error = readCacheModeOptions(
+          values, executorOptions.cacheMode, executorOptions.relocationMode,
+          executorOptions.spanOptions))
+    return reportError("run", llvm::toString(std::move(error)));
   // The range Executor::create accepts, checked here to report the value
   // as it was given.
   std::optional<int64_t> blockSize =

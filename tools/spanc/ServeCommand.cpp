@@ -150,21 +150,10 @@ int runServe(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
-  {
-    auto cacheMode = kv::parseCacheMode(values["cache"].as<std::string>());
-    if (!cacheMode)
-      return reportError("serve", llvm::toString(cacheMode.takeError()));
-    executorOptions.cacheMode = *cacheMode;
-    auto relocation =
-        kv::parseRelocationMode(values["relocation"].as<std::string>());
-    if (!relocation)
-      return reportError("serve", llvm::toString(relocation.takeError()));
-    executorOptions.relocationMode = *relocation;
-    auto spanOptions = readSpanModeOptions(values);
-    if (!spanOptions)
-      return reportError("serve", llvm::toString(spanOptions.takeError()));
-    executorOptions.spanOptions = *spanOptions;
-  }
+  if (llvm::Error error = readCacheModeOptions(
+          values, executorOptions.cacheMode, executorOptions.relocationMode,
+          executorOptions.spanOptions))
+    return reportError("serve", llvm::toString(std::move(error)));
   std::optional<int64_t> blockSize =
       readBoundedInt("serve", values, "block-size", 1, cpu::kMaxBlockSize);
   std::optional<int64_t> port =

@@ -95,4 +95,24 @@ readSpanModeOptions(const po::variables_map &values) {
   return options;
 }
 
+llvm::Error readCacheModeOptions(const po::variables_map &values,
+                                 kv::CacheMode &cacheMode,
+                                 kv::RelocationMode &relocation,
+                                 kv::SpanOptions &spanOptions) {
+  auto parsedCache = kv::parseCacheMode(values["cache"].as<std::string>());
+  if (!parsedCache)
+    return parsedCache.takeError();
+  auto parsedRelocation =
+      kv::parseRelocationMode(values["relocation"].as<std::string>());
+  if (!parsedRelocation)
+    return parsedRelocation.takeError();
+  auto parsedSpan = readSpanModeOptions(values);
+  if (!parsedSpan)
+    return parsedSpan.takeError();
+  cacheMode = *parsedCache;
+  relocation = *parsedRelocation;
+  spanOptions = *parsedSpan;
+  return llvm::Error::success();
+}
+
 } // namespace spanc::cli

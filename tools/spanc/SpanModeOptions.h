@@ -22,6 +22,13 @@ void addSpanModeOptions(boost::program_options::options_description &options);
 llvm::Expected<kv::SpanOptions>
 readSpanModeOptions(const boost::program_options::variables_map &values);
 
+/// Reads --cache, --relocation and the span modes, as `run` and `serve`
+/// take them; fails with the first bad value's message.
+llvm::Error
+readCacheModeOptions(const boost::program_options::variables_map &values,
+                     kv::CacheMode &cacheMode, kv::RelocationMode &relocation,
+                     kv::SpanOptions &spanOptions);
+
 } // namespace spanc::cli
 
 #endif // SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H

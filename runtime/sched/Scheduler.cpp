@@ -124,6 +124,15 @@ void Scheduler::registerCalls(size_t first) {
   }
 }
 
+std::unique_ptr<Scheduler::Request> Scheduler::takeParked(plan::CallId call) {
+  auto found = parked.find(call);
+  if (found == parked.end())
+    return nullptr;
+  std::unique_ptr<Request> request = std::move(found->second);
+  parked.erase(found);
+  return request;
+}
+
 void Scheduler::addCalls() { registerCalls(done.size()); }
 
 void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
@@ -140,12 +149,8 @@ void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
   auto queued = llvm::find(waiting, callId);
   if (queued != waiting.end())
     waiting.erase(queued);
-  std::unique_ptr<Request> request;
-  auto found = parked.find(callId);
-  if (found != parked.end()) {
-    request = std::move(found->second);
-    parked.erase(found);
-  } else {
+  std::unique_ptr<Request> request = takeParked(callId);
+  if (!request) {
     request = std::make_unique<Request>();
     request->call = callId;
   }
@@ -194,12 +199,8 @@ bool Scheduler::admit() {
     plan::CallId callId = waiting.front();
     const plan::Call &call = plan->calls[callId];
 
-    std::unique_ptr<Request> request;
-    auto found = parked.find(callId);
-    if (found != parked.end()) {
-      request = std::move(found->second);
-      parked.erase(found);
-    } else {
+    std::unique_ptr<Request> request = takeParked(callId);
+    if (!request) {
       request = std::make_unique<Request>();
       request->call = callId;
       std::optional<std::vector<kv::Segment>> segments =

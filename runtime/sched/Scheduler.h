@@ -123,6 +123,8 @@ private:
   /// Blocks `request` may still need to reach its max_tokens.
   uint64_t growthBlocks(const Request &request) const;
   void park(std::unique_ptr<Request> request, WaitingFor reason);
+  /// The parked request of `call`, taken out of `parked` (null if none).
+  std::unique_ptr<Request> takeParked(plan::CallId call);
   /// Moves a running request back to the front of the waiting queue.
   void requeue(Request &request, WaitingFor reason);
   void finish(Request &request, bool succeeded, std::string error);

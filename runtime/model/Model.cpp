@@ -103,6 +103,22 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->gemm = std::make_unique<cpu::GemmEngine>(
       options.forceF32 ? cpu::GemmPrecision::F32 : cpu::defaultGemmPrecision(),
       options.gemmKernel);
+  model->modelNumerics = options.numerics;
+  model->halfPrecisionKv = options.halfPrecisionKv;
+  if (!options.hostWeights) {
+    // A device backend reads the file's tensors itself; only the RoPE
+    // table (ReRoPE's angles, the reference positions) is needed here.
+    auto factors = loadRopeFrequencyFactors(*model->gguf, modelConfig);
+    if (!factors)
+      return factors.takeError();
+    int64_t positions =
+        options.maxPositions > 0
+            ? options.maxPositions
+            : std::max<int64_t>(modelConfig.contextLength, 4096);
+    model->ropeTable =
+        cpu::RopeTable(ropeConfigOf(modelConfig, *factors), positions);
+    return model;
+  }
   // llama.cpp numerics apply their own SwiGLU to separate gate|up products.
   auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm,
                                     /*gatedFeedForward=*/options.numerics !=
@@ -110,8 +126,6 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
-  model->modelNumerics = options.numerics;
-  model->halfPrecisionKv = options.halfPrecisionKv;
   model->quantizedDecode =
       !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
   if (options.numerics == Numerics::LlamaCpp) {
@@ -272,6 +286,11 @@ llvm::Error Model::forwardLayers(llvm::ArrayRef<ForwardSequence> batch,
 llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
                              kv::KvStorage &storage, ForwardOutput &output,
                              uint32_t numLayers) {
+  if (!modelWeights)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: the model was loaded without host weights "
+        "(ModelOptions::hostWeights); its backend runs the forward pass");
   const ModelConfig &config = modelConfig;
   const kv::KvStorageConfig &kvConfig = storage.config();
   if (kvConfig.numLayers != int(config.numLayers) ||

@@ -72,6 +72,11 @@ struct ModelOptions {
   /// Numerics::LlamaCpp overrides forceF32, quantizedDecode and
   /// halfPrecisionKv.
   Numerics numerics = Numerics::Default;
+  /// Pack the weights for the CPU forward pass. false loads only the
+  /// configuration, the mapped file and the RoPE table, for a backend that
+  /// uploads the file's tensors to a device itself (the CUDA backend): an
+  /// 8B model then costs no host copy. forward() then fails.
+  bool hostWeights = true;
 };
 
 /// Wall time per kind of op, summed over forward() calls (for profiles).
@@ -119,6 +124,13 @@ public:
   cpu::GemmKernel gemmKernel() const { return gemm->kernel(); }
   Numerics numerics() const { return modelNumerics; }
   const ModelWeights &weights() const { return *modelWeights; }
+  /// Whether the CPU forward pass can run (ModelOptions::hostWeights).
+  bool hasHostWeights() const { return modelWeights != nullptr; }
+  /// The RoPE frequency divisors the RoPE table was built with (Llama
+  /// 3.1), or empty.
+  const std::vector<float> &ropeFrequencyFactors() const {
+    return ropeTable.config().freqFactors;
+  }
 
   /// The KV storage shape this model needs (callers pick numBlocks,
   /// blockSize and whether K is stored rotated).

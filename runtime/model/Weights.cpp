@@ -314,13 +314,18 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
   weights->hasQuantizedOutput =
       packQuantized({file.findTensor(headName[0])}, weights->outputQuantized);
 
-  if (config.hasRopeFrequencyFactors) {
-    auto factors = loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);
-    if (!factors)
-      return factors.takeError();
-    weights->ropeFreqs = std::move(*factors);
-  }
+  auto factors = loadRopeFrequencyFactors(file, config);
+  if (!factors)
+    return factors.takeError();
+  weights->ropeFreqs = std::move(*factors);
   return weights;
+}
+
+llvm::Expected<std::vector<float>>
+loadRopeFrequencyFactors(const GgufFile &file, const ModelConfig &config) {
+  if (!config.hasRopeFrequencyFactors)
+    return std::vector<float>();
+  return loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);
 }
 
 int64_t ModelWeights::packedBytes() const {

@@ -83,6 +83,12 @@ private:
   std::vector<float> ropeFreqs;
 };
 
+/// The per-pair RoPE frequency divisors (`rope_freqs.weight`, Llama 3.1),
+/// or none when the configuration has none: what the RoPE table needs
+/// without the rest of the weights (a model whose weights live on a GPU).
+llvm::Expected<std::vector<float>>
+loadRopeFrequencyFactors(const GgufFile &file, const ModelConfig &config);
+
 } // namespace spanc::model
 
 #endif // SPANC_RUNTIME_MODEL_WEIGHTS_H

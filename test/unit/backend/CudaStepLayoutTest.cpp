@@ -1,0 +1,207 @@
+//===- CudaStepLayoutTest.cpp - A forward step's device arrays, on the host //
+
+#include "runtime/backend/CudaStepLayout.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace {
+
+using spanc::backend::buildCudaStepLayout;
+using spanc::backend::CudaStepLayout;
+using spanc::backend::StepLimits;
+using spanc::model::ForwardSequence;
+using spanc::model::LogitsRequest;
+using spanc::model::RowKind;
+
+StepLimits limits(bool ropeInKernel = true) {
+  StepLimits result;
+  result.numBlocks = 16;
+  result.blockSize = 4;
+  result.vocabSize = 100;
+  result.numPositions = 64;
+  result.ropeInKernel = ropeInKernel;
+  return result;
+}
+
+std::vector<int32_t> slice(const CudaStepLayout &layout, int64_t offset,
+                           size_t count) {
+  return std::vector<int32_t>(layout.packed.begin() + offset,
+                              layout.packed.begin() + offset + int64_t(count));
+}
+
+TEST(CudaStepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
+  // A span page list: block 3 holds 2 tokens (2 slots of padding), block 7
+  // holds 4, block 9 the 3 new tokens' 3 slots. Logical indices run 0..8,
+  // the padding takes none.
+  std::vector<int32_t> tokens = {5, 6, 7}, blocks = {3, 7, 9},
+                       valid = {2, 4, 3};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  sequence.logits = LogitsRequest::Last;
+  CudaStepLayout layout;
+  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  EXPECT_EQ(layout.slotBlocks, (std::vector<int32_t>{9, 9, 9}));
+  EXPECT_EQ(layout.slotIndices, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(layout.positions, (std::vector<int32_t>{6, 7, 8}));
+  EXPECT_EQ(layout.contextLengths, (std::vector<int32_t>{9}));
+  EXPECT_EQ(layout.logitTokens, (std::vector<int32_t>{2}));
+  EXPECT_EQ(layout.maxContextLength, 9);
+}
+
+TEST(CudaStepLayout, NewTokensMayStartInsideAPartiallyFilledBlock) {
+  // Decode after a prompt of 6 tokens in blocks of 4: the new token is
+  // slot 2 of the second block (pages report it as valid already).
+  std::vector<int32_t> tokens = {42}, blocks = {1, 2}, valid = {4, 3};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  CudaStepLayout layout;
+  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  EXPECT_EQ(layout.slotBlocks, (std::vector<int32_t>{2}));
+  EXPECT_EQ(layout.slotIndices, (std::vector<int32_t>{2}));
+  EXPECT_EQ(layout.positions, (std::vector<int32_t>{6}));
+}
+
+TEST(CudaStepLayout, RotatedKeysKeepTheSequencesOwnPositions) {
+  std::vector<int32_t> tokens = {1, 2}, positions = {40, 41}, blocks = {0},
+                       valid = {2};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.positions = positions;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  CudaStepLayout layout;
+  ASSERT_FALSE(bool(
+      buildCudaStepLayout({sequence}, limits(/*ropeInKernel=*/false), layout)));
+  EXPECT_EQ(layout.positions, (std::vector<int32_t>{40, 41}));
+}
+
+TEST(CudaStepLayout, SequencesAreFlattenedWithOffsetsAndLogitRows) {
+  std::vector<int32_t> decodeToken = {3}, decodeBlocks = {4}, decodeValid = {1};
+  std::vector<int32_t> promptTokens = {1, 2, 3, 4, 5}, promptBlocks = {5, 6},
+                       promptValid = {4, 1};
+  std::vector<int32_t> silentTokens = {8, 9}, silentBlocks = {10},
+                       silentValid = {2};
+  ForwardSequence decode, prompt, silent;
+  decode.tokens = decodeToken;
+  decode.blockIds = decodeBlocks;
+  decode.validTokens = decodeValid;
+  decode.rows = RowKind::Decode;
+  prompt.tokens = promptTokens;
+  prompt.blockIds = promptBlocks;
+  prompt.validTokens = promptValid;
+  prompt.logits = LogitsRequest::All;
+  silent.tokens = silentTokens;
+  silent.blockIds = silentBlocks;
+  silent.validTokens = silentValid;
+  silent.logits = LogitsRequest::None;
+  CudaStepLayout layout;
+  ASSERT_FALSE(
+      bool(buildCudaStepLayout({decode, prompt, silent}, limits(), layout)));
+  EXPECT_EQ(layout.queryOffsets, (std::vector<int32_t>{0, 1, 6, 8}));
+  EXPECT_EQ(layout.pageOffsets, (std::vector<int32_t>{0, 1, 3, 4}));
+  EXPECT_EQ(layout.blockIds, (std::vector<int32_t>{4, 5, 6, 10}));
+  EXPECT_EQ(layout.logitTokens, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(
+      std::vector<int64_t>(layout.rowOffsets.begin(), layout.rowOffsets.end()),
+      (std::vector<int64_t>{0, 1, 6, 6}));
+  EXPECT_EQ(layout.maxQueryLength, 5);
+  // The packed buffer holds every array at an aligned offset.
+  const auto &offsets = layout.offsets;
+  for (int64_t offset :
+       {offsets.tokenIds, offsets.positions, offsets.slotBlocks,
+        offsets.slotIndices, offsets.queryOffsets, offsets.pageOffsets,
+        offsets.blockIds, offsets.validTokens, offsets.contextLengths,
+        offsets.logitTokens})
+    EXPECT_EQ(offset % CudaStepLayout::kPackAlignment, 0);
+  EXPECT_EQ(slice(layout, offsets.tokenIds, 8), layout.tokenIds);
+  EXPECT_EQ(slice(layout, offsets.slotBlocks, 8), layout.slotBlocks);
+  EXPECT_EQ(slice(layout, offsets.blockIds, 4), layout.blockIds);
+  EXPECT_EQ(slice(layout, offsets.logitTokens, 6), layout.logitTokens);
+  EXPECT_EQ(slice(layout, offsets.queryOffsets, 4), layout.queryOffsets);
+}
+
+TEST(CudaStepLayout, ReusingALayoutForgetsTheLastStep) {
+  std::vector<int32_t> tokens = {1, 2, 3}, blocks = {0}, valid = {3};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  CudaStepLayout layout;
+  ASSERT_FALSE(
+      bool(buildCudaStepLayout({sequence, sequence}, limits(), layout)));
+  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  EXPECT_EQ(layout.numTokens(), 3);
+  EXPECT_EQ(layout.numSequences(), 1);
+  EXPECT_EQ(layout.numPages(), 1);
+}
+
+/// The message of a step that must fail.
+std::string failure(llvm::ArrayRef<ForwardSequence> batch,
+                    const StepLimits &stepLimits = limits()) {
+  CudaStepLayout layout;
+  llvm::Error error = buildCudaStepLayout(batch, stepLimits, layout);
+  return error ? llvm::toString(std::move(error)) : "";
+}
+
+TEST(CudaStepLayout, MalformedSequencesFailNamingTheSequence) {
+  std::vector<int32_t> tokens = {1, 2}, blocks = {0}, valid = {2};
+  ForwardSequence good;
+  good.tokens = tokens;
+  good.blockIds = blocks;
+  good.validTokens = valid;
+
+  ForwardSequence outside = good;
+  std::vector<int32_t> farBlock = {16};
+  outside.blockIds = farBlock;
+  EXPECT_EQ(failure({good, outside}),
+            "forward: sequence 1: block id 16 outside the storage's 16 blocks");
+
+  ForwardSequence short_ = good;
+  std::vector<int32_t> one = {1};
+  short_.validTokens = one;
+  EXPECT_EQ(failure({short_}), "forward: sequence 0: page list holds 1 "
+                               "tokens, fewer than the 2 new ones");
+
+  ForwardSequence badToken = good;
+  std::vector<int32_t> bigIds = {1, 100};
+  badToken.tokens = bigIds;
+  EXPECT_EQ(failure({badToken}),
+            "forward: sequence 0: token 1 has id 100, vocabulary is 100");
+
+  ForwardSequence overfull = good;
+  std::vector<int32_t> five = {5};
+  overfull.validTokens = five;
+  EXPECT_EQ(failure({overfull}),
+            "forward: sequence 0: page 0 has 5 valid tokens (block size 4)");
+
+  std::vector<int32_t> decodeToken = {1};
+  ForwardSequence decode = good;
+  decode.tokens = decodeToken;
+  EXPECT_EQ(failure({good, decode}),
+            "forward: sequence 1: a decode sequence after a prompt sequence "
+            "(decode sequences come first)");
+}
+
+TEST(CudaStepLayout, SpanScalingIsRefusedWithAClearError) {
+  std::vector<int32_t> tokens = {1}, blocks = {0, 1}, valid = {4, 1};
+  std::vector<uint8_t> spanPages = {1, 0};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  sequence.spanPages = spanPages;
+  sequence.spanScaling.temperature = 2;
+  EXPECT_NE(failure({sequence}).find("not implemented by the CUDA backend"),
+            std::string::npos);
+  // Identity scaling is the plain kernel: accepted.
+  sequence.spanScaling.temperature = 1;
+  EXPECT_EQ(failure({sequence}), "");
+}
+
+} // namespace

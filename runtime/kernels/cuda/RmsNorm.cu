@@ -2,76 +2,74 @@
 
 #include "runtime/kernels/cuda/RmsNorm.h"
 
-#include <cuda_runtime.h>
+#include "runtime/kernels/cuda/CudaCheck.cuh"
+#include "runtime/kernels/cuda/ElementwiseMath.h"
+#include "runtime/kernels/cuda/Launch.h"
+#include "runtime/kernels/cuda/Reduce.cuh"
 
 namespace spanc::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-// One block per row: a strided sum of squares, a shared-memory tree
-// reduction, then the scaled write.
-__global__ void rmsNormKernel(const float *__restrict__ x,
-                              const float *__restrict__ weight,
-                              float *__restrict__ y, size_t cols,
-                              float epsilon) {
-  __shared__ float partial[kThreads];
-  const float *row = x + blockIdx.x * cols;
-  float *out = y + blockIdx.x * cols;
+// One block per row: a strided sum of squares, a block reduction, then the
+// scaled write.
+template <typename Output>
+__global__ void rmsNormKernel(RowShape shape, const float *__restrict__ x,
+                              const float *__restrict__ weight, float epsilon,
+                              Output *out) {
+  __shared__ float scratch[32];
+  const float *row = x + blockIdx.x * shape.inputStride;
+  Output *outRow = out + blockIdx.x * shape.outputStride;
   float sum = 0.0f;
-  for (size_t c = threadIdx.x; c < cols; c += blockDim.x)
+  for (int64_t c = threadIdx.x; c < shape.cols; c += blockDim.x)
     sum += row[c] * row[c];
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float scale = rsqrtf(partial[0] / cols + epsilon);
-  for (size_t c = threadIdx.x; c < cols; c += blockDim.x)
-    out[c] = row[c] * scale * weight[c];
+  const float scale = rmsNormScale(blockSum(sum, scratch), shape.cols, epsilon);
+  // `out` may alias `x`: every read of the row happened before blockSum's
+  // barriers, and each thread then reads only the columns it writes.
+  for (int64_t c = threadIdx.x; c < shape.cols; c += blockDim.x)
+    storeActivation(outRow + c, rmsNormElement(row[c], scale, weight[c]));
 }
 
-std::string errorText(cudaError_t error) {
-  return std::string(cudaGetErrorName(error)) + ": " +
-         cudaGetErrorString(error);
+template <typename Output>
+Status launchRmsNorm(const RowShape &shape, const float *x, const float *weight,
+                     float epsilon, Output *out, Stream stream) {
+  const LaunchShape launch = rowLaunch(shape.rows, shape.cols);
+  if (launch.blocks == 0)
+    return Status::success();
+  rmsNormKernel<<<unsigned(launch.blocks), launch.threads, 0, stream>>>(
+      shape, x, weight, epsilon, out);
+  return launchStatus("rmsNormKernel");
 }
 
 } // namespace
 
-int deviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess)
-    return 0;
-  return count;
+Status rmsNorm(const RowShape &shape, const float *x, const float *weight,
+               float epsilon, float *out, Stream stream) {
+  return launchRmsNorm(shape, x, weight, epsilon, out, stream);
+}
+
+Status rmsNorm(const RowShape &shape, const float *x, const float *weight,
+               float epsilon, uint16_t *out, Stream stream) {
+  return launchRmsNorm(shape, x, weight, epsilon, out, stream);
 }
 
 std::string rmsNormOnDevice(const float *x, const float *weight, float *y,
                             size_t rows, size_t cols, float epsilon) {
-  float *deviceX = nullptr, *deviceWeight = nullptr, *deviceY = nullptr;
   const size_t bytes = rows * cols * sizeof(float);
-  cudaError_t error = cudaMalloc(&deviceX, bytes);
-  if (error == cudaSuccess)
-    error = cudaMalloc(&deviceY, bytes);
-  if (error == cudaSuccess)
-    error = cudaMalloc(&deviceWeight, cols * sizeof(float));
-  if (error == cudaSuccess)
-    error = cudaMemcpy(deviceX, x, bytes, cudaMemcpyHostToDevice);
-  if (error == cudaSuccess)
-    error = cudaMemcpy(deviceWeight, weight, cols * sizeof(float),
-                       cudaMemcpyHostToDevice);
-  if (error == cudaSuccess) {
-    rmsNormKernel<<<rows, kThreads>>>(deviceX, deviceWeight, deviceY, cols,
-                                      epsilon);
-    error = cudaGetLastError();
-  }
-  if (error == cudaSuccess)
-    error = cudaMemcpy(y, deviceY, bytes, cudaMemcpyDeviceToHost);
-  cudaFree(deviceX);
-  cudaFree(deviceY);
-  cudaFree(deviceWeight);
-  return error == cudaSuccess ? std::string() : errorText(error);
+  DeviceBuffer deviceX, deviceWeight, deviceY;
+  const RowShape shape{int64_t(rows), int64_t(cols), int64_t(cols),
+                       int64_t(cols)};
+  auto run = [&]() -> Status {
+    SPANC_CUDA_TRY(deviceX.reserve(bytes));
+    SPANC_CUDA_TRY(deviceY.reserve(bytes));
+    SPANC_CUDA_TRY(deviceWeight.reserve(cols * sizeof(float)));
+    SPANC_CUDA_TRY(copyToDevice(deviceX.data(), x, bytes, nullptr));
+    SPANC_CUDA_TRY(copyToDevice(deviceWeight.data(), weight,
+                                cols * sizeof(float), nullptr));
+    SPANC_CUDA_TRY(rmsNorm(shape, deviceX.as<float>(), deviceWeight.as<float>(),
+                           epsilon, deviceY.as<float>(), nullptr));
+    return copyToHost(y, deviceY.data(), bytes, nullptr);
+  };
+  return run().message();
 }
 
 } // namespace spanc::cuda

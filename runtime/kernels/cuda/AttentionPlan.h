@@ -1,0 +1,111 @@
+//===- AttentionPlan.h - How a paged attention call is cut into blocks ----===//
+//
+// Host-only (plain C++, tested without a GPU): the work list one
+// pagedAttention launch runs, one thread block per item. As on the CPU
+// (runtime/kernels/cpu/Attention.cpp) a tile is up to kAttentionTileRows
+// query rows (token x head-in-group, so the query heads sharing a KV head
+// read each K/V block once) of one sequence and KV head, against a range
+// of the pages the tile can see. A tile whose visible pages are many is
+// split into ranges (flash-decoding) by its own length only, never by the
+// batch, so a sequence's result does not depend on what shares its step;
+// the splits' softmax states are merged by a second launch, one thread
+// block per merge group.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
+#define SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
+
+#include "runtime/kernels/cuda/Status.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::cuda {
+
+/// Query rows per tile (one thread block's rows).
+constexpr int kAttentionTileRows = 16;
+/// The most splits of one tile's pages.
+constexpr int kAttentionMaxSplits = 16;
+/// The head dims and block sizes the kernel's shared memory is sized for.
+constexpr int kAttentionMaxHeadDim = 256;
+constexpr int kAttentionMaxBlockSize = 64;
+
+struct PagedAttentionShape {
+  int numQueryHeads = 0;
+  int numKvHeads = 0;
+  int headDim = 0;
+  float scale = 0;             ///< usually 1/sqrt(headDim)
+  int64_t queryRowStride = 0;  ///< floats between query rows (tokens)
+  int64_t outputRowStride = 0; ///< elements between output rows
+};
+
+/// The sequences of one call, in HOST memory (cpu::PagedAttentionBatch
+/// without the CPU-only options): sequence s owns query/output rows
+/// [queryOffsets[s], queryOffsets[s+1]) and pages [pageOffsets[s],
+/// pageOffsets[s+1]) of blockIds/validTokens; its queries are the last
+/// ones of its page list's valid slots.
+struct PagedAttentionBatch {
+  int numSequences = 0;
+  const int32_t *queryOffsets = nullptr;
+  const int32_t *pageOffsets = nullptr;
+  const int32_t *blockIds = nullptr;
+  const int32_t *validTokens = nullptr;
+};
+
+/// One thread block of the attention launch.
+struct AttentionWorkItem {
+  int32_t sequence = 0;
+  int32_t kvHead = 0;
+  int32_t firstRow = 0; ///< first tile row (token * group + head in group)
+  int32_t numRows = 0;
+  int32_t pageBegin = 0; ///< global page indices [pageBegin, pageEnd)
+  int32_t pageEnd = 0;
+  int32_t partial = -1; ///< its split state's index, or -1: write output
+};
+
+/// One thread block of the merge launch: items [firstItem, firstItem +
+/// numSplits) are the splits of one tile (their partial states are
+/// consecutive, from the first item's).
+struct AttentionMergeGroup {
+  int32_t firstItem = 0;
+  int32_t numSplits = 0;
+};
+
+struct AttentionPlanOptions {
+  /// Minimum pages per split; 0 picks the default (8 pages, as the CPU).
+  int minPagesPerSplit = 0;
+};
+
+struct AttentionPlan {
+  /// Per page of the batch: the logical index of its slot 0 in its
+  /// sequence.
+  std::vector<int32_t> pageStarts;
+  std::vector<AttentionWorkItem> items;
+  std::vector<AttentionMergeGroup> merges;
+  int32_t numPartials = 0; ///< split states (tile rows x (2 + headDim))
+  int32_t numPages = 0;
+  int32_t numQueryRows = 0;
+};
+
+/// Floats of one split state: per tile row its max, its sum and headDim
+/// accumulator values.
+inline int64_t attentionPartialFloats(int headDim) {
+  return int64_t(kAttentionTileRows) * (2 + headDim);
+}
+
+/// Cuts `batch` into work items. Fails, naming the sequence, on a batch
+/// the kernel cannot run: heads not grouped evenly, a head dim or block
+/// size past the limits, a valid count outside [0, blockSize], a sequence
+/// with more queries than valid tokens or without pages.
+Status buildAttentionPlan(const PagedAttentionShape &shape,
+                          const PagedAttentionBatch &batch, int blockSize,
+                          const AttentionPlanOptions &options,
+                          AttentionPlan &plan);
+
+/// Dynamic shared memory of one attention thread block: the tile's
+/// queries and accumulators, one K and one V block in f32, its scores.
+int64_t attentionSharedBytes(int headDim, int blockSize);
+
+} // namespace spanc::cuda
+
+#endif // SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H

@@ -15,6 +15,7 @@
 #ifndef SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
 #define SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
 
+#include "runtime/kernels/cuda/HostDevice.h"
 #include "runtime/kernels/cuda/Status.h"
 
 #include <cstdint>
@@ -89,7 +90,7 @@ struct AttentionPlan {
 
 /// Floats of one split state: per tile row its max, its sum and headDim
 /// accumulator values.
-inline int64_t attentionPartialFloats(int headDim) {
+SPANC_HOST_DEVICE int64_t attentionPartialFloats(int headDim) {
   return int64_t(kAttentionTileRows) * (2 + headDim);
 }
 

@@ -52,6 +52,18 @@ SPANC_HOST_DEVICE void rotatePair(float a, float b, float c, float s,
   second = a * s + b * c;
 }
 
+/// Whether candidate (value, index) beats the current best of an argmax:
+/// a larger value, or an equal one at a lower index (Sampler::argmax keeps
+/// the first maximum); NaN never beats a number.
+SPANC_HOST_DEVICE bool argmaxBetter(float value, int64_t index, float best,
+                                    int64_t bestIndex) {
+  if (value != value)
+    return false;
+  if (best != best)
+    return true;
+  return value > best || (value == best && index < bestIndex);
+}
+
 } // namespace spanc::cuda
 
 #endif // SPANC_RUNTIME_KERNELS_CUDA_ELEMENTWISEMATH_H

@@ -1,0 +1,124 @@
+//===- AttentionPlan.cpp - How a paged attention call is cut into blocks --===//
+
+#include "runtime/kernels/cuda/AttentionPlan.h"
+
+#include <algorithm>
+#include <string>
+
+namespace spanc::cuda {
+
+namespace {
+
+Status planError(const std::string &message) {
+  return Status::failure("paged attention: " + message);
+}
+
+Status sequenceError(int sequence, const std::string &message) {
+  return planError("sequence " + std::to_string(sequence) + ": " + message);
+}
+
+} // namespace
+
+int64_t attentionSharedBytes(int headDim, int blockSize) {
+  // queries and accumulators of the tile, K and V of one block, scores.
+  const int64_t floats = 2 * int64_t(kAttentionTileRows) * headDim +
+                         2 * int64_t(headDim) * blockSize +
+                         int64_t(kAttentionTileRows) * blockSize;
+  return floats * int64_t(sizeof(float));
+}
+
+Status buildAttentionPlan(const PagedAttentionShape &shape,
+                          const PagedAttentionBatch &batch, int blockSize,
+                          const AttentionPlanOptions &options,
+                          AttentionPlan &plan) {
+  plan = AttentionPlan();
+  if (shape.numKvHeads <= 0 || shape.numQueryHeads <= 0 ||
+      shape.numQueryHeads % shape.numKvHeads != 0)
+    return planError(std::to_string(shape.numQueryHeads) +
+                     " query heads are not a multiple of " +
+                     std::to_string(shape.numKvHeads) + " KV heads");
+  if (shape.headDim <= 0 || shape.headDim > kAttentionMaxHeadDim)
+    return planError("head dim " + std::to_string(shape.headDim) +
+                     " outside [1, " + std::to_string(kAttentionMaxHeadDim) +
+                     "]");
+  if (blockSize <= 0 || blockSize > kAttentionMaxBlockSize)
+    return planError("block size " + std::to_string(blockSize) +
+                     " outside [1, " + std::to_string(kAttentionMaxBlockSize) +
+                     "]");
+  if (batch.numSequences < 0)
+    return planError("a negative number of sequences");
+  if (batch.numSequences == 0)
+    return Status::success();
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int minPages =
+      options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
+  const int32_t numPages = batch.pageOffsets[batch.numSequences];
+  plan.numPages = numPages;
+  plan.numQueryRows = batch.queryOffsets[batch.numSequences];
+  plan.pageStarts.resize(size_t(std::max(0, numPages)));
+
+  for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
+    const int32_t pageBegin = batch.pageOffsets[sequence];
+    const int32_t pageEnd = batch.pageOffsets[sequence + 1];
+    const int64_t numQueries = int64_t(batch.queryOffsets[sequence + 1]) -
+                               batch.queryOffsets[sequence];
+    if (pageEnd < pageBegin || numQueries < 0)
+      return sequenceError(sequence, "offsets go backwards");
+    int64_t length = 0;
+    for (int32_t page = pageBegin; page < pageEnd; ++page) {
+      const int valid = batch.validTokens[page];
+      if (valid < 0 || valid > blockSize)
+        return sequenceError(sequence, "page " + std::to_string(page) +
+                                           " has " + std::to_string(valid) +
+                                           " valid tokens (block size " +
+                                           std::to_string(blockSize) + ")");
+      if (batch.blockIds[page] < 0)
+        return sequenceError(sequence,
+                             "page " + std::to_string(page) + " has block id " +
+                                 std::to_string(batch.blockIds[page]));
+      plan.pageStarts[size_t(page)] = int32_t(length);
+      length += valid;
+    }
+    if (numQueries > length)
+      return sequenceError(sequence,
+                           std::to_string(numQueries) + " queries but " +
+                               std::to_string(length) + " valid tokens");
+    if (numQueries == 0)
+      continue;
+    const int64_t rows = numQueries * groupSize;
+    for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
+      for (int64_t firstRow = 0; firstRow < rows;
+           firstRow += kAttentionTileRows) {
+        const int numRows =
+            int(std::min<int64_t>(kAttentionTileRows, rows - firstRow));
+        // The tile's last row sees the most; pages past its limit are
+        // invisible to every row of the tile.
+        const int64_t lastLimit =
+            length - numQueries + (firstRow + numRows - 1) / groupSize;
+        int32_t visibleEnd = pageBegin;
+        while (visibleEnd < pageEnd &&
+               plan.pageStarts[size_t(visibleEnd)] <= lastLimit)
+          ++visibleEnd;
+        const int64_t pages = visibleEnd - pageBegin;
+        const int64_t splits = std::max<int64_t>(
+            1, std::min<int64_t>(kAttentionMaxSplits, pages / minPages));
+        if (splits > 1)
+          plan.merges.push_back({int32_t(plan.items.size()), int32_t(splits)});
+        for (int64_t split = 0; split < splits; ++split) {
+          AttentionWorkItem item;
+          item.sequence = sequence;
+          item.kvHead = kvHead;
+          item.firstRow = int32_t(firstRow);
+          item.numRows = numRows;
+          item.pageBegin = int32_t(pageBegin + pages * split / splits);
+          item.pageEnd = int32_t(pageBegin + pages * (split + 1) / splits);
+          item.partial = splits > 1 ? plan.numPartials++ : -1;
+          plan.items.push_back(item);
+        }
+      }
+    }
+  }
+  return Status::success();
+}
+
+} // namespace spanc::cuda

@@ -1,0 +1,211 @@
+//===- Gemm.cu - bf16 GEMMs through cuBLASLt ------------------------------===//
+//
+// Row-major Y[m][n] = X[m][k] . W[n][k]^T is, in cuBLASLt's column-major
+// terms, D (n x m, ld yStride) = op(A) . B with A = W stored k x n (ld
+// wStride) and transposed, B = X stored k x m (ld xStride): no copy, no
+// transposition kernel. A problem's descriptors and heuristic algorithm are
+// made once per shape (sizes, strides, output type, beta and the pointers'
+// alignment, which the algorithms depend on) and kept.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/kernels/cuda/Gemm.h"
+
+#include "runtime/kernels/cuda/CudaCheck.cuh"
+
+#include <map>
+#include <tuple>
+
+namespace spanc::cuda {
+
+namespace {
+
+/// The largest power of two (at most 256) dividing the address.
+int alignmentOf(const void *pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  int alignment = 256;
+  while (alignment > 1 && address % uintptr_t(alignment) != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+struct ShapeKey {
+  int64_t rows, columns, depth, xStride, wStride, yStride;
+  int outputType, accumulate, xAlign, wAlign, yAlign;
+  bool operator<(const ShapeKey &other) const {
+    return std::tie(rows, columns, depth, xStride, wStride, yStride, outputType,
+                    accumulate, xAlign, wAlign, yAlign) <
+           std::tie(other.rows, other.columns, other.depth, other.xStride,
+                    other.wStride, other.yStride, other.outputType,
+                    other.accumulate, other.xAlign, other.wAlign, other.yAlign);
+  }
+};
+
+/// The descriptors and algorithm of one problem shape.
+struct ShapePlan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algorithm;
+
+  void destroy() {
+    if (operation)
+      cublasLtMatmulDescDestroy(operation);
+    for (cublasLtMatrixLayout_t layout : {a, b, d})
+      if (layout)
+        cublasLtMatrixLayoutDestroy(layout);
+    operation = nullptr;
+    a = b = d = nullptr;
+  }
+};
+
+} // namespace
+
+struct GemmEngine::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  std::map<ShapeKey, ShapePlan> plans;
+
+  ~Impl() {
+    for (auto &entry : plans)
+      entry.second.destroy();
+    if (workspace)
+      cudaFree(workspace);
+    if (handle)
+      cublasLtDestroy(handle);
+  }
+
+  Status planFor(const GemmProblem &problem, const ShapeKey &key,
+                 ShapePlan *&result);
+};
+
+Status GemmEngine::Impl::planFor(const GemmProblem &problem,
+                                 const ShapeKey &key, ShapePlan *&result) {
+  auto found = plans.find(key);
+  if (found != plans.end()) {
+    result = &found->second;
+    return Status::success();
+  }
+  ShapePlan plan;
+  // Destroys what was made if a later step fails.
+  struct Guard {
+    ShapePlan *plan;
+    ~Guard() {
+      if (plan)
+        plan->destroy();
+    }
+  } guard{&plan};
+  const cudaDataType_t outputType =
+      problem.outputType == GemmOutputType::Bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  SPANC_BLAS_CALL(cublasLtMatmulDescCreate(&plan.operation, CUBLAS_COMPUTE_32F,
+                                           CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  SPANC_BLAS_CALL(cublasLtMatmulDescSetAttribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+      sizeof(transpose)));
+  SPANC_BLAS_CALL(cublasLtMatmulDescSetAttribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+  SPANC_BLAS_CALL(
+      cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, uint64_t(problem.depth),
+                                 uint64_t(problem.columns), problem.wStride));
+  SPANC_BLAS_CALL(
+      cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, uint64_t(problem.depth),
+                                 uint64_t(problem.rows), problem.xStride));
+  SPANC_BLAS_CALL(
+      cublasLtMatrixLayoutCreate(&plan.d, outputType, uint64_t(problem.columns),
+                                 uint64_t(problem.rows), problem.yStride));
+  cublasLtMatmulPreference_t preference = nullptr;
+  SPANC_BLAS_CALL(cublasLtMatmulPreferenceCreate(&preference));
+  const uint32_t alignA = uint32_t(key.wAlign), alignB = uint32_t(key.xAlign),
+                 alignD = uint32_t(key.yAlign);
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
+      sizeof(workspaceBytes));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
+        sizeof(alignA));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
+        sizeof(alignB));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignD,
+        sizeof(alignD));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignD,
+        sizeof(alignD));
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found_count = 0;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.a,
+                                            plan.b, plan.d, plan.d, preference,
+                                            1, &heuristic, &found_count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  SPANC_CUDA_TRY(blasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
+  if (found_count == 0)
+    return Status::failure(
+        "cublasLtMatmulAlgoGetHeuristic: no algorithm for a " +
+        std::to_string(problem.rows) + "x" + std::to_string(problem.columns) +
+        "x" + std::to_string(problem.depth) + " bf16 GEMM");
+  plan.algorithm = heuristic.algo;
+  guard.plan = nullptr;
+  result = &plans.emplace(key, plan).first->second;
+  return Status::success();
+}
+
+GemmEngine::GemmEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemmEngine::~GemmEngine() = default;
+
+Status GemmEngine::create(std::unique_ptr<GemmEngine> &engine,
+                          size_t workspaceBytes) {
+  auto impl = std::make_unique<Impl>();
+  SPANC_BLAS_CALL(cublasLtCreate(&impl->handle));
+  SPANC_CUDA_TRY(allocate(&impl->workspace, workspaceBytes));
+  impl->workspaceBytes = workspaceBytes;
+  engine.reset(new GemmEngine(std::move(impl)));
+  return Status::success();
+}
+
+Status checkGemmProblem(const GemmProblem &problem) {
+  auto fail = [&](const std::string &why) {
+    return invalidArgument("GemmEngine::multiply", why);
+  };
+  if (problem.rows <= 0 || problem.columns <= 0 || problem.depth <= 0)
+    return fail("sizes " + std::to_string(problem.rows) + "x" +
+                std::to_string(problem.columns) + "x" +
+                std::to_string(problem.depth) + " must be positive");
+  if (problem.xStride < problem.depth || problem.wStride < problem.depth ||
+      problem.yStride < problem.columns)
+    return fail("a stride is below its row width");
+  if (!problem.x || !problem.w || !problem.y)
+    return fail("a null matrix");
+  return Status::success();
+}
+
+Status GemmEngine::multiply(const GemmProblem &problem, Stream stream) {
+  SPANC_CUDA_TRY(checkGemmProblem(problem));
+  const ShapeKey key{problem.rows,
+                     problem.columns,
+                     problem.depth,
+                     problem.xStride,
+                     problem.wStride,
+                     problem.yStride,
+                     int(problem.outputType),
+                     problem.accumulate ? 1 : 0,
+                     alignmentOf(problem.x),
+                     alignmentOf(problem.w),
+                     alignmentOf(problem.y)};
+  ShapePlan *plan = nullptr;
+  SPANC_CUDA_TRY(impl_->planFor(problem, key, plan));
+  const float alpha = 1.0f, beta = problem.accumulate ? 1.0f : 0.0f;
+  SPANC_BLAS_CALL(cublasLtMatmul(
+      impl_->handle, plan->operation, &alpha, problem.w, plan->a, problem.x,
+      plan->b, &beta, problem.y, plan->d, problem.y, plan->d, &plan->algorithm,
+      impl_->workspace, impl_->workspaceBytes, stream));
+  return Status::success();
+}
+
+} // namespace spanc::cuda

@@ -387,7 +387,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   }
 
   LoadSampler load;
-  auto session = ModelSession::load(args.modelPath);
+  auto session = ModelSession::load(args.modelPath, args.device);
   if (!session)
     return session.takeError();
   const model::Tokenizer &tokenizer = (*session)->tokenizer();

@@ -11,6 +11,8 @@
 #ifndef SPANC_BENCH_COMMON_BENCH_H
 #define SPANC_BENCH_COMMON_BENCH_H
 
+#include "runtime/backend/Device.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -37,6 +39,9 @@ struct BenchArgs {
   /// OpenMP threads (already applied); 0 = all cores.
   int threads = 0;
   uint64_t seed = 1;
+  /// Where the model runs (--device): executors of a ModelSession loaded
+  /// with it run on that backend.
+  backend::Device device = backend::Device::Cpu;
   /// Benchmark-specific settings from `--set KEY=VALUE`.
   std::map<std::string, std::string> settings;
 

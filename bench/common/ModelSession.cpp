@@ -13,10 +13,13 @@
 namespace spanc::bench {
 
 llvm::Expected<std::unique_ptr<ModelSession>>
-ModelSession::load(llvm::StringRef modelPath) {
+ModelSession::load(llvm::StringRef modelPath, backend::Device device) {
   std::unique_ptr<ModelSession> session(new ModelSession());
   session->path = modelPath.str();
-  auto model = model::Model::load(modelPath);
+  session->device = device;
+  model::ModelOptions modelOptions;
+  modelOptions.hostWeights = device == backend::Device::Cpu;
+  auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return model.takeError();
   session->loadedModel = std::move(*model);
@@ -46,7 +49,9 @@ RunTotals &RunTotals::operator+=(const RunTotals &other) {
 
 llvm::Expected<std::unique_ptr<sched::Executor>>
 ModelSession::makeExecutor(const sched::ExecutorOptions &options) const {
-  return sched::Executor::create(*loadedModel, *loadedTokenizer, options);
+  sched::ExecutorOptions onDevice = options;
+  onDevice.device = device;
+  return sched::Executor::create(*loadedModel, *loadedTokenizer, onDevice);
 }
 
 llvm::Expected<std::unique_ptr<sched::Executor>>

@@ -46,10 +46,14 @@ struct RunTotals {
 /// benchmark does with it: compile span programs, make executors, run.
 class ModelSession {
 public:
+  /// Loads the model for `device`: the CPU packs its weights, the CUDA
+  /// backend uploads them itself when an executor is made.
   static llvm::Expected<std::unique_ptr<ModelSession>>
-  load(llvm::StringRef modelPath);
+  load(llvm::StringRef modelPath,
+       backend::Device device = backend::Device::Cpu);
 
-  /// A fresh executor (an empty KV cache) over the loaded model.
+  /// A fresh executor (an empty KV cache) over the loaded model, on the
+  /// session's device whatever `options.device` says.
   llvm::Expected<std::unique_ptr<sched::Executor>>
   makeExecutor(const sched::ExecutorOptions &options) const;
   /// The same, with the usual knobs: cache mode, relocation, capacity.
@@ -90,6 +94,7 @@ public:
 private:
   ModelSession() = default;
   std::string path;
+  backend::Device device = backend::Device::Cpu;
   std::unique_ptr<model::Model> loadedModel;
   std::unique_ptr<model::Tokenizer> loadedTokenizer;
   std::optional<model::ChatTemplate> loadedTemplate;

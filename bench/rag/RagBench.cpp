@@ -211,7 +211,7 @@ llvm::Error runRag(const BenchArgs &args) {
     return std::min(repetitionsFor(docs), valueFor(*peerRepetitionList, docs));
   };
 
-  auto session = ModelSession::load(args.modelPath);
+  auto session = ModelSession::load(args.modelPath, args.device);
   if (!session)
     return session.takeError();
   ModelSession &model = **session;

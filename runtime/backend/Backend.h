@@ -19,6 +19,10 @@
 
 #include <vector>
 
+namespace spanc::kv {
+class KvStorage;
+} // namespace spanc::kv
+
 namespace spanc::backend {
 
 class Backend {
@@ -50,6 +54,10 @@ public:
   /// Copies a block before its first write (a shared or cached block a
   /// decode slot opens: kv::DecodeSlot::copy).
   virtual void copyBlock(const kv::RelocationOp &copy) = 0;
+
+  /// The K/V memory when it lives in host memory as a kv::KvStorage (tests
+  /// compare what relocation left there); nullptr on a device.
+  virtual const kv::KvStorage *hostStorage() const { return nullptr; }
 };
 
 } // namespace spanc::backend

@@ -38,6 +38,7 @@ public:
                       std::vector<float> &distances) override;
   void relocate(const kv::RelocationPlan &plan) override;
   void copyBlock(const kv::RelocationOp &copy) override;
+  const kv::KvStorage *hostStorage() const override { return kvStorage.get(); }
 
   /// The K/V memory (tests compare what relocation left there).
   const kv::KvStorage &storage() const { return *kvStorage; }

@@ -7,9 +7,14 @@
 namespace spanc::model {
 
 llvm::Expected<std::unique_ptr<SequenceRunner>>
-SequenceRunner::create(Model &model, int64_t maxTokens, int blockSize) {
+SequenceRunner::create(Model &model, int64_t maxTokens, int blockSize,
+                       ForwardFunction forward) {
   std::unique_ptr<SequenceRunner> runner(
       new SequenceRunner(model, maxTokens, blockSize));
+  if (forward) {
+    runner->deviceForward = std::move(forward);
+    return runner;
+  }
   int64_t numBlocks = (maxTokens + blockSize - 1) / blockSize;
   auto storage = kv::KvStorage::create(
       model.kvStorageConfig(std::max<int64_t>(1, numBlocks), blockSize));
@@ -57,7 +62,10 @@ SequenceRunner::append(llvm::ArrayRef<int32_t> tokens, int64_t chunkSize,
                              allLogits   ? LogitsRequest::All
                              : lastChunk ? LogitsRequest::Last
                                          : LogitsRequest::None};
-    if (llvm::Error error = engineModel.forward(sequence, *storage, output)) {
+    llvm::Error error = deviceForward
+                            ? deviceForward(sequence, output)
+                            : engineModel.forward(sequence, *storage, output);
+    if (error) {
       // Roll the page list back to what the cache holds.
       blockIds.resize(savedPages);
       validTokens.resize(savedPages);

@@ -17,6 +17,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,10 +25,18 @@ namespace spanc::model {
 
 class SequenceRunner {
 public:
+  /// Runs one step of the sequence over block ids [0, maxTokens /
+  /// blockSize] of a K/V memory it owns (another device's backend).
+  using ForwardFunction = std::function<llvm::Error(
+      llvm::ArrayRef<ForwardSequence>, ForwardOutput &)>;
+
   /// A runner for up to `maxTokens` tokens (KV blocks are reserved for
-  /// that many; pages are touched only when written).
+  /// that many; pages are touched only when written). With `forward`, the
+  /// steps run through it (`spanc generate --device=cuda`: a backend with
+  /// at least that many blocks, K stored rotated) and no KvStorage is made.
   static llvm::Expected<std::unique_ptr<SequenceRunner>>
-  create(Model &model, int64_t maxTokens, int blockSize = 16);
+  create(Model &model, int64_t maxTokens, int blockSize = 16,
+         ForwardFunction forward = nullptr);
 
   /// Forgets the sequence (the KV memory is reused).
   void reset();
@@ -53,6 +62,7 @@ private:
   int blockSize;
   int64_t numTokens = 0;
   std::unique_ptr<kv::KvStorage> storage;
+  ForwardFunction deviceForward;
   std::vector<int32_t> blockIds, validTokens, positions;
   ForwardOutput output;
   std::vector<float> allRows;

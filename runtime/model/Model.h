@@ -126,11 +126,9 @@ public:
   const ModelWeights &weights() const { return *modelWeights; }
   /// Whether the CPU forward pass can run (ModelOptions::hostWeights).
   bool hasHostWeights() const { return modelWeights != nullptr; }
-  /// The RoPE frequency divisors the RoPE table was built with (Llama
-  /// 3.1), or empty.
-  const std::vector<float> &ropeFrequencyFactors() const {
-    return ropeTable.config().freqFactors;
-  }
+  /// The RoPE table the forward pass rotates with (a device backend copies
+  /// its rows, so both devices rotate by the very same values).
+  const cpu::RopeTable &rope() const { return ropeTable; }
 
   /// The KV storage shape this model needs (callers pick numBlocks,
   /// blockSize and whether K is stored rotated).

@@ -2,7 +2,7 @@
 
 #include "runtime/sched/Executor.h"
 
-#include "runtime/backend/CpuBackend.h"
+#include "runtime/backend/BackendFactory.h"
 #include "runtime/kernels/cpu/Limits.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/sched/ModelRunner.h"
@@ -10,6 +10,7 @@
 #include "runtime/sched/SchedulerOutput.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace spanc::sched {
 
@@ -35,9 +36,13 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   executor->executorOptions = options;
   int64_t numBlocks = std::max<int64_t>(
       2, (options.cacheTokens + options.blockSize - 1) / options.blockSize);
-  bool keysRotated = options.relocationMode == kv::RelocationMode::Rerope;
-  auto device = backend::CpuBackend::create(model, numBlocks, options.blockSize,
-                                            keysRotated);
+  backend::BackendOptions backendOptions;
+  backendOptions.device = options.device;
+  backendOptions.numBlocks = numBlocks;
+  backendOptions.blockSize = options.blockSize;
+  backendOptions.keysRotated =
+      options.relocationMode == kv::RelocationMode::Rerope;
+  auto device = backend::createBackend(model, backendOptions);
   if (!device)
     return device.takeError();
   executor->device = std::move(*device);
@@ -61,7 +66,11 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   return executor;
 }
 
-const kv::KvStorage &Executor::kvStorage() const { return device->storage(); }
+const kv::KvStorage &Executor::kvStorage() const {
+  const kv::KvStorage *storage = device->hostStorage();
+  assert(storage && "kvStorage() of a backend whose K/V is not in host memory");
+  return *storage;
+}
 
 void Executor::beginSession(const plan::Plan &plan,
                             std::vector<CallOutcome> &outcomes,

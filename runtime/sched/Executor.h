@@ -12,6 +12,7 @@
 #define SPANC_RUNTIME_SCHED_EXECUTOR_H
 
 #include "plan/Plan.h"
+#include "runtime/backend/Device.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/kv/KvStorage.h"
@@ -26,7 +27,7 @@
 #include <vector>
 
 namespace spanc::backend {
-class CpuBackend;
+class Backend;
 } // namespace spanc::backend
 
 namespace spanc::sched {
@@ -37,6 +38,9 @@ struct SchedulerOutput;
 struct RunnerOutput;
 
 struct ExecutorOptions {
+  /// Where the forward pass and the K/V memory live (--device): the CPU
+  /// backend by default, or the CUDA backend (backend::createBackend).
+  backend::Device device = backend::Device::Cpu;
   kv::CacheMode cacheMode = kv::CacheMode::Span;
   /// rope-in-kernel by default: K is stored unrotated, so a cached block is
   /// bit-identical wherever it is reused and answers never depend on what
@@ -105,7 +109,8 @@ public:
 
   const ExecutorOptions &options() const { return executorOptions; }
   kv::BlockPool &pool() { return *blockPool; }
-  /// The K/V memory (tests compare what relocation left there).
+  /// The K/V memory (tests compare what relocation left there); only for
+  /// a backend whose K/V lives in host memory (the CPU's).
   const kv::KvStorage &kvStorage() const;
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
@@ -119,7 +124,7 @@ private:
   std::unique_ptr<kv::BlockPool> blockPool;
   std::unique_ptr<kv::KvCacheManager> cacheManager;
   /// The device: K/V memory, relocations and the forward pass.
-  std::unique_ptr<backend::CpuBackend> device;
+  std::unique_ptr<backend::Backend> device;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
   /// Reused by every step (no per-token allocation in the steady state).

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
@@ -58,6 +59,12 @@ void printProfile(llvm::raw_ostream &out, const char *title,
 }
 
 int runEngineBenchmark(const po::variables_map &values) {
+  std::optional<backend::Device> device = readDeviceOption("bench", values);
+  if (!device)
+    return 1;
+  if (*device != backend::Device::Cpu)
+    return reportError("bench", "engine measures the CPU engine only; on a "
+                                "GPU run 'spanc bench device --device=cuda'");
   if (!values.count("model"))
     return reportError("bench", "engine: --model FILE is required");
   model::EngineBenchOptions options;
@@ -171,6 +178,10 @@ int runRegisteredBenchmark(const bench::BenchInfo &info,
                            const po::variables_map &values) {
   bench::BenchArgs args;
   args.name = info.name;
+  std::optional<backend::Device> device = readDeviceOption("bench", values);
+  if (!device)
+    return 1;
+  args.device = *device;
   args.repoRoot = findRepoRoot();
   args.modelPath = values.count("model") ? values["model"].as<std::string>()
                                          : defaultModelPath();
@@ -239,6 +250,7 @@ int runBench(const std::vector<std::string> &args) {
       ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
   addThreadsOption(options);
+  addDeviceOption(options);
   po::positional_options_description positional;
   positional.add("name", 1);
   std::string about =

@@ -10,10 +10,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
+#include "runtime/backend/BackendFactory.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Engine.h"
@@ -68,6 +70,7 @@ int runGenerate(const std::vector<std::string> &args) {
        "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/" //
        "Q8_0 models, AVX-512; slower prefill)");
   addThreadsOption(options);
+  addDeviceOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
   ParsedCommandLine parsed = parseCommandLine(
@@ -111,8 +114,13 @@ int runGenerate(const std::vector<std::string> &args) {
   if (!applyThreadsOption("generate", values))
     return 1;
 
+  std::optional<backend::Device> device = readDeviceOption("generate", values);
+  if (!device)
+    return 1;
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("f32") > 0;
+  // The CUDA backend uploads the file's tensors itself.
+  modelOptions.hostWeights = *device == backend::Device::Cpu;
   std::optional<model::Numerics> numerics =
       model::parseNumerics(values["numerics"].as<std::string>());
   if (!numerics)
@@ -183,8 +191,30 @@ int runGenerate(const std::vector<std::string> &args) {
   // After omp_set_num_threads: --threads is its ceiling.
   cpu::AdaptiveThreads adaptiveThreads;
   const bool adaptThreads = values.count("fixed-threads") == 0;
-  auto runner = model::SequenceRunner::create(
-      engineModel, int64_t(promptTokens.size()) + maxTokens);
+  const int64_t sequenceTokens = int64_t(promptTokens.size()) + maxTokens;
+  constexpr int kBlockSize = 16;
+  std::unique_ptr<backend::Backend> deviceBackend;
+  model::SequenceRunner::ForwardFunction deviceForward;
+  if (*device != backend::Device::Cpu) {
+    // The sequence's blocks 0, 1, ... in the device's pool, K stored
+    // rotated as the CPU runner stores it.
+    backend::BackendOptions backendOptions;
+    backendOptions.device = *device;
+    backendOptions.numBlocks =
+        std::max<int64_t>(1, (sequenceTokens + kBlockSize - 1) / kBlockSize);
+    backendOptions.blockSize = kBlockSize;
+    backendOptions.keysRotated = true;
+    auto made = backend::createBackend(engineModel, backendOptions);
+    if (!made)
+      return reportError("generate", llvm::toString(made.takeError()));
+    deviceBackend = std::move(*made);
+    deviceForward = [&](llvm::ArrayRef<model::ForwardSequence> batch,
+                        model::ForwardOutput &out) {
+      return deviceBackend->forward(batch, out);
+    };
+  }
+  auto runner = model::SequenceRunner::create(engineModel, sequenceTokens,
+                                              kBlockSize, deviceForward);
   if (!runner)
     return reportError("generate", llvm::toString(runner.takeError()));
   model::Sampler sampler(sampling);

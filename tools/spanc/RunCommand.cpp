@@ -23,6 +23,7 @@
 #include "runtime/sched/Executor.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
+#include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
@@ -306,6 +307,7 @@ int runRun(const std::vector<std::string> &args) {
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
   addSpanModeOptions(options);
+  addDeviceOption(options);
   addMaxCallsOption(options);
   addThreadsOption(options);
   addFileAccessOptions(options);
@@ -325,6 +327,10 @@ int runRun(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
+  std::optional<backend::Device> device = readDeviceOption("run", values);
+  if (!device)
+    return 1;
+  executorOptions.device = *device;
   if (llvm::Error error = readCacheModeOptions(
           values, executorOptions.cacheMode, executorOptions.relocationMode,
           executorOptions.spanOptions))
@@ -399,6 +405,8 @@ int runRun(const std::vector<std::string> &args) {
     return reportError("run", "--kv-precision '" + kvPrecision +
                                   "': expected f16 or f32");
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  // The CUDA backend uploads the file's tensors itself.
+  modelOptions.hostWeights = *device == backend::Device::Cpu;
   auto modelFile = model::GgufFile::open(modelPath);
   if (!modelFile)
     return reportError("run", "cannot load model '" + modelPath + "': " +

@@ -22,6 +22,7 @@
 #include "server/HttpServer.h"
 #include "server/Metrics.h"
 #include "tools/spanc/CommandLine.h"
+#include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
@@ -106,6 +107,7 @@ int runServe(const std::vector<std::string> &args) {
       ("fixed-threads", "-t is a ceiling: fewer threads run while other " //
                         "processes take cores; with this, always -t threads");
   addSpanModeOptions(options);
+  addDeviceOption(options);
   addThreadsOption(options);
   const std::string about =
       "Serves the model over HTTP with one scheduler and one KV cache for\n"
@@ -150,6 +152,10 @@ int runServe(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
+  std::optional<backend::Device> device = readDeviceOption("serve", values);
+  if (!device)
+    return 1;
+  executorOptions.device = *device;
   if (llvm::Error error = readCacheModeOptions(
           values, executorOptions.cacheMode, executorOptions.relocationMode,
           executorOptions.spanOptions))
@@ -193,6 +199,8 @@ int runServe(const std::vector<std::string> &args) {
     return reportError("serve", "--kv-precision '" + kvPrecision +
                                     "': expected f16 or f32");
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  // The CUDA backend uploads the file's tensors itself.
+  modelOptions.hostWeights = *device == backend::Device::Cpu;
   deferInterrupts();
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)

@@ -1,0 +1,581 @@
+//===- CudaBackend.cpp - The CUDA backend: the forward pass on one GPU ----===//
+
+#include "runtime/backend/CudaBackend.h"
+
+#include "runtime/backend/CudaRelocationLayout.h"
+#include "runtime/backend/CudaStepLayout.h"
+#include "runtime/kernels/cpu/Half.h"
+#include "runtime/kernels/cuda/AddRows.h"
+#include "runtime/kernels/cuda/CopyBlock.h"
+#include "runtime/kernels/cuda/Dequantize.h"
+#include "runtime/kernels/cuda/Device.h"
+#include "runtime/kernels/cuda/Embedding.h"
+#include "runtime/kernels/cuda/Gemm.h"
+#include "runtime/kernels/cuda/KvWrite.h"
+#include "runtime/kernels/cuda/PagedAttention.h"
+#include "runtime/kernels/cuda/Relocation.h"
+#include "runtime/kernels/cuda/RmsNorm.h"
+#include "runtime/kernels/cuda/Rope.h"
+#include "runtime/kernels/cuda/Rows.h"
+#include "runtime/kernels/cuda/Sampling.h"
+#include "runtime/kernels/cuda/StatusError.h"
+#include "runtime/kernels/cuda/SwiGlu.h"
+#include "runtime/kv/RelocationExecutor.h"
+#include "runtime/model/Quantization.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace spanc::backend {
+
+namespace {
+
+llvm::Error backendError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 ("cuda backend: " + message).str());
+}
+
+/// Returns from the enclosing llvm::Error function when a kernel call failed.
+#define SPANC_CUDA_CHECK(expression)                                           \
+  do {                                                                         \
+    if (llvm::Error spancError = cuda::toError(expression))                    \
+      return spancError;                                                       \
+  } while (false)
+
+} // namespace
+
+/// Everything the backend owns on the device, kept out of the header so its
+/// users need no kernel header.
+struct CudaBackend::State {
+  model::Model *model = nullptr;
+  CudaDeviceInfo deviceInfo;
+  CudaWeightLayout weights;
+  cuda::Stream stream = nullptr;
+  std::unique_ptr<cuda::GemmEngine> gemm;
+  /// The weight arena (CudaWeightLayout offsets) and the K/V pool.
+  cuda::DeviceBuffer arena, pool;
+  cuda::KvPoolView poolView;
+  /// K unrotated (rope-in-kernel): the attention kernel rotates keys.
+  bool ropeInKernel = true;
+  /// The model's RoPE table rows on the device.
+  cuda::DeviceBuffer ropeRows;
+  cuda::RopeTableView ropeTable;
+  /// ReRoPE's per-pair frequencies (host; the relocation batch reads them).
+  std::vector<double> frequencies;
+
+  // One step.
+  CudaStepLayout step;
+  cuda::DeviceBuffer stepArrays;
+  cuda::AttentionWorkspace attention;
+  int64_t capacity = 0; ///< tokens the activations below hold
+  cuda::DeviceBuffer hidden, normed, queryKeyValue, attentionOut, gateUp,
+      feedForward;
+  int64_t logitCapacity = 0;
+  cuda::DeviceBuffer selected, selectedNormed, logits;
+
+  // Relocations.
+  CudaRelocationLayout relocation;
+  cuda::RelocationWorkspace relocationWorkspace;
+  std::vector<cuda::RelocationOp> relocationOps;
+  /// A failure of relocate() or copyBlock(), returned by the next forward.
+  std::string pendingError;
+
+  // tokenDistances' host copies of one layer's blocks.
+  std::vector<uint8_t> hostBlockA, hostBlockB;
+
+  ~State() {
+    if (stream)
+      (void)cuda::destroyStream(stream);
+  }
+
+  llvm::Error reserve(int64_t numTokens, int64_t numLogitRows);
+  llvm::Error uploadWeights();
+};
+
+llvm::Error CudaBackend::State::reserve(int64_t numTokens,
+                                        int64_t numLogitRows) {
+  const model::ModelConfig &config = model->config();
+  const int64_t dim = config.embeddingDim;
+  const int64_t queryDim = int64_t(config.numHeads) * config.headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * config.headDim;
+  const int64_t ffnDim = config.feedForwardDim;
+  if (numTokens > capacity) {
+    capacity = numTokens;
+    SPANC_CUDA_CHECK(hidden.reserve(size_t(numTokens * dim * 4)));
+    SPANC_CUDA_CHECK(normed.reserve(size_t(numTokens * dim * 2)));
+    SPANC_CUDA_CHECK(
+        queryKeyValue.reserve(size_t(numTokens * (queryDim + 2 * kvDim) * 4)));
+    SPANC_CUDA_CHECK(attentionOut.reserve(size_t(numTokens * queryDim * 2)));
+    SPANC_CUDA_CHECK(gateUp.reserve(size_t(numTokens * 2 * ffnDim * 4)));
+    SPANC_CUDA_CHECK(feedForward.reserve(size_t(numTokens * ffnDim * 2)));
+  }
+  if (numLogitRows > logitCapacity) {
+    logitCapacity = numLogitRows;
+    SPANC_CUDA_CHECK(selected.reserve(size_t(numLogitRows * dim * 4)));
+    SPANC_CUDA_CHECK(selectedNormed.reserve(size_t(numLogitRows * dim * 2)));
+    SPANC_CUDA_CHECK(
+        logits.reserve(size_t(numLogitRows * int64_t(config.vocabSize) * 4)));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::State::uploadWeights() {
+  SPANC_CUDA_CHECK(arena.reserve(size_t(weights.arenaBytes)));
+  cuda::DeviceBuffer staging;
+  SPANC_CUDA_CHECK(staging.reserve(size_t(weights.stagingBytes)));
+  std::vector<uint8_t> host(size_t(weights.hostConversionBytes));
+  char *base = arena.as<char>();
+  for (const TensorConversion &conversion : weights.conversions) {
+    const model::GgufTensor &tensor = *conversion.tensor;
+    if (!conversion.isMatrix) {
+      // Norms and biases: f32 on the host, then uploaded.
+      float *values = reinterpret_cast<float *>(host.data());
+      model::dequantizeRow(tensor.type, tensor.data, values,
+                           int64_t(conversion.vector.size));
+      SPANC_CUDA_CHECK(cuda::copyToDevice(base + conversion.vector.offset,
+                                          values, conversion.vector.size * 4,
+                                          stream));
+      // The host buffer is reused by the next tensor.
+      SPANC_CUDA_CHECK(cuda::synchronize(stream));
+      continue;
+    }
+    const uint64_t columns = conversion.matrix.columns;
+    const uint64_t rows = tensor.numRows();
+    char *destination = base + conversion.matrix.offset +
+                        conversion.firstRow * columns * sizeof(uint16_t);
+    if (conversion.onDevice) {
+      // Raw blocks up, bf16 out; the stream orders the staging buffer's
+      // reuse by the next tensor after this dequantization.
+      SPANC_CUDA_CHECK(cuda::copyToDevice(staging.data(), tensor.data,
+                                          size_t(tensor.numBytes), stream));
+      SPANC_CUDA_CHECK(cuda::dequantizeToBf16(
+          cuda::QuantType(uint32_t(tensor.type)), staging.data(),
+          int64_t(rows * columns), reinterpret_cast<uint16_t *>(destination),
+          stream));
+      continue;
+    }
+    uint16_t *converted = reinterpret_cast<uint16_t *>(host.data());
+    const uint64_t rowBytes = tensor.rowBytes();
+    for (uint64_t row = 0; row < rows; ++row)
+      model::convertRowToBf16(tensor.type, tensor.data + row * rowBytes,
+                              converted + row * columns, int64_t(columns));
+    SPANC_CUDA_CHECK(cuda::copyToDevice(
+        destination, converted, rows * columns * sizeof(uint16_t), stream));
+    SPANC_CUDA_CHECK(cuda::synchronize(stream));
+  }
+  SPANC_CUDA_CHECK(cuda::synchronize(stream));
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<CudaBackend>>
+CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
+                    bool keysRotated, int deviceOrdinal) {
+  auto device = probeCudaDevice(deviceOrdinal);
+  if (!device)
+    return device.takeError();
+  if (model.numerics() == model::Numerics::LlamaCpp)
+    return backendError("llama.cpp numerics (--numerics=llama) are "
+                        "implemented by the CPU kernels only; use "
+                        "--device=cpu");
+  const model::ModelConfig &config = model.config();
+  if (config.headDim > uint32_t(cuda::kAttentionMaxHeadDim) ||
+      blockSize > unsigned(cuda::kAttentionMaxBlockSize))
+    return backendError("head dim " + llvm::Twine(config.headDim) +
+                        " or block size " + llvm::Twine(blockSize) +
+                        " past the attention kernel's limits (" +
+                        llvm::Twine(cuda::kAttentionMaxHeadDim) + ", " +
+                        llvm::Twine(cuda::kAttentionMaxBlockSize) + ")");
+  auto state = std::make_unique<State>();
+  state->model = &model;
+  state->deviceInfo = std::move(*device);
+  state->ropeInKernel = !keysRotated;
+  SPANC_CUDA_CHECK(cuda::setDevice(deviceOrdinal));
+  SPANC_CUDA_CHECK(cuda::createStream(state->stream));
+  SPANC_CUDA_CHECK(cuda::GemmEngine::create(state->gemm));
+
+  auto layout = planCudaWeights(model.file(), config, [](model::GgmlType type) {
+    return cuda::canDequantizeOnDevice(uint32_t(type));
+  });
+  if (!layout)
+    return layout.takeError();
+  state->weights = std::move(*layout);
+  if (llvm::Error error = state->uploadWeights())
+    return error;
+
+  // The K/V pool: kv::KvStorage's layout, K and V of a layer one after the
+  // other, at the precision the model asks for.
+  const kv::KvStorageConfig storage =
+      model.kvStorageConfig(numBlocks, int(blockSize), keysRotated);
+  cuda::KvPoolView &pool = state->poolView;
+  pool.numLayers = storage.numLayers;
+  pool.numKvHeads = storage.numKvHeads;
+  pool.headDim = storage.headDim;
+  pool.blockSize = storage.blockSize;
+  pool.numBlocks = storage.numBlocks;
+  pool.precision = storage.precision == cpu::KvPrecision::F16
+                       ? cuda::KvPrecision::F16
+                       : cuda::KvPrecision::F32;
+  pool.headStride = int64_t(storage.headDim) * storage.blockSize;
+  pool.blockStride = pool.headStride * storage.numKvHeads;
+  const int64_t layerElements = pool.blockStride * storage.numBlocks;
+  pool.layerStride = 2 * layerElements;
+  const int elementBytes = cuda::kvElementBytes(pool.precision);
+  const size_t poolBytes =
+      size_t(pool.layerStride) * size_t(pool.numLayers) * size_t(elementBytes);
+  SPANC_CUDA_CHECK(state->pool.reserve(poolBytes));
+  SPANC_CUDA_CHECK(
+      cuda::fillZero(state->pool.data(), poolBytes, state->stream));
+  pool.keys = state->pool.data();
+  pool.values = state->pool.as<char>() + layerElements * elementBytes;
+
+  // The RoPE table's rows, as the CPU rotates with them.
+  const cpu::RopeTable &rope = model.rope();
+  const size_t ropeFloats =
+      size_t(rope.numPositions()) * size_t(rope.config().rotaryDim);
+  SPANC_CUDA_CHECK(state->ropeRows.reserve(ropeFloats * sizeof(float)));
+  SPANC_CUDA_CHECK(cuda::copyToDevice(state->ropeRows.data(), rope.row(0),
+                                      ropeFloats * sizeof(float),
+                                      state->stream));
+  state->ropeTable.cosSin = state->ropeRows.as<float>();
+  state->ropeTable.numPositions = rope.numPositions();
+  state->ropeTable.rotaryDim = rope.config().rotaryDim;
+  state->ropeTable.headDim = rope.config().headDim;
+  state->ropeTable.order = rope.config().order == cpu::RopeOrder::NeoX
+                               ? cuda::RopeOrder::NeoX
+                               : cuda::RopeOrder::Normal;
+  state->frequencies = kv::relocationFrequencies(rope.config());
+  SPANC_CUDA_CHECK(cuda::synchronize(state->stream));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(state)));
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<State> state)
+    : state(std::move(state)) {}
+
+CudaBackend::~CudaBackend() = default;
+
+const CudaDeviceInfo &CudaBackend::device() const { return state->deviceInfo; }
+
+const CudaWeightLayout &CudaBackend::weightLayout() const {
+  return state->weights;
+}
+
+llvm::Error CudaBackend::synchronize() {
+  SPANC_CUDA_CHECK(cuda::synchronize(state->stream));
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::forward(llvm::ArrayRef<model::ForwardSequence> batch,
+                                 model::ForwardOutput &output) {
+  return runLayers(batch, &output, state->model->config().numLayers);
+}
+
+llvm::Error
+CudaBackend::forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                           uint32_t numLayers) {
+  for (size_t index = 0; index < batch.size(); ++index)
+    if (batch[index].logits != model::LogitsRequest::None)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "forwardLayers: sequence %zu asks for logits", index);
+  return runLayers(batch, nullptr,
+                   std::min(numLayers, state->model->config().numLayers));
+}
+
+llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                                   model::ForwardOutput *output,
+                                   uint32_t numLayers) {
+  State &s = *state;
+  if (!s.pendingError.empty()) {
+    std::string message = std::move(s.pendingError);
+    s.pendingError.clear();
+    return backendError("an earlier relocation or block copy failed: " +
+                        message);
+  }
+  // The current device is per thread (serve's engine thread is not the one
+  // that made the backend).
+  SPANC_CUDA_CHECK(cuda::setDevice(s.deviceInfo.ordinal));
+  const model::ModelConfig &config = s.model->config();
+  StepLimits limits;
+  limits.numBlocks = s.poolView.numBlocks;
+  limits.blockSize = s.poolView.blockSize;
+  limits.vocabSize = config.vocabSize;
+  limits.numPositions = s.ropeTable.numPositions;
+  limits.ropeInKernel = s.ropeInKernel;
+  CudaStepLayout &step = s.step;
+  if (llvm::Error error = buildCudaStepLayout(batch, limits, step))
+    return error;
+  if (output) {
+    output->rowOffsets.assign(step.rowOffsets.begin(), step.rowOffsets.end());
+    output->vocabSize = config.vocabSize;
+    output->logits.resize(size_t(step.numLogitRows()) * config.vocabSize);
+  }
+  const int64_t numTokens = step.numTokens();
+  const int64_t numRows =
+      output && numLayers == config.numLayers ? step.numLogitRows() : 0;
+  if (llvm::Error error = s.reserve(numTokens, numRows))
+    return error;
+
+  // The step's arrays in one copy; the attention plan in another.
+  SPANC_CUDA_CHECK(s.stepArrays.reserve(step.packed.size() * sizeof(int32_t)));
+  SPANC_CUDA_CHECK(cuda::copyToDevice(s.stepArrays.data(), step.packed.data(),
+                                      step.packed.size() * sizeof(int32_t),
+                                      s.stream));
+  const int32_t *arrays = s.stepArrays.as<int32_t>();
+  const int32_t *tokenIds = arrays + step.offsets.tokenIds;
+  const int32_t *positions = arrays + step.offsets.positions;
+  const int32_t *slotBlocks = arrays + step.offsets.slotBlocks;
+  const int32_t *slotIndices = arrays + step.offsets.slotIndices;
+  const int32_t *logitTokens = arrays + step.offsets.logitTokens;
+
+  const int64_t dim = config.embeddingDim;
+  const int64_t headDim = config.headDim;
+  const int64_t queryDim = int64_t(config.numHeads) * headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * headDim;
+  const int64_t qkvDim = queryDim + 2 * kvDim;
+  const int64_t ffnDim = config.feedForwardDim;
+
+  cuda::PagedAttentionShape attentionShape;
+  attentionShape.numQueryHeads = int(config.numHeads);
+  attentionShape.numKvHeads = int(config.numKvHeads);
+  attentionShape.headDim = int(headDim);
+  attentionShape.scale = 1.0f / std::sqrt(float(headDim));
+  attentionShape.queryRowStride = qkvDim;
+  attentionShape.outputRowStride = queryDim;
+  cuda::PagedAttentionBatch attentionBatch;
+  attentionBatch.numSequences = step.numSequences();
+  attentionBatch.queryOffsets = step.queryOffsets.data();
+  attentionBatch.pageOffsets = step.pageOffsets.data();
+  attentionBatch.blockIds = step.blockIds.data();
+  attentionBatch.validTokens = step.validTokens.data();
+  SPANC_CUDA_CHECK(s.attention.prepare(attentionShape, attentionBatch,
+                                       s.poolView.blockSize,
+                                       cuda::AttentionPlanOptions(), s.stream));
+  cuda::PagedAttentionOptions attentionOptions;
+  attentionOptions.keyRope = s.ropeInKernel ? &s.ropeTable : nullptr;
+
+  const char *arena = s.arena.as<char>();
+  auto matrix = [&](const DeviceMatrix &m) {
+    return reinterpret_cast<const uint16_t *>(arena + m.offset);
+  };
+  auto vector = [&](const DeviceVector &v) {
+    return reinterpret_cast<const float *>(arena + v.offset);
+  };
+  // Y = X . W^T over every token: bf16 X rows `depth` apart, f32 Y.
+  auto project = [&](const DeviceMatrix &weight, const uint16_t *x, void *y,
+                     int64_t yStride, bool accumulate) {
+    cuda::GemmProblem problem;
+    problem.rows = numTokens;
+    problem.columns = int64_t(weight.rows);
+    problem.depth = int64_t(weight.columns);
+    problem.x = x;
+    problem.xStride = int64_t(weight.columns);
+    problem.w = matrix(weight);
+    problem.wStride = int64_t(weight.columns);
+    problem.y = y;
+    problem.yStride = yStride;
+    problem.outputType = cuda::GemmOutputType::F32;
+    problem.accumulate = accumulate;
+    return s.gemm->multiply(problem, s.stream);
+  };
+
+  float *hidden = s.hidden.as<float>();
+  uint16_t *normed = s.normed.as<uint16_t>();
+  float *qkv = s.queryKeyValue.as<float>();
+  uint16_t *attention = s.attentionOut.as<uint16_t>();
+  float *gateUp = s.gateUp.as<float>();
+  uint16_t *feedForward = s.feedForward.as<uint16_t>();
+  const cuda::RowShape dimRows{numTokens, dim, dim, dim};
+
+  cuda::EmbeddingTable embedding;
+  embedding.bf16Rows = matrix(s.weights.embedding);
+  embedding.numRows = int64_t(s.weights.embedding.rows);
+  embedding.dim = dim;
+  embedding.rowStride = dim;
+  SPANC_CUDA_CHECK(cuda::embeddingLookup(embedding, tokenIds, numTokens, hidden,
+                                         dim, s.stream));
+  for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
+    const CudaLayerWeights &layer = s.weights.layers[layerIndex];
+    SPANC_CUDA_CHECK(cuda::rmsNorm(dimRows, hidden, vector(layer.attentionNorm),
+                                   config.rmsEpsilon, normed, s.stream));
+    SPANC_CUDA_CHECK(project(layer.queryKeyValue, normed, qkv, qkvDim, false));
+    if (!layer.queryKeyValueBias.empty())
+      SPANC_CUDA_CHECK(
+          cuda::addBias(cuda::RowShape{numTokens, qkvDim, qkvDim, qkvDim}, qkv,
+                        vector(layer.queryKeyValueBias), s.stream));
+    SPANC_CUDA_CHECK(cuda::applyRope(
+        cuda::RopeShape{numTokens, int64_t(config.numHeads), qkvDim},
+        s.ropeTable, positions, qkv, s.stream));
+    if (!s.ropeInKernel)
+      SPANC_CUDA_CHECK(cuda::applyRope(
+          cuda::RopeShape{numTokens, int64_t(config.numKvHeads), qkvDim},
+          s.ropeTable, positions, qkv + queryDim, s.stream));
+    SPANC_CUDA_CHECK(cuda::writeKv(s.poolView, int(layerIndex), numTokens,
+                                   slotBlocks, slotIndices, qkv + queryDim,
+                                   qkv + queryDim + kvDim, qkvDim, s.stream));
+    SPANC_CUDA_CHECK(
+        cuda::pagedAttention(attentionShape, s.attention,
+                             cuda::layerView(s.poolView, int(layerIndex)), qkv,
+                             attention, attentionOptions, s.stream));
+    // The output projection adds into the residual stream (beta 1).
+    SPANC_CUDA_CHECK(
+        project(layer.attentionOutput, attention, hidden, dim, true));
+    SPANC_CUDA_CHECK(cuda::rmsNorm(dimRows, hidden,
+                                   vector(layer.feedForwardNorm),
+                                   config.rmsEpsilon, normed, s.stream));
+    SPANC_CUDA_CHECK(project(layer.gateUp, normed, gateUp, 2 * ffnDim, false));
+    SPANC_CUDA_CHECK(
+        cuda::swiGlu(cuda::RowShape{numTokens, ffnDim, 2 * ffnDim, ffnDim},
+                     gateUp, gateUp + ffnDim, feedForward, s.stream));
+    SPANC_CUDA_CHECK(project(layer.down, feedForward, hidden, dim, true));
+  }
+
+  if (numRows > 0) {
+    float *selected = s.selected.as<float>();
+    uint16_t *selectedNormed = s.selectedNormed.as<uint16_t>();
+    float *logits = s.logits.as<float>();
+    SPANC_CUDA_CHECK(cuda::gatherRows(cuda::RowShape{numRows, dim, dim, dim},
+                                      hidden, logitTokens, selected, s.stream));
+    SPANC_CUDA_CHECK(cuda::rmsNorm(cuda::RowShape{numRows, dim, dim, dim},
+                                   selected, vector(s.weights.outputNorm),
+                                   config.rmsEpsilon, selectedNormed,
+                                   s.stream));
+    cuda::GemmProblem head;
+    head.rows = numRows;
+    head.columns = int64_t(s.weights.output.rows);
+    head.depth = dim;
+    head.x = selectedNormed;
+    head.xStride = dim;
+    head.w = matrix(s.weights.output);
+    head.wStride = dim;
+    head.y = logits;
+    head.yStride = head.columns;
+    head.outputType = cuda::GemmOutputType::F32;
+    SPANC_CUDA_CHECK(s.gemm->multiply(head, s.stream));
+    SPANC_CUDA_CHECK(
+        cuda::copyLogitsToHost(logits, numRows, int64_t(config.vocabSize),
+                               head.columns, output->logits.data(), s.stream));
+  } else {
+    // Report a kernel's asynchronous failure with this step.
+    SPANC_CUDA_CHECK(cuda::synchronize(s.stream));
+  }
+  return llvm::Error::success();
+}
+
+void CudaBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
+                                 llvm::ArrayRef<int32_t> b,
+                                 llvm::ArrayRef<int32_t> validTokens,
+                                 std::vector<float> &distances) {
+  // A blend's selection reads a few blocks once per call: copied to the
+  // host and measured there exactly as KvStorage::tokenDistances does.
+  State &s = *state;
+  const cuda::KvPoolView &pool = s.poolView;
+  const int elementBytes = cuda::kvElementBytes(pool.precision);
+  const size_t blockBytes = size_t(pool.blockStride) * size_t(elementBytes);
+  const char *keys = static_cast<const char *>(pool.keys) +
+                     int64_t(layer) * pool.layerStride * elementBytes;
+  const char *values = static_cast<const char *>(pool.values) +
+                       int64_t(layer) * pool.layerStride * elementBytes;
+  s.hostBlockA.resize(2 * blockBytes);
+  s.hostBlockB.resize(2 * blockBytes);
+  auto element = [&](const uint8_t *block, int64_t index) {
+    if (pool.precision == cuda::KvPrecision::F16) {
+      uint16_t bits;
+      std::memcpy(&bits, block + index * 2, 2);
+      return cpu::halfToFloat(bits);
+    }
+    float value;
+    std::memcpy(&value, block + index * 4, 4);
+    return value;
+  };
+  for (size_t index = 0; index < a.size(); ++index) {
+    const size_t first = distances.size();
+    distances.resize(first + size_t(validTokens[index]), 0.0f);
+    auto fetch = [&](int32_t block, std::vector<uint8_t> &host) {
+      cuda::Status status = cuda::copyToHost(
+          host.data(), keys + int64_t(block) * pool.blockStride * elementBytes,
+          blockBytes, s.stream);
+      if (status.ok())
+        status = cuda::copyToHost(host.data() + blockBytes,
+                                  values + int64_t(block) * pool.blockStride *
+                                               elementBytes,
+                                  blockBytes, s.stream);
+      if (!status.ok() && s.pendingError.empty())
+        s.pendingError = status.message();
+      return status.ok();
+    };
+    if (!fetch(a[index], s.hostBlockA) || !fetch(b[index], s.hostBlockB))
+      continue;
+    const uint8_t *keysA = s.hostBlockA.data(), *keysB = s.hostBlockB.data();
+    const uint8_t *valuesA = keysA + blockBytes, *valuesB = keysB + blockBytes;
+    for (int slot = 0; slot < validTokens[index]; ++slot) {
+      double sum = 0;
+      for (int head = 0; head < pool.numKvHeads; ++head)
+        for (int dimension = 0; dimension < pool.headDim; ++dimension) {
+          // K is dimension-major in a block, V slot-major.
+          const int64_t keyIndex = head * pool.headStride +
+                                   int64_t(dimension) * pool.blockSize + slot;
+          const int64_t valueIndex =
+              head * pool.headStride + int64_t(slot) * pool.headDim + dimension;
+          double dk =
+              double(element(keysA, keyIndex)) - element(keysB, keyIndex);
+          double dv = double(element(valuesA, valueIndex)) -
+                      element(valuesB, valueIndex);
+          sum += dk * dk + dv * dv;
+        }
+      distances[first + size_t(slot)] = float(sum);
+    }
+  }
+}
+
+void CudaBackend::relocate(const kv::RelocationPlan &plan) {
+  State &s = *state;
+  if (plan.batches.empty())
+    return;
+  if (llvm::Error error = buildCudaRelocationLayout(
+          plan.batches, s.poolView.numBlocks, s.relocation)) {
+    if (s.pendingError.empty())
+      s.pendingError = llvm::toString(std::move(error));
+    else
+      llvm::consumeError(std::move(error));
+    return;
+  }
+  cuda::RelocationRotation rotation;
+  rotation.order = s.ropeTable.order;
+  rotation.rotaryDim = s.ropeTable.rotaryDim;
+  rotation.frequencies = s.frequencies.data();
+  const CudaRelocationLayout &layout = s.relocation;
+  for (int batch = 0; batch < layout.numBatches(); ++batch) {
+    s.relocationOps.clear();
+    for (int32_t op = layout.batchOffsets[size_t(batch)];
+         op < layout.batchOffsets[size_t(batch) + 1]; ++op)
+      s.relocationOps.push_back(cuda::RelocationOp{
+          uint32_t(layout.sources()[op]), uint32_t(layout.destinations()[op]),
+          int64_t(layout.deltas()[op])});
+    cuda::Status status = cuda::relocateBlocks(
+        s.poolView, rotation, s.relocationOps.data(), s.relocationOps.size(),
+        s.relocationWorkspace, s.stream);
+    if (!status.ok()) {
+      if (s.pendingError.empty())
+        s.pendingError = status.message();
+      return;
+    }
+  }
+}
+
+void CudaBackend::copyBlock(const kv::RelocationOp &copy) {
+  State &s = *state;
+  cuda::Status status;
+  if (copy.delta == 0 && copy.source != copy.destination) {
+    status = cuda::copyBlock(s.poolView, int64_t(copy.source),
+                             int64_t(copy.destination), s.stream);
+  } else {
+    kv::RelocationPlan plan;
+    plan.batches.push_back({copy});
+    relocate(plan);
+    return;
+  }
+  if (!status.ok() && s.pendingError.empty())
+    s.pendingError = status.message();
+}
+
+} // namespace spanc::backend

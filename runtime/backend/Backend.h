@@ -55,6 +55,11 @@ public:
   /// decode slot opens: kv::DecodeSlot::copy).
   virtual void copyBlock(const kv::RelocationOp &copy) = 0;
 
+  /// Waits for the work a device queued (relocate and copyBlock may
+  /// return before it ran) and reports a failure it kept; the CPU's work
+  /// is done when its calls return.
+  virtual llvm::Error synchronize() { return llvm::Error::success(); }
+
   /// The K/V memory when it lives in host memory as a kv::KvStorage (tests
   /// compare what relocation left there); nullptr on a device.
   virtual const kv::KvStorage *hostStorage() const { return nullptr; }

@@ -261,6 +261,11 @@ const CudaWeightLayout &CudaBackend::weightLayout() const {
 
 llvm::Error CudaBackend::synchronize() {
   SPANC_CUDA_CHECK(cuda::synchronize(state->stream));
+  if (!state->pendingError.empty()) {
+    std::string message = std::move(state->pendingError);
+    state->pendingError.clear();
+    return backendError(message);
+  }
   return llvm::Error::success();
 }
 

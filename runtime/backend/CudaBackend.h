@@ -57,8 +57,9 @@ public:
 
   const CudaDeviceInfo &device() const;
   const CudaWeightLayout &weightLayout() const;
-  /// Waits for everything queued (benchmarks time relocations with it).
-  llvm::Error synchronize();
+  /// Waits for everything queued (benchmarks time relocations with it)
+  /// and returns a relocation's or copy's kept failure.
+  llvm::Error synchronize() override;
 
   struct State;
 

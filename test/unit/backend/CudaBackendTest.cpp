@@ -1,0 +1,375 @@
+//===- CudaBackendTest.cpp - The CUDA backend against the CPU backend -----===//
+//
+// GPU tests: without a usable device every test prints "no CUDA device:
+// <the probe's reason>" and is skipped, so CI stays green. With one:
+//
+// - a whole forward pass (a prompt with a partial last block beside a
+//   decode row, then a span page list that skips a block) on the CUDA and
+//   the CPU backends, under both K storages, on the synthetic models and on
+//   SmolLM2 when installed. The CPU runs f32 GEMMs; the GPU multiplies
+//   bf16 weights and bf16 activations with f32 accumulation, so logits
+//   agree to bf16's precision, not bit for bit: the RMS difference of a
+//   row must be under 3 % of its RMS and its greedy token the same unless
+//   the CPU's top two are within 2 % of the logits' spread.
+// - the span-cache contracts of test/unit/sched/ExecutorTest.cpp on the
+//   GPU through sched::Executor: a warm cache gives the cold answer, spans
+//   hit in any order (AB then BA) with the cold answer under both
+//   relocations, both relocation strategies agree, and a cache 4x too small
+//   changes no answer. These compare GPU with GPU, greedy tokens exactly.
+// - a GPU greedy answer equals the CPU's on the synthetic model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/backend/CudaBackend.h"
+#include "runtime/backend/CpuBackend.h"
+#include "runtime/backend/CudaDevice.h"
+
+#include "codegen/Lowering.h"
+#include "frontend/Load.h"
+#include "passes/PassManager.h"
+#include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
+#include "runtime/model/Model.h"
+#include "runtime/model/Tokenizer.h"
+#include "runtime/sched/Executor.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+
+namespace spanc {
+namespace {
+
+/// The probe's reason when there is no usable GPU, else empty.
+std::string noDeviceReason() {
+  static const std::string reason = [] {
+    auto info = backend::probeCudaDevice();
+    if (info) {
+      llvm::errs() << "CUDA device: " << info->describe() << "\n";
+      return std::string();
+    }
+    return llvm::toString(info.takeError());
+  }();
+  return reason;
+}
+
+#define SKIP_WITHOUT_CUDA()                                                    \
+  do {                                                                         \
+    if (!noDeviceReason().empty())                                             \
+      GTEST_SKIP() << "no CUDA device: " << noDeviceReason();                  \
+  } while (false)
+
+struct ModelCase {
+  const char *name;
+  const char *path;
+  bool installed;
+};
+
+std::string modelPath(const ModelCase &modelCase) {
+  const char *root = std::getenv("SPANC_ROOT");
+  return modelCase.installed
+             ? std::string(root ? root : ".") + "/" + modelCase.path
+             : std::string(modelCase.path);
+}
+
+/// f32 GEMMs and f32 K/V on the CPU: the reference.
+std::unique_ptr<model::Model> loadReference(const std::string &path) {
+  model::ModelOptions options;
+  options.forceF32 = true;
+  options.halfPrecisionKv = false;
+  auto loaded = model::Model::load(path, options);
+  EXPECT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+  return loaded ? std::move(*loaded) : nullptr;
+}
+
+/// RMS of a - b over RMS of a, and whether the argmax agrees where the
+/// reference's top two are apart.
+void expectRowClose(const float *reference, const float *actual, int64_t vocab,
+                    const std::string &where) {
+  double difference = 0, magnitude = 0;
+  int64_t best = 0, second = -1;
+  float low = reference[0], high = reference[0];
+  for (int64_t index = 0; index < vocab; ++index) {
+    double delta = double(actual[index]) - reference[index];
+    difference += delta * delta;
+    magnitude += double(reference[index]) * reference[index];
+    low = std::min(low, reference[index]);
+    high = std::max(high, reference[index]);
+    if (reference[index] > reference[best]) {
+      second = best;
+      best = index;
+    } else if (index != best &&
+               (second < 0 || reference[index] > reference[second])) {
+      second = index;
+    }
+  }
+  EXPECT_LE(std::sqrt(difference / std::max(magnitude, 1e-30)), 0.03) << where;
+  int64_t actualBest = std::max_element(actual, actual + vocab) - actual;
+  if (second >= 0 &&
+      reference[best] - reference[second] > 0.02f * (high - low)) {
+    EXPECT_EQ(actualBest, best) << where;
+  }
+}
+
+class CudaForwardTest : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(CudaForwardTest, LogitsMatchTheCpuBackendUnderBothKeyStorages) {
+  SKIP_WITHOUT_CUDA();
+  const std::string path = modelPath(GetParam());
+  if (!llvm::sys::fs::exists(path)) {
+    ASSERT_TRUE(GetParam().installed) << "generated model missing: " << path;
+    GTEST_SKIP() << path << " is not installed";
+  }
+  std::unique_ptr<model::Model> model = loadReference(path);
+  ASSERT_TRUE(model);
+  const int64_t vocab = model->config().vocabSize;
+  for (bool keysRotated : {false, true}) {
+    const std::string storage = keysRotated ? "rerope" : "rope-in-kernel";
+    auto cpu = backend::CpuBackend::create(*model, 64, 16, keysRotated);
+    ASSERT_TRUE(bool(cpu)) << llvm::toString(cpu.takeError());
+    auto gpu = backend::CudaBackend::create(*model, 64, 16, keysRotated);
+    ASSERT_TRUE(bool(gpu)) << llvm::toString(gpu.takeError());
+
+    // Step 1: a 37-token prompt (blocks 0-2, the last partial) with every
+    // row's logits, beside a 5-token prompt in block 10.
+    std::vector<int32_t> prompt(37), short_(5), positions(37), shortPositions;
+    for (int index = 0; index < 37; ++index) {
+      prompt[size_t(index)] = int32_t((index * 7919 + 11) % vocab);
+      positions[size_t(index)] = index;
+    }
+    for (int index = 0; index < 5; ++index) {
+      short_[size_t(index)] = int32_t((index * 104729 + 3) % vocab);
+      shortPositions.push_back(index);
+    }
+    std::vector<int32_t> blocks = {0, 1, 2}, valid = {16, 16, 5};
+    std::vector<int32_t> shortBlocks = {10}, shortValid = {5};
+    model::ForwardSequence first{prompt, positions, blocks, valid,
+                                 model::LogitsRequest::All};
+    model::ForwardSequence second{short_, shortPositions, shortBlocks,
+                                  shortValid, model::LogitsRequest::Last};
+    model::ForwardOutput expected, actual;
+    ASSERT_FALSE(bool((*cpu)->forward({first, second}, expected)));
+    ASSERT_FALSE(bool((*gpu)->forward({first, second}, actual)));
+    ASSERT_EQ(actual.rowOffsets, expected.rowOffsets);
+    ASSERT_EQ(actual.logits.size(), expected.logits.size());
+    for (int64_t row = 0; row < expected.rowOffsets.back(); ++row)
+      expectRowClose(expected.row(row), actual.row(row), vocab,
+                     storage + ", prompt row " + std::to_string(row));
+
+    // Step 2: a decode row of the first sequence, then a span-like page
+    // list that skips block 1: blocks 0 and 2 then a new token in 11.
+    std::vector<int32_t> next = {int32_t(42 % vocab)}, nextPosition = {37};
+    std::vector<int32_t> nextValid = {16, 16, 6};
+    model::ForwardSequence decode{next,
+                                  nextPosition,
+                                  blocks,
+                                  nextValid,
+                                  model::LogitsRequest::Last,
+                                  model::RowKind::Decode};
+    std::vector<int32_t> tail = {int32_t(7 % vocab), int32_t(9 % vocab)};
+    std::vector<int32_t> tailPositions = {21, 22};
+    std::vector<int32_t> spanBlocks = {0, 2, 11}, spanValid = {16, 5, 2};
+    model::ForwardSequence span{tail, tailPositions, spanBlocks, spanValid,
+                                model::LogitsRequest::All};
+    ASSERT_FALSE(bool((*cpu)->forward({decode, span}, expected)));
+    ASSERT_FALSE(bool((*gpu)->forward({decode, span}, actual)));
+    ASSERT_EQ(actual.rowOffsets, expected.rowOffsets);
+    for (int64_t row = 0; row < expected.rowOffsets.back(); ++row)
+      expectRowClose(expected.row(row), actual.row(row), vocab,
+                     storage + ", step 2 row " + std::to_string(row));
+
+    // A malformed sequence fails before touching the cache, naming it.
+    std::vector<int32_t> farBlock = {64};
+    model::ForwardSequence outside{next, nextPosition, farBlock, shortValid};
+    llvm::Error error = (*gpu)->forward({outside}, actual);
+    ASSERT_TRUE(bool(error));
+    EXPECT_NE(llvm::toString(std::move(error)).find("sequence 0: block id 64"),
+              std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaForwardTest,
+    ::testing::Values(
+        ModelCase{"TinyLlama", "test/data/synthetic/tiny-llama-synthetic.gguf",
+                  false},
+        ModelCase{"TinyQwen2", "test/data/synthetic/tiny-qwen2-synthetic.gguf",
+                  false},
+        ModelCase{"SmolLM2", "models/SmolLM2-135M-Instruct.Q4_1.gguf", true}),
+    [](const ::testing::TestParamInfo<ModelCase> &info) {
+      return std::string(info.param.name);
+    });
+
+const char *kDocuments = R"(
+let pool = """The block pool owns every block of the KV cache. Each block has a
+reference count. When the pool is full it evicts the least recently used
+block that no request references, and a request that cannot fit waits until
+another one finishes. A full cache never corrupts a running request."""
+let rope = """Rotary position embeddings rotate every key by an angle that
+grows with its position. A cached span computed at position zero can be
+reused at another offset by rotating its keys by the difference, which is
+what ReRoPE does, or by storing keys unrotated and rotating them inside the
+attention kernel."""
+)";
+
+std::string query(const std::string &name, const std::string &spans) {
+  return "query " + name +
+         " {\n  gen(max_tokens = 8, temperature = 0) {\n"
+         "    system \"Answer in one sentence.\"\n    plus { " +
+         spans +
+         " }\n    user \"What happens when the pool is full?\"\n  }\n}\n";
+}
+
+/// The span-cache contracts on the GPU, on the synthetic llama model.
+class CudaExecutorTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    SKIP_WITHOUT_CUDA();
+    model::ModelOptions options;
+    auto loaded = model::Model::load(
+        "test/data/synthetic/tiny-llama-synthetic.gguf", options);
+    ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+    model = std::move(*loaded);
+    auto tokens = model::Tokenizer::fromGguf(model->file());
+    ASSERT_TRUE(bool(tokens));
+    tokenizer = std::move(*tokens);
+    auto chat = model::ChatTemplate::fromGguf(model->file(), *tokenizer);
+    ASSERT_TRUE(bool(chat));
+    chatTemplate = std::make_unique<model::ChatTemplate>(std::move(*chat));
+  }
+
+  plan::Plan compile(const std::string &queries) {
+    llvm::SmallString<128> path;
+    EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("cuda", "span", path));
+    {
+      std::error_code error;
+      llvm::raw_fd_ostream out(path, error);
+      out << kDocuments << queries;
+    }
+    llvm::SourceMgr sourceMgr;
+    ir::DiagnosticEngine diagnostics(sourceMgr);
+    std::unique_ptr<ir::Module> module =
+        frontend::loadModule(path, diagnostics);
+    llvm::sys::fs::remove(path);
+    EXPECT_TRUE(module);
+    passes::PassOptions passOptions;
+    passes::PassContext context(diagnostics, passOptions);
+    passes::PassManager manager(context);
+    manager.addDefaultPipeline();
+    EXPECT_FALSE(bool(manager.run(*module)));
+    model::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
+    std::optional<plan::Plan> plan =
+        codegen::lowerToPlan(*module, encoder, diagnostics);
+    EXPECT_TRUE(plan.has_value());
+    return plan ? std::move(*plan) : plan::Plan();
+  }
+
+  std::unique_ptr<sched::Executor>
+  makeExecutor(backend::Device device,
+               kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
+               int64_t cacheTokens = 16384) {
+    sched::ExecutorOptions options;
+    options.device = device;
+    options.relocationMode = relocation;
+    options.cacheTokens = cacheTokens;
+    auto executor = sched::Executor::create(*model, *tokenizer, options);
+    EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+    return executor ? std::move(*executor) : nullptr;
+  }
+
+  using Answers = std::map<std::string, std::vector<kv::TokenId>>;
+  static Answers answers(const plan::Plan &plan,
+                         const std::vector<sched::CallOutcome> &outcomes) {
+    Answers result;
+    for (const plan::QueryPlan &query : plan.queries)
+      for (const plan::ResultItem &item : query.results)
+        if (item.call) {
+          EXPECT_TRUE(outcomes[*item.call].succeeded)
+              << query.name << ": " << outcomes[*item.call].error;
+          std::vector<kv::TokenId> &tokens = result[query.name];
+          tokens.insert(tokens.end(), outcomes[*item.call].tokens.begin(),
+                        outcomes[*item.call].tokens.end());
+        }
+    return result;
+  }
+  static uint32_t reused(const std::vector<sched::CallOutcome> &outcomes) {
+    uint32_t total = 0;
+    for (const sched::CallOutcome &outcome : outcomes)
+      total += outcome.stats.reusedTokens;
+    return total;
+  }
+
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::ChatTemplate> chatTemplate;
+};
+
+TEST_F(CudaExecutorTest, WarmCacheGivesTheColdAnswer) {
+  plan::Plan plan = compile(query("q", "fragment pool fragment rope"));
+  auto executor = makeExecutor(backend::Device::Cuda);
+  ASSERT_TRUE(executor);
+  auto cold = executor->run(plan);
+  auto warm = executor->run(plan);
+  EXPECT_EQ(answers(plan, warm), answers(plan, cold));
+  EXPECT_EQ(reused(cold), 0u);
+  EXPECT_GT(reused(warm), 0.9 * warm[0].stats.promptTokens);
+}
+
+TEST_F(CudaExecutorTest, SpansHitInAnyOrderAndBothRelocationsAgree) {
+  plan::Plan ab = compile(query("q", "fragment pool fragment rope"));
+  plan::Plan ba = compile(query("q", "fragment rope fragment pool"));
+  auto coldExecutor = makeExecutor(backend::Device::Cuda);
+  ASSERT_TRUE(coldExecutor);
+  Answers cold = answers(ba, coldExecutor->run(ba));
+  for (kv::RelocationMode mode :
+       {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+    auto executor = makeExecutor(backend::Device::Cuda, mode);
+    ASSERT_TRUE(executor);
+    executor->run(ab);
+    auto warm = executor->run(ba);
+    EXPECT_EQ(answers(ba, warm), cold)
+        << (mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel");
+    EXPECT_GT(reused(warm), 0u);
+    if (mode == kv::RelocationMode::Rerope) {
+      EXPECT_GT(warm[0].stats.relocatedTokens, 0u);
+    }
+  }
+}
+
+TEST_F(CudaExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
+  // Four queries over shuffles of the documents; the small cache holds a
+  // quarter of what they touch, so calls wait, evict and recompute.
+  std::string bulk = query("a", "fragment pool fragment rope") +
+                     query("b", "fragment rope fragment pool") +
+                     query("c", "fragment pool") + query("d", "fragment rope");
+  plan::Plan plan = compile(bulk);
+  auto large = makeExecutor(backend::Device::Cuda);
+  ASSERT_TRUE(large);
+  auto big = large->run(plan);
+  uint32_t touched = 0;
+  for (const sched::CallOutcome &outcome : big)
+    touched += outcome.stats.promptTokens + outcome.stats.generatedTokens;
+  const int64_t smallTokens =
+      std::max<int64_t>(touched / 4, big[0].stats.promptTokens + 64);
+  auto small = makeExecutor(backend::Device::Cuda,
+                            kv::RelocationMode::RopeInKernel, smallTokens);
+  ASSERT_TRUE(small);
+  EXPECT_EQ(answers(plan, small->run(plan)), answers(plan, big));
+}
+
+TEST_F(CudaExecutorTest, TheGpuAnswersAsTheCpuDoes) {
+  plan::Plan plan = compile(query("q", "fragment pool fragment rope"));
+  auto gpu = makeExecutor(backend::Device::Cuda);
+  auto cpu = makeExecutor(backend::Device::Cpu);
+  ASSERT_TRUE(gpu && cpu);
+  EXPECT_EQ(answers(plan, gpu->run(plan)), answers(plan, cpu->run(plan)));
+}
+
+} // namespace
+} // namespace spanc

@@ -156,6 +156,14 @@ llvm::Error runRag(const BenchArgs &args) {
   auto budgetSeconds = args.intSetting("budget-s", args.quick ? 0 : 1200);
   if (!budgetSeconds)
     return budgetSeconds.takeError();
+  // The defaults hold two 8k contexts; the paper's scale (32 documents of
+  // 2857 tokens on a GPU, bench/gpu.sh) needs more of both.
+  auto cacheSetting = args.intSetting("cache-tokens", 20480);
+  if (!cacheSetting)
+    return cacheSetting.takeError();
+  auto stepSetting = args.intSetting("step-tokens", 512);
+  if (!stepSetting)
+    return stepSetting.takeError();
   auto relocations = parseRelocations(args.setting(
       "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
   if (!relocations)
@@ -217,16 +225,28 @@ llvm::Error runRag(const BenchArgs &args) {
   ModelSession &model = **session;
   const model::Tokenizer &tokenizer = model.tokenizer();
 
-  // One executor per configuration. The cache holds two 8k contexts, so
-  // the warm run of a repetition always finds what its cold run left.
-  const int64_t cacheTokens = 20480;
+  // One executor per configuration. The cache holds two 8k contexts by
+  // default, so the warm run of a repetition always finds what its cold
+  // run left.
+  const int64_t cacheTokens = *cacheSetting;
+  const int64_t stepTokens = *stepSetting;
+  auto executorOptions = [&](kv::CacheMode cacheMode,
+                             kv::RelocationMode relocation) {
+    sched::ExecutorOptions options;
+    options.cacheMode = cacheMode;
+    options.relocationMode = relocation;
+    options.cacheTokens = cacheTokens;
+    options.stepTokenBudget = stepTokens;
+    return options;
+  };
   auto prefix = model.makeExecutor(
-      kv::CacheMode::Prefix, kv::RelocationMode::RopeInKernel, cacheTokens);
+      executorOptions(kv::CacheMode::Prefix, kv::RelocationMode::RopeInKernel));
   if (!prefix)
     return prefix.takeError();
   std::vector<std::unique_ptr<sched::Executor>> span;
   for (kv::RelocationMode mode : *relocations) {
-    auto executor = model.makeExecutor(kv::CacheMode::Span, mode, cacheTokens);
+    auto executor =
+        model.makeExecutor(executorOptions(kv::CacheMode::Span, mode));
     if (!executor)
       return executor.takeError();
     span.push_back(std::move(*executor));
@@ -254,11 +274,9 @@ llvm::Error runRag(const BenchArgs &args) {
       modeExecutors.push_back(nullptr);
       continue;
     }
-    sched::ExecutorOptions options;
-    options.cacheMode = kv::CacheMode::Span;
-    options.relocationMode = kv::RelocationMode::RopeInKernel;
+    sched::ExecutorOptions options =
+        executorOptions(kv::CacheMode::Span, kv::RelocationMode::RopeInKernel);
     options.spanOptions = mode;
-    options.cacheTokens = cacheTokens;
     auto executor = model.makeExecutor(options);
     if (!executor)
       return executor.takeError();
@@ -485,8 +503,10 @@ llvm::Error runRag(const BenchArgs &args) {
         << (outOfTime ? " — this run hit that budget, so the counts "
                         "below are what ran"
                       : "");
-  out << ". Caches of " << cacheTokens
-      << " tokens (two full contexts), block 16, step budget 512.\n";
+  out << ". Caches of " << cacheTokens << " tokens"
+      << (cacheTokens == 20480 ? " (two full contexts)" : "")
+      << ", block 16, step budget " << stepTokens << ", device "
+      << backend::deviceName(args.device) << ".\n";
   if (peer)
     out << "- Peer: " << peer->describe()
         << ". The same prompts rendered as raw ChatML text; "
@@ -645,6 +665,8 @@ BenchRegistration registration{
      "(its first ones)\n"
      "  budget-s=1200: start no repetition after this many seconds (0: no "
      "limit)\n"
+     "  cache-tokens=20480: KV cache of each executor, in tokens\n"
+     "  step-tokens=512: token budget of one scheduler step\n"
      "  relocations=rope-in-kernel: span relocation strategies, comma "
      "separated (--quick: both)\n"
      "  peer=auto|on|off: the llama-server column (auto: when the peer "

@@ -195,7 +195,7 @@ void GgufWriter::addTensorF32(llvm::StringRef name,
   addTensor(name, GgmlType::F32, shape, data);
 }
 
-std::string GgufWriter::write() const {
+std::string GgufWriter::header(std::vector<uint64_t> &offsets) const {
   std::string out = "GGUF";
   append<uint32_t>(out, version);
   append<uint64_t>(out, tensors.size());
@@ -205,11 +205,8 @@ std::string GgufWriter::write() const {
     append<uint32_t>(out, static_cast<uint32_t>(value.type()));
     value.encode(out);
   }
-  auto alignUp = [&](uint64_t offset) {
-    return (offset + alignment - 1) / alignment * alignment;
-  };
   uint64_t offset = 0;
-  std::vector<uint64_t> offsets;
+  offsets.clear();
   for (const Tensor &tensor : tensors) {
     appendString(out, tensor.name);
     append<uint32_t>(out, static_cast<uint32_t>(tensor.shape.size()));
@@ -220,8 +217,15 @@ std::string GgufWriter::write() const {
     offsets.push_back(offset);
     offset = alignUp(offset + tensor.data.size());
   }
-  if (!tensors.empty()) {
+  if (!tensors.empty())
     out.resize(alignUp(out.size()), '\0');
+  return out;
+}
+
+std::string GgufWriter::write() const {
+  std::vector<uint64_t> offsets;
+  std::string out = header(offsets);
+  if (!tensors.empty()) {
     uint64_t dataStart = out.size();
     for (size_t i = 0; i < tensors.size(); ++i) {
       out.resize(dataStart + offsets[i], '\0');
@@ -238,7 +242,19 @@ llvm::Error GgufWriter::writeToFile(llvm::StringRef path) const {
   if (error)
     return llvm::createStringError(error, "cannot write %s: %s",
                                    path.str().c_str(), error.message().c_str());
-  stream << write();
+  // Streamed tensor by tensor: a multi-gigabyte model (bench/gpu.sh's) is
+  // not copied into one string first.
+  std::vector<uint64_t> offsets;
+  const std::string start = header(offsets);
+  stream << start;
+  uint64_t written = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    stream.write_zeros(unsigned(offsets[i] - written));
+    stream << tensors[i].data;
+    written = offsets[i] + tensors[i].data.size();
+  }
+  if (!tensors.empty())
+    stream.write_zeros(unsigned(alignUp(written) - written));
   stream.close();
   if (stream.has_error())
     return llvm::createStringError(stream.error(), "cannot write %s",

@@ -86,6 +86,13 @@ public:
   llvm::Error writeToFile(llvm::StringRef path) const;
 
 private:
+  /// The bytes before the tensor data (padded to the alignment); each
+  /// tensor's offset in the data section goes to `offsets`.
+  std::string header(std::vector<uint64_t> &offsets) const;
+  uint64_t alignUp(uint64_t offset) const {
+    return (offset + alignment - 1) / alignment * alignment;
+  }
+
   struct Tensor {
     std::string name;
     GgmlType type;

@@ -25,6 +25,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace spanc::backend {
 
@@ -42,6 +44,44 @@ llvm::Error backendError(const llvm::Twine &message) {
       return spancError;                                                       \
   } while (false)
 
+/// A model's weights on one device. The executors of one process (a
+/// benchmark's configurations side by side) share them: an 8B model's
+/// 14 GB are uploaded once, not once per executor.
+struct DeviceWeights {
+  CudaWeightLayout layout;
+  cuda::DeviceBuffer arena;
+};
+
+llvm::Error uploadWeights(const CudaWeightLayout &weights,
+                          cuda::DeviceBuffer &arena, cuda::Stream stream);
+
+/// The weights of `model` on device `ordinal`, uploaded by the first
+/// backend that asks while none holds them.
+llvm::Expected<std::shared_ptr<DeviceWeights>>
+sharedWeights(const model::Model &model, int ordinal, cuda::Stream stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<const model::Model *, int>,
+                  std::weak_ptr<DeviceWeights>>
+      uploaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::weak_ptr<DeviceWeights> &slot = uploaded[{&model, ordinal}];
+  if (std::shared_ptr<DeviceWeights> existing = slot.lock())
+    return existing;
+  auto layout =
+      planCudaWeights(model.file(), model.config(), [](model::GgmlType type) {
+        return cuda::canDequantizeOnDevice(uint32_t(type));
+      });
+  if (!layout)
+    return layout.takeError();
+  auto weights = std::make_shared<DeviceWeights>();
+  weights->layout = std::move(*layout);
+  if (llvm::Error error =
+          uploadWeights(weights->layout, weights->arena, stream))
+    return error;
+  slot = weights;
+  return weights;
+}
+
 } // namespace
 
 /// Everything the backend owns on the device, kept out of the header so its
@@ -49,11 +89,12 @@ llvm::Error backendError(const llvm::Twine &message) {
 struct CudaBackend::State {
   model::Model *model = nullptr;
   CudaDeviceInfo deviceInfo;
-  CudaWeightLayout weights;
+  /// The weight arena (CudaWeightLayout offsets), shared.
+  std::shared_ptr<DeviceWeights> weights;
   cuda::Stream stream = nullptr;
   std::unique_ptr<cuda::GemmEngine> gemm;
-  /// The weight arena (CudaWeightLayout offsets) and the K/V pool.
-  cuda::DeviceBuffer arena, pool;
+  /// The K/V pool.
+  cuda::DeviceBuffer pool;
   cuda::KvPoolView poolView;
   /// K unrotated (rope-in-kernel): the attention kernel rotates keys.
   bool ropeInKernel = true;
@@ -89,7 +130,6 @@ struct CudaBackend::State {
   }
 
   llvm::Error reserve(int64_t numTokens, int64_t numLogitRows);
-  llvm::Error uploadWeights();
 };
 
 llvm::Error CudaBackend::State::reserve(int64_t numTokens,
@@ -119,7 +159,10 @@ llvm::Error CudaBackend::State::reserve(int64_t numTokens,
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::State::uploadWeights() {
+namespace {
+
+llvm::Error uploadWeights(const CudaWeightLayout &weights,
+                          cuda::DeviceBuffer &arena, cuda::Stream stream) {
   SPANC_CUDA_CHECK(arena.reserve(size_t(weights.arenaBytes)));
   cuda::DeviceBuffer staging;
   SPANC_CUDA_CHECK(staging.reserve(size_t(weights.stagingBytes)));
@@ -167,6 +210,8 @@ llvm::Error CudaBackend::State::uploadWeights() {
   return llvm::Error::success();
 }
 
+} // namespace
+
 llvm::Expected<std::unique_ptr<CudaBackend>>
 CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
                     bool keysRotated, int deviceOrdinal) {
@@ -193,14 +238,10 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
   SPANC_CUDA_CHECK(cuda::createStream(state->stream));
   SPANC_CUDA_CHECK(cuda::GemmEngine::create(state->gemm));
 
-  auto layout = planCudaWeights(model.file(), config, [](model::GgmlType type) {
-    return cuda::canDequantizeOnDevice(uint32_t(type));
-  });
-  if (!layout)
-    return layout.takeError();
-  state->weights = std::move(*layout);
-  if (llvm::Error error = state->uploadWeights())
-    return error;
+  auto weights = sharedWeights(model, deviceOrdinal, state->stream);
+  if (!weights)
+    return weights.takeError();
+  state->weights = std::move(*weights);
 
   // The K/V pool: kv::KvStorage's layout, K and V of a layer one after the
   // other, at the precision the model asks for.
@@ -256,7 +297,7 @@ CudaBackend::~CudaBackend() = default;
 const CudaDeviceInfo &CudaBackend::device() const { return state->deviceInfo; }
 
 const CudaWeightLayout &CudaBackend::weightLayout() const {
-  return state->weights;
+  return state->weights->layout;
 }
 
 llvm::Error CudaBackend::synchronize() {
@@ -358,7 +399,8 @@ llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
   cuda::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = s.ropeInKernel ? &s.ropeTable : nullptr;
 
-  const char *arena = s.arena.as<char>();
+  const CudaWeightLayout &weights = s.weights->layout;
+  const char *arena = s.weights->arena.as<char>();
   auto matrix = [&](const DeviceMatrix &m) {
     return reinterpret_cast<const uint16_t *>(arena + m.offset);
   };
@@ -392,14 +434,14 @@ llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
   const cuda::RowShape dimRows{numTokens, dim, dim, dim};
 
   cuda::EmbeddingTable embedding;
-  embedding.bf16Rows = matrix(s.weights.embedding);
-  embedding.numRows = int64_t(s.weights.embedding.rows);
+  embedding.bf16Rows = matrix(weights.embedding);
+  embedding.numRows = int64_t(weights.embedding.rows);
   embedding.dim = dim;
   embedding.rowStride = dim;
   SPANC_CUDA_CHECK(cuda::embeddingLookup(embedding, tokenIds, numTokens, hidden,
                                          dim, s.stream));
   for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
-    const CudaLayerWeights &layer = s.weights.layers[layerIndex];
+    const CudaLayerWeights &layer = weights.layers[layerIndex];
     SPANC_CUDA_CHECK(cuda::rmsNorm(dimRows, hidden, vector(layer.attentionNorm),
                                    config.rmsEpsilon, normed, s.stream));
     SPANC_CUDA_CHECK(project(layer.queryKeyValue, normed, qkv, qkvDim, false));
@@ -441,16 +483,16 @@ llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
     SPANC_CUDA_CHECK(cuda::gatherRows(cuda::RowShape{numRows, dim, dim, dim},
                                       hidden, logitTokens, selected, s.stream));
     SPANC_CUDA_CHECK(cuda::rmsNorm(cuda::RowShape{numRows, dim, dim, dim},
-                                   selected, vector(s.weights.outputNorm),
+                                   selected, vector(weights.outputNorm),
                                    config.rmsEpsilon, selectedNormed,
                                    s.stream));
     cuda::GemmProblem head;
     head.rows = numRows;
-    head.columns = int64_t(s.weights.output.rows);
+    head.columns = int64_t(weights.output.rows);
     head.depth = dim;
     head.x = selectedNormed;
     head.xStride = dim;
-    head.w = matrix(s.weights.output);
+    head.w = matrix(weights.output);
     head.wStride = dim;
     head.y = logits;
     head.yStride = head.columns;

@@ -32,6 +32,14 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
         llvm::inconvertibleErrorCode(),
         "the step token budget (%lld) must hold at least one block (%u)",
         static_cast<long long>(options.stepTokenBudget), options.blockSize);
+  // Found at start rather than as a failed step: the CUDA attention kernel
+  // does not scale spans (runtime/backend/CudaBackend.h).
+  if (options.device == backend::Device::Cuda &&
+      options.spanOptions.scalesSpans())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "span scaling (--span-temperature, --span-mass-scale) runs on the "
+        "CPU backend only; use --device=cpu");
   std::unique_ptr<Executor> executor(new Executor());
   executor->executorOptions = options;
   int64_t numBlocks = std::max<int64_t>(

@@ -27,6 +27,7 @@
 #include "runtime/kernels/cuda/Device.h"
 #include "runtime/kernels/cuda/Embedding.h"
 #include "runtime/kernels/cuda/Gemm.h"
+#include "runtime/kernels/cuda/KvDistances.h"
 #include "runtime/kernels/cuda/KvWrite.h"
 #include "runtime/kernels/cuda/PagedAttention.h"
 #include "runtime/kernels/cuda/Relocation.h"
@@ -422,6 +423,27 @@ TEST_F(CudaKernels, CopyBlockCopiesEveryLayer) {
   EXPECT_EQ(
       std::memcmp(actual.data(), storage->keyData(0, 0, 0), actual.size()), 0);
   EXPECT_FALSE(cuda::copyBlock(device.pool, 5, 64, nullptr).ok());
+}
+
+TEST_F(CudaKernels, TokenDistancesMatchTheStorages) {
+  auto storage = makeStorage(cpu::KvPrecision::F16);
+  ASSERT_TRUE(storage);
+  fillStorage(*storage, rng);
+  DevicePool device;
+  ASSERT_CUDA_OK(uploadStorage(*storage, device));
+  const std::vector<int32_t> a = {3, 8, 8}, b = {4, 8, 60};
+  float *out = deviceArray<float>(a.size() * 16);
+  ASSERT_CUDA_OK(cuda::tokenDistances(device.pool, 1, upload(a), upload(b),
+                                      int64_t(a.size()), out, nullptr));
+  const std::vector<float> actual = download(out, a.size() * 16);
+  std::vector<float> expected(16);
+  for (size_t pair = 0; pair < a.size(); ++pair) {
+    storage->tokenDistances(1, a[pair], b[pair], 16, expected.data());
+    for (size_t slot = 0; slot < 16; ++slot)
+      ASSERT_NEAR(actual[pair * 16 + slot], expected[slot],
+                  1e-6f * expected[slot]);
+  }
+  EXPECT_EQ(actual[16], 0.0f); // a block against itself
 }
 
 struct AttentionCase {

@@ -103,6 +103,25 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
                           const AttentionPlanOptions &options,
                           AttentionPlan &plan);
 
+/// The batch's page lists and the plan as one int32 array, so a step
+/// copies them to the device at once; each field is where its array starts
+/// (in int32 units). Work items are 7 words, merge groups 2.
+struct PackedAttentionPlan {
+  std::vector<int32_t> words;
+  size_t queryOffsets = 0; ///< numSequences + 1 words
+  size_t pageOffsets = 0;  ///< numSequences + 1 words
+  size_t blockIds = 0;     ///< numPages words
+  size_t validTokens = 0;  ///< numPages words
+  size_t pageStarts = 0;   ///< numPages words
+  size_t items = 0;
+  size_t merges = 0;
+};
+
+/// Packs `batch` (the one `plan` was built from) and `plan`.
+void packAttentionPlan(const AttentionPlan &plan,
+                       const PagedAttentionBatch &batch,
+                       PackedAttentionPlan &packed);
+
 /// Dynamic shared memory of one attention thread block: the tile's
 /// queries and accumulators, one K and one V block in f32, its scores.
 int64_t attentionSharedBytes(int headDim, int blockSize);

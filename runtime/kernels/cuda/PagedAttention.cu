@@ -21,8 +21,6 @@
 #include "runtime/kernels/cuda/ElementwiseMath.h"
 #include "runtime/kernels/cuda/KvMath.h"
 
-#include <cstring>
-
 namespace spanc::cuda {
 
 namespace {
@@ -299,17 +297,6 @@ Status runAttention(const PagedAttentionShape &shape,
   return launchAttention<float>(params, numItems, numMerges, output, stream);
 }
 
-/// Appends `count` int32 values to `staging` and returns their offset in
-/// int32 units.
-size_t appendInts(std::vector<char> &staging, const void *data, size_t count) {
-  const size_t offset = staging.size() / sizeof(int32_t);
-  staging.resize(staging.size() + count * sizeof(int32_t));
-  if (count)
-    std::memcpy(staging.data() + offset * sizeof(int32_t), data,
-                count * sizeof(int32_t));
-  return offset;
-}
-
 } // namespace
 
 Status AttentionWorkspace::prepare(const PagedAttentionShape &shape,
@@ -319,41 +306,25 @@ Status AttentionWorkspace::prepare(const PagedAttentionShape &shape,
                                    Stream stream) {
   AttentionPlan plan;
   SPANC_CUDA_TRY(buildAttentionPlan(shape, batch, blockSize, options, plan));
-  static_assert(sizeof(AttentionWorkItem) == 7 * sizeof(int32_t),
-                "work items are copied as int32 arrays");
-  static_assert(sizeof(AttentionMergeGroup) == 2 * sizeof(int32_t),
-                "merge groups are copied as int32 arrays");
-  const size_t numSequences = size_t(batch.numSequences);
-  const size_t numPages = size_t(plan.numPages);
-  staging_.clear();
-  size_t queryOffsets = 0, pageOffsets = 0, blockIds = 0, validTokens = 0;
-  if (numSequences > 0) {
-    queryOffsets = appendInts(staging_, batch.queryOffsets, numSequences + 1);
-    pageOffsets = appendInts(staging_, batch.pageOffsets, numSequences + 1);
-    blockIds = appendInts(staging_, batch.blockIds, numPages);
-    validTokens = appendInts(staging_, batch.validTokens, numPages);
-  }
-  const size_t pageStarts =
-      appendInts(staging_, plan.pageStarts.data(), plan.pageStarts.size());
-  const size_t items =
-      appendInts(staging_, plan.items.data(), plan.items.size() * 7);
-  const size_t merges =
-      appendInts(staging_, plan.merges.data(), plan.merges.size() * 2);
-  SPANC_CUDA_TRY(indices_.reserve(staging_.size()));
+  packAttentionPlan(plan, batch, packed_);
+  const size_t bytes = packed_.words.size() * sizeof(int32_t);
+  SPANC_CUDA_TRY(indices_.reserve(bytes));
   const size_t partialBytes = size_t(plan.numPartials) *
                               size_t(attentionPartialFloats(shape.headDim)) *
                               sizeof(float);
   SPANC_CUDA_TRY(partials_.reserve(partialBytes));
   SPANC_CUDA_TRY(
-      copyToDevice(indices_.data(), staging_.data(), staging_.size(), stream));
+      copyToDevice(indices_.data(), packed_.words.data(), bytes, stream));
   const int32_t *base = indices_.as<int32_t>();
-  device_.queryOffsets = base + queryOffsets;
-  device_.pageOffsets = base + pageOffsets;
-  device_.blockIds = base + blockIds;
-  device_.validTokens = base + validTokens;
-  device_.pageStarts = base + pageStarts;
-  device_.items = reinterpret_cast<const AttentionWorkItem *>(base + items);
-  device_.merges = reinterpret_cast<const AttentionMergeGroup *>(base + merges);
+  device_.queryOffsets = base + packed_.queryOffsets;
+  device_.pageOffsets = base + packed_.pageOffsets;
+  device_.blockIds = base + packed_.blockIds;
+  device_.validTokens = base + packed_.validTokens;
+  device_.pageStarts = base + packed_.pageStarts;
+  device_.items =
+      reinterpret_cast<const AttentionWorkItem *>(base + packed_.items);
+  device_.merges =
+      reinterpret_cast<const AttentionMergeGroup *>(base + packed_.merges);
   device_.partials = partials_.as<float>();
   plan_ = std::move(plan);
   shape_ = shape;

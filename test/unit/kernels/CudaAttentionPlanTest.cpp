@@ -153,6 +153,31 @@ TEST(CudaAttentionPlan, SplitsDependOnTheTileAloneNotOnTheBatch) {
   EXPECT_EQ(aloneRanges, sharedRanges);
 }
 
+TEST(CudaAttentionPlan, PacksPageListsAndPlanIntoOneArray) {
+  const cuda::PagedAttentionShape shape = shapeOf(4, 2, 64);
+  const Batch batch({contiguous(5, 3, 7, 2), contiguous(0, 20, 16, 1)});
+  cuda::AttentionPlan plan;
+  ASSERT_TRUE(cuda::buildAttentionPlan(shape, batch.view(), 16, {}, plan).ok());
+  cuda::PackedAttentionPlan packed;
+  cuda::packAttentionPlan(plan, batch.view(), packed);
+  const int32_t *words = packed.words.data();
+  auto equals = [&](size_t offset, const std::vector<int32_t> &expected) {
+    return std::vector<int32_t>(words + offset,
+                                words + offset + expected.size()) == expected;
+  };
+  EXPECT_TRUE(equals(packed.queryOffsets, batch.queryOffsets));
+  EXPECT_TRUE(equals(packed.pageOffsets, batch.pageOffsets));
+  EXPECT_TRUE(equals(packed.blockIds, batch.blockIds));
+  EXPECT_TRUE(equals(packed.validTokens, batch.validTokens));
+  EXPECT_TRUE(equals(packed.pageStarts, plan.pageStarts));
+  ASSERT_FALSE(plan.merges.empty());
+  const int32_t *lastItem = words + packed.items + 7 * (plan.items.size() - 1);
+  EXPECT_EQ(lastItem[4], plan.items.back().pageBegin);
+  EXPECT_EQ(lastItem[6], plan.items.back().partial);
+  EXPECT_EQ(words[packed.merges + 1], plan.merges[0].numSplits);
+  EXPECT_EQ(packed.words.size(), packed.merges + 2 * plan.merges.size());
+}
+
 TEST(CudaAttentionPlan, RefusesMalformedBatches) {
   cuda::AttentionPlan plan;
   const Batch good({contiguous(0, 2, 4, 3)});

@@ -59,11 +59,11 @@ void packAttentionPlan(const AttentionPlan &plan,
       appendWords(words, plan.merges.data(), plan.merges.size() * 2);
 }
 
-int64_t attentionSharedBytes(int headDim, int blockSize) {
+int64_t attentionSharedBytes(int headDim, int blockSize, int tileRows) {
   // queries and accumulators of the tile, K and V of one block, scores.
-  const int64_t floats = 2 * int64_t(kAttentionTileRows) * headDim +
+  const int64_t floats = 2 * int64_t(tileRows) * headDim +
                          2 * int64_t(headDim) * blockSize +
-                         int64_t(kAttentionTileRows) * blockSize;
+                         int64_t(tileRows) * blockSize;
   return floats * int64_t(sizeof(float));
 }
 
@@ -90,6 +90,8 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
   if (batch.numSequences == 0)
     return Status::success();
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int tileRows = attentionTileRows(shape.headDim);
+  plan.tileRows = tileRows;
   const int minPages =
       options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
   const int32_t numPages = batch.pageOffsets[batch.numSequences];
@@ -127,10 +129,8 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
       continue;
     const int64_t rows = numQueries * groupSize;
     for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
-      for (int64_t firstRow = 0; firstRow < rows;
-           firstRow += kAttentionTileRows) {
-        const int numRows =
-            int(std::min<int64_t>(kAttentionTileRows, rows - firstRow));
+      for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
+        const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
         // The tile's last row sees the most; pages past its limit are
         // invisible to every row of the tile.
         const int64_t lastLimit =

@@ -1,6 +1,6 @@
 //===- PagedAttention.cu - Paged causal attention on CUDA devices ---------===//
 //
-// One thread block per work item (AttentionPlan.h): a tile of up to 16
+// One thread block per work item (AttentionPlan.h): a tile of up to 64
 // query rows of one sequence and KV head against a range of its pages. Per
 // page the block stages K (rotated at its logical indices when the kernel
 // applies RoPE) and V in shared memory as f32, scores every (row, visible
@@ -25,7 +25,9 @@ namespace spanc::cuda {
 
 namespace {
 
-constexpr int kAttentionThreads = 128;
+constexpr int kAttentionThreads = 256;
+static_assert(kAttentionThreads >= kAttentionMaxTileRows,
+              "the softmax step runs a thread per tile row");
 constexpr int kMergeThreads = 128;
 
 struct AttentionParams {
@@ -34,16 +36,17 @@ struct AttentionParams {
   AttentionWorkspace::DeviceArrays arrays;
   RopeTableView keyRope; ///< cosSin null: K is stored rotated
   const float *queries;
+  int tileRows;
 };
 
 template <typename Element, typename Output>
 __global__ void __launch_bounds__(kAttentionThreads)
     pagedAttentionKernel(AttentionParams params, Output *output) {
   extern __shared__ float shared[];
-  __shared__ int64_t limits[kAttentionTileRows];
-  __shared__ float maxScores[kAttentionTileRows];
-  __shared__ float sums[kAttentionTileRows];
-  __shared__ float corrections[kAttentionTileRows];
+  __shared__ int64_t limits[kAttentionMaxTileRows];
+  __shared__ float maxScores[kAttentionMaxTileRows];
+  __shared__ float sums[kAttentionMaxTileRows];
+  __shared__ float corrections[kAttentionMaxTileRows];
 
   const PagedAttentionShape &shape = params.shape;
   const PagedKvView &kv = params.kv;
@@ -54,11 +57,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const int rows = item.numRows;
 
-  float *query = shared;                                     // [16][headDim]
-  float *accumulator = query + kAttentionTileRows * headDim; // [16][headDim]
-  float *keys = accumulator + kAttentionTileRows * headDim;  // [headDim][bs]
-  float *values = keys + headDim * blockSize;                // [bs][headDim]
-  float *scores = values + blockSize * headDim;              // [16][bs]
+  const int tileRows = params.tileRows;
+  float *query = shared;                           // [tileRows][headDim]
+  float *accumulator = query + tileRows * headDim; // [tileRows][headDim]
+  float *keys = accumulator + tileRows * headDim;  // [headDim][blockSize]
+  float *values = keys + headDim * blockSize;      // [blockSize][headDim]
+  float *scores = values + blockSize * headDim;    // [tileRows][blockSize]
 
   const int32_t firstQueryRow = arrays.queryOffsets[item.sequence];
   const int64_t numQueries =
@@ -180,8 +184,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 
   if (item.partial >= 0) {
-    float *state = arrays.partials +
-                   int64_t(item.partial) * attentionPartialFloats(headDim);
+    float *state =
+        arrays.partials +
+        int64_t(item.partial) * attentionPartialFloats(tileRows, headDim);
     for (int index = threadIdx.x; index < rows * (2 + headDim);
          index += blockDim.x) {
       const int row = index / (2 + headDim), field = index % (2 + headDim);
@@ -213,7 +218,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   const AttentionWorkItem first = arrays.items[group.firstItem];
   const int headDim = shape.headDim;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int64_t stateFloats = attentionPartialFloats(headDim);
+  const int64_t stateFloats = attentionPartialFloats(params.tileRows, headDim);
   const int32_t firstQueryRow = arrays.queryOffsets[first.sequence];
   for (int index = threadIdx.x; index < first.numRows * headDim;
        index += blockDim.x) {
@@ -249,8 +254,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 template <typename Element, typename Output>
 Status launchAttention(const AttentionParams &params, int64_t numItems,
                        int64_t numMerges, Output *output, Stream stream) {
-  const int64_t sharedBytes =
-      attentionSharedBytes(params.shape.headDim, params.kv.blockSize);
+  const int64_t sharedBytes = attentionSharedBytes(
+      params.shape.headDim, params.kv.blockSize, params.tileRows);
   auto kernel = pagedAttentionKernel<Element, Output>;
   // Past the default 48 KiB a kernel must opt in (Hopper: up to 227 KiB).
   if (sharedBytes > 48 * 1024)
@@ -285,6 +290,7 @@ Status runAttention(const PagedAttentionShape &shape,
   params.arrays = workspace.device();
   params.keyRope = options.keyRope ? *options.keyRope : RopeTableView();
   params.queries = queries;
+  params.tileRows = plan.tileRows;
   if (options.keyRope &&
       (options.keyRope->rotaryDim % 2 != 0 ||
        options.keyRope->rotaryDim > shape.headDim || !options.keyRope->cosSin))
@@ -309,9 +315,10 @@ Status AttentionWorkspace::prepare(const PagedAttentionShape &shape,
   packAttentionPlan(plan, batch, packed_);
   const size_t bytes = packed_.words.size() * sizeof(int32_t);
   SPANC_CUDA_TRY(indices_.reserve(bytes));
-  const size_t partialBytes = size_t(plan.numPartials) *
-                              size_t(attentionPartialFloats(shape.headDim)) *
-                              sizeof(float);
+  const size_t partialBytes =
+      size_t(plan.numPartials) *
+      size_t(attentionPartialFloats(plan.tileRows, shape.headDim)) *
+      sizeof(float);
   SPANC_CUDA_TRY(partials_.reserve(partialBytes));
   SPANC_CUDA_TRY(
       copyToDevice(indices_.data(), packed_.words.data(), bytes, stream));

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -105,7 +106,7 @@ TEST(CudaAttentionPlan, CoversEveryRowAndHeadOnceWithItsVisiblePages) {
   using Key = std::tuple<int, int, int>;
   std::map<Key, std::set<int>> seen;
   for (const cuda::AttentionWorkItem &item : plan.items) {
-    EXPECT_LE(item.numRows, cuda::kAttentionTileRows);
+    EXPECT_LE(item.numRows, plan.tileRows);
     for (int row = item.firstRow; row < item.firstRow + item.numRows; ++row)
       for (int page = item.pageBegin; page < item.pageEnd; ++page)
         EXPECT_TRUE(
@@ -120,8 +121,12 @@ TEST(CudaAttentionPlan, CoversEveryRowAndHeadOnceWithItsVisiblePages) {
     // The decode row's tile sees all 40 pages, split in 5 ranges of 8.
     EXPECT_EQ(seen[Key(1, kvHead, 0)].size(), 40u);
   }
-  // The first prefill tile (tokens 0..5) sees only the first page.
-  EXPECT_EQ(seen[Key(0, 0, 0)], std::set<int>({0}));
+  // 64-row tiles: the first prefill tile (tokens 0..21) sees two pages
+  // (the first row's masked slots of the second cost nothing), the second
+  // (tokens 21..39) all three.
+  EXPECT_EQ(plan.tileRows, 64);
+  EXPECT_EQ(seen[Key(0, 0, 0)], std::set<int>({0, 1}));
+  EXPECT_EQ(seen[Key(0, 0, 64)], std::set<int>({0, 1, 2}));
   EXPECT_EQ(plan.merges.size(), 3u);
   for (const cuda::AttentionMergeGroup &group : plan.merges) {
     EXPECT_EQ(group.numSplits, 5);
@@ -178,6 +183,23 @@ TEST(CudaAttentionPlan, PacksPageListsAndPlanIntoOneArray) {
   EXPECT_EQ(packed.words.size(), packed.merges + 2 * plan.merges.size());
 }
 
+TEST(CudaAttentionPlan, EverySupportedShapeFitsHopperSharedMemory) {
+  // sm_90 lets a block opt in to 227 KiB; SmolLM2 and Llama-3-8B at 16-token
+  // blocks stay under 48 KiB and 86 KiB.
+  int64_t largest = 0;
+  for (int headDim = 8; headDim <= cuda::kAttentionMaxHeadDim; headDim += 8)
+    for (int blockSize = 1; blockSize <= cuda::kAttentionMaxBlockSize;
+         ++blockSize)
+      largest = std::max(
+          largest, cuda::attentionSharedBytes(
+                       headDim, blockSize, cuda::attentionTileRows(headDim)));
+  EXPECT_LE(largest, 227 * 1024);
+  EXPECT_LE(cuda::attentionSharedBytes(64, 16, cuda::attentionTileRows(64)),
+            48 * 1024);
+  EXPECT_EQ(cuda::attentionSharedBytes(128, 16, cuda::attentionTileRows(128)),
+            (2 * 64 * 128 + 2 * 128 * 16 + 64 * 16) * 4);
+}
+
 TEST(CudaAttentionPlan, RefusesMalformedBatches) {
   cuda::AttentionPlan plan;
   const Batch good({contiguous(0, 2, 4, 3)});
@@ -210,9 +232,9 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
                   const float *queries, float *output) {
   const int headDim = shape.headDim, blockSize = kv.blockSize;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int tile = cuda::kAttentionTileRows;
-  std::vector<float> partials(size_t(plan.numPartials) *
-                              size_t(cuda::attentionPartialFloats(headDim)));
+  const int tile = plan.tileRows;
+  const int64_t stateFloats = cuda::attentionPartialFloats(tile, headDim);
+  std::vector<float> partials(size_t(plan.numPartials) * size_t(stateFloats));
   for (const cuda::AttentionWorkItem &item : plan.items) {
     std::vector<float> query(size_t(tile * headDim)),
         accumulator(size_t(tile * headDim), 0.0f),
@@ -320,8 +342,7 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
       }
     }
     if (item.partial >= 0) {
-      float *state = partials.data() +
-                     item.partial * cuda::attentionPartialFloats(headDim);
+      float *state = partials.data() + item.partial * stateFloats;
       for (int row = 0; row < item.numRows; ++row) {
         state[row * (2 + headDim)] = maxScores[size_t(row)];
         state[row * (2 + headDim) + 1] = sums[size_t(row)];
@@ -343,7 +364,6 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
     }
   }
   // The merge launch.
-  const int64_t stateFloats = cuda::attentionPartialFloats(headDim);
   for (const cuda::AttentionMergeGroup &group : plan.merges) {
     const cuda::AttentionWorkItem &first = plan.items[size_t(group.firstItem)];
     const int32_t firstQueryRow = batch.queryOffsets[size_t(first.sequence)];

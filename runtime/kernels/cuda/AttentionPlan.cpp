@@ -3,6 +3,7 @@
 #include "runtime/kernels/cuda/AttentionPlan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace spanc::cuda {
@@ -17,13 +18,52 @@ Status sequenceError(int sequence, const std::string &message) {
   return planError("sequence " + std::to_string(sequence) + ": " + message);
 }
 
+/// Appends `count` words from `data`; returns where they start.
+size_t appendWords(std::vector<int32_t> &words, const void *data,
+                   size_t count) {
+  const size_t offset = words.size();
+  words.resize(offset + count);
+  if (count)
+    std::memcpy(words.data() + offset, data, count * sizeof(int32_t));
+  return offset;
+}
+
+static_assert(sizeof(AttentionWorkItem) == 7 * sizeof(int32_t),
+              "work items are packed as 7 words");
+static_assert(sizeof(AttentionMergeGroup) == 2 * sizeof(int32_t),
+              "merge groups are packed as 2 words");
+
 } // namespace
 
-int64_t attentionSharedBytes(int headDim, int blockSize) {
+void packAttentionPlan(const AttentionPlan &plan,
+                       const PagedAttentionBatch &batch,
+                       PackedAttentionPlan &packed) {
+  std::vector<int32_t> &words = packed.words;
+  words.clear();
+  const size_t numSequences = size_t(std::max(0, batch.numSequences));
+  const size_t numPages = size_t(plan.numPages);
+  packed.queryOffsets = packed.pageOffsets = packed.blockIds =
+      packed.validTokens = 0;
+  if (numSequences > 0) {
+    packed.queryOffsets =
+        appendWords(words, batch.queryOffsets, numSequences + 1);
+    packed.pageOffsets =
+        appendWords(words, batch.pageOffsets, numSequences + 1);
+    packed.blockIds = appendWords(words, batch.blockIds, numPages);
+    packed.validTokens = appendWords(words, batch.validTokens, numPages);
+  }
+  packed.pageStarts =
+      appendWords(words, plan.pageStarts.data(), plan.pageStarts.size());
+  packed.items = appendWords(words, plan.items.data(), plan.items.size() * 7);
+  packed.merges =
+      appendWords(words, plan.merges.data(), plan.merges.size() * 2);
+}
+
+int64_t attentionSharedBytes(int headDim, int blockSize, int tileRows) {
   // queries and accumulators of the tile, K and V of one block, scores.
-  const int64_t floats = 2 * int64_t(kAttentionTileRows) * headDim +
+  const int64_t floats = 2 * int64_t(tileRows) * headDim +
                          2 * int64_t(headDim) * blockSize +
-                         int64_t(kAttentionTileRows) * blockSize;
+                         int64_t(tileRows) * blockSize;
   return floats * int64_t(sizeof(float));
 }
 
@@ -50,6 +90,8 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
   if (batch.numSequences == 0)
     return Status::success();
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int tileRows = attentionTileRows(shape.headDim);
+  plan.tileRows = tileRows;
   const int minPages =
       options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
   const int32_t numPages = batch.pageOffsets[batch.numSequences];
@@ -87,10 +129,8 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
       continue;
     const int64_t rows = numQueries * groupSize;
     for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
-      for (int64_t firstRow = 0; firstRow < rows;
-           firstRow += kAttentionTileRows) {
-        const int numRows =
-            int(std::min<int64_t>(kAttentionTileRows, rows - firstRow));
+      for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
+        const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
         // The tile's last row sees the most; pages past its limit are
         // invisible to every row of the tile.
         const int64_t lastLimit =

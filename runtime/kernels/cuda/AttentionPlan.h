@@ -2,14 +2,16 @@
 //
 // Host-only (plain C++, tested without a GPU): the work list one
 // pagedAttention launch runs, one thread block per item. As on the CPU
-// (runtime/kernels/cpu/Attention.cpp) a tile is up to kAttentionTileRows
-// query rows (token x head-in-group, so the query heads sharing a KV head
-// read each K/V block once) of one sequence and KV head, against a range
-// of the pages the tile can see. A tile whose visible pages are many is
-// split into ranges (flash-decoding) by its own length only, never by the
-// batch, so a sequence's result does not depend on what shares its step;
-// the splits' softmax states are merged by a second launch, one thread
-// block per merge group.
+// (runtime/kernels/cpu/Attention.cpp) a tile is up to
+// attentionTileRows(headDim) query rows (token x head-in-group, so the
+// query heads sharing a KV head read each K/V block once) of one sequence
+// and KV head, against a range of the pages the tile can see. Tiles are
+// larger than the CPU's 16 rows: each K/V block a thread block stages in
+// shared memory then serves 16 prompt tokens of a 4-head group. A tile whose
+// visible pages are many is split into ranges (flash-decoding) by its own
+// length only, never by the batch, so a sequence's result does not depend on
+// what shares its step; the splits' softmax states are merged by a second
+// launch, one thread block per merge group.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
@@ -23,8 +25,13 @@
 
 namespace spanc::cuda {
 
-/// Query rows per tile (one thread block's rows).
-constexpr int kAttentionTileRows = 16;
+/// The most query rows of one tile (one thread block's rows).
+constexpr int kAttentionMaxTileRows = 64;
+/// Rows per tile for a head dim: 64 up to head dim 128, 16 beyond (the
+/// tile's f32 queries and accumulators live in shared memory).
+inline int attentionTileRows(int headDim) {
+  return headDim <= 128 ? kAttentionMaxTileRows : 16;
+}
 /// The most splits of one tile's pages.
 constexpr int kAttentionMaxSplits = 16;
 /// The head dims and block sizes the kernel's shared memory is sized for.
@@ -83,6 +90,7 @@ struct AttentionPlan {
   std::vector<int32_t> pageStarts;
   std::vector<AttentionWorkItem> items;
   std::vector<AttentionMergeGroup> merges;
+  int32_t tileRows = 0;    ///< attentionTileRows(headDim)
   int32_t numPartials = 0; ///< split states (tile rows x (2 + headDim))
   int32_t numPages = 0;
   int32_t numQueryRows = 0;
@@ -90,8 +98,8 @@ struct AttentionPlan {
 
 /// Floats of one split state: per tile row its max, its sum and headDim
 /// accumulator values.
-SPANC_HOST_DEVICE int64_t attentionPartialFloats(int headDim) {
-  return int64_t(kAttentionTileRows) * (2 + headDim);
+SPANC_HOST_DEVICE int64_t attentionPartialFloats(int tileRows, int headDim) {
+  return int64_t(tileRows) * (2 + headDim);
 }
 
 /// Cuts `batch` into work items. Fails, naming the sequence, on a batch
@@ -103,9 +111,28 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
                           const AttentionPlanOptions &options,
                           AttentionPlan &plan);
 
+/// The batch's page lists and the plan as one int32 array, so a step
+/// copies them to the device at once; each field is where its array starts
+/// (in int32 units). Work items are 7 words, merge groups 2.
+struct PackedAttentionPlan {
+  std::vector<int32_t> words;
+  size_t queryOffsets = 0; ///< numSequences + 1 words
+  size_t pageOffsets = 0;  ///< numSequences + 1 words
+  size_t blockIds = 0;     ///< numPages words
+  size_t validTokens = 0;  ///< numPages words
+  size_t pageStarts = 0;   ///< numPages words
+  size_t items = 0;
+  size_t merges = 0;
+};
+
+/// Packs `batch` (the one `plan` was built from) and `plan`.
+void packAttentionPlan(const AttentionPlan &plan,
+                       const PagedAttentionBatch &batch,
+                       PackedAttentionPlan &packed);
+
 /// Dynamic shared memory of one attention thread block: the tile's
 /// queries and accumulators, one K and one V block in f32, its scores.
-int64_t attentionSharedBytes(int headDim, int blockSize);
+int64_t attentionSharedBytes(int headDim, int blockSize, int tileRows);
 
 } // namespace spanc::cuda
 

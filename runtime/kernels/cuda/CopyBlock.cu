@@ -20,7 +20,12 @@ Status copyBlock(const KvPoolView &pool, int64_t source, int64_t destination,
   // layerStride apart: one 2D copy per array.
   const size_t elementBytes = size_t(kvElementBytes(pool.precision));
   const size_t width = size_t(pool.blockStride) * elementBytes;
-  const size_t pitch = size_t(pool.layerStride) * elementBytes;
+  // One layer needs no stride (and may have none); cudaMemcpy2D wants a
+  // pitch of at least the width.
+  const size_t pitch =
+      pool.numLayers == 1 ? width : size_t(pool.layerStride) * elementBytes;
+  if (pitch < width)
+    return invalidArgument("copyBlock", "layer stride below a block");
   for (void *base : {pool.keys, pool.values}) {
     char *bytes = static_cast<char *>(base);
     SPANC_CUDA_CALL(cudaMemcpy2DAsync(bytes + size_t(destination) * width,

@@ -17,7 +17,8 @@
 namespace spanc::cuda {
 
 /// Copies block `source` into `destination` (both < pool.numBlocks,
-/// checked), every layer, K and V.
+/// checked), every layer, K and V: pool.blockStride elements per layer and
+/// array (a block's heads lie together, as in KvStorage).
 Status copyBlock(const KvPoolView &pool, int64_t source, int64_t destination,
                  Stream stream);
 

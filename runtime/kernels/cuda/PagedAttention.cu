@@ -1,6 +1,6 @@
 //===- PagedAttention.cu - Paged causal attention on CUDA devices ---------===//
 //
-// One thread block per work item (AttentionPlan.h): a tile of up to 16
+// One thread block per work item (AttentionPlan.h): a tile of up to 64
 // query rows of one sequence and KV head against a range of its pages. Per
 // page the block stages K (rotated at its logical indices when the kernel
 // applies RoPE) and V in shared memory as f32, scores every (row, visible
@@ -21,13 +21,13 @@
 #include "runtime/kernels/cuda/ElementwiseMath.h"
 #include "runtime/kernels/cuda/KvMath.h"
 
-#include <cstring>
-
 namespace spanc::cuda {
 
 namespace {
 
-constexpr int kAttentionThreads = 128;
+constexpr int kAttentionThreads = 256;
+static_assert(kAttentionThreads >= kAttentionMaxTileRows,
+              "the softmax step runs a thread per tile row");
 constexpr int kMergeThreads = 128;
 
 struct AttentionParams {
@@ -36,16 +36,17 @@ struct AttentionParams {
   AttentionWorkspace::DeviceArrays arrays;
   RopeTableView keyRope; ///< cosSin null: K is stored rotated
   const float *queries;
+  int tileRows;
 };
 
 template <typename Element, typename Output>
 __global__ void __launch_bounds__(kAttentionThreads)
     pagedAttentionKernel(AttentionParams params, Output *output) {
   extern __shared__ float shared[];
-  __shared__ int64_t limits[kAttentionTileRows];
-  __shared__ float maxScores[kAttentionTileRows];
-  __shared__ float sums[kAttentionTileRows];
-  __shared__ float corrections[kAttentionTileRows];
+  __shared__ int64_t limits[kAttentionMaxTileRows];
+  __shared__ float maxScores[kAttentionMaxTileRows];
+  __shared__ float sums[kAttentionMaxTileRows];
+  __shared__ float corrections[kAttentionMaxTileRows];
 
   const PagedAttentionShape &shape = params.shape;
   const PagedKvView &kv = params.kv;
@@ -56,11 +57,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const int rows = item.numRows;
 
-  float *query = shared;                                     // [16][headDim]
-  float *accumulator = query + kAttentionTileRows * headDim; // [16][headDim]
-  float *keys = accumulator + kAttentionTileRows * headDim;  // [headDim][bs]
-  float *values = keys + headDim * blockSize;                // [bs][headDim]
-  float *scores = values + blockSize * headDim;              // [16][bs]
+  const int tileRows = params.tileRows;
+  float *query = shared;                           // [tileRows][headDim]
+  float *accumulator = query + tileRows * headDim; // [tileRows][headDim]
+  float *keys = accumulator + tileRows * headDim;  // [headDim][blockSize]
+  float *values = keys + headDim * blockSize;      // [blockSize][headDim]
+  float *scores = values + blockSize * headDim;    // [tileRows][blockSize]
 
   const int32_t firstQueryRow = arrays.queryOffsets[item.sequence];
   const int64_t numQueries =
@@ -182,8 +184,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 
   if (item.partial >= 0) {
-    float *state = arrays.partials +
-                   int64_t(item.partial) * attentionPartialFloats(headDim);
+    float *state =
+        arrays.partials +
+        int64_t(item.partial) * attentionPartialFloats(tileRows, headDim);
     for (int index = threadIdx.x; index < rows * (2 + headDim);
          index += blockDim.x) {
       const int row = index / (2 + headDim), field = index % (2 + headDim);
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   const AttentionWorkItem first = arrays.items[group.firstItem];
   const int headDim = shape.headDim;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int64_t stateFloats = attentionPartialFloats(headDim);
+  const int64_t stateFloats = attentionPartialFloats(params.tileRows, headDim);
   const int32_t firstQueryRow = arrays.queryOffsets[first.sequence];
   for (int index = threadIdx.x; index < first.numRows * headDim;
        index += blockDim.x) {
@@ -251,8 +254,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 template <typename Element, typename Output>
 Status launchAttention(const AttentionParams &params, int64_t numItems,
                        int64_t numMerges, Output *output, Stream stream) {
-  const int64_t sharedBytes =
-      attentionSharedBytes(params.shape.headDim, params.kv.blockSize);
+  const int64_t sharedBytes = attentionSharedBytes(
+      params.shape.headDim, params.kv.blockSize, params.tileRows);
   auto kernel = pagedAttentionKernel<Element, Output>;
   // Past the default 48 KiB a kernel must opt in (Hopper: up to 227 KiB).
   if (sharedBytes > 48 * 1024)
@@ -287,6 +290,7 @@ Status runAttention(const PagedAttentionShape &shape,
   params.arrays = workspace.device();
   params.keyRope = options.keyRope ? *options.keyRope : RopeTableView();
   params.queries = queries;
+  params.tileRows = plan.tileRows;
   if (options.keyRope &&
       (options.keyRope->rotaryDim % 2 != 0 ||
        options.keyRope->rotaryDim > shape.headDim || !options.keyRope->cosSin))
@@ -299,17 +303,6 @@ Status runAttention(const PagedAttentionShape &shape,
   return launchAttention<float>(params, numItems, numMerges, output, stream);
 }
 
-/// Appends `count` int32 values to `staging` and returns their offset in
-/// int32 units.
-size_t appendInts(std::vector<char> &staging, const void *data, size_t count) {
-  const size_t offset = staging.size() / sizeof(int32_t);
-  staging.resize(staging.size() + count * sizeof(int32_t));
-  if (count)
-    std::memcpy(staging.data() + offset * sizeof(int32_t), data,
-                count * sizeof(int32_t));
-  return offset;
-}
-
 } // namespace
 
 Status AttentionWorkspace::prepare(const PagedAttentionShape &shape,
@@ -319,41 +312,26 @@ Status AttentionWorkspace::prepare(const PagedAttentionShape &shape,
                                    Stream stream) {
   AttentionPlan plan;
   SPANC_CUDA_TRY(buildAttentionPlan(shape, batch, blockSize, options, plan));
-  static_assert(sizeof(AttentionWorkItem) == 7 * sizeof(int32_t),
-                "work items are copied as int32 arrays");
-  static_assert(sizeof(AttentionMergeGroup) == 2 * sizeof(int32_t),
-                "merge groups are copied as int32 arrays");
-  const size_t numSequences = size_t(batch.numSequences);
-  const size_t numPages = size_t(plan.numPages);
-  staging_.clear();
-  size_t queryOffsets = 0, pageOffsets = 0, blockIds = 0, validTokens = 0;
-  if (numSequences > 0) {
-    queryOffsets = appendInts(staging_, batch.queryOffsets, numSequences + 1);
-    pageOffsets = appendInts(staging_, batch.pageOffsets, numSequences + 1);
-    blockIds = appendInts(staging_, batch.blockIds, numPages);
-    validTokens = appendInts(staging_, batch.validTokens, numPages);
-  }
-  const size_t pageStarts =
-      appendInts(staging_, plan.pageStarts.data(), plan.pageStarts.size());
-  const size_t items =
-      appendInts(staging_, plan.items.data(), plan.items.size() * 7);
-  const size_t merges =
-      appendInts(staging_, plan.merges.data(), plan.merges.size() * 2);
-  SPANC_CUDA_TRY(indices_.reserve(staging_.size()));
-  const size_t partialBytes = size_t(plan.numPartials) *
-                              size_t(attentionPartialFloats(shape.headDim)) *
-                              sizeof(float);
+  packAttentionPlan(plan, batch, packed_);
+  const size_t bytes = packed_.words.size() * sizeof(int32_t);
+  SPANC_CUDA_TRY(indices_.reserve(bytes));
+  const size_t partialBytes =
+      size_t(plan.numPartials) *
+      size_t(attentionPartialFloats(plan.tileRows, shape.headDim)) *
+      sizeof(float);
   SPANC_CUDA_TRY(partials_.reserve(partialBytes));
   SPANC_CUDA_TRY(
-      copyToDevice(indices_.data(), staging_.data(), staging_.size(), stream));
+      copyToDevice(indices_.data(), packed_.words.data(), bytes, stream));
   const int32_t *base = indices_.as<int32_t>();
-  device_.queryOffsets = base + queryOffsets;
-  device_.pageOffsets = base + pageOffsets;
-  device_.blockIds = base + blockIds;
-  device_.validTokens = base + validTokens;
-  device_.pageStarts = base + pageStarts;
-  device_.items = reinterpret_cast<const AttentionWorkItem *>(base + items);
-  device_.merges = reinterpret_cast<const AttentionMergeGroup *>(base + merges);
+  device_.queryOffsets = base + packed_.queryOffsets;
+  device_.pageOffsets = base + packed_.pageOffsets;
+  device_.blockIds = base + packed_.blockIds;
+  device_.validTokens = base + packed_.validTokens;
+  device_.pageStarts = base + packed_.pageStarts;
+  device_.items =
+      reinterpret_cast<const AttentionWorkItem *>(base + packed_.items);
+  device_.merges =
+      reinterpret_cast<const AttentionMergeGroup *>(base + packed_.merges);
   device_.partials = partials_.as<float>();
   plan_ = std::move(plan);
   shape_ = shape;

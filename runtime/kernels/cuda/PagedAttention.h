@@ -60,7 +60,7 @@ private:
   AttentionPlan plan_;
   PagedAttentionShape shape_;
   int blockSize_ = 0;
-  std::vector<char> staging_;
+  PackedAttentionPlan packed_;
   DeviceBuffer indices_;
   DeviceBuffer partials_;
   DeviceArrays device_;

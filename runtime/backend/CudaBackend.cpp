@@ -11,6 +11,7 @@
 #include "runtime/kernels/cuda/Device.h"
 #include "runtime/kernels/cuda/Embedding.h"
 #include "runtime/kernels/cuda/Gemm.h"
+#include "runtime/kernels/cuda/KvDistances.h"
 #include "runtime/kernels/cuda/KvWrite.h"
 #include "runtime/kernels/cuda/PagedAttention.h"
 #include "runtime/kernels/cuda/Relocation.h"
@@ -121,8 +122,10 @@ struct CudaBackend::State {
   /// A failure of relocate() or copyBlock(), returned by the next forward.
   std::string pendingError;
 
-  // tokenDistances' host copies of one layer's blocks.
-  std::vector<uint8_t> hostBlockA, hostBlockB;
+  // tokenDistances: the block pairs and the distances of their slots.
+  std::vector<int32_t> hostPairs;
+  std::vector<float> hostDistances;
+  cuda::DeviceBuffer distancePairs, distanceRows;
 
   ~State() {
     if (stream)
@@ -512,65 +515,41 @@ void CudaBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
                                  llvm::ArrayRef<int32_t> b,
                                  llvm::ArrayRef<int32_t> validTokens,
                                  std::vector<float> &distances) {
-  // A blend's selection reads a few blocks once per call: copied to the
-  // host and measured there exactly as KvStorage::tokenDistances does.
+  // Every pair in one launch over whole blocks; the valid slots of each are
+  // kept, in block order, as KvStorage::tokenDistances appends them.
   State &s = *state;
-  const cuda::KvPoolView &pool = s.poolView;
-  const int elementBytes = cuda::kvElementBytes(pool.precision);
-  const size_t blockBytes = size_t(pool.blockStride) * size_t(elementBytes);
-  const char *keys = static_cast<const char *>(pool.keys) +
-                     int64_t(layer) * pool.layerStride * elementBytes;
-  const char *values = static_cast<const char *>(pool.values) +
-                       int64_t(layer) * pool.layerStride * elementBytes;
-  s.hostBlockA.resize(2 * blockBytes);
-  s.hostBlockB.resize(2 * blockBytes);
-  auto element = [&](const uint8_t *block, int64_t index) {
-    if (pool.precision == cuda::KvPrecision::F16) {
-      uint16_t bits;
-      std::memcpy(&bits, block + index * 2, 2);
-      return cpu::halfToFloat(bits);
-    }
-    float value;
-    std::memcpy(&value, block + index * 4, 4);
-    return value;
+  const int64_t numPairs = int64_t(a.size());
+  if (numPairs == 0)
+    return;
+  const int blockSize = s.poolView.blockSize;
+  s.hostPairs.assign(a.begin(), a.end());
+  s.hostPairs.insert(s.hostPairs.end(), b.begin(), b.end());
+  s.hostDistances.resize(size_t(numPairs * blockSize));
+  auto run = [&]() -> cuda::Status {
+    SPANC_CUDA_TRY(
+        s.distancePairs.reserve(s.hostPairs.size() * sizeof(int32_t)));
+    SPANC_CUDA_TRY(
+        s.distanceRows.reserve(s.hostDistances.size() * sizeof(float)));
+    SPANC_CUDA_TRY(
+        cuda::copyToDevice(s.distancePairs.data(), s.hostPairs.data(),
+                           s.hostPairs.size() * sizeof(int32_t), s.stream));
+    const int32_t *pairs = s.distancePairs.as<int32_t>();
+    SPANC_CUDA_TRY(cuda::tokenDistances(s.poolView, int(layer), pairs,
+                                        pairs + numPairs, numPairs,
+                                        s.distanceRows.as<float>(), s.stream));
+    return cuda::copyToHost(s.hostDistances.data(), s.distanceRows.data(),
+                            s.hostDistances.size() * sizeof(float), s.stream);
   };
-  for (size_t index = 0; index < a.size(); ++index) {
-    const size_t first = distances.size();
-    distances.resize(first + size_t(validTokens[index]), 0.0f);
-    auto fetch = [&](int32_t block, std::vector<uint8_t> &host) {
-      cuda::Status status = cuda::copyToHost(
-          host.data(), keys + int64_t(block) * pool.blockStride * elementBytes,
-          blockBytes, s.stream);
-      if (status.ok())
-        status = cuda::copyToHost(host.data() + blockBytes,
-                                  values + int64_t(block) * pool.blockStride *
-                                               elementBytes,
-                                  blockBytes, s.stream);
-      if (!status.ok() && s.pendingError.empty())
-        s.pendingError = status.message();
-      return status.ok();
-    };
-    if (!fetch(a[index], s.hostBlockA) || !fetch(b[index], s.hostBlockB))
-      continue;
-    const uint8_t *keysA = s.hostBlockA.data(), *keysB = s.hostBlockB.data();
-    const uint8_t *valuesA = keysA + blockBytes, *valuesB = keysB + blockBytes;
-    for (int slot = 0; slot < validTokens[index]; ++slot) {
-      double sum = 0;
-      for (int head = 0; head < pool.numKvHeads; ++head)
-        for (int dimension = 0; dimension < pool.headDim; ++dimension) {
-          // K is dimension-major in a block, V slot-major.
-          const int64_t keyIndex = head * pool.headStride +
-                                   int64_t(dimension) * pool.blockSize + slot;
-          const int64_t valueIndex =
-              head * pool.headStride + int64_t(slot) * pool.headDim + dimension;
-          double dk =
-              double(element(keysA, keyIndex)) - element(keysB, keyIndex);
-          double dv = double(element(valuesA, valueIndex)) -
-                      element(valuesB, valueIndex);
-          sum += dk * dk + dv * dv;
-        }
-      distances[first + size_t(slot)] = float(sum);
-    }
+  cuda::Status status = run();
+  if (!status.ok()) {
+    // Reported by the next forward; the selection reads zeros meanwhile.
+    if (s.pendingError.empty())
+      s.pendingError = status.message();
+    std::fill(s.hostDistances.begin(), s.hostDistances.end(), 0.0f);
+  }
+  for (int64_t pair = 0; pair < numPairs; ++pair) {
+    const float *row = s.hostDistances.data() + pair * blockSize;
+    distances.insert(distances.end(), row, row + validTokens[size_t(pair)]);
   }
 }
 

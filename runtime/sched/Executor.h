@@ -2,9 +2,9 @@
 //
 // The fork/join executor of docs/ARCHITECTURE.md, "Running a plan": the
 // public face of the runtime. It owns the pieces — the KV cache manager and
-// block pool, a Backend (the CPU one: K/V storage and the model's forward
-// pass), the Scheduler that decides each step and the ModelRunner that runs
-// it — and loops admit → schedule → run → update until every call of the
+// block pool, a Backend (K/V memory and the model's forward pass, on the
+// device ExecutorOptions::device names), the Scheduler that decides each
+// step and the ModelRunner that runs it — and loops admit → schedule → run → update until every call of the
 // plan finished or failed.
 //
 //===----------------------------------------------------------------------===//

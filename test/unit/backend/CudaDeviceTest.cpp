@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/backend/CudaDevice.h"
+#include "runtime/backend/Device.h"
 
 #include <gtest/gtest.h>
 
@@ -97,6 +98,15 @@ TEST(CudaDevice, AMissingOrdinalAndOtherErrorsAreReported) {
   facts.countResult = Count::OtherError;
   facts.countErrorText = "cudaErrorUnknown: unknown error";
   EXPECT_NE(failure(facts).find("cudaErrorUnknown"), std::string::npos);
+}
+
+TEST(Device, CpuAndCudaAreTheNamesTheFlagTakes) {
+  using spanc::backend::Device;
+  EXPECT_EQ(spanc::backend::parseDevice("cpu"), Device::Cpu);
+  EXPECT_EQ(spanc::backend::parseDevice("cuda"), Device::Cuda);
+  EXPECT_FALSE(spanc::backend::parseDevice("gpu").has_value());
+  EXPECT_EQ(spanc::backend::deviceName(Device::Cuda), "cuda");
+  EXPECT_EQ(spanc::backend::deviceName(Device::Cpu), "cpu");
 }
 
 TEST(CudaDevice, TheRealProbeAnswersWithoutCrashing) {

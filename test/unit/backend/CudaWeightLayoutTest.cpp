@@ -8,7 +8,9 @@
 
 #include "runtime/backend/CudaWeightLayout.h"
 
+#include "runtime/kv/KvStorage.h"
 #include "runtime/model/Gguf.h"
+#include "runtime/model/Model.h"
 #include "runtime/model/ModelConfig.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -189,6 +191,34 @@ TEST(CudaWeightLayout, SmolLM2TiesItsHeadToTheEmbedding) {
   // 135M parameters in bf16, plus norms: about 270 MB.
   EXPECT_GT(layout->arenaBytes, 250u << 20);
   EXPECT_LT(layout->arenaBytes, 300u << 20);
+}
+
+} // namespace
+
+namespace {
+
+TEST(ModelWithoutHostWeights, KeepsItsConfigurationAndRopeButRefusesForward) {
+  // What a device backend loads (ModelOptions::hostWeights = false): no
+  // packed weights, the RoPE table it copies, and a clear error should the
+  // CPU forward pass be asked for.
+  spanc::model::ModelOptions options;
+  options.hostWeights = false;
+  auto model = spanc::model::Model::load(
+      "test/data/synthetic/tiny-llama-synthetic.gguf", options);
+  ASSERT_TRUE(bool(model)) << llvm::toString(model.takeError());
+  EXPECT_FALSE((*model)->hasHostWeights());
+  EXPECT_EQ((*model)->rope().numPositions(),
+            int64_t((*model)->config().contextLength));
+  auto storage =
+      spanc::kv::KvStorage::create((*model)->kvStorageConfig(4, 16, false));
+  ASSERT_TRUE(bool(storage));
+  std::vector<int32_t> tokens = {1}, blocks = {0}, valid = {1};
+  spanc::model::ForwardSequence sequence{tokens, tokens, blocks, valid};
+  spanc::model::ForwardOutput output;
+  llvm::Error error = (*model)->forward(sequence, **storage, output);
+  ASSERT_TRUE(bool(error));
+  EXPECT_NE(llvm::toString(std::move(error)).find("without host weights"),
+            std::string::npos);
 }
 
 } // namespace

@@ -553,6 +553,71 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   }
 }
 
+TEST_P(CudaAttention, RowsGiveTheSameBitsSplitOrWhole) {
+  const AttentionCase param = GetParam();
+  auto storage = makeStorage(param.precision, !param.ropeInKernel);
+  ASSERT_TRUE(storage);
+  fillStorage(*storage, rng);
+  DevicePool device;
+  ASSERT_CUDA_OK(uploadStorage(*storage, device));
+  cpu::RopeConfig ropeConfig;
+  ropeConfig.headDim = ropeConfig.rotaryDim = 64;
+  cpu::RopeTable ropeTable(ropeConfig, 2048);
+  cuda::RopeTableView ropeView;
+  ropeView.cosSin = upload(std::vector<float>(
+      ropeTable.row(0), ropeTable.row(0) + ropeTable.numPositions() * 64));
+  ropeView.numPositions = ropeTable.numPositions();
+  ropeView.rotaryDim = ropeView.headDim = 64;
+  cuda::PagedAttentionOptions options;
+  options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
+
+  // A 40-page prompt (5 ranges) in full, and its last 3 tokens alone.
+  std::vector<int32_t> blockIds, validTokens;
+  for (int page = 0; page < 40; ++page) {
+    blockIds.push_back((page * 5 + 3) % 64);
+    validTokens.push_back(page == 17 ? 4 : 16);
+  }
+  const int32_t length = 39 * 16 + 4;
+  const int64_t width = 6 * 64;
+  const std::vector<float> queries = randomFloats(size_t(length * width));
+  cuda::PagedAttentionShape shape;
+  shape.numQueryHeads = 6;
+  shape.numKvHeads = 2;
+  shape.headDim = 64;
+  shape.scale = 0.125f;
+  shape.queryRowStride = width;
+  shape.outputRowStride = width;
+  const float *deviceQueries = upload(queries);
+  auto run = [&](int32_t numQueries, cuda::AttentionSplitting splitting) {
+    std::vector<int32_t> queryOffsets = {0, numQueries}, pageOffsets = {0, 40};
+    cuda::PagedAttentionBatch batch;
+    batch.numSequences = 1;
+    batch.queryOffsets = queryOffsets.data();
+    batch.pageOffsets = pageOffsets.data();
+    batch.blockIds = blockIds.data();
+    batch.validTokens = validTokens.data();
+    cuda::AttentionPlanOptions planOptions;
+    planOptions.splitting = splitting;
+    cuda::AttentionWorkspace workspace;
+    EXPECT_TRUE(workspace.prepare(shape, batch, 16, planOptions, nullptr).ok());
+    float *output = deviceArray<float>(size_t(numQueries * width));
+    EXPECT_TRUE(
+        cuda::pagedAttention(shape, workspace, cuda::layerView(device.pool, 1),
+                             deviceQueries + (length - numQueries) * width,
+                             output, options, nullptr)
+            .ok());
+    return download(output, size_t(numQueries * width));
+  };
+  const std::vector<float> whole = run(length, cuda::AttentionSplitting::Never);
+  const std::vector<float> split =
+      run(length, cuda::AttentionSplitting::Always);
+  const std::vector<float> tail = run(3, cuda::AttentionSplitting::Auto);
+  EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), whole.data() + (length - 3) * width,
+                        tail.size() * 4),
+            0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     KvLayouts, CudaAttention,
     testing::Values(AttentionCase{cpu::KvPrecision::F16, false},

@@ -226,6 +226,43 @@ TEST_F(CudaKernels, GemmMatchesADoubleReferenceOnBf16Inputs) {
   EXPECT_FALSE(engine->multiply(problem, nullptr).ok());
 }
 
+TEST_F(CudaKernels, RowInvariantGemmRowsDoNotDependOnTheRowCount) {
+  cuda::GemmOptions options;
+  options.rowInvariant = true;
+  std::unique_ptr<cuda::GemmEngine> engine;
+  ASSERT_CUDA_OK(cuda::GemmEngine::create(engine, options));
+  const int64_t n = 1536, k = 576, rows = 300;
+  const std::vector<uint16_t> x = toBf16(randomFloats(size_t(rows * k)));
+  const uint16_t *deviceX = upload(x);
+  const uint16_t *deviceW = upload(toBf16(randomFloats(size_t(n * k), 0.05f)));
+  // Rows [first, first + count) alone must give their bits in all 300.
+  auto product = [&](int64_t first, int64_t count) {
+    cuda::GemmProblem problem;
+    problem.rows = count;
+    problem.columns = n;
+    problem.depth = k;
+    problem.x = deviceX + first * k;
+    problem.xStride = k;
+    problem.w = deviceW;
+    problem.wStride = k;
+    float *y = deviceArray<float>(size_t(count * n));
+    problem.y = y;
+    problem.yStride = n;
+    EXPECT_TRUE(engine->multiply(problem, nullptr).ok());
+    return download(y, size_t(count * n));
+  };
+  // Offsets keep X's alignment (the algorithm depends on it).
+  const std::vector<float> all = product(0, rows);
+  for (auto [first, count] :
+       {std::pair<int64_t, int64_t>{256, 1}, {128, 37}, {0, 200}, {64, 236}}) {
+    const std::vector<float> part = product(first, count);
+    EXPECT_EQ(std::memcmp(part.data(), all.data() + first * n,
+                          part.size() * sizeof(float)),
+              0)
+        << count << " rows from " << first;
+  }
+}
+
 TEST_F(CudaKernels, DequantizationEqualsTheLoaderBitForBit) {
   std::uniform_int_distribution<int> byte(0, 255);
   for (model::GgmlType type :

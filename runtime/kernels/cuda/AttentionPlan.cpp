@@ -141,17 +141,19 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
     // full prompt see the same list).
     const int rangePages = attentionRangePages(pageEnd - pageBegin, minPages);
     const int64_t rows = numQueries * groupSize;
-    for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
-      for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
-        const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
-        // The tile's last row sees the most; pages past its limit are
-        // invisible to every row of the tile.
-        const int64_t lastLimit =
-            length - numQueries + (firstRow + numRows - 1) / groupSize;
-        int32_t visibleEnd = pageBegin;
-        while (visibleEnd < pageEnd &&
-               plan.pageStarts[size_t(visibleEnd)] <= lastLimit)
-          ++visibleEnd;
+    // Tiles in row order: the visible pages only grow, so one pass over the
+    // pages serves every tile (a long prefill has thousands of each).
+    int32_t visibleEnd = pageBegin;
+    for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
+      const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
+      // The tile's last row sees the most; pages past its limit are
+      // invisible to every row of the tile.
+      const int64_t lastLimit =
+          length - numQueries + (firstRow + numRows - 1) / groupSize;
+      while (visibleEnd < pageEnd &&
+             plan.pageStarts[size_t(visibleEnd)] <= lastLimit)
+        ++visibleEnd;
+      for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
         AttentionWorkItem item;
         item.sequence = sequence;
         item.kvHead = kvHead;

@@ -59,9 +59,28 @@ SPANC_HOST_DEVICE float softmaxWeight(float score, float max) {
   return expf(score - max);
 }
 
-/// The final scale of a row's accumulator (0 for a row that saw nothing).
-SPANC_HOST_DEVICE float softmaxNormalizer(float sum) {
-  return sum > 0 ? 1.0f / sum : 0.0f;
+/// Merging a range's state (max, sum, accumulator; sum 0: the row saw
+/// nothing there, skip it) into a row's running state: the new max and
+/// the factors the running and the range values are scaled by. Ranges are
+/// merged in page order, the same way whether they ran in one thread block
+/// or in several, so a row's bits do not depend on that choice.
+SPANC_HOST_DEVICE void mergeFactors(float runningMax, float rangeMax,
+                                    float &newMax, float &keep, float &add) {
+  newMax = runningMax > rangeMax ? runningMax : rangeMax;
+  keep = expf(runningMax - newMax);
+  add = expf(rangeMax - newMax);
+}
+
+/// running * keep + range * add, each step rounded on its own.
+SPANC_HOST_DEVICE float mergeValue(float running, float keep, float range,
+                                   float add) {
+  return addRounded(mulRounded(running, keep), mulRounded(range, add));
+}
+
+/// A row's output: its merged accumulator over its merged sum (0 for a row
+/// that saw nothing).
+SPANC_HOST_DEVICE float attentionOutput(float accumulator, float sum) {
+  return sum > 0 ? divideRounded(accumulator, sum) : 0.0f;
 }
 
 } // namespace spanc::cuda

@@ -3,6 +3,8 @@
 #include "runtime/kernels/cuda/AttentionPlan.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -28,8 +30,8 @@ size_t appendWords(std::vector<int32_t> &words, const void *data,
   return offset;
 }
 
-static_assert(sizeof(AttentionWorkItem) == 7 * sizeof(int32_t),
-              "work items are packed as 7 words");
+static_assert(sizeof(AttentionWorkItem) == 8 * sizeof(int32_t),
+              "work items are packed as 8 words");
 static_assert(sizeof(AttentionMergeGroup) == 2 * sizeof(int32_t),
               "merge groups are packed as 2 words");
 
@@ -54,17 +56,24 @@ void packAttentionPlan(const AttentionPlan &plan,
   }
   packed.pageStarts =
       appendWords(words, plan.pageStarts.data(), plan.pageStarts.size());
-  packed.items = appendWords(words, plan.items.data(), plan.items.size() * 7);
+  packed.items = appendWords(words, plan.items.data(), plan.items.size() * 8);
   packed.merges =
       appendWords(words, plan.merges.data(), plan.merges.size() * 2);
 }
 
 int64_t attentionSharedBytes(int headDim, int blockSize, int tileRows) {
-  // queries and accumulators of the tile, K and V of one block, scores.
-  const int64_t floats = 2 * int64_t(tileRows) * headDim +
+  // The tile's queries, K and V of one block, scores (the accumulators
+  // live in registers).
+  const int64_t floats = int64_t(tileRows) * headDim +
                          2 * int64_t(headDim) * blockSize +
                          int64_t(tileRows) * blockSize;
   return floats * int64_t(sizeof(float));
+}
+
+int attentionRangePages(int64_t numPages, int minPages) {
+  const int64_t spread =
+      (numPages + kAttentionMaxRanges - 1) / kAttentionMaxRanges;
+  return int(std::max<int64_t>(std::max(1, minPages), spread));
 }
 
 Status buildAttentionPlan(const PagedAttentionShape &shape,
@@ -87,18 +96,19 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
                      "]");
   if (batch.numSequences < 0)
     return planError("a negative number of sequences");
+  const int tileRows = attentionTileRows(shape.headDim);
+  plan.tileRows = tileRows;
   if (batch.numSequences == 0)
     return Status::success();
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int tileRows = attentionTileRows(shape.headDim);
-  plan.tileRows = tileRows;
   const int minPages =
-      options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
+      options.minPagesPerRange > 0 ? options.minPagesPerRange : 8;
   const int32_t numPages = batch.pageOffsets[batch.numSequences];
   plan.numPages = numPages;
   plan.numQueryRows = batch.queryOffsets[batch.numSequences];
   plan.pageStarts.resize(size_t(std::max(0, numPages)));
 
+  // Every tile first, unsplit; then the split decision over all of them.
   for (int sequence = 0; sequence < batch.numSequences; ++sequence) {
     const int32_t pageBegin = batch.pageOffsets[sequence];
     const int32_t pageEnd = batch.pageOffsets[sequence + 1];
@@ -127,35 +137,72 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
                                std::to_string(length) + " valid tokens");
     if (numQueries == 0)
       continue;
+    // The page list's length alone fixes the ranges (a hit's tail and the
+    // full prompt see the same list).
+    const int rangePages = attentionRangePages(pageEnd - pageBegin, minPages);
     const int64_t rows = numQueries * groupSize;
-    for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
-      for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
-        const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
-        // The tile's last row sees the most; pages past its limit are
-        // invisible to every row of the tile.
-        const int64_t lastLimit =
-            length - numQueries + (firstRow + numRows - 1) / groupSize;
-        int32_t visibleEnd = pageBegin;
-        while (visibleEnd < pageEnd &&
-               plan.pageStarts[size_t(visibleEnd)] <= lastLimit)
-          ++visibleEnd;
-        const int64_t pages = visibleEnd - pageBegin;
-        const int64_t splits = std::max<int64_t>(
-            1, std::min<int64_t>(kAttentionMaxSplits, pages / minPages));
-        if (splits > 1)
-          plan.merges.push_back({int32_t(plan.items.size()), int32_t(splits)});
-        for (int64_t split = 0; split < splits; ++split) {
-          AttentionWorkItem item;
-          item.sequence = sequence;
-          item.kvHead = kvHead;
-          item.firstRow = int32_t(firstRow);
-          item.numRows = numRows;
-          item.pageBegin = int32_t(pageBegin + pages * split / splits);
-          item.pageEnd = int32_t(pageBegin + pages * (split + 1) / splits);
-          item.partial = splits > 1 ? plan.numPartials++ : -1;
-          plan.items.push_back(item);
-        }
+    // Tiles in row order: the visible pages only grow, so one pass over the
+    // pages serves every tile (a long prefill has thousands of each).
+    int32_t visibleEnd = pageBegin;
+    for (int64_t firstRow = 0; firstRow < rows; firstRow += tileRows) {
+      const int numRows = int(std::min<int64_t>(tileRows, rows - firstRow));
+      // The tile's last row sees the most; pages past its limit are
+      // invisible to every row of the tile.
+      const int64_t lastLimit =
+          length - numQueries + (firstRow + numRows - 1) / groupSize;
+      while (visibleEnd < pageEnd &&
+             plan.pageStarts[size_t(visibleEnd)] <= lastLimit)
+        ++visibleEnd;
+      for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
+        AttentionWorkItem item;
+        item.sequence = sequence;
+        item.kvHead = kvHead;
+        item.firstRow = int32_t(firstRow);
+        item.numRows = numRows;
+        item.pageBegin = pageBegin;
+        item.pageEnd = visibleEnd;
+        item.rangePages = rangePages;
+        plan.items.push_back(item);
       }
+    }
+  }
+
+  // Split the tiles of several ranges when that is affordable: a step of
+  // few tiles (decode, a short tail after a long cached context) then
+  // fills the GPU; a big prefill has tiles enough without.
+  auto rangesOf = [](const AttentionWorkItem &item) {
+    return (int64_t(item.pageEnd) - item.pageBegin + item.rangePages - 1) /
+           item.rangePages;
+  };
+  int64_t splitStates = 0;
+  for (const AttentionWorkItem &item : plan.items)
+    if (rangesOf(item) > 1)
+      splitStates += rangesOf(item);
+  const bool split = options.splitting == AttentionSplitting::Always ||
+                     (options.splitting == AttentionSplitting::Auto &&
+                      splitStates <= kAttentionMaxPartialStates);
+  if (!split || splitStates == 0)
+    return Status::success();
+  std::vector<AttentionWorkItem> tiles;
+  tiles.swap(plan.items);
+  for (const AttentionWorkItem &tile : tiles) {
+    const int64_t ranges = rangesOf(tile);
+    if (ranges <= 1) {
+      plan.items.push_back(tile);
+      continue;
+    }
+    plan.merges.push_back({int32_t(plan.items.size()), int32_t(ranges)});
+    for (int64_t range = 0; range < ranges; ++range) {
+      AttentionWorkItem item = tile;
+      item.pageBegin = int32_t(tile.pageBegin + range * tile.rangePages);
+      item.pageEnd = int32_t(
+          std::min<int64_t>(tile.pageEnd, item.pageBegin + tile.rangePages));
+      if (plan.numPartialFloats > int64_t(INT32_MAX))
+        return planError("the split states overflow 32-bit offsets");
+      item.partial = int32_t(plan.numPartialFloats);
+      plan.numPartialFloats +=
+          attentionStateFloats(tile.numRows, shape.headDim);
+      plan.items.push_back(item);
     }
   }
   return Status::success();

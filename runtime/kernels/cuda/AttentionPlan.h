@@ -5,13 +5,19 @@
 // (runtime/kernels/cpu/Attention.cpp) a tile is up to
 // attentionTileRows(headDim) query rows (token x head-in-group, so the
 // query heads sharing a KV head read each K/V block once) of one sequence
-// and KV head, against a range of the pages the tile can see. Tiles are
-// larger than the CPU's 16 rows: each K/V block a thread block stages in
-// shared memory then serves 16 prompt tokens of a 4-head group. A tile whose
-// visible pages are many is split into ranges (flash-decoding) by its own
-// length only, never by the batch, so a sequence's result does not depend on
-// what shares its step; the splits' softmax states are merged by a second
-// launch, one thread block per merge group.
+// and KV head. Tiles are larger than the CPU's 16 rows: each K/V block a
+// thread block stages in shared memory then serves 16 prompt tokens of a
+// 4-head group.
+//
+// A row's result must not depend on which rows share its tile or step (a
+// cache hit computes only a prompt's tail; its rows must give the bits the
+// full prompt gave). So a sequence's pages are cut into *ranges* of a
+// fixed number of pages that depends on the page list's length alone, a
+// row's softmax state is folded range by range from scratch, and the range
+// states are merged in order with AttentionMath.h's merge. Whether a
+// tile's ranges run in one thread block (merged in the block) or one block
+// each (merged by a second launch, flash-decoding style, where the step
+// has too few tiles to fill the GPU) then changes the speed, never a bit.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
@@ -32,8 +38,11 @@ constexpr int kAttentionMaxTileRows = 64;
 inline int attentionTileRows(int headDim) {
   return headDim <= 128 ? kAttentionMaxTileRows : 16;
 }
-/// The most splits of one tile's pages.
-constexpr int kAttentionMaxSplits = 16;
+/// The most ranges a page list is cut into.
+constexpr int kAttentionMaxRanges = 64;
+/// Split tiles only while their range states stay this few (their memory
+/// is rows x (2 + headDim) floats each).
+constexpr int64_t kAttentionMaxPartialStates = 4096;
 /// The head dims and block sizes the kernel's shared memory is sized for.
 constexpr int kAttentionMaxHeadDim = 256;
 constexpr int kAttentionMaxBlockSize = 64;
@@ -60,7 +69,9 @@ struct PagedAttentionBatch {
   const int32_t *validTokens = nullptr;
 };
 
-/// One thread block of the attention launch.
+/// One thread block of the attention launch: tile rows [firstRow, firstRow
+/// + numRows) of `sequence` and `kvHead` over pages [pageBegin, pageEnd),
+/// cut into ranges of `rangePages` pages from pageBegin.
 struct AttentionWorkItem {
   int32_t sequence = 0;
   int32_t kvHead = 0;
@@ -68,20 +79,32 @@ struct AttentionWorkItem {
   int32_t numRows = 0;
   int32_t pageBegin = 0; ///< global page indices [pageBegin, pageEnd)
   int32_t pageEnd = 0;
-  int32_t partial = -1; ///< its split state's index, or -1: write output
+  int32_t rangePages = 0;
+  /// -1: the item is a whole tile and writes the output. Else the item is
+  /// one range of a split tile and writes its state (numRows x (max, sum,
+  /// headDim accumulator values)) at this float offset of the partials.
+  int32_t partial = -1;
 };
 
 /// One thread block of the merge launch: items [firstItem, firstItem +
-/// numSplits) are the splits of one tile (their partial states are
-/// consecutive, from the first item's).
+/// numSplits) are the ranges of one tile, in order.
 struct AttentionMergeGroup {
   int32_t firstItem = 0;
   int32_t numSplits = 0;
 };
 
+/// Whether tiles of several ranges run as one item per range.
+enum class AttentionSplitting {
+  Auto,   ///< when the partial states stay under kAttentionMaxPartialStates
+  Never,  ///< every tile one item
+  Always, ///< every tile of several ranges split (tests)
+};
+
 struct AttentionPlanOptions {
-  /// Minimum pages per split; 0 picks the default (8 pages, as the CPU).
-  int minPagesPerSplit = 0;
+  /// Minimum pages per range; 0 picks the default (8 pages, as the CPU's
+  /// splits).
+  int minPagesPerRange = 0;
+  AttentionSplitting splitting = AttentionSplitting::Auto;
 };
 
 struct AttentionPlan {
@@ -90,22 +113,26 @@ struct AttentionPlan {
   std::vector<int32_t> pageStarts;
   std::vector<AttentionWorkItem> items;
   std::vector<AttentionMergeGroup> merges;
-  int32_t tileRows = 0;    ///< attentionTileRows(headDim)
-  int32_t numPartials = 0; ///< split states (tile rows x (2 + headDim))
+  int32_t tileRows = 0;         ///< attentionTileRows(headDim)
+  int64_t numPartialFloats = 0; ///< the split items' states
   int32_t numPages = 0;
   int32_t numQueryRows = 0;
 };
 
-/// Floats of one split state: per tile row its max, its sum and headDim
+/// Pages per range of a page list of `numPages` pages: at least
+/// `minPages`, and few enough that there are at most kAttentionMaxRanges.
+int attentionRangePages(int64_t numPages, int minPages);
+
+/// Floats of the state of `rows` tile rows: per row max, sum and headDim
 /// accumulator values.
-SPANC_HOST_DEVICE int64_t attentionPartialFloats(int tileRows, int headDim) {
-  return int64_t(tileRows) * (2 + headDim);
+SPANC_HOST_DEVICE int64_t attentionStateFloats(int rows, int headDim) {
+  return int64_t(rows) * (2 + headDim);
 }
 
 /// Cuts `batch` into work items. Fails, naming the sequence, on a batch
 /// the kernel cannot run: heads not grouped evenly, a head dim or block
 /// size past the limits, a valid count outside [0, blockSize], a sequence
-/// with more queries than valid tokens or without pages.
+/// with more queries than valid tokens.
 Status buildAttentionPlan(const PagedAttentionShape &shape,
                           const PagedAttentionBatch &batch, int blockSize,
                           const AttentionPlanOptions &options,
@@ -113,7 +140,7 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
 
 /// The batch's page lists and the plan as one int32 array, so a step
 /// copies them to the device at once; each field is where its array starts
-/// (in int32 units). Work items are 7 words, merge groups 2.
+/// (in int32 units). Work items are 8 words, merge groups 2.
 struct PackedAttentionPlan {
   std::vector<int32_t> words;
   size_t queryOffsets = 0; ///< numSequences + 1 words
@@ -131,7 +158,8 @@ void packAttentionPlan(const AttentionPlan &plan,
                        PackedAttentionPlan &packed);
 
 /// Dynamic shared memory of one attention thread block: the tile's
-/// queries and accumulators, one K and one V block in f32, its scores.
+/// queries, one K and one V block in f32, its scores (the accumulators
+/// live in registers).
 int64_t attentionSharedBytes(int headDim, int blockSize, int tileRows);
 
 } // namespace spanc::cuda

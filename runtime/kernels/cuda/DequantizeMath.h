@@ -18,15 +18,6 @@
 
 namespace spanc::cuda {
 
-/// a * b rounded on its own (never contracted into an FMA).
-SPANC_HOST_DEVICE float mulRounded(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
 SPANC_HOST_DEVICE uint16_t loadLittle16(const uint8_t *bytes) {
   return uint16_t(bytes[0] | (bytes[1] << 8));
 }

@@ -5,7 +5,8 @@
 // wStride) and transposed, B = X stored k x m (ld xStride): no copy, no
 // transposition kernel. A problem's descriptors and heuristic algorithm are
 // made once per shape (sizes, strides, output type, beta and the pointers'
-// alignment, which the algorithms depend on) and kept.
+// alignment, which the algorithms depend on) and kept. Row-invariant
+// engines choose one algorithm per shape but its rows (GemmOptions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,7 +65,10 @@ struct GemmEngine::Impl {
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
+  bool rowInvariant = false;
   std::map<ShapeKey, ShapePlan> plans;
+  /// Row-invariant engines: the algorithm of each shape, keyed with rows 0.
+  std::map<ShapeKey, cublasLtMatmulAlgo_t> invariantAlgorithms;
 
   ~Impl() {
     for (auto &entry : plans)
@@ -77,24 +81,18 @@ struct GemmEngine::Impl {
 
   Status planFor(const GemmProblem &problem, const ShapeKey &key,
                  ShapePlan *&result);
+  /// The heuristic's first algorithm for `plan`'s descriptors.
+  Status heuristic(const ShapePlan &plan, const ShapeKey &key, bool noReduction,
+                   cublasLtMatmulAlgo_t &algorithm);
+  /// The row-invariant algorithm of `problem`'s shape.
+  Status invariantAlgorithm(const GemmProblem &problem, const ShapeKey &key,
+                            cublasLtMatmulAlgo_t &algorithm);
 };
 
-Status GemmEngine::Impl::planFor(const GemmProblem &problem,
-                                 const ShapeKey &key, ShapePlan *&result) {
-  auto found = plans.find(key);
-  if (found != plans.end()) {
-    result = &found->second;
-    return Status::success();
-  }
-  ShapePlan plan;
-  // Destroys what was made if a later step fails.
-  struct Guard {
-    ShapePlan *plan;
-    ~Guard() {
-      if (plan)
-        plan->destroy();
-    }
-  } guard{&plan};
+namespace {
+
+/// Creates `plan`'s descriptors for `problem` (destroyed by the caller).
+Status makeDescriptors(const GemmProblem &problem, ShapePlan &plan) {
   const cudaDataType_t outputType =
       problem.outputType == GemmOutputType::Bf16 ? CUDA_R_16BF : CUDA_R_32F;
   SPANC_BLAS_CALL(cublasLtMatmulDescCreate(&plan.operation, CUBLAS_COMPUTE_32F,
@@ -114,10 +112,33 @@ Status GemmEngine::Impl::planFor(const GemmProblem &problem,
   SPANC_BLAS_CALL(
       cublasLtMatrixLayoutCreate(&plan.d, outputType, uint64_t(problem.columns),
                                  uint64_t(problem.rows), problem.yStride));
+  return Status::success();
+}
+
+std::string shapeText(const GemmProblem &problem) {
+  return std::to_string(problem.rows) + "x" + std::to_string(problem.columns) +
+         "x" + std::to_string(problem.depth);
+}
+
+/// Destroys a plan's descriptors when a step of making it fails.
+struct PlanGuard {
+  ShapePlan *plan;
+  ~PlanGuard() {
+    if (plan)
+      plan->destroy();
+  }
+};
+
+} // namespace
+
+Status GemmEngine::Impl::heuristic(const ShapePlan &plan, const ShapeKey &key,
+                                   bool noReduction,
+                                   cublasLtMatmulAlgo_t &algorithm) {
   cublasLtMatmulPreference_t preference = nullptr;
   SPANC_BLAS_CALL(cublasLtMatmulPreferenceCreate(&preference));
   const uint32_t alignA = uint32_t(key.wAlign), alignB = uint32_t(key.xAlign),
                  alignD = uint32_t(key.yAlign);
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
       sizeof(workspaceBytes));
@@ -137,20 +158,73 @@ Status GemmEngine::Impl::planFor(const GemmProblem &problem,
     status = cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignD,
         sizeof(alignD));
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found_count = 0;
+  if (status == CUBLAS_STATUS_SUCCESS && noReduction)
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+        sizeof(reduction));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int count = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
     status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.a,
                                             plan.b, plan.d, plan.d, preference,
-                                            1, &heuristic, &found_count);
+                                            1, &result, &count);
   cublasLtMatmulPreferenceDestroy(preference);
   SPANC_CUDA_TRY(blasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
-  if (found_count == 0)
+  if (count == 0)
     return Status::failure(
-        "cublasLtMatmulAlgoGetHeuristic: no algorithm for a " +
-        std::to_string(problem.rows) + "x" + std::to_string(problem.columns) +
-        "x" + std::to_string(problem.depth) + " bf16 GEMM");
-  plan.algorithm = heuristic.algo;
+        "cublasLtMatmulAlgoGetHeuristic: no algorithm for this bf16 GEMM");
+  algorithm = result.algo;
+  return Status::success();
+}
+
+Status GemmEngine::Impl::invariantAlgorithm(const GemmProblem &problem,
+                                            const ShapeKey &key,
+                                            cublasLtMatmulAlgo_t &algorithm) {
+  ShapeKey shapeKey = key;
+  shapeKey.rows = 0;
+  auto found = invariantAlgorithms.find(shapeKey);
+  if (found != invariantAlgorithms.end()) {
+    algorithm = found->second;
+    return Status::success();
+  }
+  GemmProblem canonical = problem;
+  canonical.rows = kRowInvariantRows;
+  ShapePlan plan;
+  PlanGuard guard{&plan};
+  SPANC_CUDA_TRY(makeDescriptors(canonical, plan));
+  SPANC_CUDA_TRY(heuristic(plan, key, /*noReduction=*/true, algorithm));
+  // No split of the depth, whatever the heuristic's default.
+  const int32_t splits = 1;
+  SPANC_BLAS_CALL(cublasLtMatmulAlgoConfigSetAttribute(
+      &algorithm, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)));
+  invariantAlgorithms.emplace(shapeKey, algorithm);
+  return Status::success();
+}
+
+Status GemmEngine::Impl::planFor(const GemmProblem &problem,
+                                 const ShapeKey &key, ShapePlan *&result) {
+  auto found = plans.find(key);
+  if (found != plans.end()) {
+    result = &found->second;
+    return Status::success();
+  }
+  ShapePlan plan;
+  PlanGuard guard{&plan};
+  SPANC_CUDA_TRY(makeDescriptors(problem, plan));
+  if (rowInvariant) {
+    SPANC_CUDA_TRY(invariantAlgorithm(problem, key, plan.algorithm));
+    cublasLtMatmulHeuristicResult_t check = {};
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoCheck(handle, plan.operation, plan.a, plan.b, plan.d,
+                                plan.d, &plan.algorithm, &check);
+    if (status != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspaceBytes)
+      return Status::failure(
+          "cublasLtMatmulAlgoCheck: the row-invariant algorithm cannot run a " +
+          shapeText(problem) + " bf16 GEMM (" + cublasLtGetStatusName(status) +
+          ")");
+  } else {
+    SPANC_CUDA_TRY(heuristic(plan, key, /*noReduction=*/false, plan.algorithm));
+  }
   guard.plan = nullptr;
   result = &plans.emplace(key, plan).first->second;
   return Status::success();
@@ -161,10 +235,18 @@ GemmEngine::~GemmEngine() = default;
 
 Status GemmEngine::create(std::unique_ptr<GemmEngine> &engine,
                           size_t workspaceBytes) {
+  GemmOptions options;
+  options.workspaceBytes = workspaceBytes;
+  return create(engine, options);
+}
+
+Status GemmEngine::create(std::unique_ptr<GemmEngine> &engine,
+                          const GemmOptions &options) {
   auto impl = std::make_unique<Impl>();
   SPANC_BLAS_CALL(cublasLtCreate(&impl->handle));
-  SPANC_CUDA_TRY(allocate(&impl->workspace, workspaceBytes));
-  impl->workspaceBytes = workspaceBytes;
+  SPANC_CUDA_TRY(allocate(&impl->workspace, options.workspaceBytes));
+  impl->workspaceBytes = options.workspaceBytes;
+  impl->rowInvariant = options.rowInvariant;
   engine.reset(new GemmEngine(std::move(impl)));
   return Status::success();
 }

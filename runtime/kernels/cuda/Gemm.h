@@ -39,14 +39,34 @@ struct GemmProblem {
   bool accumulate = false;
 };
 
-class GemmEngine {
-public:
+struct GemmOptions {
   /// The default workspace: what cuBLASLt's Hopper kernels ask for at most.
   static constexpr size_t kDefaultWorkspaceBytes = size_t(32) << 20;
+  size_t workspaceBytes = kDefaultWorkspaceBytes;
+  /// Run every problem of one shape but its rows (columns, depth, strides,
+  /// output type, beta, alignment) with ONE algorithm, chosen for
+  /// kRowInvariantRows rows, without split-K reduction: each output row is
+  /// then computed by the same instructions whatever the number of rows,
+  /// so a row's bits do not depend on what shares its GEMM (a cache hit's
+  /// tail gives the bits its row had inside the whole prompt; a decode row
+  /// the same alone or batched). Slower for a few rows. A problem the
+  /// algorithm cannot run (cublasLtMatmulAlgoCheck) fails rather than
+  /// silently falling back to another algorithm.
+  bool rowInvariant = false;
+};
+
+class GemmEngine {
+public:
+  static constexpr size_t kDefaultWorkspaceBytes =
+      GemmOptions::kDefaultWorkspaceBytes;
+  /// The rows the row-invariant algorithm is chosen for.
+  static constexpr int64_t kRowInvariantRows = 256;
 
   /// Creates the cuBLASLt handle and the workspace on the current device.
   static Status create(std::unique_ptr<GemmEngine> &engine,
                        size_t workspaceBytes = kDefaultWorkspaceBytes);
+  static Status create(std::unique_ptr<GemmEngine> &engine,
+                       const GemmOptions &options);
   ~GemmEngine();
   GemmEngine(const GemmEngine &) = delete;
   GemmEngine &operator=(const GemmEngine &) = delete;

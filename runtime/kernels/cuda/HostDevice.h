@@ -99,6 +99,31 @@ SPANC_HOST_DEVICE uint16_t floatToHalf(float value) {
   return uint16_t(sign | result);
 }
 
+/// Arithmetic nvcc may not contract into FMAs: where two kernels (or a
+/// kernel and a host test) must produce the same bits from the same
+/// inputs, each product and sum is rounded on its own.
+SPANC_HOST_DEVICE float mulRounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+SPANC_HOST_DEVICE float addRounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+SPANC_HOST_DEVICE float divideRounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 /// K/V elements by storage type (float, or half bits in uint16_t).
 SPANC_HOST_DEVICE float loadKv(const float *pointer) { return *pointer; }
 SPANC_HOST_DEVICE float loadKv(const uint16_t *pointer) {

@@ -23,7 +23,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <tuple>
@@ -120,6 +122,8 @@ TEST(CudaAttentionPlan, CoversEveryRowAndHeadOnceWithItsVisiblePages) {
     EXPECT_FALSE(seen.count(Key(0, kvHead, 120)));
     // The decode row's tile sees all 40 pages, split in 5 ranges of 8.
     EXPECT_EQ(seen[Key(1, kvHead, 0)].size(), 40u);
+    EXPECT_EQ(seen[Key(1, kvHead, 2)].size(), 40u);
+    EXPECT_FALSE(seen.count(Key(1, kvHead, 3)));
   }
   // 64-row tiles: the first prefill tile (tokens 0..21) sees two pages
   // (the first row's masked slots of the second cost nothing), the second
@@ -128,17 +132,23 @@ TEST(CudaAttentionPlan, CoversEveryRowAndHeadOnceWithItsVisiblePages) {
   EXPECT_EQ(seen[Key(0, 0, 0)], std::set<int>({0, 1}));
   EXPECT_EQ(seen[Key(0, 0, 64)], std::set<int>({0, 1, 2}));
   EXPECT_EQ(plan.merges.size(), 3u);
+  // Each split range's state: 3 rows x (max, sum, 64 values).
+  const int32_t stateFloats = 3 * 66;
   for (const cuda::AttentionMergeGroup &group : plan.merges) {
     EXPECT_EQ(group.numSplits, 5);
     const cuda::AttentionWorkItem &first = plan.items[size_t(group.firstItem)];
-    for (int split = 0; split < group.numSplits; ++split)
-      EXPECT_EQ(plan.items[size_t(group.firstItem + split)].partial,
-                first.partial + split);
+    for (int split = 0; split < group.numSplits; ++split) {
+      const cuda::AttentionWorkItem &item =
+          plan.items[size_t(group.firstItem + split)];
+      EXPECT_EQ(item.partial, first.partial + split * stateFloats);
+      EXPECT_EQ(item.pageBegin, first.pageBegin + 8 * split);
+      EXPECT_EQ(item.rangePages, 8);
+    }
   }
-  EXPECT_EQ(plan.numPartials, 15);
+  EXPECT_EQ(plan.numPartialFloats, 15 * stateFloats);
 }
 
-TEST(CudaAttentionPlan, SplitsDependOnTheTileAloneNotOnTheBatch) {
+TEST(CudaAttentionPlan, RangesDependOnThePageListAloneNotOnTheBatch) {
   const cuda::PagedAttentionShape shape = shapeOf(4, 2, 64);
   const Sequence decode = contiguous(0, 30, 16, 1);
   cuda::AttentionPlan alone, shared;
@@ -176,16 +186,17 @@ TEST(CudaAttentionPlan, PacksPageListsAndPlanIntoOneArray) {
   EXPECT_TRUE(equals(packed.validTokens, batch.validTokens));
   EXPECT_TRUE(equals(packed.pageStarts, plan.pageStarts));
   ASSERT_FALSE(plan.merges.empty());
-  const int32_t *lastItem = words + packed.items + 7 * (plan.items.size() - 1);
+  const int32_t *lastItem = words + packed.items + 8 * (plan.items.size() - 1);
   EXPECT_EQ(lastItem[4], plan.items.back().pageBegin);
-  EXPECT_EQ(lastItem[6], plan.items.back().partial);
+  EXPECT_EQ(lastItem[6], plan.items.back().rangePages);
+  EXPECT_EQ(lastItem[7], plan.items.back().partial);
   EXPECT_EQ(words[packed.merges + 1], plan.merges[0].numSplits);
   EXPECT_EQ(packed.words.size(), packed.merges + 2 * plan.merges.size());
 }
 
 TEST(CudaAttentionPlan, EverySupportedShapeFitsHopperSharedMemory) {
-  // sm_90 lets a block opt in to 227 KiB; SmolLM2 and Llama-3-8B at 16-token
-  // blocks stay under 48 KiB and 86 KiB.
+  // sm_90 lets a block opt in to 227 KiB (sm_80 163 KiB); SmolLM2 at
+  // 16-token blocks needs no opt-in, Llama-3-8B 52 KiB.
   int64_t largest = 0;
   for (int headDim = 8; headDim <= cuda::kAttentionMaxHeadDim; headDim += 8)
     for (int blockSize = 1; blockSize <= cuda::kAttentionMaxBlockSize;
@@ -196,8 +207,9 @@ TEST(CudaAttentionPlan, EverySupportedShapeFitsHopperSharedMemory) {
   EXPECT_LE(largest, 227 * 1024);
   EXPECT_LE(cuda::attentionSharedBytes(64, 16, cuda::attentionTileRows(64)),
             48 * 1024);
+  EXPECT_LE(largest, 163 * 1024);
   EXPECT_EQ(cuda::attentionSharedBytes(128, 16, cuda::attentionTileRows(128)),
-            (2 * 64 * 128 + 2 * 128 * 16 + 64 * 16) * 4);
+            (64 * 128 + 2 * 128 * 16 + 64 * 16) * 4);
 }
 
 TEST(CudaAttentionPlan, RefusesMalformedBatches) {
@@ -224,7 +236,9 @@ TEST(CudaAttentionPlan, RefusesMalformedBatches) {
                    .ok());
 }
 
-/// The CUDA kernel's algorithm on the host, item by item over the plan.
+/// The CUDA kernel's algorithm on the host, item by item over the plan:
+/// ranges folded from scratch and merged in order, split ranges written as
+/// states and merged as the merge launch merges them.
 template <typename Element>
 void replayKernel(const cuda::PagedAttentionShape &shape,
                   const cuda::AttentionPlan &plan, const Batch &batch,
@@ -232,17 +246,24 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
                   const float *queries, float *output) {
   const int headDim = shape.headDim, blockSize = kv.blockSize;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int tile = plan.tileRows;
-  const int64_t stateFloats = cuda::attentionPartialFloats(tile, headDim);
-  std::vector<float> partials(size_t(plan.numPartials) * size_t(stateFloats));
+  const size_t tile = size_t(plan.tileRows);
+  std::vector<float> partials(size_t(plan.numPartialFloats));
+  auto outputAt = [&](int32_t firstQueryRow,
+                      const cuda::AttentionWorkItem &item, int row,
+                      int dim) -> float & {
+    const int64_t tileRow = item.firstRow + row;
+    const int64_t token = cuda::tileRowToken(tileRow, groupSize);
+    const int head = cuda::tileRowHead(item.kvHead, tileRow, groupSize);
+    return output[(firstQueryRow + token) * shape.outputRowStride +
+                  int64_t(head) * headDim + dim];
+  };
   for (const cuda::AttentionWorkItem &item : plan.items) {
-    std::vector<float> query(size_t(tile * headDim)),
-        accumulator(size_t(tile * headDim), 0.0f),
-        keys(size_t(headDim * blockSize)), values(size_t(headDim * blockSize)),
-        scores(size_t(tile * blockSize));
-    std::vector<float> maxScores(size_t(tile), -INFINITY),
-        sums(size_t(tile), 0.0f), corrections(static_cast<size_t>(tile));
-    std::vector<int64_t> limits(static_cast<size_t>(tile));
+    std::vector<float> query(tile * size_t(headDim)), accumulator(query.size()),
+        running(query.size(), 0.0f), keys(size_t(headDim * blockSize)),
+        values(size_t(headDim * blockSize)), scores(tile * size_t(blockSize));
+    std::vector<float> maxScores(tile), sums(tile), corrections(tile),
+        runningMax(tile, -INFINITY), runningSum(tile, 0.0f);
+    std::vector<int64_t> limits(tile);
     const int32_t firstQueryRow = batch.queryOffsets[size_t(item.sequence)];
     const int64_t numQueries =
         batch.queryOffsets[size_t(item.sequence) + 1] - firstQueryRow;
@@ -260,89 +281,116 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
             shape.scale;
       limits[size_t(row)] = cuda::queryLimit(length, numQueries, token);
     }
-    for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
-      const int valid = batch.validTokens[size_t(page)];
-      if (valid == 0)
-        continue;
-      const int64_t start = plan.pageStarts[size_t(page)];
-      const int64_t block = batch.blockIds[size_t(page)];
-      const Element *keyLayer = static_cast<const Element *>(kv.keys);
-      const Element *valueLayer = static_cast<const Element *>(kv.values);
-      for (int index = 0; index < headDim * blockSize; ++index) {
-        keys[size_t(index)] = cuda::loadKv(
-            keyLayer + cuda::keyOffset(kv.blockStride, kv.headStride, blockSize,
-                                       block, item.kvHead, index % blockSize,
-                                       index / blockSize));
-        values[size_t(index)] = cuda::loadKv(
-            valueLayer + cuda::valueOffset(kv.blockStride, kv.headStride,
-                                           headDim, block, item.kvHead,
-                                           index / headDim, index % headDim));
-      }
-      if (rope) {
-        const int rotaryDim = rope->config().rotaryDim, half = rotaryDim / 2;
-        for (int index = 0; index < half * valid; ++index) {
-          const int pair = index / valid, slot = index % valid;
-          const float *cosSin = rope->row(start + slot);
-          int first, second;
-          cuda::ropePairDims(rope->config().order == cpu::RopeOrder::NeoX,
-                             rotaryDim, pair, first, second);
-          float &a = keys[size_t(first * blockSize + slot)];
-          float &b = keys[size_t(second * blockSize + slot)];
-          cuda::rotatePair(a, b, cosSin[pair], cosSin[half + pair], a, b);
+    for (int32_t rangeBegin = item.pageBegin; rangeBegin < item.pageEnd;
+         rangeBegin += item.rangePages) {
+      const int32_t rangeEnd =
+          std::min(item.pageEnd, rangeBegin + item.rangePages);
+      std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+      std::fill(maxScores.begin(), maxScores.end(), -INFINITY);
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (int32_t page = rangeBegin; page < rangeEnd; ++page) {
+        const int valid = batch.validTokens[size_t(page)];
+        if (valid == 0)
+          continue;
+        const int64_t start = plan.pageStarts[size_t(page)];
+        const int64_t block = batch.blockIds[size_t(page)];
+        const Element *keyLayer = static_cast<const Element *>(kv.keys);
+        const Element *valueLayer = static_cast<const Element *>(kv.values);
+        for (int index = 0; index < headDim * blockSize; ++index) {
+          keys[size_t(index)] = cuda::loadKv(
+              keyLayer + cuda::keyOffset(kv.blockStride, kv.headStride,
+                                         blockSize, block, item.kvHead,
+                                         index % blockSize, index / blockSize));
+          values[size_t(index)] = cuda::loadKv(
+              valueLayer + cuda::valueOffset(kv.blockStride, kv.headStride,
+                                             headDim, block, item.kvHead,
+                                             index / headDim, index % headDim));
         }
-      }
-      for (int row = 0; row < item.numRows; ++row)
-        for (int slot = 0; slot < blockSize; ++slot) {
-          float score = -INFINITY;
-          if (slot < cuda::visibleSlots(valid, start, limits[size_t(row)])) {
-            score = 0.0f;
-            for (int dim = 0; dim < headDim; ++dim)
-              score += query[size_t(row * headDim + dim)] *
-                       keys[size_t(dim * blockSize + slot)];
+        if (rope) {
+          const int rotaryDim = rope->config().rotaryDim, half = rotaryDim / 2;
+          for (int index = 0; index < half * valid; ++index) {
+            const int pair = index / valid, slot = index % valid;
+            const float *cosSin = rope->row(start + slot);
+            int first, second;
+            cuda::ropePairDims(rope->config().order == cpu::RopeOrder::NeoX,
+                               rotaryDim, pair, first, second);
+            float &a = keys[size_t(first * blockSize + slot)];
+            float &b = keys[size_t(second * blockSize + slot)];
+            cuda::rotatePair(a, b, cosSin[pair], cosSin[half + pair], a, b);
           }
-          scores[size_t(row * blockSize + slot)] = score;
         }
-      for (int row = 0; row < item.numRows; ++row) {
-        const int count = cuda::visibleSlots(valid, start, limits[size_t(row)]);
-        if (count == 0) {
-          corrections[size_t(row)] = 1.0f;
-          continue;
-        }
-        float *rowScores = scores.data() + row * blockSize;
-        float blockMax = -INFINITY;
-        for (int slot = 0; slot < count; ++slot)
-          blockMax = std::fmax(blockMax, rowScores[slot]);
-        const float newMax =
-            cuda::softmaxNewMax(maxScores[size_t(row)], blockMax);
-        const float correction =
-            cuda::softmaxCorrection(maxScores[size_t(row)], newMax);
-        float blockSum = 0.0f;
-        for (int slot = 0; slot < blockSize; ++slot) {
-          const float weight =
-              slot < count ? cuda::softmaxWeight(rowScores[slot], newMax) : 0;
-          rowScores[slot] = weight;
-          blockSum += weight;
-        }
-        sums[size_t(row)] = sums[size_t(row)] * correction + blockSum;
-        maxScores[size_t(row)] = newMax;
-        corrections[size_t(row)] = correction;
-      }
-      for (int row = 0; row < item.numRows; ++row) {
-        const int count = cuda::visibleSlots(valid, start, limits[size_t(row)]);
-        if (count == 0)
-          continue;
-        for (int dim = 0; dim < headDim; ++dim) {
-          float sum = accumulator[size_t(row * headDim + dim)] *
-                      corrections[size_t(row)];
+        for (int row = 0; row < item.numRows; ++row)
+          for (int slot = 0; slot < blockSize; ++slot) {
+            float score = -INFINITY;
+            if (slot < cuda::visibleSlots(valid, start, limits[size_t(row)])) {
+              score = 0.0f;
+              for (int dim = 0; dim < headDim; ++dim)
+                score += query[size_t(row * headDim + dim)] *
+                         keys[size_t(dim * blockSize + slot)];
+            }
+            scores[size_t(row * blockSize + slot)] = score;
+          }
+        for (int row = 0; row < item.numRows; ++row) {
+          const int count =
+              cuda::visibleSlots(valid, start, limits[size_t(row)]);
+          if (count == 0) {
+            corrections[size_t(row)] = 1.0f;
+            continue;
+          }
+          float *rowScores = scores.data() + row * blockSize;
+          float blockMax = -INFINITY;
           for (int slot = 0; slot < count; ++slot)
-            sum += scores[size_t(row * blockSize + slot)] *
-                   values[size_t(slot * headDim + dim)];
-          accumulator[size_t(row * headDim + dim)] = sum;
+            blockMax = std::fmax(blockMax, rowScores[slot]);
+          const float newMax =
+              cuda::softmaxNewMax(maxScores[size_t(row)], blockMax);
+          const float correction =
+              cuda::softmaxCorrection(maxScores[size_t(row)], newMax);
+          float blockSum = 0.0f;
+          for (int slot = 0; slot < blockSize; ++slot) {
+            const float weight =
+                slot < count ? cuda::softmaxWeight(rowScores[slot], newMax) : 0;
+            rowScores[slot] = weight;
+            blockSum += weight;
+          }
+          sums[size_t(row)] = sums[size_t(row)] * correction + blockSum;
+          maxScores[size_t(row)] = newMax;
+          corrections[size_t(row)] = correction;
+        }
+        for (int row = 0; row < item.numRows; ++row) {
+          const int count =
+              cuda::visibleSlots(valid, start, limits[size_t(row)]);
+          if (count == 0)
+            continue;
+          for (int dim = 0; dim < headDim; ++dim) {
+            float sum = accumulator[size_t(row * headDim + dim)] *
+                        corrections[size_t(row)];
+            for (int slot = 0; slot < count; ++slot)
+              sum += scores[size_t(row * blockSize + slot)] *
+                     values[size_t(slot * headDim + dim)];
+            accumulator[size_t(row * headDim + dim)] = sum;
+          }
+        }
+      }
+      if (item.partial >= 0)
+        break;
+      for (int row = 0; row < item.numRows; ++row) {
+        if (!(sums[size_t(row)] > 0))
+          continue;
+        float newMax, keep, add;
+        cuda::mergeFactors(runningMax[size_t(row)], maxScores[size_t(row)],
+                           newMax, keep, add);
+        runningSum[size_t(row)] = cuda::mergeValue(
+            runningSum[size_t(row)], keep, sums[size_t(row)], add);
+        runningMax[size_t(row)] = newMax;
+        for (int dim = 0; dim < headDim; ++dim) {
+          float &value = running[size_t(row * headDim + dim)];
+          value = cuda::mergeValue(
+              value, keep, accumulator[size_t(row * headDim + dim)], add);
         }
       }
     }
     if (item.partial >= 0) {
-      float *state = partials.data() + item.partial * stateFloats;
+      float *state = partials.data() + item.partial;
       for (int row = 0; row < item.numRows; ++row) {
         state[row * (2 + headDim)] = maxScores[size_t(row)];
         state[row * (2 + headDim) + 1] = sums[size_t(row)];
@@ -352,16 +400,10 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
       }
       continue;
     }
-    for (int row = 0; row < item.numRows; ++row) {
-      const int64_t tileRow = item.firstRow + row;
-      const int64_t token = cuda::tileRowToken(tileRow, groupSize);
-      const int head = cuda::tileRowHead(item.kvHead, tileRow, groupSize);
+    for (int row = 0; row < item.numRows; ++row)
       for (int dim = 0; dim < headDim; ++dim)
-        output[(firstQueryRow + token) * shape.outputRowStride +
-               int64_t(head) * headDim + dim] =
-            accumulator[size_t(row * headDim + dim)] *
-            cuda::softmaxNormalizer(sums[size_t(row)]);
-    }
+        outputAt(firstQueryRow, item, row, dim) = cuda::attentionOutput(
+            running[size_t(row * headDim + dim)], runningSum[size_t(row)]);
   }
   // The merge launch.
   for (const cuda::AttentionMergeGroup &group : plan.merges) {
@@ -369,31 +411,22 @@ void replayKernel(const cuda::PagedAttentionShape &shape,
     const int32_t firstQueryRow = batch.queryOffsets[size_t(first.sequence)];
     for (int row = 0; row < first.numRows; ++row)
       for (int dim = 0; dim < headDim; ++dim) {
-        float groupMax = -INFINITY;
+        float maxScore = -INFINITY, sum = 0, value = 0;
         for (int split = 0; split < group.numSplits; ++split) {
-          const float *state = partials.data() +
-                               (first.partial + split) * stateFloats +
-                               row * (2 + headDim);
-          if (state[1] > 0)
-            groupMax = std::fmax(groupMax, state[0]);
-        }
-        float total = 0, value = 0;
-        for (int split = 0; split < group.numSplits; ++split) {
-          const float *state = partials.data() +
-                               (first.partial + split) * stateFloats +
-                               row * (2 + headDim);
+          const float *state =
+              partials.data() +
+              plan.items[size_t(group.firstItem + split)].partial +
+              cuda::attentionStateFloats(row, headDim);
           if (!(state[1] > 0))
             continue;
-          const float weight = cuda::softmaxWeight(state[0], groupMax);
-          total += state[1] * weight;
-          value += state[2 + dim] * weight;
+          float newMax, keep, add;
+          cuda::mergeFactors(maxScore, state[0], newMax, keep, add);
+          sum = cuda::mergeValue(sum, keep, state[1], add);
+          value = cuda::mergeValue(value, keep, state[2 + dim], add);
+          maxScore = newMax;
         }
-        const int64_t tileRow = first.firstRow + row;
-        const int64_t token = cuda::tileRowToken(tileRow, groupSize);
-        const int head = cuda::tileRowHead(first.kvHead, tileRow, groupSize);
-        output[(firstQueryRow + token) * shape.outputRowStride +
-               int64_t(head) * headDim + dim] =
-            total > 0 ? value / total : 0.0f;
+        outputAt(firstQueryRow, first, row, dim) =
+            cuda::attentionOutput(value, sum);
       }
   }
 }
@@ -500,5 +533,128 @@ INSTANTIATE_TEST_SUITE_P(
         ReplayCase{cpu::KvPrecision::F32, false, cpu::RopeOrder::Normal},
         ReplayCase{cpu::KvPrecision::F16, true, cpu::RopeOrder::Normal},
         ReplayCase{cpu::KvPrecision::F16, true, cpu::RopeOrder::NeoX}));
+
+/// A storage filled with random K/V and queries for every row of a batch;
+/// replays the kernel over `batch` planned with `options`.
+struct ReplayBench {
+  static constexpr int queryHeads = 6, kvHeads = 2, headDim = 64;
+  std::unique_ptr<kv::KvStorage> storage;
+  cpu::RopeTable ropeTable;
+  bool ropeInKernel = false;
+
+  explicit ReplayBench(const ReplayCase &param)
+      : ropeInKernel(param.ropeInKernel) {
+    kv::KvStorageConfig config;
+    config.numLayers = 1;
+    config.numKvHeads = kvHeads;
+    config.headDim = headDim;
+    config.numBlocks = 80;
+    config.keysRotated = !param.ropeInKernel;
+    config.precision = param.precision;
+    auto created = kv::KvStorage::create(config);
+    EXPECT_TRUE(bool(created));
+    storage = std::move(*created);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> key(size_t(kvHeads * headDim)), value(key.size());
+    for (int64_t block = 0; block < config.numBlocks; ++block)
+      for (int slot = 0; slot < 16; ++slot) {
+        for (float &x : key)
+          x = normal(rng);
+        for (float &x : value)
+          x = normal(rng);
+        storage->writeToken(0, block, slot, key.data(), value.data());
+      }
+    cpu::RopeConfig ropeConfig;
+    ropeConfig.headDim = ropeConfig.rotaryDim = headDim;
+    ropeConfig.order = param.order;
+    ropeTable = cpu::RopeTable(ropeConfig, 2048);
+  }
+
+  /// Rows of `batch`, whose queries are row r of `queriesByToken` for the
+  /// token at logical index (length - numQueries + r) of each sequence.
+  std::vector<float> run(const Batch &batch,
+                         const std::vector<std::vector<float>> &tokenQueries,
+                         const cuda::AttentionPlanOptions &options,
+                         cuda::AttentionPlan *planOut = nullptr) {
+    const cuda::PagedAttentionShape shape =
+        shapeOf(queryHeads, kvHeads, headDim);
+    const int32_t numRows = batch.queryOffsets.back();
+    std::vector<float> queries;
+    for (size_t sequence = 0; sequence + 1 < batch.queryOffsets.size();
+         ++sequence) {
+      int64_t length = 0;
+      for (int32_t page = batch.pageOffsets[sequence];
+           page < batch.pageOffsets[sequence + 1]; ++page)
+        length += batch.validTokens[size_t(page)];
+      const int32_t count =
+          batch.queryOffsets[sequence + 1] - batch.queryOffsets[sequence];
+      for (int64_t token = length - count; token < length; ++token)
+        queries.insert(queries.end(), tokenQueries[size_t(token)].begin(),
+                       tokenQueries[size_t(token)].end());
+    }
+    cuda::AttentionPlan plan;
+    EXPECT_TRUE(
+        cuda::buildAttentionPlan(shape, batch.view(), 16, options, plan).ok());
+    std::vector<float> output(size_t(numRows * shape.outputRowStride), NAN);
+    const cpu::RopeTable *rope = ropeInKernel ? &ropeTable : nullptr;
+    if (storage->precision() == cpu::KvPrecision::F16)
+      replayKernel<uint16_t>(shape, plan, batch, storage->layerView(0), rope,
+                             queries.data(), output.data());
+    else
+      replayKernel<float>(shape, plan, batch, storage->layerView(0), rope,
+                          queries.data(), output.data());
+    if (planOut)
+      *planOut = plan;
+    return output;
+  }
+};
+
+TEST_P(CudaAttentionReplay, RowsGiveTheSameBitsHoweverTheirTilesAreCut) {
+  ReplayBench bench(GetParam());
+  const int64_t width = ReplayBench::queryHeads * ReplayBench::headDim;
+  // A 307-token prompt over 20 pages (3 ranges of 8 pages), with padding.
+  Sequence prompt = contiguous(30, 20, 12, 0);
+  prompt.validTokens[4] = 7;
+  const int total =
+      std::accumulate(prompt.validTokens.begin(), prompt.validTokens.end(), 0);
+  ASSERT_EQ(total, 307);
+  prompt.numQueries = total;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> tokenQueries(
+      static_cast<size_t>(total), std::vector<float>(size_t(width)));
+  for (std::vector<float> &row : tokenQueries)
+    for (float &x : row)
+      x = normal(rng);
+
+  cuda::AttentionPlan missPlan, splitPlan;
+  const std::vector<float> miss =
+      bench.run(Batch({prompt}), tokenQueries, {}, &missPlan);
+  cuda::AttentionPlanOptions always;
+  always.splitting = cuda::AttentionSplitting::Always;
+  const std::vector<float> split =
+      bench.run(Batch({prompt}), tokenQueries, always, &splitPlan);
+  ASSERT_FALSE(splitPlan.merges.empty());
+  cuda::AttentionPlanOptions never;
+  never.splitting = cuda::AttentionSplitting::Never;
+  const std::vector<float> whole =
+      bench.run(Batch({prompt}), tokenQueries, never);
+  EXPECT_EQ(std::memcmp(split.data(), miss.data(), miss.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(whole.data(), miss.data(), miss.size() * 4), 0);
+
+  // A cache hit: the same page list, only the last 5 tokens computed, next
+  // to a decode step; each row must give the bits the full prompt gave.
+  Sequence tail = prompt;
+  tail.numQueries = 5;
+  const std::vector<float> hit =
+      bench.run(Batch({contiguous(0, 3, 2, 1), tail}), tokenQueries, {});
+  for (int64_t row = 0; row < 5; ++row)
+    EXPECT_EQ(std::memcmp(hit.data() + (1 + row) * width,
+                          miss.data() + (total - 5 + row) * width,
+                          size_t(width) * 4),
+              0)
+        << "tail row " << row;
+}
 
 } // namespace

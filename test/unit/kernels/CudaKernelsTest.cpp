@@ -226,6 +226,43 @@ TEST_F(CudaKernels, GemmMatchesADoubleReferenceOnBf16Inputs) {
   EXPECT_FALSE(engine->multiply(problem, nullptr).ok());
 }
 
+TEST_F(CudaKernels, RowInvariantGemmRowsDoNotDependOnTheRowCount) {
+  cuda::GemmOptions options;
+  options.rowInvariant = true;
+  std::unique_ptr<cuda::GemmEngine> engine;
+  ASSERT_CUDA_OK(cuda::GemmEngine::create(engine, options));
+  const int64_t n = 1536, k = 576, rows = 300;
+  const std::vector<uint16_t> x = toBf16(randomFloats(size_t(rows * k)));
+  const uint16_t *deviceX = upload(x);
+  const uint16_t *deviceW = upload(toBf16(randomFloats(size_t(n * k), 0.05f)));
+  // Rows [first, first + count) alone must give their bits in all 300.
+  auto product = [&](int64_t first, int64_t count) {
+    cuda::GemmProblem problem;
+    problem.rows = count;
+    problem.columns = n;
+    problem.depth = k;
+    problem.x = deviceX + first * k;
+    problem.xStride = k;
+    problem.w = deviceW;
+    problem.wStride = k;
+    float *y = deviceArray<float>(size_t(count * n));
+    problem.y = y;
+    problem.yStride = n;
+    EXPECT_TRUE(engine->multiply(problem, nullptr).ok());
+    return download(y, size_t(count * n));
+  };
+  // Offsets keep X's alignment (the algorithm depends on it).
+  const std::vector<float> all = product(0, rows);
+  for (auto [first, count] :
+       {std::pair<int64_t, int64_t>{256, 1}, {128, 37}, {0, 200}, {64, 236}}) {
+    const std::vector<float> part = product(first, count);
+    EXPECT_EQ(std::memcmp(part.data(), all.data() + first * n,
+                          part.size() * sizeof(float)),
+              0)
+        << count << " rows from " << first;
+  }
+}
+
 TEST_F(CudaKernels, DequantizationEqualsTheLoaderBitForBit) {
   std::uniform_int_distribution<int> byte(0, 255);
   for (model::GgmlType type :
@@ -551,6 +588,71 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
     ASSERT_NEAR(model::bf16ToFloat(actualBf16[index]), expected[index],
                 1e-4f + std::fabs(expected[index]) / 128);
   }
+}
+
+TEST_P(CudaAttention, RowsGiveTheSameBitsSplitOrWhole) {
+  const AttentionCase param = GetParam();
+  auto storage = makeStorage(param.precision, !param.ropeInKernel);
+  ASSERT_TRUE(storage);
+  fillStorage(*storage, rng);
+  DevicePool device;
+  ASSERT_CUDA_OK(uploadStorage(*storage, device));
+  cpu::RopeConfig ropeConfig;
+  ropeConfig.headDim = ropeConfig.rotaryDim = 64;
+  cpu::RopeTable ropeTable(ropeConfig, 2048);
+  cuda::RopeTableView ropeView;
+  ropeView.cosSin = upload(std::vector<float>(
+      ropeTable.row(0), ropeTable.row(0) + ropeTable.numPositions() * 64));
+  ropeView.numPositions = ropeTable.numPositions();
+  ropeView.rotaryDim = ropeView.headDim = 64;
+  cuda::PagedAttentionOptions options;
+  options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
+
+  // A 40-page prompt (5 ranges) in full, and its last 3 tokens alone.
+  std::vector<int32_t> blockIds, validTokens;
+  for (int page = 0; page < 40; ++page) {
+    blockIds.push_back((page * 5 + 3) % 64);
+    validTokens.push_back(page == 17 ? 4 : 16);
+  }
+  const int32_t length = 39 * 16 + 4;
+  const int64_t width = 6 * 64;
+  const std::vector<float> queries = randomFloats(size_t(length * width));
+  cuda::PagedAttentionShape shape;
+  shape.numQueryHeads = 6;
+  shape.numKvHeads = 2;
+  shape.headDim = 64;
+  shape.scale = 0.125f;
+  shape.queryRowStride = width;
+  shape.outputRowStride = width;
+  const float *deviceQueries = upload(queries);
+  auto run = [&](int32_t numQueries, cuda::AttentionSplitting splitting) {
+    std::vector<int32_t> queryOffsets = {0, numQueries}, pageOffsets = {0, 40};
+    cuda::PagedAttentionBatch batch;
+    batch.numSequences = 1;
+    batch.queryOffsets = queryOffsets.data();
+    batch.pageOffsets = pageOffsets.data();
+    batch.blockIds = blockIds.data();
+    batch.validTokens = validTokens.data();
+    cuda::AttentionPlanOptions planOptions;
+    planOptions.splitting = splitting;
+    cuda::AttentionWorkspace workspace;
+    EXPECT_TRUE(workspace.prepare(shape, batch, 16, planOptions, nullptr).ok());
+    float *output = deviceArray<float>(size_t(numQueries * width));
+    EXPECT_TRUE(
+        cuda::pagedAttention(shape, workspace, cuda::layerView(device.pool, 1),
+                             deviceQueries + (length - numQueries) * width,
+                             output, options, nullptr)
+            .ok());
+    return download(output, size_t(numQueries * width));
+  };
+  const std::vector<float> whole = run(length, cuda::AttentionSplitting::Never);
+  const std::vector<float> split =
+      run(length, cuda::AttentionSplitting::Always);
+  const std::vector<float> tail = run(3, cuda::AttentionSplitting::Auto);
+  EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), whole.data() + (length - 3) * width,
+                        tail.size() * 4),
+            0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

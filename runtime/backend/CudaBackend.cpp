@@ -239,7 +239,12 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
   state->ropeInKernel = !keysRotated;
   SPANC_CUDA_CHECK(cuda::setDevice(deviceOrdinal));
   SPANC_CUDA_CHECK(cuda::createStream(state->stream));
-  SPANC_CUDA_CHECK(cuda::GemmEngine::create(state->gemm));
+  // One cuBLASLt algorithm per shape whatever its rows, so a row's logits
+  // do not depend on what shares its step (docs/ARCHITECTURE.md,
+  // "Numerics"): a span hit's tail gives the bits it had in the miss.
+  cuda::GemmOptions gemmOptions;
+  gemmOptions.rowInvariant = true;
+  SPANC_CUDA_CHECK(cuda::GemmEngine::create(state->gemm, gemmOptions));
 
   auto weights = sharedWeights(model, deviceOrdinal, state->stream);
   if (!weights)

@@ -4,8 +4,9 @@
 // in GPU memory with kv::KvStorage's block layout, the weights are uploaded
 // at load in their GGUF blocks and dequantized to bf16 there
 // (CudaWeightLayout), and a step runs on one stream: the embedding, per
-// layer RMSNorm, the fused Q|K|V GEMM (cuBLASLt, bf16 in, f32 out), RoPE,
-// the K/V write, paged attention over each sequence's page list (rope in
+// layer RMSNorm, the fused Q|K|V GEMM (cuBLASLt, bf16 in, f32 out, one
+// algorithm per shape whatever its rows, so rows round alike in any step),
+// RoPE, the K/V write, paged attention over each sequence's page list (rope in
 // the kernel, or K stored rotated), the output projection added into the
 // residual stream, RMSNorm, gate|up, SwiGLU, down; then the final norm and
 // the logits of the rows that ask, copied back. Relocations run a CIDRA

@@ -14,8 +14,10 @@
 // - the span-cache contracts of test/unit/sched/ExecutorTest.cpp on the
 //   GPU through sched::Executor: a warm cache gives the cold answer, spans
 //   hit in any order (AB then BA) with the cold answer under both
-//   relocations, both relocation strategies agree, and a cache 4x too small
-//   changes no answer. These compare GPU with GPU, greedy tokens exactly.
+//   relocations, both relocation strategies agree, a span hit gives the
+//   miss's first-token logits (bit for bit with rope-in-kernel), and a
+//   cache 4x too small changes no answer. These compare GPU with GPU,
+//   greedy tokens exactly.
 // - a GPU greedy answer equals the CPU's on the synthetic model.
 //
 //===----------------------------------------------------------------------===//
@@ -39,6 +41,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <numeric>
@@ -273,9 +276,10 @@ protected:
   std::unique_ptr<sched::Executor>
   makeExecutor(backend::Device device,
                kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
-               int64_t cacheTokens = 16384) {
+               int64_t cacheTokens = 16384, bool keepFirstLogits = false) {
     sched::ExecutorOptions options;
     options.device = device;
+    options.keepFirstLogits = keepFirstLogits;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
     auto executor = sched::Executor::create(*model, *tokenizer, options);
@@ -339,6 +343,44 @@ TEST_F(CudaExecutorTest, SpansHitInAnyOrderAndBothRelocationsAgree) {
     if (mode == kv::RelocationMode::Rerope) {
       EXPECT_GT(warm[0].stats.relocatedTokens, 0u);
     }
+  }
+}
+
+TEST_F(CudaExecutorTest, ASpanHitGivesTheLogitsOfTheMiss) {
+  // BA cold against BA after AB (both documents reused at new offsets).
+  // rope-in-kernel: the cached blocks are the miss's bits and every kernel
+  // rounds a row alike in any step (row-invariant GEMMs, attention rows
+  // independent of their tiles), so the first token's logits are the
+  // miss's bit for bit. ReRoPE turns f16 K and rounds again: within 1e-2,
+  // the CPU's bound for f16 K/V.
+  plan::Plan ab = compile(query("q", "fragment pool fragment rope"));
+  plan::Plan ba = compile(query("q", "fragment rope fragment pool"));
+  for (kv::RelocationMode mode :
+       {kv::RelocationMode::RopeInKernel, kv::RelocationMode::Rerope}) {
+    const char *name =
+        mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
+    auto cold = makeExecutor(backend::Device::Cuda, mode, 16384, true);
+    auto warm = makeExecutor(backend::Device::Cuda, mode, 16384, true);
+    ASSERT_TRUE(cold && warm);
+    auto miss = cold->run(ba);
+    warm->run(ab);
+    auto hit = warm->run(ba);
+    ASSERT_GT(hit[0].stats.reusedTokens, 100u) << name;
+    ASSERT_FALSE(miss[0].firstLogits.empty());
+    ASSERT_EQ(hit[0].firstLogits.size(), miss[0].firstLogits.size());
+    double maxDifference = 0;
+    for (size_t i = 0; i < miss[0].firstLogits.size(); ++i)
+      maxDifference = std::max(
+          maxDifference,
+          double(std::fabs(hit[0].firstLogits[i] - miss[0].firstLogits[i])));
+    std::printf("[ cuda ] %s: hit vs miss logits max |diff| %.3g\n", name,
+                maxDifference);
+    if (mode == kv::RelocationMode::RopeInKernel) {
+      EXPECT_EQ(maxDifference, 0.0) << name;
+    } else {
+      EXPECT_LE(maxDifference, 1e-2) << name;
+    }
+    EXPECT_EQ(hit[0].tokens, miss[0].tokens) << name;
   }
 }
 

@@ -133,6 +133,15 @@ for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
            $(python3 -c 'import glob, os, nvidia; print(" ".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null); do
   [[ -d $dir ]] && cudadirs+="$dir:"
 done
+# Wherever else the CUDA 13 runtime and cuBLAS(Lt) are (the wheels' layout
+# differs between CUDA versions).
+for dir in $(find /usr/local/cuda* \
+               $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+               \( -name 'libcudart.so.13*' -o -name 'libcublas.so.13*' \
+                  -o -name 'libcublasLt.so.13*' \) 2>/dev/null |
+             xargs -r -n1 dirname | sort -u); do
+  [[ :$cudadirs: == *:$dir:* ]] || cudadirs+="$dir:"
+done
 export LD_LIBRARY_PATH="$work/lib:${cudadirs}${LD_LIBRARY_PATH:-}"
 export SPANC_ROOT="$root"
 spanc="$work/bin/spanc"

@@ -133,6 +133,16 @@ struct CudaBackend::State {
   }
 
   llvm::Error reserve(int64_t numTokens, int64_t numLogitRows);
+
+  /// Makes the backend's GPU current for the calling thread (the current
+  /// device is per thread: serve's engine thread did not make the
+  /// backend); false after keeping the failure for the next forward.
+  bool useDevice() {
+    cuda::Status status = cuda::setDevice(deviceInfo.ordinal);
+    if (!status.ok() && pendingError.empty())
+      pendingError = status.message();
+    return status.ok();
+  }
 };
 
 llvm::Error CudaBackend::State::reserve(int64_t numTokens,
@@ -531,6 +541,7 @@ void CudaBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
   s.hostPairs.insert(s.hostPairs.end(), b.begin(), b.end());
   s.hostDistances.resize(size_t(numPairs * blockSize));
   auto run = [&]() -> cuda::Status {
+    SPANC_CUDA_TRY(cuda::setDevice(s.deviceInfo.ordinal));
     SPANC_CUDA_TRY(
         s.distancePairs.reserve(s.hostPairs.size() * sizeof(int32_t)));
     SPANC_CUDA_TRY(
@@ -561,6 +572,8 @@ void CudaBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
 void CudaBackend::relocate(const kv::RelocationPlan &plan) {
   State &s = *state;
   if (plan.batches.empty())
+    return;
+  if (!s.useDevice())
     return;
   if (llvm::Error error = buildCudaRelocationLayout(
           plan.batches, s.poolView.numBlocks, s.relocation)) {
@@ -595,6 +608,8 @@ void CudaBackend::relocate(const kv::RelocationPlan &plan) {
 
 void CudaBackend::copyBlock(const kv::RelocationOp &copy) {
   State &s = *state;
+  if (!s.useDevice())
+    return;
   cuda::Status status;
   if (copy.delta == 0 && copy.source != copy.destination) {
     status = cuda::copyBlock(s.poolView, int64_t(copy.source),

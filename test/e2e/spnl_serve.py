@@ -271,6 +271,63 @@ def check_augment(server):
           (status, error))
 
 
+def get_metric(server, name, label=""):
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=30) as connection:
+        connection.sendall(("GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n").encode())
+        data = b""
+        while True:
+            piece = connection.recv(65536)
+            if not piece:
+                break
+            data += piece
+    for line in data.decode("utf-8", "replace").splitlines():
+        if (line.startswith(name + "{") or line.startswith(name + " ")) \
+                and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def check_disconnect(server):
+    # A client that goes away mid-stream cancels the query's calls and
+    # their blocks go back to the pool.
+    query = {"Repeat": {"n": 3, "generate": generate(
+        "Tell a long story about the sea.", 3000, 0.9)}}
+    body = json.dumps(query).encode()
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=60) as connection:
+        connection.sendall((
+            "POST /v1/query/execute?stream=true HTTP/1.1\r\n"
+            "Host: x\r\ncontent-type: text/plain\r\n"
+            "content-length: %d\r\n\r\n" % len(body)).encode() + body)
+        received = b""
+        while received.count(b"data: ") < 2:
+            piece = connection.recv(4096)
+            if not piece:
+                break
+            received += piece
+    check(received.count(b"data: ") >= 2,
+          "the stream started before the client left: %r" % received[:200])
+    deadline = time.time() + 30
+    running = usage = None
+    while time.time() < deadline:
+        running = get_metric(server, "vllm:num_requests_running")
+        usage = get_metric(server, "vllm:kv_cache_usage_perc")
+        if running == 0 and usage == 0:
+            break
+        time.sleep(0.2)
+    check(running == 0 and usage == 0,
+          "a dropped stream is cancelled and its blocks released "
+          "(running %r, KV usage %r)" % (running, usage))
+    aborted = get_metric(server, "vllm:request_success_total", "abort")
+    check(aborted is not None and aborted >= 1,
+          "the dropped request finished as aborted: %r" % aborted)
+    status, _, _ = server.execute({"Repeat": {"n": 1, "generate": generate(
+        "Still there?", 2)}}, stream=False)
+    check(status == 200, "the server keeps serving after a dropped stream")
+
+
 def check_errors(server):
     for body, what, needle in [
             ('{"g": {"model": "m", "input": {"user": "hi"}, }}',
@@ -313,6 +370,8 @@ def main():
         check_augment(server)
         check_errors(server)
         check(server.stop() == 0, "SIGTERM: exit 0")
+        # Long answers, so that the client leaves before they end.
+        check_disconnect(Server(spanc, model, "--max-tokens-limit", "3000"))
     finally:
         for each in servers:
             if each.process.poll() is None:

@@ -478,7 +478,8 @@ private:
       if (spec->type != ir::AttrType::String) {
         double number = attr->getNumber();
         // spnl writes max_tokens = 0 (its default) for "as many as the
-        // server allows"; added below.
+        // server allows": left out, as when absent, for the compiler's
+        // default (codegen::LoweringLimits::defaultMaxTokens).
         if (key == "max_tokens" && number == 0)
           continue;
         if (number < spec->min || number > spec->max) {
@@ -494,12 +495,6 @@ private:
       }
       result.push_back({key, std::move(*attr)});
     }
-    // Absent or 0 alike: spnl's serde default for max_tokens is 0.
-    if (options.defaultMaxTokens > 0 &&
-        llvm::none_of(result, [](const ir::NamedAttribute &attribute) {
-          return attribute.name == "max_tokens";
-        }))
-      result.push_back({"max_tokens", ir::Attribute(options.defaultMaxTokens)});
     return ok;
   }
 

@@ -17,6 +17,8 @@
 // span.par, a map a span.plus of one span.gen per input, a zip the join
 // spnl's executor makes of it, an augment span.plus(span.retrieve) over the
 // corpus NAME, and `print` is dropped from the model input with a note.
+// A g's `max_tokens: 0` (spnl's default: as many as the server allows) is
+// left out, as an absent one, for the compiler's default.
 // Unknown keys and malformed nodes are errors that name the JSON path
 // (e.g. /g/input/cross/1) and point at the node.
 //
@@ -33,10 +35,6 @@
 namespace spanc::frontend {
 
 struct SpnlImportOptions {
-  /// What a g's `max_tokens: 0` (spnl's default) becomes: spnl leaves the
-  /// length to the server, so spanc serve gives its --max-tokens-limit.
-  /// 0: the attribute is left out (gen's own default).
-  int64_t defaultMaxTokens = 0;
   /// How many fragments an augment retrieves.
   int64_t augmentK = 4;
 };

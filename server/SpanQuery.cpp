@@ -22,8 +22,10 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
   static const std::unique_ptr<retrieval::CorpusCatalog> noCorpora =
       llvm::cantFail(retrieval::CorpusCatalog::open({}, {}));
   options.passes.corpora = limits.corpora ? limits.corpora : noCorpora.get();
-  // spnl's max_tokens 0 leaves the length to the server: its limit.
-  options.frontend.spnl.defaultMaxTokens = limits.maxTokensLimit;
+  // spnl's max_tokens 0 (or none) is as many as the server allows: its
+  // limit, as far as the context leaves room.
+  if (isJson)
+    options.limits.defaultMaxTokens = limits.maxTokensLimit;
   options.frontend.paramOverrides.assign(params.begin(), params.end());
   options.limits.maxCalls = limits.maxCalls;
   options.limits.contextLength = limits.contextLength;

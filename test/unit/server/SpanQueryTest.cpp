@@ -186,7 +186,7 @@ TEST_F(SpanQueryTest, RetrievesOnlyFromTheCorporaTheServerWasGiven) {
   llvm::sys::fs::remove_directories(root);
 }
 
-TEST_F(SpanQueryTest, SpnlMaxTokensZeroIsTheServersLimit) {
+TEST_F(SpanQueryTest, SpnlMaxTokensZeroIsAsManyAsTheServerAllows) {
   SpanQueryLimits limits;
   limits.maxTokensLimit = 77;
   for (const char *json :
@@ -196,6 +196,28 @@ TEST_F(SpanQueryTest, SpnlMaxTokensZeroIsTheServersLimit) {
     ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
     EXPECT_EQ(plan->calls.at(0).options.maxTokens, 77) << json;
   }
+  // As far as the context leaves room: the judge's prompt counts each
+  // candidate at its max_tokens.
+  limits.maxTokensLimit = 100000;
+  limits.contextLength = 400;
+  auto plan = compileSpanQuery(
+      R"({"g": {"model": "m", "max_tokens": 0, "input": {"seq": [
+          {"system": "Pick one."},
+          {"plus": [{"repeat": {"n": 2, "generate": {"model": "m",
+              "input": {"user": "write"}, "max_tokens": 50,
+              "temperature": 0.5}}}]},
+          {"user": "Which?"}]}}})",
+      true, {}, *encoder, limits);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const plan::Call &judge = plan->calls.back();
+  uint64_t prompt = plan::knownPromptTokens(judge) + 2 * 50;
+  EXPECT_EQ(uint64_t(judge.options.maxTokens), 400 - prompt);
+  // A .span program's gen without max_tokens keeps gen's own default.
+  auto program = compileSpanQuery("query q { gen { user \"a\" } }", false, {},
+                                  *encoder, limits);
+  ASSERT_TRUE(bool(program)) << llvm::toString(program.takeError());
+  EXPECT_EQ(program->calls.at(0).options.maxTokens,
+            plan::GenOptions().maxTokens);
 }
 
 } // namespace

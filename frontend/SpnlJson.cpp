@@ -671,7 +671,14 @@ private:
   /// Appends the text of the messages `node` holds (a message, a list or a
   /// join of them) to `text`; false after reporting anything else.
   bool collectMessageText(const Json &node, const std::string &path,
-                          const Json &parent, std::string &text) {
+                          const Json &parent, unsigned depth,
+                          std::string &text) {
+    if (depth > kMaxDepth) {
+      error(parent, path,
+            "nesting deeper than " + llvm::Twine(kMaxDepth) +
+                " levels is not supported");
+      return false;
+    }
     const Json *list = node.is_array() ? &node : nullptr;
     std::string listPath = path;
     if (node.is_object() && node.size() == 1) {
@@ -702,7 +709,7 @@ private:
     bool ok = true;
     for (size_t i = 0; i < list->size(); ++i)
       ok &= collectMessageText((*list)[i], listPath + "/" + std::to_string(i),
-                               *list, text);
+                               *list, depth + 1, text);
     return ok;
   }
 
@@ -714,8 +721,8 @@ private:
   /// command line NAME is a corpus folder, over the network a name the
   /// server was given with --corpus NAME=DIR. `k` (not spnl's) overrides
   /// SpnlImportOptions::augmentK.
-  Lowered lowerAugment(const Json &body, const std::string &path, unsigned,
-                       const Json &node) {
+  Lowered lowerAugment(const Json &body, const std::string &path,
+                       unsigned depth, const Json &node) {
     if (!body.is_object())
       return error(node, path,
                    llvm::Twine("'augment' takes an object with "
@@ -738,7 +745,7 @@ private:
         }
       } else if (key == "body") {
         haveBody = true;
-        ok &= collectMessageText(value, keyPath, body, text);
+        ok &= collectMessageText(value, keyPath, body, depth + 1, text);
       } else if (key == "doc") {
         haveDoc = true;
         const Json *name = &value;

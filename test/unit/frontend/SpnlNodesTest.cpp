@@ -167,6 +167,13 @@ TEST(SpnlNodes, MalformedNodesAreErrorsAtTheirLocationWithTheirPath) {
        "error: 'bulk' takes an object {\"repeat\": ...} or {\"map\": ...}, "
        "found an array (at /bulk)"},
   };
+  // A deeply nested body is an error, not a stack overflow.
+  std::string deep = R"({"augment": {"doc": "c", "body": )";
+  deep += std::string(20000, '[') + std::string(20000, ']') + "}}";
+  Imported nested = import(deep);
+  EXPECT_TRUE(nested.ir.empty());
+  EXPECT_TRUE(contains(nested.messages, "nesting deeper than 256 levels"))
+      << nested.messages.substr(0, 500);
   for (const Case &test : cases) {
     Imported result = import(test.json);
     EXPECT_TRUE(result.ir.empty()) << test.json;

@@ -8,6 +8,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <algorithm>
 #include <functional>
 
 namespace spanc::codegen {
@@ -264,6 +265,8 @@ private:
     call.id = CallId(plan.calls.size());
     call.query = currentQuery.str();
     call.options = readOptions(gen, sampleKey);
+    if (!gen->hasAttr("max_tokens") && limits.defaultMaxTokens > 0)
+      call.options.maxTokens = defaultMaxTokens(call);
     call.cacheOnly = cacheOnly;
     call.location = formatLocation(gen->getLoc());
     for (CallId dependency : barrier)
@@ -421,6 +424,23 @@ private:
                        " or less, or shorten the prompt)"
                  : " (shorten the prompt)"));
     return false;
+  }
+
+  /// limits.defaultMaxTokens, lowered so that `call` fits the context
+  /// whatever its inner calls answer (at least 1: a call that cannot fit
+  /// is reported by fitsContext or when it is admitted).
+  int64_t defaultMaxTokens(const Call &call) const {
+    if (limits.contextLength <= 0)
+      return limits.defaultMaxTokens;
+    uint64_t prompt = plan::knownPromptTokens(call);
+    for (const PlanSegment &segment : call.segments)
+      for (const Piece &piece : segment.pieces)
+        if (piece.call)
+          prompt += uint64_t(plan.calls[*piece.call].options.maxTokens);
+    int64_t room = limits.contextLength > int64_t(prompt)
+                       ? limits.contextLength - int64_t(prompt)
+                       : 1;
+    return std::min(limits.defaultMaxTokens, room);
   }
 
   static void addDependency(Call &call, CallId dependency) {

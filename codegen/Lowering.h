@@ -41,6 +41,12 @@ struct LoweringLimits {
   /// before it runs, see plan::knownPromptTokens) and its max_tokens must
   /// fit it. 0: not checked (no model at hand).
   int64_t contextLength = 0;
+  /// max_tokens of a gen that gives none; 0: plan::GenOptions' default.
+  /// Where the context is known it is lowered so that the call fits: its
+  /// prompt, each output spliced in counted at its call's max_tokens, and
+  /// the answer. (spanc serve gives spnl queries its --max-tokens-limit:
+  /// spnl's max_tokens 0 means as many as the server allows.)
+  int64_t defaultMaxTokens = 0;
 };
 
 /// Lowers every query of `module` (in module order) into one plan. Reports

@@ -58,7 +58,7 @@ loadModuleFromBuffer(std::unique_ptr<llvm::MemoryBuffer> buffer,
     break;
   }
   case InputKind::SpnlJson:
-    module = importSpnlJson(bufferId, diagnostics);
+    module = importSpnlJson(bufferId, diagnostics, options.spnl);
     break;
   case InputKind::IR:
     module = ir::parseModule(bufferId, diagnostics);

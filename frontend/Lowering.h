@@ -17,6 +17,7 @@
 #ifndef SPANC_FRONTEND_LOWERING_H
 #define SPANC_FRONTEND_LOWERING_H
 
+#include "frontend/SpnlJson.h"
 #include "frontend/SyntaxTree.h"
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
@@ -36,6 +37,8 @@ struct FrontendOptions {
   /// a caller grants the program's folder and the user's --allow-read
   /// folders (support::ReadPolicy::forProgram).
   support::ReadPolicy readPolicy;
+  /// How spnl JSON is imported (its max_tokens default, augment's k).
+  SpnlImportOptions spnl;
 };
 
 /// Lowers a syntax tree without syntax errors. Returns null after reporting

@@ -68,8 +68,9 @@ struct Lowered {
 
 class Importer {
 public:
-  Importer(unsigned bufferId, ir::DiagnosticEngine &diagnostics)
-      : diagnostics(diagnostics),
+  Importer(unsigned bufferId, ir::DiagnosticEngine &diagnostics,
+           const SpnlImportOptions &options)
+      : diagnostics(diagnostics), options(options),
         buffer(diagnostics.getSourceMgr().getMemoryBuffer(bufferId)) {}
 
   std::unique_ptr<ir::Module> run() {
@@ -385,16 +386,29 @@ private:
       return lowerList(body, bodyPath, depth, ir::OpKind::Plus, node);
     if (kind == "cross")
       return lowerList(body, bodyPath, depth, ir::OpKind::Cross, node);
+    // Inside a model's input spnl's seq is its list of messages in order,
+    // which is what cross means here (docs/ARCHITECTURE.md, "spnl
+    // queries"); elsewhere it orders execution.
     if (kind == "seq")
-      return lowerList(body, bodyPath, depth, ir::OpKind::Seq, node);
+      return lowerList(body, bodyPath, depth,
+                       inModelInput ? ir::OpKind::Cross : ir::OpKind::Seq,
+                       node);
     if (kind == "par")
       return lowerList(body, bodyPath, depth, ir::OpKind::Par, node);
     if (kind == "g")
       return lowerGenerate(body, bodyPath, depth, node);
-    if (kind == "repeat")
+    // spnl's bulk forms: {"repeat": R}, and {"Repeat": R} / {"Map": M}
+    // (its untagged Bulk enum), also wrapped as {"bulk": ...}.
+    if (kind == "repeat" || kind == "Repeat")
       return lowerRepeat(body, bodyPath, depth, node);
-    if (kind == "map")
+    if (kind == "map" || kind == "Map")
       return lowerMap(body, bodyPath, node);
+    if (kind == "bulk")
+      return lowerBulk(body, bodyPath, depth, node);
+    if (kind == "zip")
+      return lowerZip(body, bodyPath, depth, node);
+    if (kind == "augment")
+      return lowerAugment(body, bodyPath, depth, node);
     if (kind == "monad") {
       Lowered inner = lowerNode(body, bodyPath, depth + 1, &node);
       if (!inner.ok || !inner.op)
@@ -404,7 +418,8 @@ private:
     return error(node, path,
                  "unknown key '" + kind +
                      "'; a query node is one of g, plus, cross, seq, par, "
-                     "repeat, map, user, system, assistant, print, monad");
+                     "zip, repeat, map, bulk, augment, user, system, "
+                     "assistant, print, monad");
   }
 
   /// Converts generate options (model, max_tokens, temperature, ...) of
@@ -462,7 +477,9 @@ private:
       }
       if (spec->type != ir::AttrType::String) {
         double number = attr->getNumber();
-        // spnl writes max_tokens = 0 for "the model's default".
+        // spnl writes max_tokens = 0 (its default) for "as many as the
+        // server allows": left out, as when absent, for the compiler's
+        // default (codegen::LoweringLimits::defaultMaxTokens).
         if (key == "max_tokens" && number == 0)
           continue;
         if (number < spec->min || number > spec->max) {
@@ -492,7 +509,10 @@ private:
     auto input = body.find("input");
     if (input == body.end())
       return error(node, path, "'g' needs an 'input'");
+    bool wasInModelInput = inModelInput;
+    inModelInput = true;
     Lowered inner = lowerNode(*input, path + "/input", depth + 1, &body);
+    inModelInput = wasInModelInput;
     if (!ok || !inner.ok)
       return Lowered::failure();
     ir::Op *operand = inner.op;
@@ -549,7 +569,7 @@ private:
       ok = false;
     }
     if (!haveBody) {
-      error(node, path, "'repeat' needs a 'query' (or 'g')");
+      error(node, path, "'repeat' needs a 'query' (or 'g', 'generate')");
       ok = false;
     }
     if (!ok || !inner.ok)
@@ -558,6 +578,213 @@ private:
       return {};
     return {create(node, ir::OpKind::Repeat, {inner.op},
                    {{"n", ir::Attribute(*n)}})};
+  }
+
+  /// {"bulk": B}: B is {"repeat"|"Repeat": R}, {"map"|"Map": M}, or a
+  /// repeat's own body {"n", "generate"} (spnl's first bulk form).
+  Lowered lowerBulk(const Json &body, const std::string &path, unsigned depth,
+                    const Json &node) {
+    if (body.is_object() && body.size() == 1) {
+      const std::string &key = body.begin().key();
+      std::string keyPath = path + "/" + pointerSegment(key);
+      if (key == "repeat" || key == "Repeat")
+        return lowerRepeat(body.begin().value(), keyPath, depth + 1, body);
+      if (key == "map" || key == "Map")
+        return lowerMap(body.begin().value(), keyPath, body);
+    }
+    if (body.is_object() && body.contains("n"))
+      return lowerRepeat(body, path, depth, node);
+    return error(
+        node, path,
+        llvm::Twine("'bulk' takes an object {\"repeat\": ...} or "
+                    "{\"map\": ...}, found ") +
+            (body.is_object() ? "an object without either" : kindName(body)));
+  }
+
+  /// {"zip": {"first": A, "second": B}}: A before every element of B, in a
+  /// join of B's kind (B's own elements when B is a join, else B alone, in
+  /// order); when A is a plus, each element joins A's spans instead, as
+  /// one plus. This is what spnl's executor makes of a zip.
+  Lowered lowerZip(const Json &body, const std::string &path, unsigned depth,
+                   const Json &node) {
+    if (!body.is_object())
+      return error(node, path,
+                   llvm::Twine("'zip' takes an object with 'first' and "
+                               "'second', found ") +
+                       kindName(body));
+    const Json *first = nullptr, *second = nullptr;
+    bool ok = true;
+    for (const auto &item : body.items()) {
+      if (item.key() == "first") {
+        first = &item.value();
+      } else if (item.key() == "second") {
+        second = &item.value();
+      } else {
+        error(body, path + "/" + pointerSegment(item.key()),
+              "unknown key '" + item.key() + "'; 'zip' takes first and second");
+        ok = false;
+      }
+    }
+    if (!first || !second)
+      return error(node, path,
+                   llvm::Twine("'zip' needs '") + (first ? "second" : "first") +
+                       "'");
+    Lowered a = lowerNode(*first, path + "/first", depth + 1, &body);
+    Lowered b = lowerNode(*second, path + "/second", depth + 1, &body);
+    if (!ok || !a.ok || !b.ok)
+      return Lowered::failure();
+    if (!a.op || !b.op)
+      return a.op ? a : b;
+    bool secondIsList = b.op->isJoin();
+    ir::OpKind kind = secondIsList   ? b.op->getKind()
+                      : inModelInput ? ir::OpKind::Cross
+                                     : ir::OpKind::Seq;
+    llvm::SmallVector<ir::Op *, 8> items;
+    if (secondIsList)
+      items.append(b.op->operandValues().begin(), b.op->operandValues().end());
+    else
+      items.push_back(b.op);
+    llvm::SmallVector<ir::Op *, 16> zipped;
+    for (ir::Op *item : items) {
+      if (a.op->getKind() == ir::OpKind::Plus) {
+        llvm::SmallVector<ir::Op *, 8> spans(a.op->operandValues().begin(),
+                                             a.op->operandValues().end());
+        spans.push_back(item);
+        zipped.push_back(create(node, ir::OpKind::Plus, spans));
+      } else {
+        zipped.push_back(a.op);
+        zipped.push_back(item);
+      }
+    }
+    // A plus needs a span; a zip over nothing is an empty one.
+    ir::Op *result = create(
+        node,
+        zipped.empty() && kind == ir::OpKind::Plus ? ir::OpKind::Cross : kind,
+        zipped);
+    if (secondIsList && b.op->useEmpty())
+      b.op->erase();
+    if (a.op->useEmpty())
+      a.op->erase();
+    return {result};
+  }
+
+  /// Appends the text of the messages `node` holds (a message, a list or a
+  /// join of them) to `text`; false after reporting anything else.
+  bool collectMessageText(const Json &node, const std::string &path,
+                          const Json &parent, unsigned depth,
+                          std::string &text) {
+    if (depth > kMaxDepth) {
+      error(parent, path,
+            "nesting deeper than " + llvm::Twine(kMaxDepth) +
+                " levels is not supported");
+      return false;
+    }
+    const Json *list = node.is_array() ? &node : nullptr;
+    std::string listPath = path;
+    if (node.is_object() && node.size() == 1) {
+      const std::string &key = node.begin().key();
+      const Json &value = node.begin().value();
+      if ((key == "user" || key == "system" || key == "assistant") &&
+          value.is_string()) {
+        if (!text.empty())
+          text += "\n";
+        text += value.get<std::string>();
+        return true;
+      }
+      if ((key == "cross" || key == "plus" || key == "seq") &&
+          value.is_array()) {
+        list = &value;
+        listPath += "/" + key;
+      }
+    }
+    if (!list) {
+      error(offsets.count(&node) ? node : parent, path,
+            "'augment' takes messages as its 'body' (their text is what it "
+            "retrieves for), found " +
+                llvm::Twine(node.is_object() && node.size() == 1
+                                ? "'" + node.begin().key() + "'"
+                                : std::string(kindName(node))));
+      return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < list->size(); ++i)
+      ok &= collectMessageText((*list)[i], listPath + "/" + std::to_string(i),
+                               *list, depth + 1, text);
+    return ok;
+  }
+
+  /// {"augment": {"embedding_model": E, "body": Q, "doc": [NAME, DOC]}}:
+  /// the fragments of corpus NAME most relevant to Q's text, as a plus of
+  /// spans: span.plus(span.retrieve {corpus = NAME, k}). spanc ranks them
+  /// by BM25 through its corpus index (retrieval/), so E is not used and
+  /// the document is read from the corpus, never from the query: on the
+  /// command line NAME is a corpus folder, over the network a name the
+  /// server was given with --corpus NAME=DIR. `k` (not spnl's) overrides
+  /// SpnlImportOptions::augmentK.
+  Lowered lowerAugment(const Json &body, const std::string &path,
+                       unsigned depth, const Json &node) {
+    if (!body.is_object())
+      return error(node, path,
+                   llvm::Twine("'augment' takes an object with "
+                               "'embedding_model', 'body' and 'doc', found ") +
+                       kindName(body));
+    bool ok = true;
+    std::string corpus, text;
+    int64_t k = options.augmentK;
+    bool haveBody = false, haveDoc = false;
+    for (const auto &item : body.items()) {
+      const std::string &key = item.key();
+      const Json &value = item.value();
+      std::string keyPath = path + "/" + pointerSegment(key);
+      if (key == "embedding_model") {
+        if (!value.is_string()) {
+          error(body, keyPath,
+                llvm::Twine("'embedding_model' takes a string, found ") +
+                    kindName(value));
+          ok = false;
+        }
+      } else if (key == "body") {
+        haveBody = true;
+        ok &= collectMessageText(value, keyPath, body, depth + 1, text);
+      } else if (key == "doc") {
+        haveDoc = true;
+        const Json *name = &value;
+        if (value.is_array() && !value.empty() && value.size() <= 2)
+          name = &value[0];
+        if (!name->is_string() || name->get<std::string>().empty()) {
+          error(value.is_array() ? value : body, keyPath,
+                "'doc' takes a corpus name, or [name, document], found " +
+                    llvm::Twine(kindName(value)));
+          ok = false;
+        } else {
+          corpus = name->get<std::string>();
+        }
+      } else if (key == "k") {
+        if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+            value.get<int64_t>() > 1000000) {
+          error(body, keyPath, "'k' must be an integer in [1, 1000000]");
+          ok = false;
+        } else {
+          k = value.get<int64_t>();
+        }
+      } else {
+        error(body, keyPath,
+              "unknown key '" + key +
+                  "'; 'augment' takes embedding_model, body, doc and k");
+        ok = false;
+      }
+    }
+    if (!haveBody || !haveDoc) {
+      error(node, path,
+            llvm::Twine("'augment' needs '") + (haveBody ? "doc" : "body") +
+                "'");
+      ok = false;
+    }
+    if (!ok)
+      return Lowered::failure();
+    builder.setLoc(locate(node));
+    ir::Op *retrieve = builder.createRetrieve(corpus, k, text);
+    return {create(node, ir::OpKind::Plus, {retrieve})};
   }
 
   Lowered lowerMap(const Json &body, const std::string &path,
@@ -616,20 +843,24 @@ private:
   }
 
   ir::DiagnosticEngine &diagnostics;
+  const SpnlImportOptions &options;
   const llvm::MemoryBuffer *buffer;
   llvm::DenseMap<const Json *, uint32_t> offsets;
   ir::Builder builder;
+  /// Whether the node being lowered is (part of) a g's input.
+  bool inModelInput = false;
 };
 
 } // namespace
 
 std::unique_ptr<ir::Module> importSpnlJson(unsigned bufferId,
-                                           ir::DiagnosticEngine &diagnostics) {
+                                           ir::DiagnosticEngine &diagnostics,
+                                           const SpnlImportOptions &options) {
   diagnostics.registerBuffer(diagnostics.getSourceMgr()
                                  .getMemoryBuffer(bufferId)
                                  ->getBufferIdentifier(),
                              bufferId);
-  Importer importer(bufferId, diagnostics);
+  Importer importer(bufferId, diagnostics, options);
   return importer.run();
 }
 

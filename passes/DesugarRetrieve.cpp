@@ -14,6 +14,11 @@
 // file("...") must, and its links are followed only that far. A corpus
 // that cannot be found, read or allowed is an error at the retrieve.
 //
+// A program from the network (spanc serve) names corpora, never folders:
+// its retrieve's corpus must be a name the server was given with --corpus
+// NAME=DIR (PassOptions::corpora, indexed when the server started), and
+// anything else is an error naming the corpus.
+//
 // With --prepare-fragments the query also warms the cache: the value it
 // yields becomes seq(monad(par(G¹(F1), G¹(F2), ...)), value), one gen with
 // max_tokens = 1, temperature = 0 per fragment, run ahead of the query for
@@ -22,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "retrieval/CorpusCatalog.h"
 #include "retrieval/CorpusIndex.h"
 #include "support/FileAccess.h"
 
@@ -111,6 +117,30 @@ private:
     return result;
   }
 
+  /// The k fragments of `corpus` best for the retrieve's text: from the
+  /// server's named corpora for a network program, else from the folder.
+  llvm::Expected<std::vector<retrieval::Fragment>>
+  search(llvm::StringRef corpus, const Op *retrieve, unsigned k,
+         PassContext &context) {
+    if (const retrieval::CorpusCatalog *corpora =
+            context.getOptions().corpora) {
+      if (!corpora->find(corpus))
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "corpus '" + corpus.str() +
+                "' is not served here: a program sent over the network "
+                "may retrieve only from the corpora the server was given "
+                "(--corpus NAME=DIR): " +
+                (corpora->empty() ? std::string("none") : corpora->names()));
+      return corpora->retrieve(corpus, retrieve->getText(), k);
+    }
+    auto index = openIndex(resolveCorpus(corpus, retrieve->getLoc()), context,
+                           retrieve->getLoc());
+    if (!index)
+      return index.takeError();
+    return (*index)->retrieve(retrieve->getText(), k);
+  }
+
   bool rewrite(Op *retrieve, PassContext &context,
                llvm::SmallVectorImpl<Op *> &warmUps) {
     llvm::StringRef corpus = retrieve->getStringAttr("corpus").value_or("");
@@ -120,15 +150,8 @@ private:
                                      "retrieve needs a corpus and k >= 1");
       return false;
     }
-    auto index = openIndex(resolveCorpus(corpus, retrieve->getLoc()), context,
-                           retrieve->getLoc());
-    if (!index) {
-      context.getDiagnostics().error(retrieve->getLoc(),
-                                     llvm::toString(index.takeError()));
-      return false;
-    }
     auto fragments =
-        (*index)->retrieve(retrieve->getText(), static_cast<unsigned>(k));
+        search(corpus, retrieve, static_cast<unsigned>(k), context);
     if (!fragments) {
       context.getDiagnostics().error(retrieve->getLoc(),
                                      llvm::toString(fragments.takeError()));

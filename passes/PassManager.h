@@ -32,6 +32,10 @@
 #include <string>
 #include <vector>
 
+namespace spanc::retrieval {
+class CorpusCatalog;
+} // namespace spanc::retrieval
+
 namespace spanc::passes {
 
 /// Options the command line hands to passes.
@@ -46,6 +50,11 @@ struct PassOptions {
   /// none), how large its files may be and where its index is kept
   /// (--index-dir).
   retrieval::IndexOptions corpusIndex;
+  /// spanc serve --corpus NAME=DIR: set for a program from the network. A
+  /// retrieve's corpus must then be one of these names, and no folder is
+  /// read besides them (a corpus the server was not given is refused,
+  /// naming it).
+  const retrieval::CorpusCatalog *corpora = nullptr;
   /// desugar-retrieve asks this between corpus files while indexing; true
   /// stops the pass with an error (an interrupt: spanc leaves the index as
   /// it was).

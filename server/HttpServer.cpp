@@ -3,6 +3,7 @@
 #include "server/HttpServer.h"
 
 #include "server/ApiError.h"
+#include "server/SpnlExecute.h"
 #include "server/StopStringFilter.h"
 
 #include <httplib.h>
@@ -182,6 +183,50 @@ bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
         if (!writeEvent(sink, dump(chunk)))
           return false;
       }
+      if (!writeEvent(sink, "[DONE]"))
+        return false;
+      sink.done();
+      return true;
+    }
+    if (!sink.is_writable())
+      return false;
+  }
+}
+
+/// A /v1/query/execute request in flight: the call behind each of spnl's
+/// choices, and what its answer says besides the text.
+struct SpnlExecution {
+  SpnlAnswer answer;
+  std::vector<plan::CallId> choices;
+  std::shared_ptr<ResponseStream> stream;
+};
+
+/// Streams spnl's choices as completion chunks, one event per HTTP chunk
+/// (older spnl clients parse each chunk as one event); false when the
+/// client is gone.
+bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
+  ResponseStream::Update update;
+  while (true) {
+    execution.stream->take(update, std::chrono::milliseconds(100));
+    for (size_t choice = 0; choice < execution.choices.size(); ++choice) {
+      plan::CallId call = execution.choices[choice];
+      if (!update.text[call].empty() &&
+          !writeEvent(sink, spnlChunk(execution.answer, choice,
+                                      update.text[call], nullptr)))
+        return false;
+      if (!update.finished[call])
+        continue;
+      const ChoiceResult &result = execution.stream->result(call);
+      if (!result.succeeded &&
+          !writeEvent(sink, ApiError(500, "choice " + std::to_string(choice) +
+                                              " failed: " + result.error)
+                                .body()))
+        return false;
+      if (!writeEvent(sink, spnlChunk(execution.answer, choice, "",
+                                      reasonName(result, false))))
+        return false;
+    }
+    if (update.allDone) {
       if (!writeEvent(sink, "[DONE]"))
         return false;
       sink.done();
@@ -382,6 +427,75 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   response.set_content(dump(body), "application/json");
 }
 
+void HttpServer::queryExecute(const httplib::Request &httpRequest,
+                              httplib::Response &response) {
+  const Clock::time_point arrival = Clock::now();
+  auto stream = parseStreamParam(httpRequest.has_param("stream"),
+                                 httpRequest.get_param_value("stream"));
+  if (!stream)
+    return sendError(response, stream.takeError());
+  // spnl sends its JSON as text/plain: the body is spnl JSON whatever its
+  // type says.
+  auto plan = compileSpanQuery(httpRequest.body, /*isJson=*/true, {}, encoder,
+                               options.spanQueryLimits);
+  if (!plan)
+    return sendError(response, plan.takeError());
+  auto execution = std::make_shared<SpnlExecution>();
+  execution->answer.id = newId("cmpl-");
+  execution->answer.model = options.requestLimits.modelName;
+  execution->answer.created = int64_t(std::time(nullptr));
+  execution->choices = spnlChoices(*plan);
+  RequestCalls calls;
+  calls.calls = plan->calls;
+  auto submitted = engine.submit(std::move(calls), arrival);
+  if (!submitted)
+    return sendError(response, submitted.takeError());
+  execution->stream = *submitted;
+
+  if (*stream) {
+    response.set_header("Cache-Control", "no-cache");
+    response.set_chunked_content_provider(
+        "text/event-stream",
+        [execution](size_t, httplib::DataSink &sink) {
+          return streamSpnl(*execution, sink);
+        },
+        [execution](bool success) {
+          // Written to the end or not: a stream cut short is cancelled.
+          if (!success)
+            execution->stream->cancel();
+        });
+    return;
+  }
+
+  std::vector<std::string> outputs(plan->calls.size());
+  ResponseStream::Update update;
+  do {
+    execution->stream->take(update, std::chrono::milliseconds(100));
+    for (size_t call = 0; call < outputs.size(); ++call)
+      outputs[call] += update.text[call];
+  } while (!update.allDone);
+  SpnlUsage usage;
+  for (const plan::Call &call : plan->calls) {
+    const ChoiceResult &result = execution->stream->result(call.id);
+    if (!result.succeeded)
+      return sendError(response, ApiError(engine.isStopping() ? 503 : 500,
+                                          call.location + ": " + result.error));
+    usage.promptTokens += result.stats.promptTokens;
+    usage.completionTokens += result.stats.generatedTokens;
+    usage.cachedTokens += result.stats.reusedTokens;
+  }
+  std::vector<std::string> texts;
+  std::vector<const char *> reasons;
+  for (plan::CallId call : execution->choices) {
+    texts.push_back(outputs[call]);
+    reasons.push_back(reasonName(execution->stream->result(call), false));
+  }
+  response.set_content(spnlWholeAnswer(execution->answer,
+                                       readsAsCompletion(httpRequest.body),
+                                       texts, reasons, usage),
+                       "application/json");
+}
+
 void HttpServer::routes() {
   httplib::Server &http = *server;
   http.new_task_queue = [threads = options.httpThreads] {
@@ -491,6 +605,10 @@ void HttpServer::routes() {
   only("/v1/query", "POST",
        [this](const httplib::Request &request, httplib::Response &response) {
          spanQuery(request, response);
+       });
+  only("/v1/query/execute", "POST",
+       [this](const httplib::Request &request, httplib::Response &response) {
+         queryExecute(request, response);
        });
   only("/v1/completions", "POST",
        [this](const httplib::Request &request, httplib::Response &response) {

@@ -8,7 +8,8 @@
 // the whole answer, or server-sent events ending in `data: [DONE]`. A
 // client that goes away mid-stream cancels its calls. /metrics renders
 // ServerMetrics; /health and /v1/models answer at once. POST /v1/query
-// compiles a span program (SpanQuery) and submits its whole plan.
+// compiles a span program (SpanQuery) and submits its whole plan; POST
+// /v1/query/execute does so for spnl's client (SpnlExecute).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_HTTPSERVER_H
@@ -68,6 +69,10 @@ private:
                    httplib::Response &response);
   /// POST /v1/query: a span program, its answers and per-call statistics.
   void spanQuery(const httplib::Request &request, httplib::Response &response);
+  /// POST /v1/query/execute: an spnl query as spnl's client sends it,
+  /// answered as it reads answers (SpnlExecute.h).
+  void queryExecute(const httplib::Request &request,
+                    httplib::Response &response);
 
   Engine &engine;
   ServerMetrics &metrics;

@@ -3,6 +3,7 @@
 #include "server/SpanQuery.h"
 
 #include "codegen/CompilePipeline.h"
+#include "retrieval/CorpusCatalog.h"
 #include "server/ApiError.h"
 #include "support/FileAccess.h"
 
@@ -17,6 +18,14 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
   // Nothing on this machine may be read on a network program's behalf:
   // no folder is allowed, not even the server's working folder.
   options.setReadPolicy(support::ReadPolicy());
+  // Corpora by the names the server was given, never by path.
+  static const std::unique_ptr<retrieval::CorpusCatalog> noCorpora =
+      llvm::cantFail(retrieval::CorpusCatalog::open({}, {}));
+  options.passes.corpora = limits.corpora ? limits.corpora : noCorpora.get();
+  // spnl's max_tokens 0 (or none) is as many as the server allows: its
+  // limit, as far as the context leaves room.
+  if (isJson)
+    options.limits.defaultMaxTokens = limits.maxTokensLimit;
   options.frontend.paramOverrides.assign(params.begin(), params.end());
   options.limits.maxCalls = limits.maxCalls;
   options.limits.contextLength = limits.contextLength;

@@ -1,11 +1,13 @@
 //===- SpanQuery.h - A span program sent over the network, compiled -------===//
 //
-// POST /v1/query carries a .span program or an spnl JSON query. Its author
-// is not the machine's owner, so it compiles with a read policy that allows
-// nothing: file("...") and retrieve(...) are refused (docs/ARCHITECTURE.md,
-// "File access"), and the plan is bounded by the server's limits (calls,
-// max_tokens, prompt tokens, context) before anything is queued. A program
-// that does not compile is a 400 with its diagnostics (file:line:col).
+// POST /v1/query and /v1/query/execute carry a .span program or an spnl
+// JSON query. Its author is not the machine's owner, so it compiles with a
+// read policy that allows nothing: file("...") is refused, and retrieve
+// (or spnl's augment) may name only a corpus the server was given with
+// --corpus NAME=DIR (docs/ARCHITECTURE.md, "File access"); the plan is
+// bounded by the server's limits (calls, max_tokens, prompt tokens,
+// context) before anything is queued. A program that does not compile is
+// a 400 with its diagnostics (file:line:col).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_SPANQUERY_H
@@ -22,6 +24,10 @@
 #include <string>
 #include <utility>
 
+namespace spanc::retrieval {
+class CorpusCatalog;
+} // namespace spanc::retrieval
+
 namespace spanc::server {
 
 struct SpanQueryLimits {
@@ -33,6 +39,8 @@ struct SpanQueryLimits {
   int64_t maxPromptTokens = 0;
   /// The model's context. 0: no bound.
   int64_t contextLength = 0;
+  /// The corpora a program may retrieve from (--corpus); null: none.
+  const retrieval::CorpusCatalog *corpora = nullptr;
 };
 
 /// Compiles `source` (spnl JSON when `isJson`, else .span) with the `param`

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "retrieval/CorpusCatalog.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cpu/Limits.h"
@@ -85,6 +86,13 @@ int runServe(const std::vector<std::string> &args) {
       ("max-query-calls", po::value<int64_t>()->default_value(256),         //
        "model calls a /v1/query program may make, its repeats' samples "    //
        "included (400 above it)")                                           //
+      ("corpus", po::value<std::vector<std::string>>()->composing(),        //
+       "NAME=DIR: a corpus programs sent over the network may retrieve "    //
+       "from by NAME (repeatable; indexed at start; no other folder is "    //
+       "read on a network program's behalf)")                               //
+      ("index-dir", po::value<std::string>(),                               //
+       "folder of corpus index files (default: $SPANC_INDEX_DIR, else "     //
+       "~/.cache/spanc/index)")                                             //
       ("http-threads", po::value<int64_t>()->default_value(64),             //
        "threads serving connections; each holds one connection for a "      //
        "request's whole answer, so this bounds the concurrent clients")     //
@@ -125,8 +133,13 @@ int runServe(const std::vector<std::string> &args) {
       "       prompt_tokens_details.cached_tokens\n"
       "  POST /v1/query             a .span program or spnl JSON as the body\n"
       "       (?set=NAME%3DVALUE, URL-encoded, overrides a param): each\n"
-      "       query's answers and per-call statistics; file() and\n"
-      "       retrieve() are refused\n"
+      "       query's answers and per-call statistics; file() is refused,\n"
+      "       retrieve() (spnl: augment) reads only a --corpus NAME\n"
+      "  POST /v1/query/execute     spnl's endpoint, as spnl's client calls "
+      "it: spnl\n"
+      "       JSON as text/plain, ?stream=true|false; completion chunks "
+      "(SSE) or\n"
+      "       one (chat) completion, a choice per answer\n"
       "  GET  /v1/models            the one model served\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
       "  GET  /health               200 while serving (no key needed)\n\n"
@@ -189,6 +202,29 @@ int runServe(const std::vector<std::string> &args) {
   // is per thread, so it is handed over.
   const int threads = omp_get_max_threads();
 
+  // The corpora first: a wrong folder is reported before the model loads.
+  std::vector<std::pair<std::string, std::string>> corpora;
+  if (values.count("corpus"))
+    for (const std::string &flag :
+         values["corpus"].as<std::vector<std::string>>()) {
+      auto corpus = retrieval::parseCorpusFlag(flag);
+      if (!corpus)
+        return reportError("serve", llvm::toString(corpus.takeError()));
+      corpora.push_back(std::move(*corpus));
+    }
+  retrieval::IndexOptions indexOptions;
+  if (values.count("index-dir"))
+    indexOptions.indexDirectory = values["index-dir"].as<std::string>();
+  deferInterrupts();
+  auto catalog =
+      retrieval::CorpusCatalog::open(corpora, indexOptions, interruptRequested);
+  if (!catalog)
+    return reportError("serve", llvm::toString(catalog.takeError()));
+  for (const auto &entry : (*catalog)->entries())
+    llvm::errs() << "spanc serve: corpus " << entry->name << " = "
+                 << entry->directory << " (" << entry->stats.fragmentsTotal
+                 << " fragments)\n";
+
   std::string modelPath = values.count("model")
                               ? values["model"].as<std::string>()
                               : defaultModelPath();
@@ -201,7 +237,6 @@ int runServe(const std::vector<std::string> &args) {
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
   // The CUDA backend uploads the file's tensors itself.
   modelOptions.hostWeights = *device == backend::Device::Cpu;
-  deferInterrupts();
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("serve", "cannot load model '" + modelPath +
@@ -255,6 +290,7 @@ int runServe(const std::vector<std::string> &args) {
   httpOptions.spanQueryLimits.maxPromptTokens =
       httpOptions.promptLimits.maxPromptTokens;
   httpOptions.spanQueryLimits.contextLength = contextLength;
+  httpOptions.spanQueryLimits.corpora = catalog->get();
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());

@@ -9,6 +9,7 @@
 
 #include "server/SpanQuery.h"
 
+#include "retrieval/CorpusCatalog.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
@@ -16,6 +17,8 @@
 #include "server/ApiError.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -40,8 +43,9 @@ protected:
         std::make_unique<model::ChatTemplateEncoder>(*chatTemplate, *tokenizer);
   }
 
-  ApiError refuse(const std::string &source, SpanQueryLimits limits = {}) {
-    auto plan = compileSpanQuery(source, false, {}, *encoder, limits);
+  ApiError refuse(const std::string &source, SpanQueryLimits limits = {},
+                  bool isJson = false) {
+    auto plan = compileSpanQuery(source, isJson, {}, *encoder, limits);
     EXPECT_FALSE(bool(plan)) << "compiled: " << source;
     return plan ? ApiError(0, "") : toApiError(plan.takeError());
   }
@@ -111,6 +115,109 @@ TEST_F(SpanQueryTest, TheServersLimitsAre400s) {
                 .status(),
             400);
   EXPECT_EQ(refuse("query q { gen { user nosuch } }").status(), 400);
+}
+
+/// The text of every piece of every call's prompt, decoded.
+std::string promptText(const plan::Plan &plan, const model::Tokenizer &tokens) {
+  std::string text;
+  for (const plan::Call &call : plan.calls)
+    for (const plan::PlanSegment &segment : call.segments)
+      for (const plan::Piece &piece : segment.pieces)
+        text += tokens.decode(piece.tokens);
+  return text;
+}
+
+TEST_F(SpanQueryTest, RetrievesOnlyFromTheCorporaTheServerWasGiven) {
+  llvm::SmallString<128> root;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("corpora", root));
+  llvm::SmallString<128> docs(root);
+  llvm::sys::path::append(docs, "docs");
+  ASSERT_FALSE(llvm::sys::fs::create_directory(docs));
+  {
+    std::error_code code;
+    llvm::raw_fd_ostream file((docs + "/pool.md").str(), code);
+    ASSERT_FALSE(code);
+    file << "When the block pool is full it evicts the least recently used "
+            "block.\n";
+  }
+  retrieval::IndexOptions options;
+  options.indexDirectory = (root + "/index").str();
+  auto catalog =
+      retrieval::CorpusCatalog::open({{"kb", docs.str().str()}}, options);
+  ASSERT_TRUE(bool(catalog)) << llvm::toString(catalog.takeError());
+  SpanQueryLimits limits;
+  limits.corpora = catalog->get();
+
+  // By its name: a .span retrieve and spnl's augment alike.
+  auto plan = compileSpanQuery(
+      "query q { gen(max_tokens = 4) { plus { retrieve(corpus = \"kb\", "
+      "query = \"pool full\", k = 1) } user \"q\" } }",
+      false, {}, *encoder, limits);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_NE(promptText(*plan, *tokenizer).find("least recently used"),
+            std::string::npos);
+  auto augmented = compileSpanQuery(
+      R"({"g": {"model": "m", "max_tokens": 4, "input": {"seq": [
+          {"augment": {"embedding_model": "e", "body": {"user": "evicts"},
+                       "doc": ["kb", {"Text": "not read"}]}},
+          {"user": "q"}]}}})",
+      true, {}, *encoder, limits);
+  ASSERT_TRUE(bool(augmented)) << llvm::toString(augmented.takeError());
+  EXPECT_NE(promptText(*augmented, *tokenizer).find("least recently used"),
+            std::string::npos);
+  EXPECT_EQ(promptText(*augmented, *tokenizer).find("not read"),
+            std::string::npos);
+
+  // Any other corpus, its folder's own path included, is refused by name,
+  // at the retrieve.
+  for (const std::string &corpus : {std::string("other"), docs.str().str()}) {
+    ApiError error =
+        refuse("query q { gen { plus { retrieve(corpus = \"" + corpus +
+                   "\", query = \"x\", k = 2) } user \"q\" } }",
+               limits);
+    EXPECT_EQ(error.status(), 400);
+    EXPECT_NE(error.detail().find("query.span:1:24: error: corpus '" + corpus +
+                                  "' is not served here"),
+              std::string::npos)
+        << error.detail();
+    EXPECT_NE(error.detail().find("(--corpus NAME=DIR): kb"), std::string::npos)
+        << error.detail();
+  }
+  llvm::sys::fs::remove_directories(root);
+}
+
+TEST_F(SpanQueryTest, SpnlMaxTokensZeroIsAsManyAsTheServerAllows) {
+  SpanQueryLimits limits;
+  limits.maxTokensLimit = 77;
+  for (const char *json :
+       {R"({"g": {"model": "m", "input": {"user": "a"}, "max_tokens": 0}})",
+        R"({"g": {"model": "m", "input": {"user": "a"}}})"}) {
+    auto plan = compileSpanQuery(json, true, {}, *encoder, limits);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_EQ(plan->calls.at(0).options.maxTokens, 77) << json;
+  }
+  // As far as the context leaves room: the judge's prompt counts each
+  // candidate at its max_tokens.
+  limits.maxTokensLimit = 100000;
+  limits.contextLength = 400;
+  auto plan = compileSpanQuery(
+      R"({"g": {"model": "m", "max_tokens": 0, "input": {"seq": [
+          {"system": "Pick one."},
+          {"plus": [{"repeat": {"n": 2, "generate": {"model": "m",
+              "input": {"user": "write"}, "max_tokens": 50,
+              "temperature": 0.5}}}]},
+          {"user": "Which?"}]}}})",
+      true, {}, *encoder, limits);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const plan::Call &judge = plan->calls.back();
+  uint64_t prompt = plan::knownPromptTokens(judge) + 2 * 50;
+  EXPECT_EQ(uint64_t(judge.options.maxTokens), 400 - prompt);
+  // A .span program's gen without max_tokens keeps gen's own default.
+  auto program = compileSpanQuery("query q { gen { user \"a\" } }", false, {},
+                                  *encoder, limits);
+  ASSERT_TRUE(bool(program)) << llvm::toString(program.takeError());
+  EXPECT_EQ(program->calls.at(0).options.maxTokens,
+            plan::GenOptions().maxTokens);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include "server/HttpServer.h"
 
 #include "server/ApiError.h"
+#include "server/ClientSocket.h"
 #include "server/SpnlExecute.h"
 #include "server/StopStringFilter.h"
 
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <functional>
 
 namespace spanc::server {
 
@@ -77,6 +79,9 @@ struct Answer {
   std::shared_ptr<ResponseStream> stream;
   std::vector<StopStringFilter> filters;
   std::vector<bool> sentRole;
+  /// The connection's socket, polled for the client going away (-1: not
+  /// found, never polled).
+  int clientSocket = -1;
 
   const char *object(bool chunk) const {
     if (endpoint == Endpoint::Completions)
@@ -126,6 +131,34 @@ struct Answer {
   }
 };
 
+/// How often a waiting HTTP thread looks at its client's socket: a client
+/// gone is noticed within this, and its calls cancelled at the engine's
+/// next step.
+constexpr std::chrono::milliseconds kClientPollInterval(50);
+
+/// The socket of the connection `request` came on (see ClientSocket.h).
+int clientSocketOf(const httplib::Request &request) {
+  return findClientSocket(request.remote_addr, request.remote_port,
+                          request.local_port);
+}
+
+/// Waits until every choice of `stream` finished, handing on the text of
+/// each as it comes. A client that goes away meanwhile cancels the request:
+/// its calls then finish failed, and what is written after reaches nobody.
+void waitForAll(
+    ResponseStream &stream, int clientSocket,
+    const std::function<void(size_t, const std::string &)> &onText) {
+  ResponseStream::Update update;
+  do {
+    stream.take(update, kClientPollInterval);
+    for (size_t choice = 0; choice < update.text.size(); ++choice)
+      if (!update.text[choice].empty())
+        onText(choice, update.text[choice]);
+    if (!update.allDone && !stream.isCancelled() && clientClosed(clientSocket))
+      stream.cancel();
+  } while (!update.allDone);
+}
+
 /// One server-sent event.
 bool writeEvent(httplib::DataSink &sink, const std::string &data) {
   std::string event = "data: " + data + "\n\n";
@@ -137,7 +170,7 @@ bool writeEvent(httplib::DataSink &sink, const std::string &data) {
 bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
   ResponseStream::Update update;
   while (true) {
-    answer.stream->take(update, std::chrono::milliseconds(100));
+    answer.stream->take(update, kClientPollInterval);
     for (size_t choice = 0; choice < update.text.size(); ++choice) {
       StopStringFilter &filter = answer.filters[choice];
       std::string text = filter.push(update.text[choice]);
@@ -188,7 +221,10 @@ bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
       sink.done();
       return true;
     }
-    if (!sink.is_writable())
+    // Nothing may be written for a while (the request waits for room, or
+    // a stop string holds text back): the socket tells whether anyone
+    // still reads.
+    if (!sink.is_writable() || clientClosed(answer.clientSocket))
       return false;
   }
 }
@@ -295,6 +331,7 @@ void HttpServer::completions(Endpoint endpoint,
   answer->stream = *stream;
   answer->filters.assign(numChoices, StopStringFilter(request->stop));
   answer->sentRole.assign(numChoices, false);
+  answer->clientSocket = clientSocketOf(httpRequest);
 
   if (request->stream) {
     response.set_header("Cache-Control", "no-cache");
@@ -312,12 +349,10 @@ void HttpServer::completions(Endpoint endpoint,
   }
 
   std::vector<std::string> texts(numChoices);
-  ResponseStream::Update update;
-  do {
-    answer->stream->take(update, std::chrono::milliseconds(100));
-    for (size_t choice = 0; choice < numChoices; ++choice)
-      texts[choice] += answer->filters[choice].push(update.text[choice]);
-  } while (!update.allDone);
+  waitForAll(*answer->stream, answer->clientSocket,
+             [&](size_t choice, const std::string &text) {
+               texts[choice] += answer->filters[choice].push(text);
+             });
   json body = answer->envelope(false);
   for (size_t choice = 0; choice < numChoices; ++choice) {
     const ChoiceResult &result = answer->stream->result(choice);
@@ -367,12 +402,9 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   std::shared_ptr<ResponseStream> stream = *submitted;
 
   std::vector<std::string> texts(plan->calls.size());
-  ResponseStream::Update update;
-  do {
-    stream->take(update, std::chrono::milliseconds(100));
-    for (size_t call = 0; call < texts.size(); ++call)
-      texts[call] += update.text[call];
-  } while (!update.allDone);
+  waitForAll(
+      *stream, clientSocketOf(httpRequest),
+      [&](size_t call, const std::string &text) { texts[call] += text; });
 
   json queries = json::array();
   for (const plan::QueryPlan &query : plan->queries) {

@@ -14,6 +14,8 @@
 #include <ctime>
 #include <functional>
 
+#include <sys/socket.h>
+
 namespace spanc::server {
 
 namespace {
@@ -159,6 +161,15 @@ void waitForAll(
   } while (!update.allDone);
 }
 
+/// httplib 0.11 listens with a backlog of 5: more clients than that
+/// connecting at once overflow the accept queue and some are reset. Its
+/// listening socket is a protected member, so a subclass raises the
+/// backlog (listen() again on a listening socket only changes it).
+class ListeningServer : public httplib::Server {
+public:
+  bool raiseBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
+
 /// One server-sent event.
 bool writeEvent(httplib::DataSink &sink, const std::string &data) {
   std::string event = "data: " + data + "\n\n";
@@ -279,18 +290,19 @@ HttpServer::HttpServer(Engine &engine, ServerMetrics &metrics,
                        const plan::MessageEncoder &encoder,
                        const model::Tokenizer &tokenizer, HttpOptions options)
     : engine(engine), metrics(metrics), encoder(encoder), tokenizer(tokenizer),
-      options(std::move(options)), server(std::make_unique<httplib::Server>()) {
+      options(std::move(options)), server(std::make_unique<ListeningServer>()) {
   routes();
 }
 
 HttpServer::~HttpServer() = default;
 
 llvm::Expected<int> HttpServer::bind(const std::string &host, int port) {
+  auto &listening = static_cast<ListeningServer &>(*server);
   if (port == 0) {
     int bound = server->bind_to_any_port(host);
-    if (bound > 0)
+    if (bound > 0 && listening.raiseBacklog())
       return bound;
-  } else if (server->bind_to_port(host, port)) {
+  } else if (server->bind_to_port(host, port) && listening.raiseBacklog()) {
     return port;
   }
   return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -75,12 +75,13 @@ protected:
     tokenizer = std::move(*tokens);
   }
 
-  std::unique_ptr<sched::Executor>
-  makeExecutor(int64_t cacheTokens = 4096,
-               const kv::SpanOptions &spanOptions = {}) {
+  std::unique_ptr<sched::Executor> makeExecutor(
+      int64_t cacheTokens = 4096, const kv::SpanOptions &spanOptions = {},
+      kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel) {
     sched::ExecutorOptions options;
     options.cacheTokens = cacheTokens;
     options.spanOptions = spanOptions;
+    options.relocationMode = relocation;
     auto executor = sched::Executor::create(*model, *tokenizer, options);
     EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
     return executor ? std::move(*executor) : nullptr;
@@ -225,6 +226,30 @@ TEST_F(EngineTest, SpanReuseAndEvictionsReachTheMetrics) {
   // rope-in-kernel reads reused spans where they lie: nothing moves.
   EXPECT_EQ(sampleLine(text, "spanc:span_tokens_relocated_total"),
             "spanc:span_tokens_relocated_total{model_name=\"tiny\"} 0.0");
+}
+
+TEST_F(EngineTest, RelocatedSpanTokensReachTheMetricsUnderRerope) {
+  // With ReRoPE both documents sit where the first order put them, and the
+  // second order wants each at the other's place: every span token moves.
+  kv::SpanOptions wholeSpans;
+  wholeSpans.recomputeEndBlocks = 0;
+  std::unique_ptr<sched::Executor> executor =
+      makeExecutor(4096, wholeSpans, kv::RelocationMode::Rerope);
+  ServerMetrics metrics("tiny", 16, executor->pool().numBlocks());
+  Engine engine(*executor, metrics, 100);
+  engine.start();
+  uint64_t relocated = 0;
+  for (bool swapped : {false, true}) {
+    auto stream = engine.submit(spanRequest(swapped), Clock::now());
+    ASSERT_TRUE(bool(stream)) << llvm::toString(stream.takeError());
+    Answer answer = wait(**stream);
+    ASSERT_TRUE(answer.result.succeeded) << answer.result.error;
+    relocated += answer.result.stats.relocatedTokens;
+  }
+  engine.shutdown("test over");
+  EXPECT_EQ(relocated, 64u);
+  EXPECT_EQ(sampleLine(metrics.render(), "spanc:span_tokens_relocated_total"),
+            "spanc:span_tokens_relocated_total{model_name=\"tiny\"} 64.0");
 }
 
 } // namespace

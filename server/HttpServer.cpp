@@ -246,6 +246,8 @@ struct SpnlExecution {
   SpnlAnswer answer;
   std::vector<plan::CallId> choices;
   std::shared_ptr<ResponseStream> stream;
+  /// The connection's socket, polled for the client going away.
+  int clientSocket = -1;
 };
 
 /// Streams spnl's choices as completion chunks, one event per HTTP chunk
@@ -254,7 +256,7 @@ struct SpnlExecution {
 bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
   ResponseStream::Update update;
   while (true) {
-    execution.stream->take(update, std::chrono::milliseconds(100));
+    execution.stream->take(update, kClientPollInterval);
     for (size_t choice = 0; choice < execution.choices.size(); ++choice) {
       plan::CallId call = execution.choices[choice];
       if (!update.text[call].empty() &&
@@ -279,7 +281,7 @@ bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
       sink.done();
       return true;
     }
-    if (!sink.is_writable())
+    if (!sink.is_writable() || clientClosed(execution.clientSocket))
       return false;
   }
 }
@@ -495,6 +497,7 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   if (!submitted)
     return sendError(response, submitted.takeError());
   execution->stream = *submitted;
+  execution->clientSocket = clientSocketOf(httpRequest);
 
   if (*stream) {
     response.set_header("Cache-Control", "no-cache");
@@ -512,12 +515,9 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   }
 
   std::vector<std::string> outputs(plan->calls.size());
-  ResponseStream::Update update;
-  do {
-    execution->stream->take(update, std::chrono::milliseconds(100));
-    for (size_t call = 0; call < outputs.size(); ++call)
-      outputs[call] += update.text[call];
-  } while (!update.allDone);
+  waitForAll(
+      *execution->stream, execution->clientSocket,
+      [&](size_t call, const std::string &text) { outputs[call] += text; });
   SpnlUsage usage;
   for (const plan::Call &call : plan->calls) {
     const ChoiceResult &result = execution->stream->result(call.id);

@@ -179,6 +179,8 @@ void Engine::deliverFinished() {
     figures.generationTokens += outcome.stats.generatedTokens;
     figures.cacheQueries += outcome.stats.promptTokens;
     figures.cacheHits += outcome.stats.reusedTokens;
+    figures.spanTokensReused += outcome.stats.spanReusedTokens;
+    figures.spanTokensRelocated += outcome.stats.relocatedTokens;
     figures.preemptions += outcome.stats.preemptions;
     figures.reasons.push_back(result.reason);
     // The metrics and the in-flight count first: a client that has its
@@ -208,8 +210,12 @@ void Engine::publishLoad() {
   double usage = pool.numBlocks()
                      ? 1.0 - double(pool.numFreeBlocks()) / pool.numBlocks()
                      : 0.0;
-  metrics.setLoad(executor.numRunning(), executor.numWaiting() + queuedCalls,
-                  usage);
+  EngineLoad load;
+  load.running = executor.numRunning();
+  load.waiting = executor.numWaiting() + queuedCalls;
+  load.kvCacheUsage = usage;
+  load.blocksEvicted = pool.numEvictions();
+  metrics.setLoad(load);
 }
 
 void Engine::loop() {

@@ -3,6 +3,7 @@
 #include "server/HttpServer.h"
 
 #include "server/ApiError.h"
+#include "server/ClientSocket.h"
 #include "server/SpnlExecute.h"
 #include "server/StopStringFilter.h"
 
@@ -11,6 +12,9 @@
 
 #include <atomic>
 #include <ctime>
+#include <functional>
+
+#include <sys/socket.h>
 
 namespace spanc::server {
 
@@ -77,6 +81,9 @@ struct Answer {
   std::shared_ptr<ResponseStream> stream;
   std::vector<StopStringFilter> filters;
   std::vector<bool> sentRole;
+  /// The connection's socket, polled for the client going away (-1: not
+  /// found, never polled).
+  int clientSocket = -1;
 
   const char *object(bool chunk) const {
     if (endpoint == Endpoint::Completions)
@@ -126,6 +133,43 @@ struct Answer {
   }
 };
 
+/// How often a waiting HTTP thread looks at its client's socket: a client
+/// gone is noticed within this, and its calls cancelled at the engine's
+/// next step.
+constexpr std::chrono::milliseconds kClientPollInterval(50);
+
+/// The socket of the connection `request` came on (see ClientSocket.h).
+int clientSocketOf(const httplib::Request &request) {
+  return findClientSocket(request.remote_addr, request.remote_port,
+                          request.local_port);
+}
+
+/// Waits until every choice of `stream` finished, handing on the text of
+/// each as it comes. A client that goes away meanwhile cancels the request:
+/// its calls then finish failed, and what is written after reaches nobody.
+void waitForAll(
+    ResponseStream &stream, int clientSocket,
+    const std::function<void(size_t, const std::string &)> &onText) {
+  ResponseStream::Update update;
+  do {
+    stream.take(update, kClientPollInterval);
+    for (size_t choice = 0; choice < update.text.size(); ++choice)
+      if (!update.text[choice].empty())
+        onText(choice, update.text[choice]);
+    if (!update.allDone && !stream.isCancelled() && clientClosed(clientSocket))
+      stream.cancel();
+  } while (!update.allDone);
+}
+
+/// httplib 0.11 listens with a backlog of 5: more clients than that
+/// connecting at once overflow the accept queue and some are reset. Its
+/// listening socket is a protected member, so a subclass raises the
+/// backlog (listen() again on a listening socket only changes it).
+class ListeningServer : public httplib::Server {
+public:
+  bool raiseBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
+
 /// One server-sent event.
 bool writeEvent(httplib::DataSink &sink, const std::string &data) {
   std::string event = "data: " + data + "\n\n";
@@ -137,7 +181,7 @@ bool writeEvent(httplib::DataSink &sink, const std::string &data) {
 bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
   ResponseStream::Update update;
   while (true) {
-    answer.stream->take(update, std::chrono::milliseconds(100));
+    answer.stream->take(update, kClientPollInterval);
     for (size_t choice = 0; choice < update.text.size(); ++choice) {
       StopStringFilter &filter = answer.filters[choice];
       std::string text = filter.push(update.text[choice]);
@@ -188,7 +232,10 @@ bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
       sink.done();
       return true;
     }
-    if (!sink.is_writable())
+    // Nothing may be written for a while (the request waits for room, or
+    // a stop string holds text back): the socket tells whether anyone
+    // still reads.
+    if (!sink.is_writable() || clientClosed(answer.clientSocket))
       return false;
   }
 }
@@ -199,6 +246,8 @@ struct SpnlExecution {
   SpnlAnswer answer;
   std::vector<plan::CallId> choices;
   std::shared_ptr<ResponseStream> stream;
+  /// The connection's socket, polled for the client going away.
+  int clientSocket = -1;
 };
 
 /// Streams spnl's choices as completion chunks, one event per HTTP chunk
@@ -207,7 +256,7 @@ struct SpnlExecution {
 bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
   ResponseStream::Update update;
   while (true) {
-    execution.stream->take(update, std::chrono::milliseconds(100));
+    execution.stream->take(update, kClientPollInterval);
     for (size_t choice = 0; choice < execution.choices.size(); ++choice) {
       plan::CallId call = execution.choices[choice];
       if (!update.text[call].empty() &&
@@ -232,7 +281,7 @@ bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
       sink.done();
       return true;
     }
-    if (!sink.is_writable())
+    if (!sink.is_writable() || clientClosed(execution.clientSocket))
       return false;
   }
 }
@@ -243,18 +292,19 @@ HttpServer::HttpServer(Engine &engine, ServerMetrics &metrics,
                        const plan::MessageEncoder &encoder,
                        const model::Tokenizer &tokenizer, HttpOptions options)
     : engine(engine), metrics(metrics), encoder(encoder), tokenizer(tokenizer),
-      options(std::move(options)), server(std::make_unique<httplib::Server>()) {
+      options(std::move(options)), server(std::make_unique<ListeningServer>()) {
   routes();
 }
 
 HttpServer::~HttpServer() = default;
 
 llvm::Expected<int> HttpServer::bind(const std::string &host, int port) {
+  auto &listening = static_cast<ListeningServer &>(*server);
   if (port == 0) {
     int bound = server->bind_to_any_port(host);
-    if (bound > 0)
+    if (bound > 0 && listening.raiseBacklog())
       return bound;
-  } else if (server->bind_to_port(host, port)) {
+  } else if (server->bind_to_port(host, port) && listening.raiseBacklog()) {
     return port;
   }
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -295,6 +345,7 @@ void HttpServer::completions(Endpoint endpoint,
   answer->stream = *stream;
   answer->filters.assign(numChoices, StopStringFilter(request->stop));
   answer->sentRole.assign(numChoices, false);
+  answer->clientSocket = clientSocketOf(httpRequest);
 
   if (request->stream) {
     response.set_header("Cache-Control", "no-cache");
@@ -312,12 +363,10 @@ void HttpServer::completions(Endpoint endpoint,
   }
 
   std::vector<std::string> texts(numChoices);
-  ResponseStream::Update update;
-  do {
-    answer->stream->take(update, std::chrono::milliseconds(100));
-    for (size_t choice = 0; choice < numChoices; ++choice)
-      texts[choice] += answer->filters[choice].push(update.text[choice]);
-  } while (!update.allDone);
+  waitForAll(*answer->stream, answer->clientSocket,
+             [&](size_t choice, const std::string &text) {
+               texts[choice] += answer->filters[choice].push(text);
+             });
   json body = answer->envelope(false);
   for (size_t choice = 0; choice < numChoices; ++choice) {
     const ChoiceResult &result = answer->stream->result(choice);
@@ -367,12 +416,9 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   std::shared_ptr<ResponseStream> stream = *submitted;
 
   std::vector<std::string> texts(plan->calls.size());
-  ResponseStream::Update update;
-  do {
-    stream->take(update, std::chrono::milliseconds(100));
-    for (size_t call = 0; call < texts.size(); ++call)
-      texts[call] += update.text[call];
-  } while (!update.allDone);
+  waitForAll(
+      *stream, clientSocketOf(httpRequest),
+      [&](size_t call, const std::string &text) { texts[call] += text; });
 
   json queries = json::array();
   for (const plan::QueryPlan &query : plan->queries) {
@@ -451,6 +497,7 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   if (!submitted)
     return sendError(response, submitted.takeError());
   execution->stream = *submitted;
+  execution->clientSocket = clientSocketOf(httpRequest);
 
   if (*stream) {
     response.set_header("Cache-Control", "no-cache");
@@ -468,12 +515,9 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   }
 
   std::vector<std::string> outputs(plan->calls.size());
-  ResponseStream::Update update;
-  do {
-    execution->stream->take(update, std::chrono::milliseconds(100));
-    for (size_t call = 0; call < outputs.size(); ++call)
-      outputs[call] += update.text[call];
-  } while (!update.allDone);
+  waitForAll(
+      *execution->stream, execution->clientSocket,
+      [&](size_t call, const std::string &text) { outputs[call] += text; });
   SpnlUsage usage;
   for (const plan::Call &call : plan->calls) {
     const ChoiceResult &result = execution->stream->result(call.id);

@@ -39,16 +39,25 @@ std::string number(double value) {
   return text;
 }
 
-void header(std::string &out, const char *name, const char *type,
+void sample(std::string &out, const std::string &name,
+            const std::string &labels, double value) {
+  out += name + "{" + labels + "} " + number(value) + "\n";
+}
+
+/// A metric family's HELP and TYPE lines; its samples follow.
+void family(std::string &out, const char *name, const char *type,
             const char *help) {
   out += std::string("# HELP ") + name + " " + help + "\n";
   out += std::string("# TYPE ") + name + " " + type + "\n";
 }
 
-void sample(std::string &out, const std::string &name,
-            const std::string &labels, double value) {
-  out += name + "{" + labels + "} " + number(value) + "\n";
-}
+/// A family of one sample, labelled with the model alone.
+struct Scalar {
+  const char *name;
+  const char *type;
+  const char *help;
+  double value;
+};
 
 } // namespace
 
@@ -98,12 +107,10 @@ ServerMetrics::ServerMetrics(std::string modelName, unsigned blockSize,
       interTokenLatency(kInterTokenLatencyBuckets),
       endToEndLatency(kRequestLatencyBuckets) {}
 
-void ServerMetrics::setLoad(uint64_t runningNow, uint64_t waitingNow,
-                            double usage) {
+void ServerMetrics::setLoad(const EngineLoad &now) {
   std::lock_guard<std::mutex> lock(mutex);
-  running = runningNow;
-  waiting = waitingNow;
-  kvCacheUsage = std::clamp(usage, 0.0, 1.0);
+  load = now;
+  load.kvCacheUsage = std::clamp(now.kvCacheUsage, 0.0, 1.0);
 }
 
 void ServerMetrics::recordFinished(const FinishedRequest &request) {
@@ -112,6 +119,8 @@ void ServerMetrics::recordFinished(const FinishedRequest &request) {
   generationTokens += request.generationTokens;
   cacheQueries += request.cacheQueries;
   cacheHits += request.cacheHits;
+  spanTokensReused += request.spanTokensReused;
+  spanTokensRelocated += request.spanTokensRelocated;
   preemptions += request.preemptions;
   for (FinishReason reason : request.reasons)
     ++finished[size_t(reason)];
@@ -125,52 +134,77 @@ void ServerMetrics::recordFinished(const FinishedRequest &request) {
 std::string ServerMetrics::render() const {
   std::lock_guard<std::mutex> lock(mutex);
   std::string out;
-  header(out, "vllm:num_requests_running", "gauge",
-         "Number of requests in model execution batches.");
-  sample(out, "vllm:num_requests_running", labels, double(running));
-  header(out, "vllm:num_requests_waiting", "gauge",
-         "Number of requests waiting to be processed.");
-  sample(out, "vllm:num_requests_waiting", labels, double(waiting));
-  header(out, "vllm:kv_cache_usage_perc", "gauge",
-         "KV-cache usage. 1 means 100 percent usage.");
-  sample(out, "vllm:kv_cache_usage_perc", labels, kvCacheUsage);
-  header(out, "vllm:cache_config_info", "gauge",
+  // vLLM's help texts, word for word, then spanc's own.
+  const Scalar gauges[] = {
+      {"vllm:num_requests_running", "gauge",
+       "Number of requests in model execution batches.", double(load.running)},
+      {"vllm:num_requests_waiting", "gauge",
+       "Number of requests waiting to be processed.", double(load.waiting)},
+      {"vllm:kv_cache_usage_perc", "gauge",
+       "KV-cache usage. 1 means 100 percent usage.", load.kvCacheUsage},
+  };
+  const Scalar counters[] = {
+      {"vllm:prefix_cache_queries_total", "counter",
+       "Prefix cache queries, in terms of number of queried tokens.",
+       double(cacheQueries)},
+      {"vllm:prefix_cache_hits_total", "counter",
+       "Prefix cache hits, in terms of number of cached tokens.",
+       double(cacheHits)},
+      {"vllm:prompt_tokens_total", "counter",
+       "Number of prefill tokens processed.", double(promptTokens)},
+      {"vllm:generation_tokens_total", "counter",
+       "Number of generation tokens processed.", double(generationTokens)},
+      {"vllm:num_preemptions_total", "counter",
+       "Cumulative number of preemption from the engine.", double(preemptions)},
+      {"spanc:span_tokens_reused_total", "counter",
+       "Prompt tokens of spans (children of a plus) found in the cache; "
+       "part of vllm:prefix_cache_hits_total.",
+       double(spanTokensReused)},
+      {"spanc:span_tokens_relocated_total", "counter",
+       "Reused prompt tokens whose K was rotated to a new position "
+       "(--relocation=rerope; rope-in-kernel moves nothing).",
+       double(spanTokensRelocated)},
+      {"spanc:blocks_evicted_total", "counter",
+       "Cached KV blocks evicted to make room for new ones.",
+       double(load.blocksEvicted)},
+  };
+  for (const Scalar &each : gauges) {
+    family(out, each.name, each.type, each.help);
+    sample(out, each.name, labels, each.value);
+  }
+  family(out, "vllm:cache_config_info", "gauge",
          "Information of the LLMCacheConfig");
   sample(out, "vllm:cache_config_info",
          labels + ",block_size=\"" + std::to_string(blockSize) +
              "\",num_gpu_blocks=\"" + std::to_string(numBlocks) + "\"",
          1.0);
-  header(out, "vllm:prefix_cache_queries_total", "counter",
-         "Prefix cache queries, in terms of number of queried tokens.");
-  sample(out, "vllm:prefix_cache_queries_total", labels, double(cacheQueries));
-  header(out, "vllm:prefix_cache_hits_total", "counter",
-         "Prefix cache hits, in terms of number of cached tokens.");
-  sample(out, "vllm:prefix_cache_hits_total", labels, double(cacheHits));
-  header(out, "vllm:prompt_tokens_total", "counter",
-         "Number of prefill tokens processed.");
-  sample(out, "vllm:prompt_tokens_total", labels, double(promptTokens));
-  header(out, "vllm:generation_tokens_total", "counter",
-         "Number of generation tokens processed.");
-  sample(out, "vllm:generation_tokens_total", labels, double(generationTokens));
-  header(out, "vllm:num_preemptions_total", "counter",
-         "Cumulative number of preemption from the engine.");
-  sample(out, "vllm:num_preemptions_total", labels, double(preemptions));
-  header(out, "vllm:request_success_total", "counter",
+  for (const Scalar &each : counters) {
+    family(out, each.name, each.type, each.help);
+    sample(out, each.name, labels, each.value);
+  }
+  family(out, "vllm:request_success_total", "counter",
          "Count of successfully processed requests.");
   const char *reasonNames[] = {"stop", "length", "abort"};
   for (size_t reason = 0; reason < 3; ++reason)
     sample(out, "vllm:request_success_total",
            labels + ",finished_reason=\"" + reasonNames[reason] + "\"",
            double(finished[reason]));
-  header(out, "vllm:time_to_first_token_seconds", "histogram",
-         "Histogram of time to first token in seconds.");
-  timeToFirstToken.render("vllm:time_to_first_token_seconds", labels, out);
-  header(out, "vllm:inter_token_latency_seconds", "histogram",
-         "Histogram of inter-token latency in seconds.");
-  interTokenLatency.render("vllm:inter_token_latency_seconds", labels, out);
-  header(out, "vllm:e2e_request_latency_seconds", "histogram",
-         "Histogram of e2e request latency in seconds.");
-  endToEndLatency.render("vllm:e2e_request_latency_seconds", labels, out);
+  const struct {
+    const char *name;
+    const char *help;
+    const Histogram &histogram;
+  } histograms[] = {
+      {"vllm:time_to_first_token_seconds",
+       "Histogram of time to first token in seconds.", timeToFirstToken},
+      {"vllm:inter_token_latency_seconds",
+       "Histogram of inter-token latency in seconds.", interTokenLatency},
+      {"vllm:e2e_request_latency_seconds",
+       "Histogram of e2e request latency in seconds.", endToEndLatency},
+  };
+  for (const auto &each : histograms) {
+    family(out, each.name, "histogram", each.help);
+    each.histogram.render(each.name, labels, out);
+  }
   return out;
 }
 

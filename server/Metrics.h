@@ -4,7 +4,9 @@
 // names, types and meanings vLLM exports, so its dashboards and the
 // Gateway API Inference Extension's endpoint picker read spanc unchanged:
 // load gauges the engine thread sets after every step, counters and
-// histograms it adds to when a request finishes. Thread-safe.
+// histograms it adds to when a request finishes. Beside them, spanc's own
+// under `spanc:` (span tokens reused and relocated, blocks evicted), which
+// vLLM has no name for. Thread-safe.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_METRICS_H
@@ -47,6 +49,10 @@ struct FinishedRequest {
   /// Prompt tokens looked up in the prefix (span) cache, and found there.
   uint64_t cacheQueries = 0;
   uint64_t cacheHits = 0;
+  /// Of cacheHits, the tokens of spans (sched::CallStats::spanReusedTokens),
+  /// and the reused tokens whose K was turned to a new position.
+  uint64_t spanTokensReused = 0;
+  uint64_t spanTokensRelocated = 0;
   uint64_t preemptions = 0;
   /// One reason per sequence (choice).
   std::vector<FinishReason> reasons;
@@ -58,12 +64,22 @@ struct FinishedRequest {
   std::vector<double> interTokenSeconds;
 };
 
+/// The engine's state after a step.
+struct EngineLoad {
+  uint64_t running = 0;
+  uint64_t waiting = 0;
+  /// Referenced blocks over all, in [0, 1].
+  double kvCacheUsage = 0;
+  /// Cached blocks evicted since the server started (kv::BlockPool's
+  /// count, which only grows).
+  uint64_t blocksEvicted = 0;
+};
+
 class ServerMetrics {
 public:
   ServerMetrics(std::string modelName, unsigned blockSize, uint32_t numBlocks);
 
-  /// The engine's load after a step.
-  void setLoad(uint64_t running, uint64_t waiting, double kvCacheUsage);
+  void setLoad(const EngineLoad &load);
   void recordFinished(const FinishedRequest &request);
   /// The Prometheus text exposition.
   std::string render() const;
@@ -73,10 +89,10 @@ private:
   std::string labels; ///< model_name="..."
   unsigned blockSize;
   uint32_t numBlocks;
-  uint64_t running = 0, waiting = 0;
-  double kvCacheUsage = 0;
+  EngineLoad load;
   uint64_t promptTokens = 0, generationTokens = 0;
   uint64_t cacheQueries = 0, cacheHits = 0, preemptions = 0;
+  uint64_t spanTokensReused = 0, spanTokensRelocated = 0;
   uint64_t finished[3] = {0, 0, 0}; ///< by FinishReason
   Histogram timeToFirstToken;
   Histogram interTokenLatency;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/setup.sh — everything spanc needs on a fresh Debian 12 machine:
-# the Debian packages the build uses and the default model, checked by
-# sha256. Idempotent: a second run changes nothing, prints nothing, and
+# the Debian packages the build uses, the default model, checked by
+# sha256, and the Python clients the tests drive the server with (a
+# virtual environment of tools/python-requirements.txt). Idempotent: a second run changes nothing, prints nothing, and
 # takes seconds.
 #
 #   SPANC_CACHE   where downloads live, outside the clone so that fresh
@@ -20,7 +21,7 @@ packages=(
   g++ clang-14 libclang-rt-14-dev llvm-14-dev llvm-14-tools
   libboost-program-options-dev libgtest-dev libgmock-dev libdnnl-dev
   libxxhash-dev libpcre2-dev libsqlite3-dev libcpp-httplib-dev
-  nlohmann-json3-dev python3 python3-pip python3-matplotlib unzip
+  nlohmann-json3-dev python3 python3-pip python3-venv python3-matplotlib unzip
   python3.11-doc  # the corpus of `spanc bench bulk` (issue 7)
 )
 missing=()
@@ -85,3 +86,22 @@ fi
 mkdir -p "$root/models"
 link="$root/models/$model_name"
 [[ "$(readlink "$link" 2>/dev/null)" == "$model" ]] || ln -sfn "$model" "$link"
+
+# --- The tests' Python clients ----------------------------------------------
+# The official `openai` package and its dependencies, pinned, in a virtual
+# environment outside the clone (shared by clones, like the model) and
+# linked from .venv, where the Bazel tests find it through $SPANC_ROOT. The
+# stamp is the requirements file's hash: a changed pin rebuilds it.
+requirements="$root/tools/python-requirements.txt"
+venv="$cache/python"
+want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $venv/bin/python3 ]]; then
+  say "creating the test clients' Python environment in $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || die "python3 -m venv failed (Debian: python3-venv)"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+    --no-input -r "$requirements" >&2 \
+    || { rm -rf "$venv"; die "pip install -r $requirements failed"; }
+  printf '%s\n' "$want" >"$venv/.requirements.sha256"
+fi
+[[ "$(readlink "$root/.venv" 2>/dev/null)" == "$venv" ]] || ln -sfn "$venv" "$root/.venv"

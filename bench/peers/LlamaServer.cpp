@@ -1,49 +1,37 @@
 //===- LlamaServer.cpp - llama.cpp's llama-server as a benchmark peer -----===//
 //
-// The server runs as a child process on a free loopback port with its log
-// in a temporary file; every failure quotes the tail of that log, since the
-// server says why it stopped there and nowhere else. The child is tied to
-// this process (PR_SET_PDEATHSIG) so that a benchmark killed mid-run leaves
-// no server behind, and the destructor stops it on every other path.
+// The server runs as a child process (bench/common/ServerProcess.h: a free
+// loopback port, its log quoted by every failure, tied to this process);
+// this file finds the binary, chooses its flags and speaks its API.
 //
 //===----------------------------------------------------------------------===//
 #include "bench/peers/LlamaServer.h"
+
+#include "bench/common/ServerProcess.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <pwd.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
 
 namespace spanc::bench {
 
 namespace {
 
-constexpr const char *kHost = "127.0.0.1";
 /// Loading a model on a loaded 2-core machine can take tens of seconds.
 constexpr auto kStartTimeout = std::chrono::seconds(180);
-constexpr auto kStopGrace = std::chrono::seconds(5);
 /// A long prompt on a loaded machine: minutes, not hours.
 constexpr time_t kRequestTimeoutSeconds = 900;
-constexpr size_t kLogTailLines = 12;
 
 std::string homeDirectory() {
   if (const char *home = std::getenv("HOME"))
@@ -94,171 +82,15 @@ llvm::Expected<std::string> findBinary(const LlamaServerOptions &options) {
       suffix);
 }
 
-/// A port nobody listens on now: bind port 0 and read what the kernel gave.
-/// Another process may take it before the server binds; start() retries.
-llvm::Expected<int> findFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return llvm::errorCodeToError(
-        std::error_code(errno, std::generic_category()));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) {
-    int error = errno;
-    close(fd);
-    return llvm::createStringError(
-        std::error_code(error, std::generic_category()),
-        "cannot find a free loopback port");
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-std::string tailOf(llvm::StringRef path, size_t lines) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return "(no log)";
-  llvm::StringRef text = (*buffer)->getBuffer().rtrim();
-  size_t start = text.size();
-  for (size_t seen = 0; start > 0 && seen < lines;) {
-    start = text.rfind('\n', start - 1);
-    if (start == llvm::StringRef::npos) {
-      start = 0;
-      break;
-    }
-    ++seen;
-  }
-  return text.drop_front(start).ltrim('\n').str();
-}
-
-std::string describeExit(int status) {
-  if (WIFEXITED(status))
-    return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
-  return "stopped";
-}
-
 } // namespace
 
 struct LlamaServer::Impl {
-  pid_t pid = -1;
-  int port = 0;
-  std::string logPath;
+  std::unique_ptr<ServerProcess> process;
   std::string description;
   std::unique_ptr<httplib::Client> client;
 
-  /// Set once the child has been reaped (died on its own or was stopped).
-  bool reaped = false;
-  int exitStatus = 0;
-
-  ~Impl() {
-    stop();
-    if (!logPath.empty())
-      llvm::sys::fs::remove(logPath);
-  }
-
-  /// True while the child runs; reaps it (once) when it has ended.
-  bool alive() {
-    if (pid <= 0 || reaped)
-      return false;
-    int status = 0;
-    pid_t result = waitpid(pid, &status, WNOHANG);
-    if (result == 0)
-      return true;
-    reaped = true;
-    exitStatus = status;
-    return false;
-  }
-
-  void stop() {
-    client.reset();
-    if (!alive())
-      return;
-    kill(pid, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + kStopGrace;
-    while (alive() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (alive()) {
-      kill(pid, SIGKILL);
-      int status = 0;
-      waitpid(pid, &status, 0);
-      reaped = true;
-      exitStatus = status;
-    }
-  }
-
-  /// "<what>; llama-server <how it ended>; its last log lines: ..."
   llvm::Error failure(const llvm::Twine &what) {
-    std::string state = alive() ? "llama-server is still running"
-                                : "llama-server " + describeExit(exitStatus);
-    return llvm::createStringError(
-        std::errc::io_error, "%s; %s; log %s:\n%s", what.str().c_str(),
-        state.c_str(), logPath.c_str(), tailOf(logPath, kLogTailLines).c_str());
-  }
-
-  /// fork + exec with the log as stdout and stderr. Everything the child
-  /// needs is prepared before fork: after it, only async-signal-safe calls.
-  llvm::Error spawn(const std::vector<std::string> &arguments) {
-    std::vector<char *> argv;
-    for (const std::string &argument : arguments)
-      argv.push_back(const_cast<char *>(argument.c_str()));
-    argv.push_back(nullptr);
-    int logFd =
-        open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (logFd < 0)
-      return llvm::createStringError(
-          std::error_code(errno, std::generic_category()),
-          "cannot open the llama-server log '%s'", logPath.c_str());
-    pid_t parent = getpid();
-    pid_t child = fork();
-    if (child == 0) {
-      // Die with the benchmark, so a killed run leaves no server behind.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent)
-        _exit(127);
-      int devNull = open("/dev/null", O_RDONLY);
-      if (devNull >= 0)
-        dup2(devNull, STDIN_FILENO);
-      dup2(logFd, STDOUT_FILENO);
-      dup2(logFd, STDERR_FILENO);
-      execv(argv[0], argv.data());
-      const char message[] = "exec of llama-server failed\n";
-      ssize_t ignored = write(STDERR_FILENO, message, sizeof(message) - 1);
-      (void)ignored;
-      _exit(127);
-    }
-    int forkError = errno;
-    close(logFd);
-    if (child < 0)
-      return llvm::createStringError(
-          std::error_code(forkError, std::generic_category()),
-          "cannot start llama-server");
-    pid = child;
-    reaped = false;
-    return llvm::Error::success();
-  }
-
-  /// Polls /health until it answers 200 (503 while the model loads).
-  llvm::Error waitUntilHealthy() {
-    httplib::Client probe(kHost, port);
-    probe.set_connection_timeout(1, 0);
-    probe.set_read_timeout(5, 0);
-    auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (!alive())
-        return failure("llama-server stopped before it was ready");
-      if (auto response = probe.Get("/health"))
-        if (response->status == 200)
-          return llvm::Error::success();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return failure(llvm::Twine("llama-server did not answer /health within ") +
-                   llvm::Twine(int(kStartTimeout.count())) + " s");
+    return process->failure(what);
   }
 };
 
@@ -284,7 +116,7 @@ LlamaServer::start(const LlamaServerOptions &options) {
   int versionStatus =
       llvm::sys::ExecuteAndWait(*binary, {*binary, "--version"}, llvm::None,
                                 redirects, 60, 0, &errorMessage);
-  std::string versionText = tailOf(versionPath, 4);
+  std::string versionText = tailOfFile(versionPath, 4);
   llvm::sys::fs::remove(versionPath);
   if (versionStatus != 0)
     return llvm::createStringError(
@@ -301,18 +133,12 @@ LlamaServer::start(const LlamaServerOptions &options) {
   std::unique_ptr<LlamaServer> server(new LlamaServer());
   server->impl = std::make_unique<Impl>();
   Impl &impl = *server->impl;
-  llvm::SmallString<128> logPath;
-  if (std::error_code error =
-          llvm::sys::fs::createTemporaryFile("llama-server", "log", logPath))
-    return llvm::createStringError(error, "cannot create a temporary file");
-  impl.logPath = std::string(logPath);
-
   std::vector<std::string> flags = {"-c",
                                     std::to_string(options.contextTokens),
                                     "-t",
                                     std::to_string(options.threads),
                                     "-np",
-                                    "1",
+                                    std::to_string(options.parallel),
                                     "--cache-reuse",
                                     std::to_string(options.cacheReuse)};
   if (!options.ramCache) {
@@ -320,33 +146,15 @@ LlamaServer::start(const LlamaServerOptions &options) {
     flags.push_back("0");
   }
   flags.insert(flags.end(), options.extraArgs.begin(), options.extraArgs.end());
+  std::vector<std::string> arguments = {*binary, "-m", options.modelPath};
+  arguments.insert(arguments.end(), flags.begin(), flags.end());
+  auto process = ServerProcess::start("llama-server", arguments, kStartTimeout);
+  if (!process)
+    return process.takeError();
+  impl.process = std::move(*process);
 
-  // A port found free may be taken before the server binds it: retry with
-  // another one when the server stops before it is healthy.
-  constexpr int kAttempts = 3;
-  for (int attempt = 1;; ++attempt) {
-    llvm::Expected<int> port = findFreePort();
-    if (!port)
-      return port.takeError();
-    impl.port = *port;
-    std::vector<std::string> arguments = {*binary, "-m", options.modelPath};
-    arguments.insert(arguments.end(), flags.begin(), flags.end());
-    arguments.insert(arguments.end(),
-                     {"--host", kHost, "--port", std::to_string(impl.port)});
-    if (llvm::Error error = impl.spawn(arguments))
-      return error;
-    llvm::Error ready = impl.waitUntilHealthy();
-    if (!ready)
-      break;
-    bool bindFailed =
-        !impl.alive() && llvm::StringRef(tailOf(impl.logPath, kLogTailLines))
-                             .contains_insensitive("bind");
-    if (!bindFailed || attempt == kAttempts)
-      return ready; // ~Impl stops the server.
-    llvm::consumeError(std::move(ready));
-  }
-
-  impl.client = std::make_unique<httplib::Client>(kHost, impl.port);
+  impl.client =
+      std::make_unique<httplib::Client>(kLoopbackHost, impl.process->port());
   impl.client->set_connection_timeout(10, 0);
   impl.client->set_read_timeout(kRequestTimeoutSeconds, 0);
   impl.client->set_write_timeout(60, 0);
@@ -399,5 +207,7 @@ llvm::Expected<PeerCompletion> LlamaServer::complete(llvm::StringRef prompt,
 }
 
 const std::string &LlamaServer::describe() const { return impl->description; }
+
+int LlamaServer::port() const { return impl->process->port(); }
 
 } // namespace spanc::bench

@@ -24,8 +24,12 @@ struct LlamaServerOptions {
   /// ~/.cache/spanc/peers/llama.cpp/build/bin/llama-server.
   std::string binary;
   std::string modelPath;
+  /// Tokens of KV cache in all, shared by the slots.
   int contextTokens = 8192;
   int threads = 2;
+  /// -np: slots, the requests it serves at once (each gets contextTokens /
+  /// parallel of the context).
+  int parallel = 1;
   /// --cache-reuse N (0: off): reuse cached chunks of at least N tokens
   /// after a mismatch, llama.cpp's answer to shifted prefixes.
   int cacheReuse = 256;
@@ -63,6 +67,9 @@ public:
 
   /// "llama-server <version> (<flags>)" for result files.
   const std::string &describe() const;
+  /// Its loopback port, for clients of its other endpoints (complete()
+  /// has one connection, for one request at a time).
+  int port() const;
 
 private:
   LlamaServer() = default;

@@ -29,6 +29,9 @@ struct CallStats {
   uint32_t computedTokens = 0;  ///< prompt tokens prefilled
   uint32_t reusedTokens = 0;    ///< prompt tokens found in the cache
   uint32_t relocatedTokens = 0; ///< reused tokens whose K was re-rotated
+  /// Of reusedTokens, those of spans (children of a plus): the reuse that
+  /// stock prefix caching cannot give when the spans move or reorder.
+  uint32_t spanReusedTokens = 0;
   /// Span tokens a blend recomputed through every layer (kv::SpanOptions::
   /// blendPercent); the blend's selection layers ran for all of them.
   uint32_t blendedTokens = 0;

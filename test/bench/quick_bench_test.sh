@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of one quality benchmark: `spanc bench NAME --quick` writes
+# Smoke test of one benchmark: `spanc bench NAME --quick` writes
 # NAME.md, NAME.tsv and NAME.png, and their rows agree with each other.
 #   quick_bench_test.sh SPANC NAME
 # Skips (passes, saying so) when the model is absent.
@@ -76,6 +76,24 @@ accuracy)
   # accuracy-modes.tsv: a row per (task, mode) for pareto.py.
   modes=$(tail -n +2 "$out/accuracy-modes.tsv" | wc -l)
   [[ $modes == 14 ]] || fail "accuracy-modes.tsv has $modes rows, want 14"
+  ;;
+serve)
+  # --quick: 8 requests per cell at 1 and 4 clients, span and prefix (and
+  # llama-server when the peer is built): every request answered once.
+  for server in span prefix; do
+    rows=$(awk -F'\t' -v s=$server '$1 == s' "$out/serve.tsv" | wc -l)
+    [[ $rows == 16 ]] || fail "serve.tsv has $rows $server rows, want 16"
+    for clients in 1 4; do
+      grep -qE "^\| $clients \| $server \| [0-9.]+ \| " "$out/serve.md" ||
+        fail "serve.md lacks the $server row at $clients clients"
+    done
+  done
+  awk -F'\t' 'NR > 1 {
+      if ($4 < 0 || $4 > $5) { print "row " NR ": TTFT outside 0..e2e"; bad = 1 }
+      if ($6 <= 0 || $7 > $6 || $8 < 1) { print "row " NR ": token counts"; bad = 1 }
+      seen[$1 " " $2 " " $3]++
+    } END { for (key in seen) if (seen[key] != 1) bad = 1; exit bad }' \
+    "$out/serve.tsv" || fail "serve.tsv is inconsistent"
   ;;
 *) fail "unknown benchmark $name" ;;
 esac

@@ -7,10 +7,10 @@ they are compared with themselves (stream vs whole, concurrent vs serial,
 a stop string cut where the text had it). SmolLM2 (from $SPANC_ROOT/models,
 skipped when absent) checks one answer that must make sense.
 
-Every server this starts is killed at the end, whatever happens. (The
-`openai` package is not installed in this environment, and the repo's
-Python tests run on the system python3 without a venv, so the client here
-is http.client.)
+Every server this starts is killed at the end, whatever happens. The
+client here is http.client on the system python3, so that every byte sent
+and received is the test's own; serve_openai.py drives the same server with
+the official `openai` package, serve_load.py loads it and cuts clients off.
 """
 
 import http.client

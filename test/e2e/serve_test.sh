@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
-# Runs test/e2e/serve.py from the runfiles root: serve_test.sh SPANC TINY_MODEL.
+# Runs a spanc serve test script from the runfiles root on the system
+# python3 (plain http.client, no packages): serve_test.sh SCRIPT SPANC
+# TINY_MODEL.
 set -euo pipefail
-exec python3 test/e2e/serve.py "$@"
+script="$1"
+shift
+exec python3 "$script" "$@"

@@ -75,9 +75,13 @@ protected:
     tokenizer = std::move(*tokens);
   }
 
-  std::unique_ptr<sched::Executor> makeExecutor() {
+  std::unique_ptr<sched::Executor> makeExecutor(
+      int64_t cacheTokens = 4096, const kv::SpanOptions &spanOptions = {},
+      kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel) {
     sched::ExecutorOptions options;
-    options.cacheTokens = 4096;
+    options.cacheTokens = cacheTokens;
+    options.spanOptions = spanOptions;
+    options.relocationMode = relocation;
     auto executor = sched::Executor::create(*model, *tokenizer, options);
     EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
     return executor ? std::move(*executor) : nullptr;
@@ -155,6 +159,97 @@ TEST_F(EngineTest, AFullEngineRefusesAndShutdownCancelsInFlight) {
   EXPECT_EQ(toApiError(late.takeError()).status(), 503);
   // Every block is back in the pool.
   EXPECT_EQ(executor->pool().numFreeBlocks(), executor->pool().numBlocks());
+}
+
+/// A call over a system prefix, two documents as spans in the given
+/// order, and a question.
+RequestCalls spanRequest(bool swapped) {
+  RequestCalls calls;
+  plan::Call &call = calls.calls.emplace_back();
+  call.options.maxTokens = 4;
+  auto segment = [&](plan::SegmentKind kind, std::vector<plan::TokenId> ids) {
+    plan::PlanSegment &added = call.segments.emplace_back();
+    added.kind = kind;
+    added.pieces.emplace_back().tokens = std::move(ids);
+  };
+  segment(plan::SegmentKind::Prefix, range(20, 16));
+  segment(plan::SegmentKind::Span, range(swapped ? 300 : 200, 32));
+  segment(plan::SegmentKind::Span, range(swapped ? 200 : 300, 32));
+  segment(plan::SegmentKind::Tail, range(400, 5));
+  calls.promptTokens.push_back(16 + 32 + 32 + 5);
+  return calls;
+}
+
+std::string sampleLine(const std::string &text, const std::string &name) {
+  size_t at = text.find("\n" + name + "{");
+  return at == std::string::npos
+             ? ""
+             : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
+TEST_F(EngineTest, SpanReuseAndEvictionsReachTheMetrics) {
+  // 12 blocks: the second document order reuses both spans whole (no
+  // boundary recompute), and the distinct questions after it evict.
+  kv::SpanOptions wholeSpans;
+  wholeSpans.recomputeEndBlocks = 0;
+  std::unique_ptr<sched::Executor> executor = makeExecutor(12 * 16, wholeSpans);
+  ServerMetrics metrics("tiny", 16, executor->pool().numBlocks());
+  Engine engine(*executor, metrics, 100);
+  engine.start();
+  uint64_t spanReused = 0, reused = 0;
+  for (bool swapped : {false, true}) {
+    auto stream = engine.submit(spanRequest(swapped), Clock::now());
+    ASSERT_TRUE(bool(stream)) << llvm::toString(stream.takeError());
+    Answer answer = wait(**stream);
+    ASSERT_TRUE(answer.result.succeeded) << answer.result.error;
+    spanReused += answer.result.stats.spanReusedTokens;
+    reused += answer.result.stats.reusedTokens;
+  }
+  // The second call found both documents (the prefix counts apart).
+  EXPECT_EQ(spanReused, 64u);
+  EXPECT_EQ(reused, 16u + 64u);
+  for (int question = 0; question < 6; ++question) {
+    auto stream = engine.submit(request(question), Clock::now());
+    ASSERT_TRUE(bool(stream)) << llvm::toString(stream.takeError());
+    EXPECT_TRUE(wait(**stream).result.succeeded);
+  }
+  engine.shutdown("test over");
+  const uint64_t evictions = executor->pool().numEvictions();
+  EXPECT_GT(evictions, 0u);
+  std::string text = metrics.render();
+  EXPECT_EQ(sampleLine(text, "spanc:span_tokens_reused_total"),
+            "spanc:span_tokens_reused_total{model_name=\"tiny\"} 64.0")
+      << text;
+  EXPECT_EQ(sampleLine(text, "spanc:blocks_evicted_total"),
+            "spanc:blocks_evicted_total{model_name=\"tiny\"} " +
+                std::to_string(evictions) + ".0");
+  // rope-in-kernel reads reused spans where they lie: nothing moves.
+  EXPECT_EQ(sampleLine(text, "spanc:span_tokens_relocated_total"),
+            "spanc:span_tokens_relocated_total{model_name=\"tiny\"} 0.0");
+}
+
+TEST_F(EngineTest, RelocatedSpanTokensReachTheMetricsUnderRerope) {
+  // With ReRoPE both documents sit where the first order put them, and the
+  // second order wants each at the other's place: every span token moves.
+  kv::SpanOptions wholeSpans;
+  wholeSpans.recomputeEndBlocks = 0;
+  std::unique_ptr<sched::Executor> executor =
+      makeExecutor(4096, wholeSpans, kv::RelocationMode::Rerope);
+  ServerMetrics metrics("tiny", 16, executor->pool().numBlocks());
+  Engine engine(*executor, metrics, 100);
+  engine.start();
+  uint64_t relocated = 0;
+  for (bool swapped : {false, true}) {
+    auto stream = engine.submit(spanRequest(swapped), Clock::now());
+    ASSERT_TRUE(bool(stream)) << llvm::toString(stream.takeError());
+    Answer answer = wait(**stream);
+    ASSERT_TRUE(answer.result.succeeded) << answer.result.error;
+    relocated += answer.result.stats.relocatedTokens;
+  }
+  engine.shutdown("test over");
+  EXPECT_EQ(relocated, 64u);
+  EXPECT_EQ(sampleLine(metrics.render(), "spanc:span_tokens_relocated_total"),
+            "spanc:span_tokens_relocated_total{model_name=\"tiny\"} 64.0");
 }
 
 } // namespace

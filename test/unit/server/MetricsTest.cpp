@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
+#include <vector>
 
 namespace spanc::server {
 namespace {
@@ -19,7 +21,11 @@ bool hasLine(const std::string &text, const std::string &line) {
 
 TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
   ServerMetrics metrics("tiny \"q\"", 16, 256);
-  metrics.setLoad(3, 2, 0.25);
+  EngineLoad load;
+  load.running = 3;
+  load.waiting = 2;
+  load.kvCacheUsage = 0.25;
+  metrics.setLoad(load);
   FinishedRequest request;
   request.promptTokens = 100;
   request.generationTokens = 7;
@@ -92,6 +98,61 @@ TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
       hasLine(text, "vllm:e2e_request_latency_seconds_sum{" + label + "} 1.3"));
   EXPECT_TRUE(hasLine(text, "vllm:e2e_request_latency_seconds_count{" + label +
                                 "} 2.0"));
+}
+
+TEST(ServerMetrics, RendersSpancCountersBesideVllms) {
+  ServerMetrics metrics("m", 16, 64);
+  EngineLoad load;
+  load.blocksEvicted = 9;
+  metrics.setLoad(load);
+  FinishedRequest request;
+  request.promptTokens = 80;
+  request.cacheQueries = 80;
+  request.cacheHits = 48;
+  request.spanTokensReused = 32;
+  request.spanTokensRelocated = 16;
+  request.reasons = {FinishReason::Stop};
+  metrics.recordFinished(request);
+  request.spanTokensRelocated = 0;
+  metrics.recordFinished(request);
+  std::string text = metrics.render();
+  for (const char *counter :
+       {"spanc:span_tokens_reused_total", "spanc:span_tokens_relocated_total",
+        "spanc:blocks_evicted_total"}) {
+    EXPECT_TRUE(hasLine(text, std::string("# TYPE ") + counter + " counter"))
+        << counter;
+    EXPECT_NE(text.find(std::string("# HELP ") + counter + " "),
+              std::string::npos)
+        << counter;
+  }
+  EXPECT_TRUE(
+      hasLine(text, "spanc:span_tokens_reused_total{model_name=\"m\"} 64.0"));
+  EXPECT_TRUE(hasLine(
+      text, "spanc:span_tokens_relocated_total{model_name=\"m\"} 16.0"));
+  // The pool's count is a total already: set, not added.
+  metrics.setLoad(load);
+  EXPECT_TRUE(hasLine(metrics.render(),
+                      "spanc:blocks_evicted_total{model_name=\"m\"} 9.0"));
+}
+
+TEST(ServerMetrics, EveryFamilyHasOneHelpAndOneTypeLine) {
+  std::string text = ServerMetrics("m", 16, 64).render();
+  std::istringstream lines(text);
+  std::vector<std::string> helps, types;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# HELP ", 0) == 0)
+      helps.push_back(line.substr(7, line.find(' ', 7) - 7));
+    else if (line.rfind("# TYPE ", 0) == 0)
+      types.push_back(line.substr(7, line.find(' ', 7) - 7));
+    else
+      // Every sample belongs to the family declared last.
+      EXPECT_EQ(line.rfind(types.back(), 0), 0u) << line;
+  }
+  EXPECT_EQ(helps, types);
+  std::vector<std::string> unique = types;
+  std::sort(unique.begin(), unique.end());
+  EXPECT_EQ(std::unique(unique.begin(), unique.end()), unique.end());
+  EXPECT_EQ(types.size(), 16u);
 }
 
 TEST(Histogram, ABoundaryValueFallsInItsOwnBucket) {

@@ -7,156 +7,22 @@ they are compared with themselves (stream vs whole, concurrent vs serial,
 a stop string cut where the text had it). SmolLM2 (from $SPANC_ROOT/models,
 skipped when absent) checks one answer that must make sense.
 
-Every server this starts is killed at the end, whatever happens. The
-client here is http.client on the system python3, so that every byte sent
-and received is the test's own; serve_openai.py drives the same server with
-the official `openai` package, serve_load.py loads it and cuts clients off.
+Every server this starts is killed at the end, whatever happens (the
+server, the checks and /metrics are serve_harness.py's, shared by the four
+serve tests). The client here is http.client on the system python3, so that
+every byte sent and received is the test's own; serve_openai.py drives the
+same server with the official `openai` package, serve_load.py loads it and
+cuts clients off.
 """
 
-import http.client
-import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 
-KEY = "test-key-123"
-failures = []
-servers = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL: " + message, flush=True)
-    return condition
-
-
-class Server:
-    """A `spanc serve` on a free loopback port (it prints the port)."""
-
-    def __init__(self, spanc, model, *options):
-        command = [spanc, "serve", "--model", model, "--port", "0", "-t", "1",
-                   "--fixed-threads"] + list(options)
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, text=True)
-        servers.append(self)
-        self.stderr = []
-        deadline = time.time() + 120
-        self.port = None
-        while time.time() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.stderr.append(line)
-            found = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if found:
-                self.port = int(found.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("spanc serve did not start: " +
-                               "".join(self.stderr))
-        # Keep draining stderr so the server never blocks on it.
-        self.drain = threading.Thread(target=self._drain, daemon=True)
-        self.drain.start()
-
-    def _drain(self):
-        for line in self.process.stderr:
-            self.stderr.append(line)
-
-    def connection(self, timeout=60):
-        return http.client.HTTPConnection("127.0.0.1", self.port,
-                                          timeout=timeout)
-
-    def request(self, method, path, body=None, key=KEY, headers=None,
-                timeout=60):
-        """Returns (status, headers, body bytes)."""
-        all_headers = dict(headers or {})
-        if key is not None:
-            all_headers["Authorization"] = "Bearer " + key
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-            all_headers.setdefault("Content-Type", "application/json")
-        connection = self.connection(timeout)
-        try:
-            connection.request(method, path, body=body, headers=all_headers)
-            response = connection.getresponse()
-            return response.status, dict(response.getheaders()), \
-                response.read()
-        finally:
-            connection.close()
-
-    def json(self, method, path, body=None, **options):
-        status, headers, data = self.request(method, path, body, **options)
-        try:
-            document = json.loads(data) if data else None
-        except ValueError:
-            document = {"unparsed": data.decode("utf-8", "replace")}
-        return status, headers, document
-
-    def stream(self, path, body, close_after=None):
-        """Posts with stream: true; returns (status, events) where events are
-        the parsed `data:` payloads ("[DONE]" as is). With close_after, the
-        connection is dropped after that many events."""
-        connection = self.connection()
-        events = []
-        try:
-            connection.request("POST", path, body=json.dumps(body), headers={
-                "Authorization": "Bearer " + KEY,
-                "Content-Type": "application/json"})
-            response = connection.getresponse()
-            if response.status != 200:
-                return response.status, [json.loads(response.read())]
-            check(response.getheader("Content-Type", "").startswith(
-                "text/event-stream"), "a stream is text/event-stream")
-            for raw in response:
-                line = raw.decode("utf-8").rstrip("\r\n")
-                if not line:
-                    continue
-                check(line.startswith("data: "), "SSE line: %r" % line)
-                payload = line[len("data: "):]
-                events.append(payload if payload == "[DONE]"
-                              else json.loads(payload))
-                if close_after is not None and len(events) >= close_after:
-                    break
-            return response.status, events
-        finally:
-            connection.close()
-
-    def metrics(self):
-        status, _, data = self.request("GET", "/metrics")
-        check(status == 200, "/metrics answers 200")
-        values = {}
-        for line in data.decode().splitlines():
-            if line.startswith("#") or not line:
-                continue
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-        return data.decode(), values
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        """Signals the server and returns its exit status."""
-        self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return None
-
-
-def metric(values, name, **labels):
-    """A sample's value, matching the labels given (model_name aside)."""
-    for key, value in values.items():
-        if not key.startswith(name + "{"):
-            continue
-        if all('%s="%s"' % item in key for item in labels.items()):
-            return value
-    return None
-
+from serve_harness import KEY, Server, check, metric, run, stream_text
 
 SYSTEM = ("You are a careful assistant. Answer from the documents about the "
           "block pool, rotary embeddings and bulk ordering of span queries.")
@@ -169,19 +35,6 @@ def chat_body(question, max_tokens=12, **extra):
             "max_tokens": max_tokens, "temperature": 0}
     body.update(extra)
     return body
-
-
-def stream_text(events, index=0):
-    """The content a chat stream delivered for one choice."""
-    text = ""
-    for event in events:
-        if event == "[DONE]" or "choices" not in event:
-            continue
-        for choice in event["choices"]:
-            if choice["index"] == index:
-                text += choice.get("delta", {}).get("content", "") or \
-                    choice.get("text", "")
-    return text
 
 
 def check_basics(server):
@@ -627,36 +480,22 @@ def check_sensible_answer(spanc):
     check(server.stop() == 0, "SmolLM2 server exits 0 on SIGTERM")
 
 
-def main():
-    spanc, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    try:
-        server = Server(spanc, model, "--api-key", KEY, "--max-body", "4096",
-                        "--max-tokens-limit", "1500", "--max-prompt-tokens",
-                        "300", "--max-queue", "64", "--batch-invariant")
-        check_basics(server)
-        check_chat(server)
-        check_completions(server)
-        check_errors(server)
-        check_span_query(server)
-        check_concurrent(server)
-        check_disconnect(server)
-        code = server.stop(signal.SIGTERM)
-        check(code == 0, "SIGTERM: exit 0 (got %r)" % code)
-        check_queue_full(spanc, model)
-        check_sensible_answer(spanc)
-    finally:
-        for each in servers:
-            if each.process.poll() is None:
-                each.process.kill()
-                each.process.wait()
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        for each in servers:
-            sys.stdout.write("".join(each.stderr[-20:]))
-        return 1
-    print("PASSED")
-    return 0
+def main(spanc, model):
+    server = Server(spanc, model, "--api-key", KEY, "--max-body", "4096",
+                    "--max-tokens-limit", "1500", "--max-prompt-tokens",
+                    "300", "--max-queue", "64", "--batch-invariant")
+    check_basics(server)
+    check_chat(server)
+    check_completions(server)
+    check_errors(server)
+    check_span_query(server)
+    check_concurrent(server)
+    check_disconnect(server)
+    code = server.stop(signal.SIGTERM)
+    check(code == 0, "SIGTERM: exit 0 (got %r)" % code)
+    check_queue_full(spanc, model)
+    check_sensible_answer(spanc)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -22,7 +22,6 @@ Bounded: a fixed number of requests, socket timeouts, and a watchdog that
 kills everything and fails after WATCHDOG_SECONDS.
 """
 
-import http.client
 import json
 import os
 import random
@@ -34,7 +33,8 @@ import sys
 import threading
 import time
 
-from serve import KEY, Server, check, failures, metric, servers, stream_text
+from serve_harness import (KEY, Server, check, kill_servers, metric, run,
+                           stream_text)
 
 CLIENTS = 64
 REQUESTS_PER_CLIENT = 4
@@ -332,6 +332,30 @@ def long_requests(server):
     return found
 
 
+def check_aborted(server, before, count, what):
+    """Waits until `count` calls cut short since the `before` metrics have
+    finished as aborted and nothing runs; checks that they stopped
+    generating and that every block is back in the pool. Returns (aborted,
+    tokens generated, KV usage) for the report."""
+    def moved(values, name, **labels):
+        return (metric(values, name, **labels) or 0) - \
+            (metric(before, name, **labels) or 0)
+    values = wait_for(server, lambda values: moved(
+        values, "vllm:request_success_total", finished_reason="abort") >=
+        count and metric(values, "vllm:num_requests_running") == 0,
+        "%d %s are aborted" % (count, what))
+    aborted = moved(values, "vllm:request_success_total",
+                    finished_reason="abort")
+    generated = moved(values, "vllm:generation_tokens_total")
+    check(aborted == count, "%d aborted, got %r" % (count, aborted))
+    check(generated < count * LONG_TOKENS / 2, "they stopped generating "
+          "(%r tokens of %d asked)" % (generated, count * LONG_TOKENS))
+    usage = metric(values, "vllm:kv_cache_usage_perc")
+    check(metric(values, "vllm:num_requests_waiting") == 0 and usage == 0,
+          "after %s every block is back in the pool" % what)
+    return aborted, generated, usage
+
+
 STREAMS_KILLED, STREAMS_CLOSED = 6, 6
 WHOLE_COMPLETIONS, WHOLE_QUERIES = 4, 2
 
@@ -351,10 +375,6 @@ def check_faults(server, serial):
                  {path: len(bodies) for path, bodies in found.items()}):
         return
     _, before = server.metrics()
-
-    def moved(values, name, **labels):
-        return (metric(values, name, **labels) or 0) - \
-            (metric(before, name, **labels) or 0)
 
     # Streams cut short: client processes killed, sockets closed, sockets
     # reset (SO_LINGER 0 sends RST instead of FIN).
@@ -379,28 +399,14 @@ def check_faults(server, serial):
             connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                   struct.pack("ii", 1, 0))
         connection.close()
-    values = wait_for(server, lambda values: moved(
-        values, "vllm:request_success_total", finished_reason="abort") >=
-        num_streams and metric(values, "vllm:num_requests_running") == 0,
-        "%d streams cut short are aborted" % num_streams)
-    aborted = moved(values, "vllm:request_success_total",
-                    finished_reason="abort")
-    generated = moved(values, "vllm:generation_tokens_total")
-    check(aborted == num_streams, "%d aborted, got %r" % (num_streams,
-                                                          aborted))
-    check(generated < num_streams * LONG_TOKENS / 2, "they stopped "
-          "generating (%r tokens of %d asked)" % (generated,
-                                                  num_streams * LONG_TOKENS))
-    check(metric(values, "vllm:num_requests_waiting") == 0 and
-          metric(values, "vllm:kv_cache_usage_perc") == 0,
-          "after streams cut short every block is back in the pool")
+    aborted, generated, usage = check_aborted(server, before, num_streams,
+                                              "streams cut short")
     print("faults: %d streams cut short (%d client processes killed, %d "
           "sockets closed, %d reset): %d aborted, %d tokens generated of %d "
           "asked, KV usage %r" % (
               num_streams, STREAMS_KILLED, (STREAMS_CLOSED + 1) // 2,
               STREAMS_CLOSED // 2, aborted, generated,
-              num_streams * LONG_TOKENS,
-              metric(values, "vllm:kv_cache_usage_perc")), flush=True)
+              num_streams * LONG_TOKENS, usage), flush=True)
 
     # Whole answers whose clients leave while their calls run: completions
     # and span queries.
@@ -415,24 +421,12 @@ def check_faults(server, serial):
              "%d whole answers run" % num_whole)
     for connection in sockets:
         connection.close()
-    values = wait_for(server, lambda values: moved(
-        values, "vllm:request_success_total", finished_reason="abort") >=
-        num_whole and metric(values, "vllm:num_requests_running") == 0,
-        "%d whole answers whose clients left are aborted" % num_whole)
-    aborted = moved(values, "vllm:request_success_total",
-                    finished_reason="abort")
-    generated = moved(values, "vllm:generation_tokens_total")
-    check(aborted == num_whole, "%d aborted, got %r" % (num_whole, aborted))
-    check(generated < num_whole * LONG_TOKENS / 2, "they stopped generating "
-          "(%r tokens of %d asked)" % (generated, num_whole * LONG_TOKENS))
-    check(metric(values, "vllm:num_requests_waiting") == 0 and
-          metric(values, "vllm:kv_cache_usage_perc") == 0,
-          "after disconnected whole answers every block is back in the pool")
+    aborted, generated, usage = check_aborted(
+        server, before, num_whole, "whole answers whose clients left")
     print("faults: %d whole answers disconnected (%d completions, %d span "
           "queries): %d aborted, %d tokens generated of %d asked, KV usage "
           "%r" % (num_whole, WHOLE_COMPLETIONS, WHOLE_QUERIES, aborted,
-                  generated, num_whole * LONG_TOKENS,
-                  metric(values, "vllm:kv_cache_usage_perc")), flush=True)
+                  generated, num_whole * LONG_TOKENS, usage), flush=True)
 
     # And it serves as before.
     for kind in KINDS:
@@ -441,17 +435,11 @@ def check_faults(server, serial):
               "after the faults a %s answers as before: %r" % (kind, text))
 
 
-def main():
-    if sys.argv[1] == "--stream-client":
-        stream_client(*sys.argv[2:5])
-        return 0
-    spanc, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-
+def main(spanc, model):
     def watchdog():
         print("FAIL: the test ran past %d s; killing it" % WATCHDOG_SECONDS,
               flush=True)
-        for each in servers:
-            each.process.kill()
+        kill_servers()
         os._exit(1)
     timer = threading.Timer(WATCHDOG_SECONDS, watchdog)
     timer.daemon = True
@@ -466,18 +454,10 @@ def main():
         check(server.stop() == 0, "SIGTERM: exit 0")
     finally:
         timer.cancel()
-        for each in servers:
-            if each.process.poll() is None:
-                each.process.kill()
-                each.process.wait()
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        for each in servers:
-            sys.stdout.write("".join(each.stderr[-20:]))
-        return 1
-    print("PASSED")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1] == "--stream-client":
+        stream_client(*sys.argv[2:5])
+        sys.exit(0)
+    sys.exit(run(main))

@@ -6,16 +6,16 @@ tools/python-requirements.txt (serve_client_test.sh picks it). What real
 users' code does: chat, streaming with stream_options.include_usage,
 completions with a list of prompts, n, stop and seed, the model list, and
 the client's own error classes for our error statuses. The answers are
-checked against the same requests sent as raw HTTP (serve.py's client):
-the OpenAI client must read exactly what the server wrote.
+checked against serve.py's requests sent as raw HTTP (serve_harness.py's
+client): the OpenAI client must read exactly what the server wrote.
 """
 
-import os
 import sys
 
 import openai
 
-from serve import KEY, SYSTEM, Server, chat_body, check, failures, servers
+from serve import SYSTEM, chat_body
+from serve_harness import KEY, Server, check, run
 
 MODEL = "tiny-llama-synthetic"
 
@@ -177,34 +177,20 @@ def check_errors(client, server):
         "temperature out of range (400)")
 
 
-def main():
-    spanc, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+def main(spanc, model):
     print("openai %s from %s" % (openai.__version__, openai.__file__))
-    try:
-        server = Server(spanc, model, "--api-key", KEY, "--max-tokens-limit",
-                        "1500", "--batch-invariant")
-        client = openai.OpenAI(
-            base_url="http://127.0.0.1:%d/v1" % server.port, api_key=KEY,
-            max_retries=0, timeout=120)
-        check_models(client)
-        whole, reason, usage = check_chat(client, server)
-        check_chat_stream(client, whole, reason, usage)
-        check_completions(client, server)
-        check_errors(client, server)
-        check(server.stop() == 0, "SIGTERM: exit 0")
-    finally:
-        for each in servers:
-            if each.process.poll() is None:
-                each.process.kill()
-                each.process.wait()
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        for each in servers:
-            sys.stdout.write("".join(each.stderr[-20:]))
-        return 1
-    print("PASSED")
-    return 0
+    server = Server(spanc, model, "--api-key", KEY, "--max-tokens-limit",
+                    "1500", "--batch-invariant")
+    client = openai.OpenAI(
+        base_url="http://127.0.0.1:%d/v1" % server.port, api_key=KEY,
+        max_retries=0, timeout=120)
+    check_models(client)
+    whole, reason, usage = check_chat(client, server)
+    check_chat_stream(client, whole, reason, usage)
+    check_completions(client, server)
+    check_errors(client, server)
+    check(server.stop() == 0, "SIGTERM: exit 0")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

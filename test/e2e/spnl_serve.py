@@ -17,56 +17,17 @@ end, whatever happens.
 
 import json
 import os
-import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
 
-failures = []
-servers = []
+from serve_harness import Server, check, kill_servers, metric, run
 
 
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL: " + message, flush=True)
-    return condition
-
-
-class Server:
-    """A `spanc serve` on a free loopback port (it prints the port)."""
-
-    def __init__(self, spanc, model, *options):
-        command = [spanc, "serve", "--model", model, "--port", "0", "-t", "1",
-                   "--fixed-threads"] + list(options)
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, text=True)
-        servers.append(self)
-        self.stderr = []
-        self.port = None
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.stderr.append(line)
-            found = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if found:
-                self.port = int(found.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("spanc serve did not start: " +
-                               "".join(self.stderr))
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self):
-        for line in self.process.stderr:
-            self.stderr.append(line)
+class SpnlServer(Server):
+    """A `spanc serve` spoken to as spnl's client speaks."""
 
     def post(self, path, body, content_type="text/plain"):
         """Posts as spnl's client (reqwest) does and returns (status,
@@ -107,14 +68,6 @@ class Server:
     def execute(self, query, stream):
         return self.post("/v1/query/execute?stream=" +
                          ("true" if stream else "false"), query)
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            return self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return None
 
 
 def read_like_new_client(chunks):
@@ -271,24 +224,6 @@ def check_augment(server):
           (status, error))
 
 
-def get_metric(server, name, label=""):
-    with socket.create_connection(("127.0.0.1", server.port),
-                                  timeout=30) as connection:
-        connection.sendall(("GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                            "Connection: close\r\n\r\n").encode())
-        data = b""
-        while True:
-            piece = connection.recv(65536)
-            if not piece:
-                break
-            data += piece
-    for line in data.decode("utf-8", "replace").splitlines():
-        if (line.startswith(name + "{") or line.startswith(name + " ")) \
-                and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 def check_disconnect(server):
     # A client that goes away mid-stream cancels the query's calls and
     # their blocks go back to the pool.
@@ -312,15 +247,18 @@ def check_disconnect(server):
     deadline = time.time() + 30
     running = usage = None
     while time.time() < deadline:
-        running = get_metric(server, "vllm:num_requests_running")
-        usage = get_metric(server, "vllm:kv_cache_usage_perc")
+        _, values = server.metrics()
+        running = metric(values, "vllm:num_requests_running")
+        usage = metric(values, "vllm:kv_cache_usage_perc")
         if running == 0 and usage == 0:
             break
         time.sleep(0.2)
     check(running == 0 and usage == 0,
           "a dropped stream is cancelled and its blocks released "
           "(running %r, KV usage %r)" % (running, usage))
-    aborted = get_metric(server, "vllm:request_success_total", "abort")
+    _, values = server.metrics()
+    aborted = metric(values, "vllm:request_success_total",
+                     finished_reason="abort")
     check(aborted is not None and aborted >= 1,
           "the dropped request finished as aborted: %r" % aborted)
     status, _, _ = server.execute({"Repeat": {"n": 1, "generate": generate(
@@ -350,8 +288,7 @@ def check_errors(server):
           "?stream=maybe: 400 naming stream (got %d %r)" % (status, document))
 
 
-def main():
-    spanc, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+def main(spanc, model):
     scratch = tempfile.mkdtemp(prefix="spnl-serve-")
     try:
         corpus = os.path.join(scratch, "kb")
@@ -359,9 +296,9 @@ def main():
         with open(os.path.join(corpus, "pool.md"), "w") as out:
             out.write("When the block pool is full it evicts the least "
                       "recently used block.\n")
-        server = Server(spanc, model, "--corpus", "kb=" + corpus,
-                        "--index-dir", os.path.join(scratch, "index"),
-                        "--max-tokens-limit", "24", "--batch-invariant")
+        server = SpnlServer(spanc, model, "--corpus", "kb=" + corpus,
+                            "--index-dir", os.path.join(scratch, "index"),
+                            "--max-tokens-limit", "24", "--batch-invariant")
         check(any("corpus kb = " in line for line in server.stderr),
               "the corpus is indexed at start: %r" % server.stderr)
         check_repeat(server)
@@ -371,21 +308,13 @@ def main():
         check_errors(server)
         check(server.stop() == 0, "SIGTERM: exit 0")
         # Long answers, so that the client leaves before they end.
-        check_disconnect(Server(spanc, model, "--max-tokens-limit", "3000"))
+        check_disconnect(SpnlServer(spanc, model, "--max-tokens-limit",
+                                    "3000"))
     finally:
-        for each in servers:
-            if each.process.poll() is None:
-                each.process.kill()
-                each.process.wait()
+        # The servers write in scratch: they go first.
+        kill_servers()
         shutil.rmtree(scratch, ignore_errors=True)
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        for each in servers:
-            sys.stdout.write("".join(each.stderr[-20:]))
-        return 1
-    print("PASSED")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -199,17 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-const char *kDocuments = R"(
-let pool = """The block pool owns every block of the KV cache. Each block has a
-reference count. When the pool is full it evicts the least recently used
-block that no request references, and a request that cannot fit waits until
-another one finishes. A full cache never corrupts a running request."""
-let rope = """Rotary position embeddings rotate every key by an angle that
-grows with its position. A cached span computed at position zero can be
-reused at another offset by rotating its keys by the difference, which is
-what ReRoPE does, or by storing keys unrotated and rotating them inside the
-attention kernel."""
-)";
+const std::string kDocuments = std::string(sched::kPoolAndRopeDocuments) + "\n";
 
 std::string query(const std::string &name, const std::string &spans) {
   return "query " + name +

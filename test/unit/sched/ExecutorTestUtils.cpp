@@ -17,6 +17,17 @@
 
 namespace spanc::sched {
 
+const char kPoolAndRopeDocuments[] = R"(
+let pool = """The block pool owns every block of the KV cache. Each block has a
+reference count. When the pool is full it evicts the least recently used
+block that no request references, and a request that cannot fit waits until
+another one finishes. A full cache never corrupts a running request."""
+let rope = """Rotary position embeddings rotate every key by an angle that
+grows with its position. A cached span computed at position zero can be
+reused at another offset by rotating its keys by the difference, which is
+what ReRoPE does, or by storing keys unrotated and rotating them inside the
+attention kernel.""")";
+
 std::string testModelPath(const std::string &path, bool installed) {
   const char *root = std::getenv("SPANC_ROOT");
   return installed ? std::string(root ? root : ".") + "/" + path : path;

@@ -25,6 +25,10 @@
 
 namespace spanc::sched {
 
+/// Two documents (`let pool`, `let rope`; no newline after the last) for
+/// span queries to fragment.
+extern const char kPoolAndRopeDocuments[];
+
 /// A test model's path: under SPANC_ROOT (or ".") for an installed model
 /// (tools/setup.sh), else relative to the test's working directory, the
 /// runfiles root (a generated one).

@@ -222,8 +222,6 @@ protected:
         "test/data/synthetic/tiny-llama-synthetic.gguf", model::ModelOptions());
     ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
     chatModel = std::move(*loaded);
-    model = chatModel->model.get();
-    tokenizer = chatModel->tokenizer.get();
   }
 
   plan::Plan compile(const std::string &queries) {
@@ -239,14 +237,10 @@ protected:
     options.keepFirstLogits = keepFirstLogits;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
-    auto executor = sched::Executor::create(*model, *tokenizer, options);
-    EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
-    return executor ? std::move(*executor) : nullptr;
+    return sched::createExecutor(*chatModel, options);
   }
 
   std::unique_ptr<sched::LoadedModel> chatModel;
-  model::Model *model = nullptr;
-  model::Tokenizer *tokenizer = nullptr;
 };
 
 TEST_F(CudaExecutorTest, WarmCacheGivesTheColdAnswer) {

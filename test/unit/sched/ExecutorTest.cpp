@@ -92,7 +92,6 @@ protected:
                    << " is not installed: run tools/setup.sh";
     loadedModel = loaded;
     model = loaded->model.get();
-    tokenizer = loaded->tokenizer.get();
   }
 
   /// (a): hit = miss first-token logits and greedy answers, both
@@ -120,9 +119,7 @@ protected:
     options.cacheMode = cacheMode;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
-    auto executor = sched::Executor::create(*model, *tokenizer, options);
-    EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
-    return std::move(*executor);
+    return sched::createExecutor(*loadedModel, options);
   }
 
   /// The tokens of every span segment of `call`, one vector per segment.
@@ -141,7 +138,6 @@ protected:
 
   LoadedModel *loadedModel = nullptr;
   model::Model *model = nullptr;
-  model::Tokenizer *tokenizer = nullptr;
   /// What makeExecutor's executors lay spans out with.
   kv::SpanOptions spanOptions;
 };

@@ -53,6 +53,13 @@ loadChatModel(const std::string &path, const model::ModelOptions &options) {
   return result;
 }
 
+std::unique_ptr<Executor> createExecutor(const LoadedModel &loaded,
+                                         const ExecutorOptions &options) {
+  auto executor = Executor::create(*loaded.model, *loaded.tokenizer, options);
+  EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
+  return executor ? std::move(*executor) : nullptr;
+}
+
 plan::Plan compilePlan(const std::string &source, const LoadedModel &loaded) {
   llvm::SmallString<128> path;
   EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("executor", "span", path));

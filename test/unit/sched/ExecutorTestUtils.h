@@ -46,6 +46,11 @@ struct LoadedModel {
 llvm::Expected<std::unique_ptr<LoadedModel>>
 loadChatModel(const std::string &path, const model::ModelOptions &options);
 
+/// An executor over `loaded`'s model; nullptr (and a test failure) when it
+/// cannot be made.
+std::unique_ptr<Executor> createExecutor(const LoadedModel &loaded,
+                                         const ExecutorOptions &options);
+
 /// Compiles `source` (span text) through the default pipeline and lowers it
 /// with `loaded`'s chat template; any failure is a test failure (and an
 /// empty plan).

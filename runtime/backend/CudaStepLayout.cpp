@@ -2,20 +2,11 @@
 
 #include "runtime/backend/CudaStepLayout.h"
 
-#include "llvm/ADT/Twine.h"
-
 #include <algorithm>
-#include <cmath>
 
 namespace spanc::backend {
 
 namespace {
-
-llvm::Error batchError(size_t sequence, const llvm::Twine &message) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      ("forward: sequence " + llvm::Twine(sequence) + ": " + message).str());
-}
 
 /// Appends `values` at the next aligned offset of `packed`.
 int64_t pack(std::vector<int32_t> &packed, llvm::ArrayRef<int32_t> values) {
@@ -44,77 +35,21 @@ llvm::Error buildCudaStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
   layout.logitTokens.clear();
   layout.rowOffsets.assign(1, 0);
   layout.maxContextLength = layout.maxQueryLength = 0;
-  bool previousDecode = true;
+  model::ForwardLimits checked = limits;
+  checked.spanScalingRefusal =
+      "span scaling (--span-temperature, --span-mass-scale) is not "
+      "implemented by the CUDA backend; use --device=cpu";
   for (size_t index = 0; index < batch.size(); ++index) {
     const model::ForwardSequence &sequence = batch[index];
     const int64_t count = int64_t(sequence.tokens.size());
-    if (count == 0)
-      return batchError(index, "no new tokens");
-    const bool decode = sequence.rows == model::RowKind::Decode ||
-                        (sequence.rows == model::RowKind::Auto && count == 1);
-    if (decode && !previousDecode)
-      return batchError(index, "a decode sequence after a prompt sequence "
-                               "(decode sequences come first)");
-    previousDecode = decode;
-    if (!limits.ropeInKernel &&
-        sequence.positions.size() != sequence.tokens.size())
-      return batchError(index, llvm::Twine(sequence.positions.size()) +
-                                   " positions for " + llvm::Twine(count) +
-                                   " tokens");
-    if (sequence.blockIds.size() != sequence.validTokens.size())
-      return batchError(
-          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
-                     " blocks but " + llvm::Twine(sequence.validTokens.size()) +
-                     " valid-token counts");
-    if (!sequence.spanPages.empty() &&
-        sequence.spanPages.size() != sequence.blockIds.size())
-      return batchError(
-          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
-                     " blocks but " + llvm::Twine(sequence.spanPages.size()) +
-                     " span-page flags");
-    const model::SpanScaling &scaling = sequence.spanScaling;
-    if (!sequence.spanPages.empty() && !scaling.isIdentity())
-      return batchError(index, "span scaling (--span-temperature, "
-                               "--span-mass-scale) is not implemented by the "
-                               "CUDA backend; use --device=cpu");
     int64_t length = 0;
-    for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
-      int32_t block = sequence.blockIds[page];
-      int32_t valid = sequence.validTokens[page];
-      if (block < 0 || block >= limits.numBlocks)
-        return batchError(index, "block id " + llvm::Twine(block) +
-                                     " outside the storage's " +
-                                     llvm::Twine(limits.numBlocks) + " blocks");
-      if (valid < 0 || valid > limits.blockSize)
-        return batchError(index, "page " + llvm::Twine(page) + " has " +
-                                     llvm::Twine(valid) +
-                                     " valid tokens (block size " +
-                                     llvm::Twine(limits.blockSize) + ")");
-      length += valid;
-    }
-    if (length < count)
-      return batchError(index, "page list holds " + llvm::Twine(length) +
-                                   " tokens, fewer than the " +
-                                   llvm::Twine(count) + " new ones");
-    if (length > limits.numPositions)
-      return batchError(
-          index, "length " + llvm::Twine(length) + " exceeds the RoPE table (" +
-                     llvm::Twine(limits.numPositions) + " positions)");
+    if (llvm::Error error =
+            model::checkForwardSequence(batch, index, checked, length))
+      return error;
     for (int64_t token = 0; token < count; ++token) {
-      int32_t id = sequence.tokens[size_t(token)];
-      if (id < 0 || uint32_t(id) >= limits.vocabSize)
-        return batchError(index, "token " + llvm::Twine(token) + " has id " +
-                                     llvm::Twine(id) + ", vocabulary is " +
-                                     llvm::Twine(limits.vocabSize));
-      int32_t position = limits.ropeInKernel
-                             ? int32_t(length - count + token)
-                             : sequence.positions[size_t(token)];
-      if (position < 0 || position >= limits.numPositions)
-        return batchError(index, "position " + llvm::Twine(position) +
-                                     " outside [0, " +
-                                     llvm::Twine(limits.numPositions) + ")");
-      layout.tokenIds.push_back(id);
-      layout.positions.push_back(position);
+      layout.tokenIds.push_back(sequence.tokens[size_t(token)]);
+      layout.positions.push_back(
+          model::ropePosition(sequence, length, token, limits.ropeInKernel));
     }
     // The slots of the last `count` logical tokens, walking pages backwards
     // (a partial block's padding is skipped: it takes no slot).

@@ -1,11 +1,11 @@
 //===- CudaStepLayout.h - A forward step flattened into device arrays -----===//
 //
-// The host half of a CUDA forward step: the batch's sequences checked (with
-// Model::forward's messages, before anything touches the cache) and laid
-// out as the flat int32 arrays the kernels read — token ids and RoPE
-// positions, the slot each new token's K/V goes to (a partial block's
-// padding takes none), every sequence's page list, and the rows whose
-// logits are wanted — packed into one buffer so a step costs one
+// The host half of a CUDA forward step: the batch's sequences checked (by
+// model::checkForwardSequence, as Model::forward checks them, before
+// anything touches the cache) and laid out as the flat int32 arrays the kernels
+// read — token ids and RoPE positions, the slot each new token's K/V goes to (a
+// partial block's padding takes none), every sequence's page list, and the rows
+// whose logits are wanted — packed into one buffer so a step costs one
 // host-to-device copy. The attention kernel's own work list (tiles, page
 // starts, splits) is cuda::buildAttentionPlan's, from the page lists here.
 // Plain C++, so it is tested on machines without a GPU (test/unit/backend).
@@ -25,17 +25,9 @@
 
 namespace spanc::backend {
 
-/// What a step is checked against.
-struct StepLimits {
-  int64_t numBlocks = 0;
-  int blockSize = 16;
-  uint32_t vocabSize = 0;
-  /// Positions the RoPE tables cover.
-  int64_t numPositions = 0;
-  /// K stored unrotated: queries and keys rotate at their logical index
-  /// and the sequences' positions are ignored.
-  bool ropeInKernel = true;
-};
+/// What a step is checked against (its spanScalingRefusal is the CUDA
+/// backend's own).
+using StepLimits = model::ForwardLimits;
 
 /// Element offsets of each array inside CudaStepLayout::packed, each
 /// aligned to kPackAlignment elements (128 bytes).
@@ -84,9 +76,9 @@ struct CudaStepLayout {
   StepArrayOffsets offsets;
 };
 
-/// Checks `batch` against `limits` and fills `layout` (its vectors keep
-/// their capacity from step to step). Errors name the sequence, as
-/// Model::forward's do. Refuses span scaling (temperature or mass scale
+/// Checks `batch` against `limits` (model::checkForwardSequence, as
+/// Model::forward does) and fills `layout` (its vectors keep their capacity
+/// from step to step). Refuses span scaling (temperature or mass scale
 /// other than 1): the CUDA attention kernel does not scale spans.
 llvm::Error buildCudaStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
                                 const StepLimits &limits,

@@ -4,8 +4,6 @@
 
 #include "runtime/model/Quantization.h"
 
-#include "llvm/ADT/Twine.h"
-
 #include <algorithm>
 
 namespace spanc::backend {
@@ -14,13 +12,6 @@ namespace {
 
 using model::GgufFile;
 using model::GgufTensor;
-
-llvm::Error tensorError(const GgufFile &file, llvm::StringRef name,
-                        const llvm::Twine &message) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      (llvm::Twine(file.name()) + ": tensor '" + name + "': " + message).str());
-}
 
 class Planner {
 public:
@@ -48,7 +39,7 @@ public:
     result.offset = allocate(result.bytes());
     uint64_t firstRow = 0;
     for (size_t index = 0; index < names.size(); ++index) {
-      auto tensor = find(names[index], columns, rows[index]);
+      auto tensor = file.getTensorOfShape(names[index], columns, rows[index]);
       if (!tensor)
         return tensor.takeError();
       TensorConversion conversion;
@@ -65,7 +56,7 @@ public:
   }
 
   llvm::Expected<DeviceVector> vector(const std::string &name, uint64_t size) {
-    auto tensor = find(name, size, 0);
+    auto tensor = file.getTensorOfShape(name, size, 0);
     if (!tensor)
       return tensor.takeError();
     DeviceVector result;
@@ -78,7 +69,7 @@ public:
     // Vectors are small: always converted on the host, to f32.
     if (llvm::Error error =
             model::checkDequantizable((*tensor)->type, int64_t(size)))
-      return tensorError(file, name, llvm::toString(std::move(error)));
+      return file.tensorError(name, llvm::toString(std::move(error)));
     layout.hostConversionBytes = std::max(layout.hostConversionBytes, size * 4);
     layout.conversions.push_back(conversion);
     return result;
@@ -93,13 +84,12 @@ public:
     result.offset = allocate(result.size * 4);
     uint64_t first = 0;
     for (size_t index = 0; index < names.size(); ++index) {
-      auto tensor = find(names[index], sizes[index], 0);
+      auto tensor = file.getTensorOfShape(names[index], sizes[index], 0);
       if (!tensor)
         return tensor.takeError();
       if (llvm::Error error =
               model::checkDequantizable((*tensor)->type, int64_t(sizes[index])))
-        return tensorError(file, names[index],
-                           llvm::toString(std::move(error)));
+        return file.tensorError(names[index], llvm::toString(std::move(error)));
       TensorConversion conversion;
       conversion.tensor = *tensor;
       conversion.isMatrix = false;
@@ -113,27 +103,6 @@ public:
   }
 
 private:
-  llvm::Expected<const GgufTensor *> find(llvm::StringRef name,
-                                          uint64_t columns, uint64_t rows) {
-    const GgufTensor *tensor = file.findTensor(name);
-    if (!tensor)
-      return tensorError(file, name, "missing");
-    bool shapeOk =
-        rows == 0 ? tensor->shape.size() == 1 && tensor->shape[0] == columns
-                  : tensor->shape.size() == 2 && tensor->shape[0] == columns &&
-                        tensor->shape[1] == rows;
-    if (!shapeOk) {
-      std::string shape;
-      for (uint64_t dim : tensor->shape)
-        shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
-      return tensorError(file, name,
-                         "shape [" + shape + "], expected [" +
-                             llvm::Twine(columns) +
-                             (rows ? ", " + std::to_string(rows) : "") + "]");
-    }
-    return tensor;
-  }
-
   /// Device kernel when it reads the type, else the host's bf16 conversion.
   llvm::Error choose(TensorConversion &conversion, uint64_t bf16Bytes) {
     const GgufTensor &tensor = *conversion.tensor;
@@ -144,7 +113,7 @@ private:
     }
     if (llvm::Error error =
             model::checkDequantizable(tensor.type, int64_t(tensor.shape[0])))
-      return tensorError(file, tensor.name, llvm::toString(std::move(error)));
+      return file.tensorError(tensor.name, llvm::toString(std::move(error)));
     conversion.onDevice = false;
     layout.hostConversionBytes =
         std::max(layout.hostConversionBytes, bf16Bytes);

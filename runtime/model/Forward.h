@@ -13,6 +13,8 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <vector>
@@ -57,6 +59,42 @@ struct ForwardSequence {
   llvm::ArrayRef<uint8_t> spanPages = {};
   SpanScaling spanScaling = {};
 };
+
+/// Whether a sequence's rows are decode rows (RowKind::Auto: one new token).
+bool isDecodeSequence(const ForwardSequence &sequence);
+
+/// What a backend checks a step's sequences against.
+struct ForwardLimits {
+  int64_t numBlocks = 0;
+  int blockSize = 16;
+  uint32_t vocabSize = 0;
+  /// Positions the RoPE tables cover.
+  int64_t numPositions = 0;
+  /// K stored unrotated: queries and keys rotate at their logical index
+  /// and the sequences' positions are ignored.
+  bool ropeInKernel = true;
+  /// Why span scaling (a sequence with span pages and a scaling other than
+  /// the identity) is refused here; empty where it is supported.
+  llvm::StringRef spanScalingRefusal = {};
+};
+
+/// Checks sequence `index` of `batch` against `limits`, so every backend
+/// refuses a malformed step with the same message before it touches the
+/// cache ("forward: sequence N: ..."). On success `length` is the number
+/// of logical tokens in the sequence's page list.
+llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
+                                 size_t index, const ForwardLimits &limits,
+                                 int64_t &length);
+
+/// The RoPE position of new token `token` of a checked sequence whose page
+/// list holds `length` tokens: its logical index under rope-in-kernel, else
+/// the sequence's own.
+inline int32_t ropePosition(const ForwardSequence &sequence, int64_t length,
+                            int64_t token, bool ropeInKernel) {
+  return ropeInKernel
+             ? int32_t(length - int64_t(sequence.tokens.size()) + token)
+             : sequence.positions[size_t(token)];
+}
 
 /// What forward() returns: logits rows, vocabSize floats each, in sequence
 /// order; sequence s owns rows [rowOffsets[s], rowOffsets[s+1]).

@@ -751,4 +751,32 @@ Expected<const GgufTensor *> GgufFile::getTensor(StringRef name) const {
   return makeError(bufferName + ": missing tensor '" + name + "'");
 }
 
+Expected<const GgufTensor *> GgufFile::getTensorOfShape(StringRef name,
+                                                        uint64_t columns,
+                                                        uint64_t rows) const {
+  const GgufTensor *tensor = findTensor(name);
+  if (!tensor)
+    return tensorError(name, "missing");
+  bool shapeOk =
+      rows == 0 ? tensor->shape.size() == 1 && tensor->shape[0] == columns
+                : tensor->shape.size() == 2 && tensor->shape[0] == columns &&
+                      tensor->shape[1] == rows;
+  if (!shapeOk) {
+    std::string shape;
+    for (uint64_t dim : tensor->shape)
+      shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+    return tensorError(
+        name, "shape [" + shape + "], expected [" + llvm::Twine(columns) +
+                  (rows ? ", " + std::to_string(rows) : "") + "]");
+  }
+  return tensor;
+}
+
+llvm::Error GgufFile::tensorError(StringRef name,
+                                  const llvm::Twine &message) const {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      (llvm::Twine(bufferName) + ": tensor '" + name + "': " + message).str());
+}
+
 } // namespace spanc::model

@@ -17,6 +17,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/ADT/Twine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -178,6 +179,13 @@ public:
   const GgufTensor *findTensor(llvm::StringRef name) const;
   /// Like findTensor, but an error naming the tensor when absent.
   llvm::Expected<const GgufTensor *> getTensor(llvm::StringRef name) const;
+  /// Like getTensor, and checks it is a [columns, rows] (GGUF order) matrix,
+  /// or a [columns] vector when rows == 0.
+  llvm::Expected<const GgufTensor *>
+  getTensorOfShape(llvm::StringRef name, uint64_t columns, uint64_t rows) const;
+  /// "FILE: tensor 'NAME': MESSAGE", the error a loader gives about a tensor.
+  llvm::Error tensorError(llvm::StringRef name,
+                          const llvm::Twine &message) const;
 
 private:
   friend class GgufParser;

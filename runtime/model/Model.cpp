@@ -6,8 +6,6 @@
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
 
-#include "llvm/ADT/Twine.h"
-
 #include <omp.h>
 
 #include <chrono>
@@ -18,12 +16,6 @@
 namespace spanc::model {
 
 namespace {
-
-llvm::Error batchError(size_t sequence, const llvm::Twine &message) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      ("forward: sequence " + llvm::Twine(sequence) + ": " + message).str());
-}
 
 /// Adds the elapsed time since construction to a profile counter.
 class OpTimer {
@@ -326,87 +318,37 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
   output.rowOffsets.assign(1, 0);
   int64_t numDecodeRows = 0;
   bool anyAllLogits = false;
+  ForwardLimits limits;
+  limits.numBlocks = storage.numBlocks();
+  limits.blockSize = storage.blockSize();
+  limits.vocabSize = config.vocabSize;
+  limits.numPositions = ropeTable.numPositions();
+  limits.ropeInKernel = ropeInKernel;
+  if (llamaNumerics)
+    limits.spanScalingRefusal =
+        "span scaling needs spanc's attention kernel, not llama.cpp numerics";
   for (size_t index = 0; index < batch.size(); ++index) {
     const ForwardSequence &sequence = batch[index];
     const int64_t count = int64_t(sequence.tokens.size());
-    if (count == 0)
-      return batchError(index, "no new tokens");
-    const bool decode = sequence.rows == RowKind::Decode ||
-                        (sequence.rows == RowKind::Auto && count == 1);
-    if (decode && index > 0 && !decodeSequences.back())
-      return batchError(index, "a decode sequence after a prompt sequence "
-                               "(decode sequences come first)");
+    int64_t length = 0;
+    if (llvm::Error error = checkForwardSequence(batch, index, limits, length))
+      return error;
+    const bool decode = isDecodeSequence(sequence);
     decodeSequences.push_back(decode ? 1 : 0);
     if (decode)
       numDecodeRows += count;
     anyAllLogits |= sequence.logits == LogitsRequest::All;
-    if (!ropeInKernel && sequence.positions.size() != sequence.tokens.size())
-      return batchError(index, llvm::Twine(sequence.positions.size()) +
-                                   " positions for " + llvm::Twine(count) +
-                                   " tokens");
-    if (sequence.blockIds.size() != sequence.validTokens.size())
-      return batchError(
-          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
-                     " blocks but " + llvm::Twine(sequence.validTokens.size()) +
-                     " valid-token counts");
     const SpanScaling &scaling = sequence.spanScaling;
-    if (!sequence.spanPages.empty() &&
-        sequence.spanPages.size() != sequence.blockIds.size())
-      return batchError(
-          index, "page list has " + llvm::Twine(sequence.blockIds.size()) +
-                     " blocks but " + llvm::Twine(sequence.spanPages.size()) +
-                     " span-page flags");
-    if (!(scaling.temperature > 0) || !std::isfinite(scaling.temperature) ||
-        !(scaling.massScale > 0) || !std::isfinite(scaling.massScale))
-      return batchError(index, "span scaling needs a positive finite "
-                               "temperature and mass scale");
     const bool scaled = !sequence.spanPages.empty() && !scaling.isIdentity();
-    if (scaled && llamaNumerics)
-      return batchError(index, "span scaling needs spanc's attention kernel, "
-                               "not llama.cpp numerics");
     anySpanScaling |= scaled;
     spanScalings.push_back(
         cpu::SpanScaling{scaling.temperature, scaling.massScale});
     for (size_t page = 0; page < sequence.blockIds.size(); ++page)
       spanPages.push_back(scaled ? sequence.spanPages[page] : 0);
-    int64_t length = 0;
-    for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
-      int32_t block = sequence.blockIds[page];
-      int32_t valid = sequence.validTokens[page];
-      if (block < 0 || block >= storage.numBlocks())
-        return batchError(index, "block id " + llvm::Twine(block) +
-                                     " outside the storage's " +
-                                     llvm::Twine(storage.numBlocks()) +
-                                     " blocks");
-      if (valid < 0 || valid > storage.blockSize())
-        return batchError(index, "page " + llvm::Twine(page) + " has " +
-                                     llvm::Twine(valid) +
-                                     " valid tokens (block size " +
-                                     llvm::Twine(storage.blockSize()) + ")");
-      length += valid;
-    }
-    if (length < count)
-      return batchError(index, "page list holds " + llvm::Twine(length) +
-                                   " tokens, fewer than the " +
-                                   llvm::Twine(count) + " new ones");
-    if (length > ropeTable.numPositions())
-      return batchError(
-          index, "length " + llvm::Twine(length) + " exceeds the RoPE table (" +
-                     llvm::Twine(ropeTable.numPositions()) + " positions)");
     for (int64_t token = 0; token < count; ++token) {
-      int32_t id = sequence.tokens[size_t(token)];
-      if (id < 0 || uint32_t(id) >= config.vocabSize)
-        return batchError(index, "token " + llvm::Twine(token) + " has id " +
-                                     llvm::Twine(id) + ", vocabulary is " +
-                                     llvm::Twine(config.vocabSize));
-      int32_t position = ropeInKernel ? int32_t(length - count + token)
-                                      : sequence.positions[size_t(token)];
-      if (position < 0 || position >= ropeTable.numPositions())
-        return batchError(
-            index, "position " + llvm::Twine(position) + " outside [0, " +
-                       llvm::Twine(ropeTable.numPositions()) + ")");
-      tokenIds.push_back(id);
-      ropePositions.push_back(position);
+      tokenIds.push_back(sequence.tokens[size_t(token)]);
+      ropePositions.push_back(
+          ropePosition(sequence, length, token, ropeInKernel));
     }
     // The slots of the last `count` logical tokens, walking pages backwards.
     size_t firstSlot = slotBlocks.size();

@@ -10,38 +10,18 @@ namespace spanc::model {
 
 namespace {
 
-llvm::Error tensorError(const GgufFile &file, llvm::StringRef name,
-                        const llvm::Twine &message) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      (llvm::Twine(file.name()) + ": tensor '" + name + "': " + message).str());
-}
-
 /// Finds `name` and checks it is a [columns, rows] (GGUF order) matrix, or a
 /// [columns] vector when rows == 0, of a type we can dequantize.
 llvm::Expected<const GgufTensor *> findChecked(const GgufFile &file,
                                                llvm::StringRef name,
                                                uint64_t columns,
                                                uint64_t rows) {
-  const GgufTensor *tensor = file.findTensor(name);
+  auto tensor = file.getTensorOfShape(name, columns, rows);
   if (!tensor)
-    return tensorError(file, name, "missing");
-  bool shapeOk =
-      rows == 0 ? tensor->shape.size() == 1 && tensor->shape[0] == columns
-                : tensor->shape.size() == 2 && tensor->shape[0] == columns &&
-                      tensor->shape[1] == rows;
-  if (!shapeOk) {
-    std::string shape;
-    for (uint64_t dim : tensor->shape)
-      shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
-    return tensorError(file, name,
-                       "shape [" + shape + "], expected [" +
-                           llvm::Twine(columns) +
-                           (rows ? ", " + std::to_string(rows) : "") + "]");
-  }
+    return tensor.takeError();
   if (llvm::Error error =
-          checkDequantizable(tensor->type, int64_t(tensor->shape[0])))
-    return tensorError(file, name, llvm::toString(std::move(error)));
+          checkDequantizable((*tensor)->type, int64_t((*tensor)->shape[0])))
+    return file.tensorError(name, llvm::toString(std::move(error)));
   return tensor;
 }
 
@@ -91,7 +71,7 @@ loadStacked(const GgufFile &file, cpu::GemmEngine &engine,
                       : engine.packWeights(matrix.data(), int64_t(totalRows),
                                            int64_t(columns));
   if (!packed)
-    return tensorError(file, names[0], llvm::toString(packed.takeError()));
+    return file.tensorError(names[0], llvm::toString(packed.takeError()));
   return packed;
 }
 

@@ -26,14 +26,9 @@
 #include "runtime/backend/CpuBackend.h"
 #include "runtime/backend/CudaDevice.h"
 
-#include "codegen/Lowering.h"
-#include "frontend/Load.h"
-#include "passes/PassManager.h"
-#include "runtime/model/ChatTemplate.h"
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
-#include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"
+#include "test/unit/sched/ExecutorTestUtils.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -42,8 +37,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <map>
 #include <numeric>
 
 namespace spanc {
@@ -75,10 +68,7 @@ struct ModelCase {
 };
 
 std::string modelPath(const ModelCase &modelCase) {
-  const char *root = std::getenv("SPANC_ROOT");
-  return modelCase.installed
-             ? std::string(root ? root : ".") + "/" + modelCase.path
-             : std::string(modelCase.path);
+  return sched::testModelPath(modelCase.path, modelCase.installed);
 }
 
 /// f32 GEMMs and f32 K/V on the CPU: the reference.
@@ -209,17 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-const char *kDocuments = R"(
-let pool = """The block pool owns every block of the KV cache. Each block has a
-reference count. When the pool is full it evicts the least recently used
-block that no request references, and a request that cannot fit waits until
-another one finishes. A full cache never corrupts a running request."""
-let rope = """Rotary position embeddings rotate every key by an angle that
-grows with its position. A cached span computed at position zero can be
-reused at another offset by rotating its keys by the difference, which is
-what ReRoPE does, or by storing keys unrotated and rotating them inside the
-attention kernel."""
-)";
+const std::string kDocuments = std::string(sched::kPoolAndRopeDocuments) + "\n";
 
 std::string query(const std::string &name, const std::string &spans) {
   return "query " + name +
@@ -229,48 +209,23 @@ std::string query(const std::string &name, const std::string &spans) {
          " }\n    user \"What happens when the pool is full?\"\n  }\n}\n";
 }
 
+using sched::Answers;
+using sched::answers;
+using sched::reusedTokens;
+
 /// The span-cache contracts on the GPU, on the synthetic llama model.
 class CudaExecutorTest : public ::testing::Test {
 protected:
   void SetUp() override {
     SKIP_WITHOUT_CUDA();
-    model::ModelOptions options;
-    auto loaded = model::Model::load(
-        "test/data/synthetic/tiny-llama-synthetic.gguf", options);
+    auto loaded = sched::loadChatModel(
+        "test/data/synthetic/tiny-llama-synthetic.gguf", model::ModelOptions());
     ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
-    model = std::move(*loaded);
-    auto tokens = model::Tokenizer::fromGguf(model->file());
-    ASSERT_TRUE(bool(tokens));
-    tokenizer = std::move(*tokens);
-    auto chat = model::ChatTemplate::fromGguf(model->file(), *tokenizer);
-    ASSERT_TRUE(bool(chat));
-    chatTemplate = std::make_unique<model::ChatTemplate>(std::move(*chat));
+    chatModel = std::move(*loaded);
   }
 
   plan::Plan compile(const std::string &queries) {
-    llvm::SmallString<128> path;
-    EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("cuda", "span", path));
-    {
-      std::error_code error;
-      llvm::raw_fd_ostream out(path, error);
-      out << kDocuments << queries;
-    }
-    llvm::SourceMgr sourceMgr;
-    ir::DiagnosticEngine diagnostics(sourceMgr);
-    std::unique_ptr<ir::Module> module =
-        frontend::loadModule(path, diagnostics);
-    llvm::sys::fs::remove(path);
-    EXPECT_TRUE(module);
-    passes::PassOptions passOptions;
-    passes::PassContext context(diagnostics, passOptions);
-    passes::PassManager manager(context);
-    manager.addDefaultPipeline();
-    EXPECT_FALSE(bool(manager.run(*module)));
-    model::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
-    std::optional<plan::Plan> plan =
-        codegen::lowerToPlan(*module, encoder, diagnostics);
-    EXPECT_TRUE(plan.has_value());
-    return plan ? std::move(*plan) : plan::Plan();
+    return sched::compilePlan(kDocuments + queries, *chatModel);
   }
 
   std::unique_ptr<sched::Executor>
@@ -282,36 +237,10 @@ protected:
     options.keepFirstLogits = keepFirstLogits;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
-    auto executor = sched::Executor::create(*model, *tokenizer, options);
-    EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
-    return executor ? std::move(*executor) : nullptr;
+    return sched::createExecutor(*chatModel, options);
   }
 
-  using Answers = std::map<std::string, std::vector<kv::TokenId>>;
-  static Answers answers(const plan::Plan &plan,
-                         const std::vector<sched::CallOutcome> &outcomes) {
-    Answers result;
-    for (const plan::QueryPlan &query : plan.queries)
-      for (const plan::ResultItem &item : query.results)
-        if (item.call) {
-          EXPECT_TRUE(outcomes[*item.call].succeeded)
-              << query.name << ": " << outcomes[*item.call].error;
-          std::vector<kv::TokenId> &tokens = result[query.name];
-          tokens.insert(tokens.end(), outcomes[*item.call].tokens.begin(),
-                        outcomes[*item.call].tokens.end());
-        }
-    return result;
-  }
-  static uint32_t reused(const std::vector<sched::CallOutcome> &outcomes) {
-    uint32_t total = 0;
-    for (const sched::CallOutcome &outcome : outcomes)
-      total += outcome.stats.reusedTokens;
-    return total;
-  }
-
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Tokenizer> tokenizer;
-  std::unique_ptr<model::ChatTemplate> chatTemplate;
+  std::unique_ptr<sched::LoadedModel> chatModel;
 };
 
 TEST_F(CudaExecutorTest, WarmCacheGivesTheColdAnswer) {
@@ -321,8 +250,8 @@ TEST_F(CudaExecutorTest, WarmCacheGivesTheColdAnswer) {
   auto cold = executor->run(plan);
   auto warm = executor->run(plan);
   EXPECT_EQ(answers(plan, warm), answers(plan, cold));
-  EXPECT_EQ(reused(cold), 0u);
-  EXPECT_GT(reused(warm), 0.9 * warm[0].stats.promptTokens);
+  EXPECT_EQ(reusedTokens(cold), 0u);
+  EXPECT_GT(reusedTokens(warm), 0.9 * warm[0].stats.promptTokens);
 }
 
 TEST_F(CudaExecutorTest, SpansHitInAnyOrderAndBothRelocationsAgree) {
@@ -339,7 +268,7 @@ TEST_F(CudaExecutorTest, SpansHitInAnyOrderAndBothRelocationsAgree) {
     auto warm = executor->run(ba);
     EXPECT_EQ(answers(ba, warm), cold)
         << (mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel");
-    EXPECT_GT(reused(warm), 0u);
+    EXPECT_GT(reusedTokens(warm), 0u);
     if (mode == kv::RelocationMode::Rerope) {
       EXPECT_GT(warm[0].stats.relocatedTokens, 0u);
     }

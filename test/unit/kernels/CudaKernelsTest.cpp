@@ -40,6 +40,7 @@
 #include "runtime/kv/RelocationExecutor.h"
 #include "runtime/model/Quantization.h"
 #include "runtime/model/Sampler.h"
+#include "test/unit/kernels/KvStorageTestUtils.h"
 
 #include <gtest/gtest.h>
 
@@ -91,6 +92,20 @@ protected:
     return values;
   }
 
+  /// A device copy of `table` as the kernels read it (its head dim is its
+  /// rotary dim).
+  cuda::RopeTableView uploadRopeTable(const cpu::RopeTable &table) {
+    const cpu::RopeConfig &config = table.config();
+    cuda::RopeTableView view;
+    view.cosSin = upload(std::vector<float>(
+        table.row(0), table.row(0) + table.numPositions() * config.rotaryDim));
+    view.numPositions = table.numPositions();
+    view.rotaryDim = view.headDim = config.rotaryDim;
+    view.order = config.order == cpu::RopeOrder::NeoX ? cuda::RopeOrder::NeoX
+                                                      : cuda::RopeOrder::Normal;
+    return view;
+  }
+
   std::vector<float> randomFloats(size_t count, float sigma = 1.0f) {
     std::normal_distribution<float> normal(0.0f, sigma);
     std::vector<float> values(count);
@@ -114,28 +129,7 @@ cuda::Status uploadStorage(kv::KvStorage &storage, DevicePool &device) {
   SPANC_CUDA_TRY(cuda::copyToDevice(device.memory.data(),
                                     storage.keyData(0, 0, 0),
                                     size_t(storage.sizeInBytes()), nullptr));
-  const kv::KvStorageConfig &config = storage.config();
-  const int elementBytes = storage.elementBytes();
-  char *host = static_cast<char *>(storage.keyData(0, 0, 0));
-  char *base = device.memory.as<char>();
-  cuda::KvPoolView &pool = device.pool;
-  pool.keys = base;
-  pool.values = base + (static_cast<char *>(storage.valueData(0, 0, 0)) - host);
-  pool.numLayers = config.numLayers;
-  pool.numKvHeads = config.numKvHeads;
-  pool.headDim = config.headDim;
-  pool.blockSize = config.blockSize;
-  pool.numBlocks = config.numBlocks;
-  pool.layerStride =
-      config.numLayers > 1
-          ? (static_cast<char *>(storage.keyData(1, 0, 0)) - host) /
-                elementBytes
-          : 0;
-  pool.blockStride = storage.blockStride();
-  pool.headStride = storage.headStride();
-  pool.precision = storage.precision() == cpu::KvPrecision::F16
-                       ? cuda::KvPrecision::F16
-                       : cuda::KvPrecision::F32;
+  device.pool = kv::poolViewAt(storage, device.memory.data());
   return cuda::Status::success();
 }
 
@@ -153,20 +147,20 @@ std::unique_ptr<kv::KvStorage> makeStorage(cpu::KvPrecision precision,
   return storage ? std::move(*storage) : nullptr;
 }
 
-void fillStorage(kv::KvStorage &storage, std::mt19937 &rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const kv::KvStorageConfig &config = storage.config();
-  std::vector<float> key(size_t(config.numKvHeads * config.headDim)),
-      value(key.size());
-  for (int layer = 0; layer < config.numLayers; ++layer)
-    for (int64_t block = 0; block < config.numBlocks; ++block)
-      for (int slot = 0; slot < config.blockSize; ++slot) {
-        for (float &x : key)
-          x = normal(rng);
-        for (float &x : value)
-          x = normal(rng);
-        storage.writeToken(layer, block, slot, key.data(), value.data());
-      }
+/// makeStorage's storage filled with random K/V, and its copy in `device`;
+/// nullptr (and a test failure) when either fails.
+std::unique_ptr<kv::KvStorage> randomStorageOnDevice(DevicePool &device,
+                                                     std::mt19937 &rng,
+                                                     cpu::KvPrecision precision,
+                                                     bool keysRotated = true) {
+  auto storage = makeStorage(precision, keysRotated);
+  EXPECT_TRUE(storage);
+  if (!storage)
+    return nullptr;
+  kv::fillRandom(*storage, rng);
+  const cuda::Status status = uploadStorage(*storage, device);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return status.ok() ? std::move(storage) : nullptr;
 }
 
 std::vector<uint16_t> toBf16(const std::vector<float> &values) {
@@ -401,15 +395,7 @@ TEST_F(CudaKernels, RopeMatchesTheCpuInBothOrders) {
     std::vector<float> x = randomFloats(size_t(rows * stride));
     std::vector<int32_t> positions = {0, 1, 2, 100, 4095, 17, 5, 6, 3000};
     float *deviceX = upload(x);
-    const float *deviceTable = upload(std::vector<float>(
-        table.row(0), table.row(0) + table.numPositions() * 64));
-    cuda::RopeTableView view;
-    view.cosSin = deviceTable;
-    view.numPositions = table.numPositions();
-    view.rotaryDim = 64;
-    view.headDim = 64;
-    view.order = order == cpu::RopeOrder::NeoX ? cuda::RopeOrder::NeoX
-                                               : cuda::RopeOrder::Normal;
+    const cuda::RopeTableView view = uploadRopeTable(table);
     ASSERT_CUDA_OK(cuda::applyRope(cuda::RopeShape{rows, heads, stride}, view,
                                    upload(positions), deviceX, nullptr));
     cpu::applyRope(cpu::RopeShape{rows, heads, stride}, table, positions.data(),
@@ -448,11 +434,9 @@ TEST_F(CudaKernels, KvWriteStoresWhatWriteTokensStores) {
 }
 
 TEST_F(CudaKernels, CopyBlockCopiesEveryLayer) {
-  auto storage = makeStorage(cpu::KvPrecision::F16);
-  ASSERT_TRUE(storage);
-  fillStorage(*storage, rng);
   DevicePool device;
-  ASSERT_CUDA_OK(uploadStorage(*storage, device));
+  auto storage = randomStorageOnDevice(device, rng, cpu::KvPrecision::F16);
+  ASSERT_TRUE(storage);
   ASSERT_CUDA_OK(cuda::copyBlock(device.pool, 5, 40, nullptr));
   storage->copyBlock(5, 40);
   const std::vector<char> actual =
@@ -463,11 +447,9 @@ TEST_F(CudaKernels, CopyBlockCopiesEveryLayer) {
 }
 
 TEST_F(CudaKernels, TokenDistancesMatchTheStorages) {
-  auto storage = makeStorage(cpu::KvPrecision::F16);
-  ASSERT_TRUE(storage);
-  fillStorage(*storage, rng);
   DevicePool device;
-  ASSERT_CUDA_OK(uploadStorage(*storage, device));
+  auto storage = randomStorageOnDevice(device, rng, cpu::KvPrecision::F16);
+  ASSERT_TRUE(storage);
   const std::vector<int32_t> a = {3, 8, 8}, b = {4, 8, 60};
   float *out = deviceArray<float>(a.size() * 16);
   ASSERT_CUDA_OK(cuda::tokenDistances(device.pool, 1, upload(a), upload(b),
@@ -488,19 +470,34 @@ struct AttentionCase {
   bool ropeInKernel;
 };
 
+cpu::RopeConfig ropeConfig64() {
+  cpu::RopeConfig config;
+  config.headDim = config.rotaryDim = 64;
+  return config;
+}
+
+/// Attention over a storage of random K/V (K rotated unless the case
+/// rotates keys in the kernel) and its device copy.
 class CudaAttention : public CudaKernels,
-                      public testing::WithParamInterface<AttentionCase> {};
+                      public testing::WithParamInterface<AttentionCase> {
+protected:
+  void SetUp() override {
+    CudaKernels::SetUp();
+    if (IsSkipped() || HasFatalFailure())
+      return;
+    storage = randomStorageOnDevice(device, rng, GetParam().precision,
+                                    !GetParam().ropeInKernel);
+    ASSERT_TRUE(storage);
+  }
+
+  /// What keys rotate by under rope-in-kernel.
+  cpu::RopeTable ropeTable{ropeConfig64(), 2048};
+  DevicePool device;
+  std::unique_ptr<kv::KvStorage> storage;
+};
 
 TEST_P(CudaAttention, MatchesTheCpuKernel) {
   const AttentionCase param = GetParam();
-  auto storage = makeStorage(param.precision, !param.ropeInKernel);
-  ASSERT_TRUE(storage);
-  fillStorage(*storage, rng);
-  DevicePool device;
-  ASSERT_CUDA_OK(uploadStorage(*storage, device));
-  cpu::RopeConfig ropeConfig;
-  ropeConfig.headDim = ropeConfig.rotaryDim = 64;
-  cpu::RopeTable ropeTable(ropeConfig, 2048);
 
   // Decode (short; long enough to split), a prefill with padding and a
   // scattered span-like page list.
@@ -563,11 +560,7 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   cuda::AttentionWorkspace workspace;
   ASSERT_CUDA_OK(workspace.prepare(shape, batch, 16, {}, nullptr));
   ASSERT_FALSE(workspace.plan().merges.empty());
-  cuda::RopeTableView ropeView;
-  ropeView.cosSin = upload(std::vector<float>(
-      ropeTable.row(0), ropeTable.row(0) + ropeTable.numPositions() * 64));
-  ropeView.numPositions = ropeTable.numPositions();
-  ropeView.rotaryDim = ropeView.headDim = 64;
+  const cuda::RopeTableView ropeView = uploadRopeTable(ropeTable);
   cuda::PagedAttentionOptions options;
   options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
   float *output = deviceArray<float>(expected.size());
@@ -592,19 +585,7 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
 
 TEST_P(CudaAttention, RowsGiveTheSameBitsSplitOrWhole) {
   const AttentionCase param = GetParam();
-  auto storage = makeStorage(param.precision, !param.ropeInKernel);
-  ASSERT_TRUE(storage);
-  fillStorage(*storage, rng);
-  DevicePool device;
-  ASSERT_CUDA_OK(uploadStorage(*storage, device));
-  cpu::RopeConfig ropeConfig;
-  ropeConfig.headDim = ropeConfig.rotaryDim = 64;
-  cpu::RopeTable ropeTable(ropeConfig, 2048);
-  cuda::RopeTableView ropeView;
-  ropeView.cosSin = upload(std::vector<float>(
-      ropeTable.row(0), ropeTable.row(0) + ropeTable.numPositions() * 64));
-  ropeView.numPositions = ropeTable.numPositions();
-  ropeView.rotaryDim = ropeView.headDim = 64;
+  const cuda::RopeTableView ropeView = uploadRopeTable(ropeTable);
   cuda::PagedAttentionOptions options;
   options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
 
@@ -663,11 +644,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(CudaKernels, RelocationTurnsBlocksAsTheCpuExecutor) {
   for (cpu::RopeOrder order : {cpu::RopeOrder::Normal, cpu::RopeOrder::NeoX}) {
-    auto storage = makeStorage(cpu::KvPrecision::F16);
-    ASSERT_TRUE(storage);
-    fillStorage(*storage, rng);
     DevicePool device;
-    ASSERT_CUDA_OK(uploadStorage(*storage, device));
+    auto storage = randomStorageOnDevice(device, rng, cpu::KvPrecision::F16);
+    ASSERT_TRUE(storage);
     cpu::RopeConfig rope;
     rope.headDim = rope.rotaryDim = 64;
     rope.order = order;

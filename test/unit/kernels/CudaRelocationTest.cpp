@@ -18,6 +18,7 @@
 #include "runtime/kv/KvStorage.h"
 #include "runtime/kv/RelocationExecutor.h"
 #include "runtime/kv/Rerope.h"
+#include "test/unit/kernels/KvStorageTestUtils.h"
 
 #include <gtest/gtest.h>
 
@@ -46,42 +47,12 @@ std::unique_ptr<kv::KvStorage> makeStorage(cpu::KvPrecision precision,
 
 /// The pool view the backend would hand the kernels for `storage`.
 cuda::KvPoolView poolOf(kv::KvStorage &storage) {
-  const kv::KvStorageConfig &config = storage.config();
-  cuda::KvPoolView pool;
-  pool.keys = storage.keyData(0, 0, 0);
-  pool.values = storage.valueData(0, 0, 0);
-  pool.numLayers = config.numLayers;
-  pool.numKvHeads = config.numKvHeads;
-  pool.headDim = config.headDim;
-  pool.blockSize = config.blockSize;
-  pool.numBlocks = config.numBlocks;
-  // K and V of a layer are consecutive arrays in one mapping.
-  pool.layerStride = (static_cast<char *>(storage.keyData(1, 0, 0)) -
-                      static_cast<char *>(storage.keyData(0, 0, 0))) /
-                     storage.elementBytes();
-  pool.blockStride = storage.blockStride();
-  pool.headStride = storage.headStride();
-  pool.precision = storage.precision() == cpu::KvPrecision::F16
-                       ? cuda::KvPrecision::F16
-                       : cuda::KvPrecision::F32;
-  return pool;
+  return kv::poolViewAt(storage, storage.keyData(0, 0, 0));
 }
 
 void fillRandom(kv::KvStorage &storage, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const kv::KvStorageConfig &config = storage.config();
-  std::vector<float> key(size_t(config.numKvHeads * config.headDim)),
-      value(key.size());
-  for (int layer = 0; layer < config.numLayers; ++layer)
-    for (int64_t block = 0; block < config.numBlocks; ++block)
-      for (int slot = 0; slot < config.blockSize; ++slot) {
-        for (float &x : key)
-          x = normal(rng);
-        for (float &x : value)
-          x = normal(rng);
-        storage.writeToken(layer, block, slot, key.data(), value.data());
-      }
+  kv::fillRandom(storage, rng);
 }
 
 bool sameBytes(kv::KvStorage &a, kv::KvStorage &b) {

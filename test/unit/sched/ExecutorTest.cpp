@@ -18,38 +18,21 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/sched/Executor.h"
-#include "codegen/Lowering.h"
-#include "frontend/Load.h"
-#include "passes/PassManager.h"
-#include "runtime/model/ChatTemplate.h"
-#include "runtime/model/ChatTemplateEncoder.h"
-#include "runtime/model/Model.h"
-#include "runtime/model/Tokenizer.h"
+#include "test/unit/sched/ExecutorTestUtils.h"
 
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <optional>
 
 namespace spanc {
 namespace {
 
-const char *kDocuments = R"(
-let pool = """The block pool owns every block of the KV cache. Each block has a
-reference count. When the pool is full it evicts the least recently used
-block that no request references, and a request that cannot fit waits until
-another one finishes. A full cache never corrupts a running request."""
-let rope = """Rotary position embeddings rotate every key by an angle that
-grows with its position. A cached span computed at position zero can be
-reused at another offset by rotating its keys by the difference, which is
-what ReRoPE does, or by storing keys unrotated and rotating them inside the
-attention kernel."""
+const std::string kDocuments = std::string(sched::kPoolAndRopeDocuments) + R"(
 let bulk = """A bulk is a set of queries in one file. The runtime may order
 them so that queries that share fragments run close together in time, which
 raises the cache hit rate. Continuous batching lets all ready calls share
@@ -67,12 +50,10 @@ struct ModelCase {
   bool halfPrecisionKv;
 };
 
-/// A loaded model with its tokenizer and chat template.
-struct LoadedModel {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Tokenizer> tokenizer;
-  std::unique_ptr<model::ChatTemplate> chatTemplate;
-};
+using sched::Answers;
+using sched::answers;
+using sched::LoadedModel;
+using sched::reusedTokens;
 
 class ExecutorTest : public ::testing::TestWithParam<ModelCase> {
 protected:
@@ -84,10 +65,8 @@ protected:
     if (found != loaded.end())
       return found->second.get();
     std::unique_ptr<LoadedModel> &slot = loaded[modelCase.name];
-    const char *root = std::getenv("SPANC_ROOT");
-    std::string path = modelCase.installed ? std::string(root ? root : ".") +
-                                                 "/" + modelCase.path
-                                           : std::string(modelCase.path);
+    std::string path =
+        sched::testModelPath(modelCase.path, modelCase.installed);
     if (!llvm::sys::fs::exists(path)) {
       EXPECT_TRUE(modelCase.installed) << "generated model missing at " << path;
       return nullptr;
@@ -98,25 +77,11 @@ protected:
     model::ModelOptions modelOptions;
     modelOptions.forceF32 = true;
     modelOptions.halfPrecisionKv = modelCase.halfPrecisionKv;
-    auto result = std::make_unique<LoadedModel>();
-    auto model = model::Model::load(path, modelOptions);
-    EXPECT_TRUE(bool(model)) << llvm::toString(model.takeError());
-    if (!model)
+    auto result = sched::loadChatModel(path, modelOptions);
+    EXPECT_TRUE(bool(result)) << llvm::toString(result.takeError());
+    if (!result)
       return nullptr;
-    result->model = std::move(*model);
-    auto tokens = model::Tokenizer::fromGguf(result->model->file());
-    EXPECT_TRUE(bool(tokens)) << llvm::toString(tokens.takeError());
-    if (!tokens)
-      return nullptr;
-    result->tokenizer = std::move(*tokens);
-    auto chat = model::ChatTemplate::fromGguf(result->model->file(),
-                                              *result->tokenizer);
-    EXPECT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
-    if (!chat)
-      return nullptr;
-    result->chatTemplate =
-        std::make_unique<model::ChatTemplate>(std::move(*chat));
-    slot = std::move(result);
+    slot = std::move(*result);
     return slot.get();
   }
 
@@ -125,9 +90,8 @@ protected:
     if (!loaded)
       GTEST_SKIP() << GetParam().path
                    << " is not installed: run tools/setup.sh";
+    loadedModel = loaded;
     model = loaded->model.get();
-    tokenizer = loaded->tokenizer.get();
-    chatTemplate = loaded->chatTemplate.get();
   }
 
   /// (a): hit = miss first-token logits and greedy answers, both
@@ -142,29 +106,7 @@ protected:
   /// Compiles `queries` (after the shared documents) through the default
   /// pipeline and lowers it.
   plan::Plan compile(const std::string &queries) {
-    llvm::SmallString<128> path;
-    EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("executor", "span", path));
-    {
-      std::error_code error;
-      llvm::raw_fd_ostream out(path, error);
-      out << kDocuments << queries;
-    }
-    llvm::SourceMgr sourceMgr;
-    ir::DiagnosticEngine diagnostics(sourceMgr);
-    std::unique_ptr<ir::Module> module =
-        frontend::loadModule(path, diagnostics);
-    llvm::sys::fs::remove(path);
-    EXPECT_TRUE(module) << queries;
-    passes::PassOptions passOptions;
-    passes::PassContext context(diagnostics, passOptions);
-    passes::PassManager manager(context);
-    manager.addDefaultPipeline();
-    EXPECT_FALSE(bool(manager.run(*module)));
-    model::ChatTemplateEncoder encoder(*chatTemplate, *tokenizer);
-    std::optional<plan::Plan> plan =
-        codegen::lowerToPlan(*module, encoder, diagnostics);
-    EXPECT_TRUE(plan.has_value());
-    return plan ? std::move(*plan) : plan::Plan();
+    return sched::compilePlan(kDocuments + queries, *loadedModel);
   }
 
   std::unique_ptr<sched::Executor>
@@ -177,9 +119,7 @@ protected:
     options.cacheMode = cacheMode;
     options.relocationMode = relocation;
     options.cacheTokens = cacheTokens;
-    auto executor = sched::Executor::create(*model, *tokenizer, options);
-    EXPECT_TRUE(bool(executor)) << llvm::toString(executor.takeError());
-    return std::move(*executor);
+    return sched::createExecutor(*loadedModel, options);
   }
 
   /// The tokens of every span segment of `call`, one vector per segment.
@@ -196,32 +136,8 @@ protected:
     return spans;
   }
 
-  /// Answers by query name (every result call's tokens, in order).
-  using Answers = std::map<std::string, std::vector<kv::TokenId>>;
-  static Answers answers(const plan::Plan &plan,
-                         const std::vector<sched::CallOutcome> &outcomes) {
-    Answers result;
-    for (const plan::QueryPlan &query : plan.queries)
-      for (const plan::ResultItem &item : query.results)
-        if (item.call) {
-          EXPECT_TRUE(outcomes[*item.call].succeeded)
-              << query.name << ": " << outcomes[*item.call].error;
-          std::vector<kv::TokenId> &tokens = result[query.name];
-          tokens.insert(tokens.end(), outcomes[*item.call].tokens.begin(),
-                        outcomes[*item.call].tokens.end());
-        }
-    return result;
-  }
-  static uint32_t reused(const std::vector<sched::CallOutcome> &outcomes) {
-    uint32_t total = 0;
-    for (const sched::CallOutcome &outcome : outcomes)
-      total += outcome.stats.reusedTokens;
-    return total;
-  }
-
+  LoadedModel *loadedModel = nullptr;
   model::Model *model = nullptr;
-  model::Tokenizer *tokenizer = nullptr;
-  model::ChatTemplate *chatTemplate = nullptr;
   /// What makeExecutor's executors lay spans out with.
   kv::SpanOptions spanOptions;
 };
@@ -270,8 +186,8 @@ TEST_P(ExecutorTest, WarmCacheGivesTheColdAnswer) {
   auto cold = executor->run(plan);
   auto warm = executor->run(plan);
   EXPECT_EQ(answers(plan, warm), answers(plan, cold));
-  EXPECT_EQ(reused(cold), 0u);
-  EXPECT_GT(reused(warm), 0.9 * warm[0].stats.promptTokens);
+  EXPECT_EQ(reusedTokens(cold), 0u);
+  EXPECT_GT(reusedTokens(warm), 0.9 * warm[0].stats.promptTokens);
   EXPECT_EQ(warm[0].stats.generatedTokens, 8u);
 }
 
@@ -524,12 +440,12 @@ TEST_P(ExecutorTest, PrefixCachingAgreesWithNoCaching) {
   auto prefixWarm = prefix->run(ab);
   auto offAgain = off->run(ab);
   EXPECT_EQ(answers(ab, prefixWarm), answers(ab, offAgain));
-  EXPECT_GT(reused(prefixWarm), 0u);
-  EXPECT_EQ(reused(offAgain), 0u);
+  EXPECT_GT(reusedTokens(prefixWarm), 0u);
+  EXPECT_EQ(reusedTokens(offAgain), 0u);
   // Stock prefix caching cannot reuse reordered documents.
   auto prefixBA = prefix->run(ba);
   EXPECT_EQ(answers(ba, prefixBA), answers(ba, off->run(ba)));
-  EXPECT_LT(reused(prefixBA), 32u);
+  EXPECT_LT(reusedTokens(prefixBA), 32u);
 }
 
 TEST_P(ExecutorTest, OneSpanAtTwoOffsetsInOneStepGivesEachItsSoloAnswer) {

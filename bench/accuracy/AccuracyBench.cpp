@@ -328,12 +328,11 @@ llvm::Error runAccuracy(const BenchArgs &args) {
     *target = *value;
   }
   std::string recomputeSuffix = "+recompute" + std::to_string(recompute);
-  auto modes = parseModes(
-      args.setting("modes", "full,isolated,prefix,isolated" + recomputeSuffix +
-                                ",prefix" + recomputeSuffix + ",prefix+end" +
-                                std::to_string(recompute) + ",prefix" +
-                                recomputeSuffix + "+end" +
-                                std::to_string(recompute)));
+  auto modes = parseModes(args.setting(
+      "modes", "full,isolated,prefix,isolated" + recomputeSuffix + ",prefix" +
+                   recomputeSuffix + ",prefix+end" + std::to_string(recompute) +
+                   ",prefix" + recomputeSuffix + "+end" +
+                   std::to_string(recompute)));
   if (!modes)
     return modes.takeError();
   std::vector<std::string> tasks;

@@ -11,10 +11,10 @@
 #define SPANC_BENCH_COMMON_MODELSESSION_H
 
 #include "bench/common/Bench.h"
-#include "runtime/model/ChatTemplateEncoder.h"
 #include "codegen/CompilePipeline.h"
 #include "plan/Plan.h"
 #include "runtime/model/ChatTemplate.h"
+#include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/Executor.h"

@@ -268,11 +268,12 @@ int runRun(const std::vector<std::string> &args) {
        "KV cache mode: span (spans hit at any position), prefix (stock "    //
        "prefix caching: the baseline) or off")                              //
       ("relocation",
-       po::value<std::string>()->default_value("rope-in-kernel"),           //
-       "how reused spans move: rerope (rotate cached K by the position "    //
-       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)")   //
-      ("fixed-threads", "-t is a ceiling: fewer threads run while other "  //
-       "processes take cores; with this, always -t threads (benchmarks)")  //
+       po::value<std::string>()->default_value("rope-in-kernel"),         //
+       "how reused spans move: rerope (rotate cached K by the position "  //
+       "delta, planned by CIDRA) or rope-in-kernel (K stored unrotated)") //
+      ("fixed-threads",
+       "-t is a ceiling: fewer threads run while other "                    //
+       "processes take cores; with this, always -t threads (benchmarks)")   //
       ("kv-cache", po::value<std::string>()->default_value("65536"),        //
        "KV cache capacity: tokens (65536), rounded down to whole blocks, "  //
        "or memory (512MiB, 2GiB)")                                          //

@@ -20,7 +20,32 @@ run_suite() {
   ((code == 0 || code == 4)) || status=1
 }
 
+# Which kernel paths (bazel/isa.bzl) each per-path test ran, and which it
+# skipped because this CPU lacks them: the list CI prints.
+report_kernel_paths() {
+  local spanc="$root/bazel-bin/tools/spanc/spanc"
+  [[ -x $spanc ]] || return 0
+  echo "== kernel paths: this CPU runs: $("$spanc" cpu --paths);" \
+    "lacks: $("$spanc" cpu --missing)"
+  local level ran skipped
+  for level in scalar avx2 avx512 avx512bf16 amx; do
+    ran=0 skipped=0
+    while IFS= read -r log; do
+      if grep -q "^spanc-isa: ran $level" "$log"; then
+        ran=$((ran + 1))
+      elif grep -q "^spanc-isa: skipped $level" "$log"; then
+        skipped=$((skipped + 1))
+      fi
+    done < <(find -L "$root/bazel-testlogs/" -path "*_$level*" -name test.log)
+    printf '   %-11s %3d test targets ran, %3d skipped (no such hardware)\n' \
+      "$level" "$ran" "$skipped"
+    skipped_paths=$((skipped_paths + skipped))
+  done
+}
+skipped_paths=0
+
 run_suite //...
+report_kernel_paths | tee -a "$log"
 if [[ ${CI:-} == true || ${SPANC_SANITIZE:-} == 1 ]]; then
   run_suite --config=asan //test/...
 fi
@@ -30,5 +55,7 @@ failed=$(grep -cE '^//\S+\s+.*(FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$log
 if ((status != 0 && failed == 0)); then
   failed=1 # the build itself failed before any test could report
 fi
-echo "tests: $passed passed, $failed failed"
+# A path this CPU lacks passes without running: count it as skipped.
+passed=$((passed - skipped_paths))
+echo "tests: $passed passed, $failed failed, $skipped_paths skipped"
 ((status == 0 && failed == 0))

@@ -5,9 +5,13 @@ Usage: e2e.py SPANC GROUP, with the working directory at the workspace root
 `examples` (every example runs, exits 0, answers are non-empty) or
 `invariance` (cache and relocation modes, cold vs warm, bulk vs one by one
 give the same answers under --batch-invariant), `bulk`, `progress` or
-`signals` (SIGINT/SIGTERM stop run, generate and index cleanly). Exits 0
-with a SKIPPED message when the model is absent (the index part of
-`signals` needs none).
+`signals` (SIGINT/SIGTERM stop run, generate and index cleanly), or
+`readme` (the README's first command, exactly as written, answers with the
+corpus's fact in one sentence, cold and warm, in the default span mode and
+under --cache=off). Every spanc runs under SPANC_ISA when it is set
+(bazel/isa.bzl runs `readme` once per kernel path); a path this CPU lacks
+is skipped with a "spanc-isa: skipped" line. Exits 0 with a SKIPPED message
+when the model is absent (the index part of `signals` needs none).
 """
 
 import glob
@@ -16,6 +20,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -80,6 +85,75 @@ def answers(document, index=0):
             texts.append(item["text"])
         result[query["name"]] = texts
     return result
+
+
+# The README's example: the fact its answer must state, and the corpus file
+# that holds it (the test checks both, so a new example updates both).
+README_FACT = "six o'clock"
+README_FACT_FILE = "examples/handbook/kitchen.md"
+
+
+def readme_command():
+    """The spanc arguments of the README's first command (the part after
+    `bazel run //tools/spanc --`)."""
+    with open("README.md") as readme:
+        text = readme.read()
+    block = re.search(r"```sh\n(.*?)```", text, re.S)
+    check(block is not None, "README.md: no ```sh block")
+    first = block.group(1).splitlines()[0]
+    marker = "bazel run //tools/spanc -- "
+    check(marker in first, "README.md: the first command does not run spanc "
+          "through `%s`: %r" % (marker.strip(), first))
+    return shlex.split(first.split(marker, 1)[1])
+
+
+def check_readme(spanc, model):
+    """The README's first command, run as written from the workspace (where
+    it runs for a user), under this test's kernel path."""
+    del model  # the command names its own (the default, set up in models/)
+    args = readme_command()
+    with open(README_FACT_FILE) as document:
+        check(README_FACT in document.read(),
+              "%s no longer holds the fact %r" % (README_FACT_FILE, README_FACT))
+    root = os.environ["SPANC_ROOT"]
+    environment = dict(os.environ, OMP_WAIT_POLICY="passive")
+    print("$ SPANC_ISA=%s spanc %s" % (os.environ.get("SPANC_ISA", ""),
+                                       " ".join(args)), flush=True)
+    process = subprocess.run([spanc] + args, cwd=root, capture_output=True,
+                             text=True, env=environment)
+    check(process.returncode == 0, "README command failed (exit %d): %s" %
+          (process.returncode, process.stderr))
+    answer = process.stdout.strip()
+    print("answer: %r" % answer, flush=True)
+    check(README_FACT in answer, "answer %r lacks the corpus's fact %r" %
+          (answer, README_FACT))
+    sentences = [part for part in re.split(r"(?<=[.!?])\s+", answer) if part]
+    check(len(sentences) == 1, "answer %r is not one sentence" % answer)
+    check(answer.endswith("."), "answer %r does not end its sentence" % answer)
+    # Cold, warm, and without a cache: the same answer, ended by the stop,
+    # not by max_tokens.
+    program = next(arg for arg in args if arg.endswith(".span"))
+    with open(program) as source:
+        max_tokens = int(re.search(r"max_tokens\s*=\s*(\d+)",
+                                   source.read()).group(1))
+    for cache in ["span", "off"]:
+        command = [spanc, "run", program, "--json", "--repeat", "2",
+                   "--cache", cache]
+        process = subprocess.run(command, cwd=root, capture_output=True,
+                                 text=True, env=environment)
+        check(process.returncode == 0, "%s failed: %s" %
+              (" ".join(command), process.stderr))
+        if process.returncode != 0:
+            continue
+        document = json.loads(process.stdout)
+        for index in (0, 1):
+            texts = answers(document, index)["rag"]
+            check(texts == [answer], "--cache=%s run %d: %r, expected the "
+                  "README command's %r" % (cache, index + 1, texts, answer))
+            for call in document["runs"][index]["calls"]:
+                check(call["generated_tokens"] < max_tokens,
+                      "--cache=%s run %d: ran to max_tokens" %
+                      (cache, index + 1))
 
 
 def check_examples(spanc, model):
@@ -429,11 +503,21 @@ def main():
         check_bulk_errors(spanc, model)
     if group == "signals":
         check_signal_index(spanc)
+    level = os.environ.get("SPANC_ISA")
+    if level:
+        paths = subprocess.run([spanc, "cpu", "--paths"], capture_output=True,
+                               text=True, check=True).stdout.split()
+        if level not in paths:
+            print("spanc-isa: skipped %s: not a path of this CPU (it runs %s)"
+                  % (level, " ".join(paths)))
+            return 0
+        print("spanc-isa: ran %s" % level)
     if not os.environ.get("SPANC_ROOT") or not os.path.exists(model):
         print("SKIPPED: no model at %s (run tools/setup.sh; Bazel sets "
               "SPANC_ROOT to the workspace)" % model)
         return 1 if failures else 0
     {"examples": check_examples, "invariance": check_invariance,
+     "readme": check_readme,
      "bulk": check_bulk, "progress": check_progress,
      "signals": lambda spanc, model: (check_signal_generate(spanc, model),
                                       check_signal_run(spanc, model))}[group](

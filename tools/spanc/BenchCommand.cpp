@@ -11,6 +11,7 @@
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/LimitsHelp.h"
+#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "bench/common/Bench.h"
@@ -113,7 +114,8 @@ int runEngineBenchmark(const po::variables_map &values) {
     };
     out << "{\"engine\": \"spanc\", \"threads\": " << threads
         << ", \"precision\": \"" << result->precision << "\", \"gemm\": \""
-        << result->gemmKernel << "\", \"cpu\": \""
+        << result->gemmKernel << "\", \"isa\": \""
+        << cpu::isaLevelName(cpu::isaLevel()) << "\", \"cpu\": \""
         << cpu::cpuFeatures().describe()
         << "\", \"pp_tokens\": " << options.promptTokens
         << ", \"tg_tokens\": " << options.generateTokens
@@ -125,7 +127,8 @@ int runEngineBenchmark(const po::variables_map &values) {
   }
   out << "spanc engine: " << options.modelPath << ", " << threads
       << " threads, " << result->precision << " GEMMs on " << result->gemmKernel
-      << " (" << cpu::cpuFeatures().describe() << "), load "
+      << " (" << cpu::isaLevelName(cpu::isaLevel()) << " path: "
+      << cpu::cpuFeatures().describe() << "), load "
       << llvm::format("%.2f", result->loadSeconds) << " s\n";
   out << "| test | tokens/s (median) | stddev | reps |\n|---|---|---|---|\n";
   if (options.promptTokens > 0)
@@ -250,6 +253,7 @@ int runBench(const std::vector<std::string> &args) {
       ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
   addThreadsOption(options);
+  addIsaOption(options);
   addDeviceOption(options);
   po::positional_options_description positional;
   positional.add("name", 1);
@@ -265,6 +269,8 @@ int runBench(const std::vector<std::string> &args) {
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;
+  if (!applyIsaOption("bench", values))
+    return 1;
   if (!applyThreadsOption("bench", values))
     return 1;
   if (values.count("list")) {

@@ -13,6 +13,7 @@
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
+#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "runtime/backend/BackendFactory.h"
@@ -70,6 +71,7 @@ int runGenerate(const std::vector<std::string> &args) {
        "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/" //
        "Q8_0 models, AVX-512; slower prefill)");
   addThreadsOption(options);
+  addIsaOption(options);
   addDeviceOption(options);
   po::positional_options_description positional;
   positional.add("input", 1);
@@ -111,6 +113,8 @@ int runGenerate(const std::vector<std::string> &args) {
   if (sampling.topK < 0)
     return reportError("generate", "--top-k " + std::to_string(sampling.topK) +
                                        ": must not be negative");
+  if (!applyIsaOption("generate", values))
+    return 1;
   if (!applyThreadsOption("generate", values))
     return 1;
 

@@ -27,6 +27,7 @@
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
+#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -311,6 +312,7 @@ int runRun(const std::vector<std::string> &args) {
   addDeviceOption(options);
   addMaxCallsOption(options);
   addThreadsOption(options);
+  addIsaOption(options);
   addFileAccessOptions(options);
   po::positional_options_description positional;
   positional.add("input", 1);
@@ -348,6 +350,8 @@ int runRun(const std::vector<std::string> &args) {
   if (!repeatCount)
     return 1;
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  if (!applyIsaOption("run", values))
+    return 1;
   if (!applyThreadsOption("run", values))
     return 1;
 

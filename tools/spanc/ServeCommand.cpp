@@ -27,6 +27,7 @@
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
+#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "llvm/Support/Path.h"
@@ -117,6 +118,7 @@ int runServe(const std::vector<std::string> &args) {
   addSpanModeOptions(options);
   addDeviceOption(options);
   addThreadsOption(options);
+  addIsaOption(options);
   const std::string about =
       "Serves the model over HTTP with one scheduler and one KV cache for\n"
       "every request: requests that arrive while others run join the next\n"
@@ -196,6 +198,8 @@ int runServe(const std::vector<std::string> &args) {
     return 1;
   executorOptions.blockSize = unsigned(*blockSize);
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  if (!applyIsaOption("serve", values))
+    return 1;
   if (!applyThreadsOption("serve", values))
     return 1;
   // The engine thread starts the parallel regions; the count -t set here

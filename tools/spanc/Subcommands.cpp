@@ -14,6 +14,7 @@ int runServe(const std::vector<std::string> &args);
 int runBench(const std::vector<std::string> &args);
 int runTokenize(const std::vector<std::string> &args);
 int runModel(const std::vector<std::string> &args);
+int runCpu(const std::vector<std::string> &args);
 
 const std::vector<Subcommand> &subcommands() {
   static const std::vector<Subcommand> table = {
@@ -29,6 +30,7 @@ const std::vector<Subcommand> &subcommands() {
       {"tokenize", "print a model's token ids and pieces for a text",
        runTokenize},
       {"model", "inspect a GGUF model (model info FILE)", runModel},
+      {"cpu", "list the kernel paths (--isa levels) this CPU runs", runCpu},
   };
   return table;
 }

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cassert>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -50,6 +51,41 @@ convertToBf16Native(const float *source, uint16_t *destination, int64_t count) {
     bits += 0x7fff + ((bits >> 16) & 1);
     destination[index] = uint16_t(bits >> 16);
   }
+}
+
+/// Caps oneDNN's JIT at the process's kernel path (CpuFeatures.h), once,
+/// before its first primitive: a capped run must not multiply with
+/// instructions above its cap. Without a cap oneDNN picks its best.
+void capOneDnnIsa() {
+  static const bool capped = [] {
+    dnnl::cpu_isa isa = dnnl::cpu_isa::all;
+    switch (isaLevel()) {
+    case IsaLevel::Scalar: // oneDNN's lowest JIT level; no pure C path
+      isa = dnnl::cpu_isa::sse41;
+      break;
+    case IsaLevel::Avx2:
+      isa = dnnl::cpu_isa::avx2;
+      break;
+    case IsaLevel::Avx512:
+      isa = dnnl::cpu_isa::avx512_core;
+      break;
+    case IsaLevel::Avx512Bf16:
+      isa = dnnl::cpu_isa::avx512_core_bf16;
+      break;
+    case IsaLevel::Amx:
+      break;
+    }
+    if (isa == dnnl::cpu_isa::all || dnnl::set_max_cpu_isa(isa) ==
+                                         dnnl::status::success)
+      return true;
+    // oneDNN refuses once it has jitted a kernel: say so, never silently.
+    std::fprintf(stderr,
+                 "spanc: warning: oneDNN ran before the instruction-set cap "
+                 "'%s'; its GEMMs may use instructions above it\n",
+                 isaLevelName(isaLevel()));
+    return false;
+  }();
+  (void)capped;
 }
 
 } // namespace
@@ -137,7 +173,7 @@ struct GemmEngine::Impl {
 };
 
 GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
-    : impl(std::make_unique<Impl>()), enginePrecision(precision),
+    : impl((capOneDnnIsa(), std::make_unique<Impl>())), enginePrecision(precision),
       engineKernel(GemmKernel::OneDnn) {
   if (preferred == GemmKernel::Amx && precision == GemmPrecision::Bf16 &&
       amxBf16Usable())

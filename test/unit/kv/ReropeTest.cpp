@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kv/Rerope.h"
+#include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
 
 #include <gtest/gtest.h>
@@ -245,8 +246,16 @@ TEST(Relocation, FrequenciesFollowTheta) {
 namespace {
 
 TEST(Relocation, TakesTheVectorPathWhereTheCpuHasAvx512) {
-  if (!__builtin_cpu_supports("avx512f"))
-    GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path runs";
+  // The kernel path's features, not the silicon's: under a cap below
+  // AVX-512 (SPANC_ISA) the scalar path must run.
+  if (!spanc::cpu::cpuFeatures().hasAvx512()) {
+    std::vector<double> frequencies = ropeFrequencies(10000.0, 64);
+    KvBlockLayout dimMajor{30, 3, 64, 16, 3 * 64 * 16, 64 * 16, 1, 16};
+    RopeRotation rotation{RopePairing::Normal, 64, frequencies.data()};
+    EXPECT_FALSE(relocationUsesAvx512(dimMajor, rotation));
+    GTEST_SKIP() << "no AVX-512 on this kernel path: only the scalar path "
+                    "runs";
+  }
   std::vector<double> frequencies = ropeFrequencies(10000.0, 64);
   KvBlockLayout tokenMajor{30, 3, 64, 16, 3 * 64 * 16, 64 * 16, 64, 1};
   KvBlockLayout dimMajor{30, 3, 64, 16, 3 * 64 * 16, 64 * 16, 1, 16};

@@ -20,6 +20,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
 #include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
@@ -242,15 +244,25 @@ TEST(LlamaCppReference, PerplexityWithinOnePercent) {
   checkPerplexity(ModelOptions());
 }
 
+/// llama.cpp's numerics reproduce its AVX-512 kernels' rounding, so they
+/// exist on the AVX-512 paths only (Model::load refuses them elsewhere);
+/// the default numerics are tested on every path.
+#define SKIP_WITHOUT_LLAMA_CPP_NUMERICS()                                      \
+  if (!spanc::cpu::hasLlamaCppNumerics() ||                                    \
+      !spanc::cpu::hasHalfAccumulatingAttention())                             \
+  GTEST_SKIP() << "llama.cpp numerics need the AVX-512 kernel paths"
+
 TEST(LlamaCppReference, GreedyContinuationsMatchTokenForToken) {
   // The rule, with llama.cpp's numerics (its default: flash
   // attention on).
+  SKIP_WITHOUT_LLAMA_CPP_NUMERICS();
   ModelOptions options;
   options.numerics = Numerics::LlamaCpp;
   checkGreedyContinuations(options, GreedyRule::TieBreakOnly);
 }
 
 TEST(LlamaCppReference, LlamaNumericsPerplexityWithinOnePercent) {
+  SKIP_WITHOUT_LLAMA_CPP_NUMERICS();
   ModelOptions options;
   options.numerics = Numerics::LlamaCpp;
   checkPerplexity(options);

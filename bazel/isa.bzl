@@ -1,0 +1,54 @@
+"""Tests that run once per kernel path (instruction-set level).
+
+A kernel path is a cap on the instruction set every kernel uses
+(runtime/kernels/cpu/CpuFeatures.h): scalar, avx2, avx512, avx512bf16, amx.
+`isa_cc_test(name = "x_test", ...)` makes x_test_scalar ... x_test_amx, each
+with SPANC_ISA set, and a test_suite x_test of them all. A level the host
+lacks passes without running and says so in its log ("spanc-isa: skipped"),
+which tools/test.sh collects into the list CI prints.
+"""
+
+ISA_LEVELS = ["scalar", "avx2", "avx512", "avx512bf16", "amx"]
+
+def isa_cc_test(name, deps = [], tags = [], **kwargs):
+    """A cc_test per kernel path, with //test/isa:isa_gtest_main.
+
+    Args:
+      name: the test_suite's name; each path's test is NAME_LEVEL.
+      deps: the test's deps (without a gtest main).
+      tags: tags of every path's test.
+      **kwargs: passed to each cc_test (srcs, size, data, ...).
+    """
+    tests = []
+    for level in ISA_LEVELS:
+        native.cc_test(
+            name = name + "_" + level,
+            deps = deps + ["//test/isa:isa_gtest_main"],
+            env = {"SPANC_ISA": level},
+            tags = tags + ["isa_" + level],
+            **kwargs
+        )
+        tests.append(":" + name + "_" + level)
+    native.test_suite(name = name, tests = tests, tags = tags)
+
+def isa_sh_test(name, args = [], tags = [], **kwargs):
+    """An sh_test per kernel path; the script gets SPANC_ISA and runs every
+    spanc it starts under it (test/isa/isa_skip.sh says whether to skip).
+
+    Args:
+      name: the test_suite's name; each path's test is NAME_LEVEL.
+      args: the script's arguments.
+      tags: tags of every path's test.
+      **kwargs: passed to each sh_test (srcs, size, data, ...).
+    """
+    tests = []
+    for level in ISA_LEVELS:
+        native.sh_test(
+            name = name + "_" + level,
+            args = args,
+            env = {"SPANC_ISA": level},
+            tags = tags + ["isa_" + level],
+            **kwargs
+        )
+        tests.append(":" + name + "_" + level)
+    native.test_suite(name = name, tests = tests, tags = tags)

@@ -7,11 +7,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/Elementwise.h"
+
+#include "runtime/kernels/cpu/CpuFeatures.h"
 #include "test/unit/kernels/ErrorBounds.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -52,6 +56,7 @@ TEST(CpuRmsNorm, MatchesDoublePrecisionReferenceWithStrides) {
   std::vector<float> out(rows * outStride, -7.0f);
   RowShape shape{rows, cols, inStride, outStride};
   rmsNorm(shape, x.data(), weight.data(), 1e-5f, out.data());
+  double largestRatio = 0;
   for (int64_t row = 0; row < rows; ++row) {
     double sum = 0;
     for (int64_t col = 0; col < cols; ++col)
@@ -59,14 +64,19 @@ TEST(CpuRmsNorm, MatchesDoublePrecisionReferenceWithStrides) {
     double scale = 1.0 / std::sqrt(sum / cols + 1e-5);
     for (int64_t col = 0; col < cols; ++col) {
       const double expected = x[row * inStride + col] * scale * weight[col];
-      EXPECT_NEAR(out[row * outStride + col], expected,
-                  rmsNormError(cols) * std::abs(expected))
+      const double bound = rmsNormError(cols) * std::abs(expected);
+      largestRatio =
+          std::max(largestRatio,
+                   errorRatio(out[row * outStride + col], expected, bound));
+      EXPECT_NEAR(out[row * outStride + col], expected, bound)
           << "row " << row << " col " << col;
     }
     // The gap between rows stays untouched.
     for (int64_t col = cols; col < outStride && row + 1 < rows; ++col)
       EXPECT_EQ(out[row * outStride + col], -7.0f);
   }
+  std::printf("%s path, RMSNorm: largest error %.3g of its bound\n",
+              isaLevelName(isaLevel()), largestRatio);
 }
 
 TEST(CpuSwiGlu, IsSiluOfGateTimesUp) {
@@ -75,15 +85,20 @@ TEST(CpuSwiGlu, IsSiluOfGateTimesUp) {
   std::vector<float> out(rows * cols);
   RowShape shape{rows, cols, 2 * cols, cols};
   swiGlu(shape, fused.data(), fused.data() + cols, out.data());
+  double largestRatio = 0;
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t col = 0; col < cols; ++col) {
       double gate = fused[row * 2 * cols + col];
       double up = fused[row * 2 * cols + cols + col];
       double expected = gate / (1.0 + std::exp(-gate)) * up;
-      EXPECT_NEAR(out[row * cols + col], expected,
-                  kSwiGluError * std::abs(expected))
+      const double bound = kSwiGluError * std::abs(expected);
+      largestRatio = std::max(
+          largestRatio, errorRatio(out[row * cols + col], expected, bound));
+      EXPECT_NEAR(out[row * cols + col], expected, bound)
           << "gate " << gate << " up " << up;
     }
+  std::printf("%s path, SwiGLU: largest error %.3g of its bound\n",
+              isaLevelName(isaLevel()), largestRatio);
 }
 
 TEST(CpuAddInPlace, AddsTheResidual) {

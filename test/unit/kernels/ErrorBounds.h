@@ -39,6 +39,16 @@ inline double f32SumError(int64_t terms) {
   return kLambda * std::sqrt(double(terms)) * kUnitRoundoff;
 }
 
+/// |actual - expected| as a share of `bound` (1 at the bound; 0 for an
+/// exact result, infinity for an inexact one held to 0): what the tests
+/// print per path, so that a host's margin shows in its log.
+inline double errorRatio(double actual, double expected, double bound) {
+  const double error = std::abs(actual - expected);
+  if (error == 0)
+    return 0;
+  return bound > 0 ? error / bound : INFINITY;
+}
+
 } // namespace spanc::test
 
 #endif // SPANC_TEST_UNIT_KERNELS_ERRORBOUNDS_H

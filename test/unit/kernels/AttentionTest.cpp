@@ -45,9 +45,11 @@ constexpr double kLambda = 8;
 /// The relative error of exp512 (VectorMath.h: a degree-7 polynomial,
 /// below 1e-7 on its range) and of std::exp (about one unit roundoff).
 constexpr double kExpError = 1e-7 + kUnitRoundoff;
-/// bf16 keeps 8 significant bits: a value minus its bf16 rounding is at
-/// most 2^-9 of it, and rounding that rest to bf16 leaves 2^-9 of the rest.
-constexpr double kBf16SplitError = 0x1p-18;
+/// bf16 keeps 8 significant bits: rounding to nearest moves a value by at
+/// most 2^-8 of it (1 + 2^-8 is a tie), and rounding that rest to bf16
+/// leaves 2^-8 of the rest: 2^-16 of the value. (Not 2^-9 and 2^-18: that
+/// is bf16's spacing, 2^-7 at 1, halved twice.)
+constexpr double kBf16SplitError = 0x1p-16;
 /// Second-order terms the first-order bound leaves out, and the merge of
 /// split partial states (a few roundings each): a factor of two covers
 /// them with room.
@@ -70,9 +72,10 @@ PathArithmetic f32Products(int headDim) {
 }
 
 /// AMX: Qh.Kh + Qh.Kl + Ql.Kh, each operand's low part rounded to bf16
-/// (2^-18 of the operand each, q and k) and Ql.Kl dropped (2^-18 of the
-/// product): 3 * 2^-18 per product, then an f32 sum of 3 * headDim terms.
-/// P is split the same way (2^-18 per weight).
+/// (2^-16 of the operand each, q and k; f16 K splits exactly, but the
+/// bound does not lean on it) and Ql.Kl dropped (2^-16 of the product):
+/// 3 * 2^-16 per product, then an f32 sum of 3 * headDim terms. P is split
+/// the same way (2^-16 per weight).
 PathArithmetic amxProducts(int headDim) {
   return {3 * kBf16SplitError +
               (kLambda * std::sqrt(3.0 * headDim) + 2) * kUnitRoundoff,

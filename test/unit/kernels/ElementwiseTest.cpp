@@ -1,16 +1,44 @@
 //===- ElementwiseTest.cpp - CPU row kernels against scalar references ----===//
+//
+// Each element is held to the bound of the kernel's f32 arithmetic (the
+// constants below), the same on every path: the vector and portable loops
+// do the same operations, only the order of a row's sum differs.
+//
+//===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/Elementwise.h"
 
+#include "runtime/kernels/cpu/CpuFeatures.h"
+#include "test/unit/kernels/ErrorBounds.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
 namespace {
 
 using namespace spanc::cpu;
+using namespace spanc::test;
+
+/// RMSNorm's relative error per element, for rows of `cols` values: the
+/// sum of squares is cols roundings of the squares (u) and an f32 sum
+/// (f32SumError); the mean, + epsilon, sqrt and 1/sqrt add u each, and the
+/// square root halves the error of what it takes; x * scale * weight adds
+/// two roundings.
+double rmsNormError(int64_t cols) {
+  return (f32SumError(cols) + 3 * kUnitRoundoff) / 2 + 4 * kUnitRoundoff;
+}
+
+/// SwiGLU's relative error per element, gate / (1 + exp(-gate)) * up: the
+/// f32 exp is within one ulp (2u of its value), which 1 + exp carries at
+/// most whole (exp / (1 + exp) <= 1); the sum, the division and the product
+/// add u each. Every step multiplies or adds positive numbers: the bound is
+/// relative to the result, however small.
+constexpr double kSwiGluError = 2 * kUnitRoundoff + 3 * kUnitRoundoff;
 
 std::vector<float> randomVector(size_t count, unsigned seed, float scale = 1) {
   std::mt19937 rng(seed);
@@ -28,19 +56,27 @@ TEST(CpuRmsNorm, MatchesDoublePrecisionReferenceWithStrides) {
   std::vector<float> out(rows * outStride, -7.0f);
   RowShape shape{rows, cols, inStride, outStride};
   rmsNorm(shape, x.data(), weight.data(), 1e-5f, out.data());
+  double largestRatio = 0;
   for (int64_t row = 0; row < rows; ++row) {
     double sum = 0;
     for (int64_t col = 0; col < cols; ++col)
       sum += double(x[row * inStride + col]) * x[row * inStride + col];
     double scale = 1.0 / std::sqrt(sum / cols + 1e-5);
-    for (int64_t col = 0; col < cols; ++col)
-      EXPECT_NEAR(out[row * outStride + col],
-                  x[row * inStride + col] * scale * weight[col], 1e-5)
+    for (int64_t col = 0; col < cols; ++col) {
+      const double expected = x[row * inStride + col] * scale * weight[col];
+      const double bound = rmsNormError(cols) * std::abs(expected);
+      largestRatio =
+          std::max(largestRatio,
+                   errorRatio(out[row * outStride + col], expected, bound));
+      EXPECT_NEAR(out[row * outStride + col], expected, bound)
           << "row " << row << " col " << col;
+    }
     // The gap between rows stays untouched.
     for (int64_t col = cols; col < outStride && row + 1 < rows; ++col)
       EXPECT_EQ(out[row * outStride + col], -7.0f);
   }
+  std::printf("%s path, RMSNorm: largest error %.3g of its bound\n",
+              isaLevelName(isaLevel()), largestRatio);
 }
 
 TEST(CpuSwiGlu, IsSiluOfGateTimesUp) {
@@ -49,14 +85,20 @@ TEST(CpuSwiGlu, IsSiluOfGateTimesUp) {
   std::vector<float> out(rows * cols);
   RowShape shape{rows, cols, 2 * cols, cols};
   swiGlu(shape, fused.data(), fused.data() + cols, out.data());
+  double largestRatio = 0;
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t col = 0; col < cols; ++col) {
       double gate = fused[row * 2 * cols + col];
       double up = fused[row * 2 * cols + cols + col];
       double expected = gate / (1.0 + std::exp(-gate)) * up;
-      EXPECT_NEAR(out[row * cols + col], expected,
-                  1e-5 * std::max(1.0, std::abs(expected)));
+      const double bound = kSwiGluError * std::abs(expected);
+      largestRatio = std::max(
+          largestRatio, errorRatio(out[row * cols + col], expected, bound));
+      EXPECT_NEAR(out[row * cols + col], expected, bound)
+          << "gate " << gate << " up " << up;
     }
+  std::printf("%s path, SwiGLU: largest error %.3g of its bound\n",
+              isaLevelName(isaLevel()), largestRatio);
 }
 
 TEST(CpuAddInPlace, AddsTheResidual) {

@@ -1,10 +1,22 @@
 //===- QuantGemvTest.cpp - 4/8-bit GGUF GEMV against dequantized math -----===//
+//
+// Every path runs the same operations in the same order (the integer dots
+// are exact), so one bound holds on all of them: checkGemv's, derived from
+// the f32 fold of the blocks and, against the unquantized product, from the
+// int8 activation quantization.
+//
+//===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/QuantGemv.h"
 
+#include "runtime/kernels/cpu/CpuFeatures.h"
+#include "test/unit/kernels/ErrorBounds.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -13,6 +25,7 @@
 namespace {
 
 using namespace spanc::cpu;
+using namespace spanc::test;
 
 /// A normal f16 value from its bits (the test draws only normal scales).
 float halfValue(uint16_t bits) {
@@ -68,8 +81,31 @@ TestMatrix makeMatrix(QuantFormat format, int64_t rows, int64_t columns,
   return matrix;
 }
 
-void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
-               int64_t activationRows) {
+/// Checks quantGemv against two references and returns the largest error's
+/// share of its bound over both.
+///
+/// Against the dequantized weights times the dequantized activations: the
+/// kernel folds 1 (Q8_0) or 2 (Q4_1) terms per block of 32 into an f32
+/// accumulator with fused multiply-adds, each block's term dot * (dw * da)
+/// from an exact integer dot and one rounding of dw * da. That is an f32
+/// sum of `terms` terms, each off by u: (lambda sqrt(terms) + 1) u of the
+/// terms' magnitude, which sum |w_i a_i| + sum |m_b| |s_b| bounds (a Q4_1
+/// weight is d q + m, so |d q a| <= |w a| + |m a|: the minimum's share is
+/// counted with its activations, sum |m_b| (|s_b| + sum |a_i|)). The
+/// reference's weights are f32 (d q + m rounded once): u of sum |w_i a_i|.
+///
+/// Against the unquantized activations x, the quantization adds its own
+/// error. An activation a_i = q_i d' with q_i = round(x_i 127 / max) and
+/// d' = f16(max / 127): q_i's rounding moves a_i by at most d / 2 (d =
+/// max / 127), independently of the other elements and with mean zero,
+/// so sum_i w_i (q_i - x_i / d) d is held probabilistically to
+/// lambda sqrt(sum_i (w_i d_b / 2)^2) (Hoeffding, as Higham and Mary
+/// argue); the f16 scale is shared by a block: 2^-11 (and u for max / 127)
+/// of the block's |sum_i w_i a_i|, worst case. Q4_1's stored sum s (f16)
+/// multiplies the minimum instead of sum a_i: 2^-11 |m_b s_b| more.
+double checkGemv(QuantFormat format, int64_t rows, int64_t columns,
+                 int64_t activationRows) {
+  double largestRatio = 0;
   TestMatrix matrix = makeMatrix(format, rows, columns, 5);
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
@@ -86,41 +122,80 @@ void checkGemv(QuantFormat format, int64_t rows, int64_t columns,
   PackedQuantMatrix packed = packQuantMatrix(matrix.view);
   quantGemv(packed, quantized, fast.data(), outputStride);
   quantGemv(packed, quantized, scalar.data(), outputStride, true);
+  const int64_t blocks = columns / 32;
+  const int64_t terms = format == QuantFormat::Q4_1 ? 2 * blocks : blocks;
   for (int64_t r = 0; r < activationRows; ++r)
     for (int64_t row = 0; row < rows; ++row) {
       // The dequantized weights times the dequantized activations.
       double expected = 0, exact = 0, magnitude = 0;
-      for (int64_t col = 0; col < columns; ++col) {
-        double weight = matrix.dequantized[size_t(row * columns + col)];
-        int64_t block = col / 32, index = col % 32;
-        double activation =
-            double(quantized.value(r, col)) *
+      double quantizedMagnitude = 0, roundingSquares = 0, scaleError = 0;
+      for (int64_t block = 0; block < blocks; ++block) {
+        const double scale =
             quantized.scales[size_t(r * quantized.blocks + block)];
-        expected += weight * activation;
-        if (format == QuantFormat::Q4_1 && index == 0) {
+        double maximum = 0;
+        for (int i = 0; i < 32; ++i)
+          maximum = std::max(
+              maximum,
+              std::abs(double(x[size_t(r * stride + block * 32 + i)])));
+        const double step = maximum / 127; // d, before its f16 rounding
+        double blockDot = 0, activationMagnitude = 0;
+        for (int i = 0; i < 32; ++i) {
+          const int64_t col = block * 32 + i;
+          const double weight = matrix.dequantized[size_t(row * columns + col)];
+          const double activation = double(quantized.value(r, col)) * scale;
+          expected += weight * activation;
+          blockDot += weight * activation;
+          quantizedMagnitude += std::abs(weight * activation);
+          activationMagnitude += std::abs(activation);
+          exact += weight * x[size_t(r * stride + col)];
+          magnitude += std::abs(weight * x[size_t(r * stride + col)]);
+          roundingSquares += (weight * step / 2) * (weight * step / 2);
+        }
+        scaleError += (kHalfRoundoff + kUnitRoundoff) * std::abs(blockDot);
+        if (format == QuantFormat::Q4_1) {
           // Q4_1's minimum multiplies the block's sum as ggml stores it
           // (f16), not the exact sum of the dequantized activations.
+          const double minimum = matrix.minimums[size_t(row * blocks + block)];
           double exactSum = 0;
           for (int i = 0; i < 32; ++i)
-            exactSum += double(quantized.value(r, block * 32 + i)) *
-                        quantized.scales[size_t(r * quantized.blocks + block)];
-          double storedSum =
+            exactSum += double(quantized.value(r, block * 32 + i)) * scale;
+          const double storedSum =
               quantized.scaledSums[size_t(r * quantized.blocks + block)];
-          expected += matrix.minimums[size_t(row * (columns / 32) + block)] *
-                      (storedSum - exactSum);
+          expected += minimum * (storedSum - exactSum);
+          quantizedMagnitude +=
+              std::abs(minimum) * (std::abs(storedSum) + activationMagnitude);
+          scaleError += kHalfRoundoff * std::abs(minimum * storedSum);
         }
-        exact += weight * x[size_t(r * stride + col)];
-        magnitude += std::abs(weight * x[size_t(r * stride + col)]);
       }
-      float got = fast[size_t(r * outputStride + row)];
-      ASSERT_NEAR(got, expected, 1e-5 * magnitude + 1e-6)
+      const double foldBound =
+          (f32SumError(terms) + kUnitRoundoff) * quantizedMagnitude +
+          kUnitRoundoff * quantizedMagnitude; // the reference's f32 weights
+      const double quantizationBound =
+          kLambda * std::sqrt(roundingSquares) + scaleError;
+      const float got = fast[size_t(r * outputStride + row)];
+      const double foldError = std::abs(got - expected);
+      const double exactError = std::abs(got - exact);
+      largestRatio = std::max({largestRatio, foldError / foldBound,
+                               exactError / (foldBound + quantizationBound)});
+      EXPECT_LE(foldError, foldBound)
           << "activation row " << r << " weight row " << row;
       // Both paths fold the same operations in the same order.
-      ASSERT_EQ(scalar[size_t(r * outputStride + row)], got)
+      EXPECT_EQ(scalar[size_t(r * outputStride + row)], got)
           << "activation row " << r << " weight row " << row;
-      // int8 activations cost under 1% of the terms' magnitude.
-      ASSERT_NEAR(got, exact, 1e-2 * magnitude);
+      // int8 activations: the quantization's bound, a fraction of a percent
+      // of the terms' magnitude.
+      EXPECT_LE(exactError, foldBound + quantizationBound)
+          << "activation row " << r << " weight row " << row << " (bound "
+          << (foldBound + quantizationBound) / magnitude
+          << " of the terms' magnitude)";
+      if (foldError > foldBound || exactError > foldBound + quantizationBound)
+        return largestRatio;
     }
+  std::printf("%s path, %s %lldx%lld: largest error %.3g of its bound\n",
+              isaLevelName(isaLevel()),
+              format == QuantFormat::Q4_1 ? "Q4_1" : "Q8_0", (long long)rows,
+              (long long)columns, largestRatio);
+  return largestRatio;
 }
 
 TEST(QuantGemv, Q4_1MatchesDequantizedProduct) {
@@ -215,9 +290,12 @@ TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
     for (int i = 0; i < 32; ++i) {
       int8_t value = quantized.value(0, half * 32 + i);
       sum += value;
-      EXPECT_NEAR(value * quantized.scales[size_t(half)],
-                  x[size_t(half * 32 + i)],
-                  quantized.scales[size_t(half)] * 0.6f);
+      // Half a step from rounding to an integer, and the scale's f16
+      // rounding times at most 127 steps: |q| 2^-11 d.
+      EXPECT_NEAR(
+          value * quantized.scales[size_t(half)], x[size_t(half * 32 + i)],
+          quantized.scales[size_t(half)] *
+              (0.5 + std::abs(value) * (kHalfRoundoff + kUnitRoundoff)));
     }
     float maximum = half == 0 ? 5.0f : 10.75f;
     EXPECT_FLOAT_EQ(quantized.scaledSums[size_t(half)],

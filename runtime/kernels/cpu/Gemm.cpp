@@ -11,6 +11,7 @@
 #include <dnnl.hpp>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +28,23 @@ using DataType = dnnl::memory::data_type;
 /// brgemm accepts that blocked layout for every other M as well, so one
 /// copy of each weight serves prefill and decode.
 constexpr int64_t kLayoutRows = 256;
+
+/// The rows oneDNN must multiply for each of `m` rows to get the bits any
+/// other batch gives it. Below AVX-512 its f32 GEMM (oneDNN 2.6) cuts the
+/// rows into blocks of six and sums a remainder of one to three rows (at
+/// SSE4.1: a batch of one) with another kernel, in another order, so a row
+/// would round differently alone than among others (a span hit's short
+/// tail against the miss's full prompt; a solo call against a bulk).
+/// Padding the batch with zero rows to a multiple of six gives every row
+/// the full kernel. At AVX-512 and above a row's bits do not depend on the
+/// batch. GemmTest's RowResultsDoNotDependOnTheBatchOnEveryPath checks
+/// both on every kernel path.
+int64_t oneDnnRows(int64_t m) {
+  if (isaLevel() >= IsaLevel::Avx512)
+    return m;
+  constexpr int64_t kRowBlock = 6;
+  return (m + kRowBlock - 1) / kRowBlock * kRowBlock;
+}
 
 DataType dataType(GemmPrecision precision) {
   return precision == GemmPrecision::Bf16 ? DataType::bf16 : DataType::f32;
@@ -161,6 +179,8 @@ struct GemmEngine::Impl {
   std::vector<uint16_t> activations; ///< bf16 copy of x
   AmxScratch amxScratch;
   std::vector<float> products; ///< oneDNN's P before an epilogue
+  /// A batch padded with zero rows (oneDnnRows), and its P.
+  std::vector<float> paddedInput, paddedOutput;
 
   dnnl::matmul::primitive_desc describe(const dnnl::memory::desc &weights,
                                         int64_t m, int64_t k, int64_t n,
@@ -290,6 +310,17 @@ llvm::Error GemmEngine::multiplyGated(const GemmWeights &weights,
 llvm::Error GemmEngine::multiplyOneDnn(const GemmWeights &weights,
                                        const float *x, int64_t m, float *y) {
   const int64_t n = weights.numRows, k = weights.numColumns;
+  if (const int64_t rows = oneDnnRows(m); rows != m) {
+    impl->paddedInput.assign(size_t(rows * k), 0.0f);
+    std::copy(x, x + m * k, impl->paddedInput.begin());
+    impl->paddedOutput.resize(size_t(rows * n));
+    if (llvm::Error error = multiplyOneDnn(weights, impl->paddedInput.data(),
+                                           rows, impl->paddedOutput.data()))
+      return error;
+    std::copy(impl->paddedOutput.begin(), impl->paddedOutput.begin() + m * n,
+              y);
+    return llvm::Error::success();
+  }
   try {
     auto key = std::make_tuple(m, n, k);
     auto found = impl->primitives.find(key);

@@ -137,10 +137,13 @@ TEST(CpuGemm, AmxPadsEveryDimension) {
 
 // The span cache's hit = miss contract: a row's products must not depend on
 // how many rows are multiplied with it or where it sits in the batch.
-TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
-  if (!amxAvailable())
-    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
-  const int64_t n = 96, k = 1536;
+/// A row's products must not depend on how many rows share its multiply
+/// (a span hit computes a prompt's tail in a few rows where the miss
+/// computed it among hundreds; a bulk batches what a solo call runs
+/// alone): the same bits for a probe row at several positions of batches
+/// of many sizes as alone.
+void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n,
+                                    int64_t k) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::vector<float> weights(static_cast<size_t>(n * k)),
@@ -149,12 +152,11 @@ TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
     value = normal(rng);
   for (float &value : probe)
     value = normal(rng);
-  GemmEngine engine(GemmPrecision::Bf16);
   auto packed = engine.packWeights(weights.data(), n, k);
   ASSERT_TRUE(bool(packed)) << llvm::toString(packed.takeError());
   std::vector<float> alone(static_cast<size_t>(n));
   ASSERT_FALSE(bool(engine.multiply(*packed, probe.data(), 1, alone.data())));
-  for (int64_t m : {2, 17, 32, 33, 300})
+  for (int64_t m : {2, 3, 8, 15, 16, 17, 32, 33, 64, 215, 300})
     for (int64_t position : {int64_t(0), m / 2, m - 1}) {
       std::vector<float> x(size_t(m * k)), y(size_t(m * n));
       for (float &value : x)
@@ -163,7 +165,28 @@ TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
       ASSERT_FALSE(bool(engine.multiply(*packed, x.data(), m, y.data())));
       for (int64_t col = 0; col < n; ++col)
         ASSERT_EQ(y[size_t(position * n + col)], alone[size_t(col)])
-            << "m " << m << " position " << position << " col " << col;
+            << "m " << m << " position " << position << " col " << col
+            << " (" << gemmKernelName(engine.kernel()) << ", "
+            << gemmPrecisionName(engine.precision()) << ", "
+            << isaLevelName(isaLevel()) << " path)";
+    }
+}
+
+TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
+  if (!amxAvailable())
+    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
+  GemmEngine engine(GemmPrecision::Bf16);
+  checkRowsDoNotDependOnTheBatch(engine, 96, 1536);
+}
+
+TEST(CpuGemm, RowResultsDoNotDependOnTheBatchOnEveryPath) {
+  // The engine the model makes on this kernel path (bf16 or f32, AMX or
+  // oneDNN), and f32 GEMMs (--batch-invariant) everywhere, at SmolLM2's
+  // widths.
+  for (GemmPrecision precision : {defaultGemmPrecision(), GemmPrecision::F32})
+    for (int64_t k : {576, 1536}) {
+      GemmEngine engine(precision);
+      checkRowsDoNotDependOnTheBatch(engine, 96, k);
     }
 }
 

@@ -5,6 +5,7 @@
 #include "frontend/SpanTokenSource.h"
 
 #include "grammar/SpanLexer.h"
+#include "ir/Diagnostics.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -41,7 +42,7 @@ public:
     ++tree.syntaxErrors;
     llvm::SMLoc loc = offendingSymbol ? tree.locationOf(offendingSymbol)
                                       : tree.locationOf(line, column);
-    tree.sourceMgr->PrintMessage(loc, llvm::SourceMgr::DK_Error, message);
+    ir::printMessage(*tree.sourceMgr, loc, llvm::SourceMgr::DK_Error, message);
   }
 
 private:
@@ -70,7 +71,8 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
     const auto *end = start + text.size();
     if (!llvm::isLegalUTF8String(&cursor, end)) {
       ++tree->syntaxErrors;
-      sourceMgr.PrintMessage(
+      ir::printMessage(
+          sourceMgr,
           llvm::SMLoc::getFromPointer(text.data() + (cursor - start)),
           llvm::SourceMgr::DK_Error, "invalid UTF-8 in source");
       return tree;
@@ -100,10 +102,10 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
     if (spelling == "{" || spelling == "(") {
       if (++depth > kMaxNesting) {
         ++tree->syntaxErrors;
-        sourceMgr.PrintMessage(
-            tree->locationOf(token), llvm::SourceMgr::DK_Error,
-            "nesting deeper than " + llvm::Twine(kMaxNesting) +
-                " levels is not supported");
+        ir::printMessage(sourceMgr, tree->locationOf(token),
+                         llvm::SourceMgr::DK_Error,
+                         "nesting deeper than " + llvm::Twine(kMaxNesting) +
+                             " levels is not supported");
         return tree;
       }
     } else if ((spelling == "}" || spelling == ")") && depth > 0) {

@@ -7,7 +7,9 @@
 // allows (a .ir program names any file it likes: showing a line of
 // /etc/shadow, or reading /dev/zero, is not a diagnostic's business), and
 // when a file cannot be read the message is printed without the source
-// line.
+// line. A long source line (minified JSON, a one-line program of
+// megabytes) is cut to a window around the column, and a long message to
+// its start, so a diagnostic stays a few hundred bytes whatever the input.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_DIAGNOSTICS_H
@@ -24,6 +26,18 @@
 #include <vector>
 
 namespace spanc::ir {
+
+/// `diagnostic` with its source line cut to at most about kMaxEchoedLine
+/// bytes around its column (marked "...") and its message to kMaxMessage
+/// bytes; short ones are returned as they are.
+constexpr size_t kMaxEchoedLine = 160;
+constexpr size_t kMaxMessage = 1024;
+llvm::SMDiagnostic shortenDiagnostic(const llvm::SMDiagnostic &diagnostic);
+
+/// SourceMgr::PrintMessage, shortened (shortenDiagnostic): to the
+/// SourceMgr's handler when it has one, else to stderr.
+void printMessage(llvm::SourceMgr &sourceMgr, llvm::SMLoc loc,
+                  llvm::SourceMgr::DiagKind kind, const llvm::Twine &message);
 
 class DiagnosticEngine {
 public:

@@ -40,8 +40,14 @@ public:
                    size_t line, size_t column, const std::string &message,
                    std::exception_ptr) override {
     ++tree.syntaxErrors;
+    // Recovery can find an error per token; each message scans its line.
+    if (tree.syntaxErrors > ir::kMaxPrintedErrors + 1)
+      return;
     llvm::SMLoc loc = offendingSymbol ? tree.locationOf(offendingSymbol)
                                       : tree.locationOf(line, column);
+    if (tree.syntaxErrors == ir::kMaxPrintedErrors + 1)
+      return ir::printMessage(*tree.sourceMgr, loc, llvm::SourceMgr::DK_Note,
+                              ir::kTooManyErrors);
     ir::printMessage(*tree.sourceMgr, loc, llvm::SourceMgr::DK_Error, message);
   }
 

@@ -143,6 +143,18 @@ llvm::SMLoc DiagnosticEngine::getSMLoc(Location loc) {
   return llvm::SMLoc::getFromPointer(text.data() + offset + column);
 }
 
+bool DiagnosticEngine::withinPrintLimit(llvm::SMLoc loc,
+                                        llvm::SourceMgr::DiagKind kind) {
+  if (errorLimitReported)
+    return false;
+  // numErrors counts this message already.
+  if (kind != llvm::SourceMgr::DK_Error || numErrors <= kMaxPrintedErrors)
+    return true;
+  errorLimitReported = true;
+  printMessage(sourceMgr, loc, llvm::SourceMgr::DK_Note, kTooManyErrors);
+  return false;
+}
+
 void DiagnosticEngine::emit(Location loc, llvm::SourceMgr::DiagKind kind,
                             const llvm::Twine &message) {
   if (kind == llvm::SourceMgr::DK_Error)
@@ -150,6 +162,8 @@ void DiagnosticEngine::emit(Location loc, llvm::SourceMgr::DiagKind kind,
   if (muted)
     return;
   llvm::SMLoc smLoc = getSMLoc(loc);
+  if (!withinPrintLimit(smLoc, kind))
+    return;
   if (smLoc.isValid()) {
     printMessage(sourceMgr, smLoc, kind, message);
     return;
@@ -171,7 +185,7 @@ void DiagnosticEngine::emit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,
                             const llvm::Twine &message) {
   if (kind == llvm::SourceMgr::DK_Error)
     ++numErrors;
-  if (!muted)
+  if (!muted && withinPrintLimit(loc, kind))
     printMessage(sourceMgr, loc, kind, message);
 }
 

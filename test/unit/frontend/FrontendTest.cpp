@@ -198,11 +198,14 @@ TEST(SpnlJson, DeepNestingIsAnErrorNotACrash) {
 }
 
 TEST(SpnlJson, AHundredThousandLevelsStopAtLevel257InBoundedTimeAndMemory) {
-  // 100 000 nested {"cross":[ (1 MB) cost 19.9 GB before the depth was
-  // checked: a JSON Pointer built per level of the duplicate-key scan.
+  // 100 000 nested {"cross":[ ... ]} (1.2 MB) cost 19.9 GB before the
+  // depth was checked (20 000 of them: 38 s and 5 GB): a JSON Pointer built
+  // per level of the duplicate-key scan.
   std::string json;
   for (int level = 0; level < 100000; ++level)
     json += R"({"cross":[)";
+  for (int level = 0; level < 100000; ++level)
+    json += "]}";
   Session session;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -117,4 +117,38 @@ TEST(Diagnostics, TheEngineShortensToo) {
             std::string::npos);
 }
 
+TEST(Diagnostics, ErrorsPastTheLimitAreCountedNotPrinted) {
+  std::string line(100000, 'x');
+  llvm::SourceMgr sourceMgr;
+  std::string text;
+  sourceMgr.setDiagHandler(
+      [](const llvm::SMDiagnostic &diagnostic, void *out) {
+        llvm::raw_string_ostream os(*static_cast<std::string *>(out));
+        diagnostic.print(nullptr, os, /*ShowColors=*/false);
+      },
+      &text);
+  unsigned id = sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBuffer(line, "many.span"), llvm::SMLoc());
+  ir::DiagnosticEngine diagnostics(sourceMgr);
+  diagnostics.registerBuffer("many.span", id);
+  for (size_t index = 0; index < 10000; ++index) {
+    llvm::SMLoc loc = llvm::SMLoc::getFromPointer(line.data() + index * 10);
+    diagnostics.emit(loc, llvm::SourceMgr::DK_Error, "bad");
+    diagnostics.emit(loc, llvm::SourceMgr::DK_Note, "see here");
+  }
+  EXPECT_EQ(diagnostics.getNumErrors(), 10000u);
+  size_t errors = 0, notes = 0;
+  for (size_t at = text.find(": error: bad"); at != std::string::npos;
+       at = text.find(": error: bad", at + 1))
+    ++errors;
+  for (size_t at = text.find(": note: see here"); at != std::string::npos;
+       at = text.find(": note: see here", at + 1))
+    ++notes;
+  EXPECT_EQ(errors, ir::kMaxPrintedErrors);
+  EXPECT_EQ(notes, ir::kMaxPrintedErrors);
+  EXPECT_NE(text.find(std::string("note: ") + ir::kTooManyErrors),
+            std::string::npos);
+  EXPECT_LT(text.size(), 64 * 1024u);
+}
+
 } // namespace

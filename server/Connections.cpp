@@ -31,6 +31,9 @@ constexpr size_t kLingerBytes = 1 << 20;
 constexpr std::chrono::milliseconds kLingerTime(1000);
 /// What one read from a socket takes at most.
 constexpr size_t kReadChunk = 16 * 1024;
+/// A body announced with a length of at most this is read by the poller
+/// too, so a client that sends it slowly holds no thread either.
+constexpr size_t kGatherBodyBytes = 64 * 1024;
 
 /// Milliseconds from now to `deadline` for poll(), at least 0 and at most
 /// a minute (a far deadline is polled again).
@@ -228,16 +231,61 @@ struct ConnectionServer::Connection {
   Clock::time_point deadline;
   /// How much of the buffered bytes was searched for the head's end.
   size_t scanned = 0;
+  /// The bytes of the head and of the body the poller waits for (0: the
+  /// head is not whole yet).
+  size_t wanted = 0;
   size_t lingered = 0;
   size_t requests = 0;
   bool closeAfter = false;
 
-  /// Whether the buffered bytes hold a whole request head.
-  bool hasHead() {
+  /// Forgets the request before (its bytes were consumed).
+  void startRequest() {
+    scanned = 0;
+    wanted = 0;
+  }
+
+  /// Whether the buffered bytes hold what a pool thread should start
+  /// from: a whole head, and its body when its length is announced and
+  /// small. Sets `wanted` once the head is whole.
+  bool hasRequest() {
     llvm::StringRef bytes = stream.buffered();
-    size_t from = scanned >= 3 ? scanned - 3 : 0;
-    scanned = bytes.size();
-    return bytes.find("\r\n\r\n", from) != llvm::StringRef::npos;
+    if (!wanted) {
+      size_t from = scanned >= 3 ? scanned - 3 : 0;
+      scanned = bytes.size();
+      size_t end = bytes.find("\r\n\r\n", from);
+      if (end == llvm::StringRef::npos)
+        return false;
+      wanted = end + 4 + smallBodyLength(bytes.take_front(end + 2));
+    }
+    return bytes.size() >= wanted;
+  }
+
+  /// The length a head announces for its body when it is one plain
+  /// Content-Length of at most kGatherBodyBytes; else 0 (no body, chunks,
+  /// 100-continue, a large or malformed one: the pool thread reads or
+  /// refuses it).
+  static size_t smallBodyLength(llvm::StringRef head) {
+    size_t length = 0;
+    bool found = false;
+    while (!head.empty()) {
+      auto [line, rest] = head.split("\r\n");
+      head = rest;
+      auto [name, value] = line.split(':');
+      // A client that expects 100 Continue sends its body only after it
+      // (httplib answers it once a pool thread has the request).
+      if (name.equals_insensitive("transfer-encoding") ||
+          name.equals_insensitive("expect"))
+        return 0;
+      if (!name.equals_insensitive("content-length"))
+        continue;
+      value = value.trim(" \t");
+      if (found || value.empty() || value.size() > 9 ||
+          value.find_first_not_of("0123456789") != llvm::StringRef::npos)
+        return 0;
+      found = true;
+      value.getAsInteger(10, length);
+    }
+    return length <= kGatherBodyBytes ? length : 0;
   }
 };
 
@@ -379,7 +427,7 @@ void ConnectionServer::pollerLoop() {
   };
   // A connection whose next request may be complete already (pipelined).
   auto park = [&](ConnectionPtr connection) {
-    if (!connection->lingering && connection->hasHead())
+    if (!connection->lingering && connection->hasRequest())
       return dispatch(std::move(connection));
     parked.push_back(std::move(connection));
   };
@@ -395,7 +443,7 @@ void ConnectionServer::pollerLoop() {
     ssize_t drained = ::read(wakeEvent, &count, sizeof count);
     (void)drained;
     for (ConnectionPtr &connection : back) {
-      connection->scanned = 0;
+      connection->startRequest();
       connection->idle = connection->stream.buffered().empty();
       connection->deadline =
           Clock::now() + (connection->lingering ? kLingerTime
@@ -468,9 +516,10 @@ void ConnectionServer::pollerLoop() {
         continue;
       }
       if (events) {
+        const size_t limit =
+            connection.wanted ? connection.wanted : limits.maxHeadBytes + 1;
         size_t room =
-            limits.maxHeadBytes + 1 -
-            std::min(limits.maxHeadBytes, connection.stream.buffered().size());
+            limit - std::min(limit - 1, connection.stream.buffered().size());
         ssize_t received = connection.stream.fill(room);
         if (received == 0 || received == -1) {
           // The client left (or the socket failed) before a whole request.
@@ -481,11 +530,16 @@ void ConnectionServer::pollerLoop() {
           connection.idle = false;
           connection.deadline = now + limits.headerTimeout;
         }
-        if (connection.hasHead()) {
+        const bool hadHead = connection.wanted != 0;
+        if (connection.hasRequest()) {
           dispatch(std::move(parked[index]));
           continue;
         }
-        if (connection.stream.buffered().size() > limits.maxHeadBytes) {
+        if (!hadHead && connection.wanted)
+          // The head is whole, its small body still coming.
+          connection.deadline = now + limits.bodyTimeout;
+        if (!connection.wanted &&
+            connection.stream.buffered().size() > limits.maxHeadBytes) {
           refuse(connection, 431, "Request Header Fields Too Large",
                  "the request line and headers are larger than " +
                      std::to_string(limits.maxHeadBytes) + " bytes");
@@ -498,8 +552,12 @@ void ConnectionServer::pollerLoop() {
           continue;
         }
         refuse(connection, 408, "Request Timeout",
-               "the request line and headers did not arrive within " +
-                   seconds(limits.headerTimeout) + " s (--header-timeout)");
+               connection.wanted
+                   ? "the body did not arrive within " +
+                         seconds(limits.bodyTimeout) + " s (--body-timeout)"
+                   : "the request line and headers did not arrive within " +
+                         seconds(limits.headerTimeout) +
+                         " s (--header-timeout)");
       }
     }
     parked.erase(std::remove(parked.begin(), parked.end(), nullptr),

@@ -13,8 +13,11 @@
 //   request head (request line and headers) yet: a head must arrive within
 //   `headerTimeout` of its first byte (408 after) and fit `maxHeadBytes`
 //   (431 beyond); an idle keep-alive connection is closed after
-//   `idleTimeout`. Only a whole head takes a pool thread (`workers`), so
-//   slow clients cost a socket each, never a thread.
+//   `idleTimeout`. A body announced with a length of at most 64 KiB is
+//   read there too, within `bodyTimeout` of the head's end (408 after).
+//   Only a whole request takes a pool thread (`workers`), so clients that
+//   send slowly cost a socket each, never a thread (a larger or chunked
+//   body is read by the pool thread, within `bodyTimeout`).
 // - A pool thread runs the request over the connection's ConnectionStream:
 //   the bytes the poller read, then the socket, every read bounded by
 //   `bodyTimeout` from the end of the head and woken at once by shutdown.

@@ -156,7 +156,9 @@ TEST(ConnectionServer, AnswersRequestsPipelinedOnOneConnectionInOrder) {
 }
 
 TEST(ConnectionServer, TricklingClientsHoldASocketNotAThread) {
-  Serving serving(fastLimits()); // two threads
+  ConnectionLimits limits = fastLimits(); // two threads
+  limits.headerTimeout = std::chrono::seconds(2);
+  Serving serving(limits);
   std::vector<int> tricklers;
   for (int index = 0; index < 16; ++index) {
     tricklers.push_back(serving.connect());
@@ -170,7 +172,8 @@ TEST(ConnectionServer, TricklingClientsHoldASocketNotAThread) {
     std::string answer = readUntilClosed(fd);
     close(fd);
     EXPECT_NE(answer.find("pong"), std::string::npos);
-    EXPECT_LT(secondsSince(start), 0.25) << "round " << round;
+    // Milliseconds; were the tricklers on threads, their 2 s deadline.
+    EXPECT_LT(secondsSince(start), 1.0) << "round " << round;
     for (int trickler : tricklers)
       sendAll(trickler, "n");
   }
@@ -185,6 +188,37 @@ TEST(ConnectionServer, TricklingClientsHoldASocketNotAThread) {
   while (serving.server.numConnections() != 0 && secondsSince(start) < 3)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(serving.server.numConnections(), 0u);
+}
+
+TEST(ConnectionServer, SmallBodiesSentSlowlyHoldNoThreadEither) {
+  ConnectionLimits limits = fastLimits(); // two threads
+  limits.bodyTimeout = std::chrono::seconds(2);
+  Serving serving(limits);
+  std::vector<int> senders;
+  for (int index = 0; index < 8; ++index) {
+    senders.push_back(serving.connect());
+    sendAll(senders.back(),
+            "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nab");
+  }
+  Clock::time_point start = Clock::now();
+  int fd = serving.connect();
+  sendAll(fd, "GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n");
+  std::string answer = readUntilClosed(fd);
+  close(fd);
+  EXPECT_NE(answer.find("pong"), std::string::npos);
+  // Milliseconds; were the bodies read on threads, their 2 s deadline.
+  EXPECT_LT(secondsSince(start), 1.0);
+  // The rest in time, and a second request right behind it whose body
+  // stalls: the first echoed, the second 408 at the body deadline.
+  for (int sender : senders)
+    sendAll(sender, "cdefghij"
+                    "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nab");
+  for (int sender : senders) {
+    std::string answers = readUntilClosed(sender, 5);
+    EXPECT_NE(answers.find("abcdefghij"), std::string::npos) << answers;
+    EXPECT_NE(answers.find("HTTP/1.1 408"), std::string::npos) << answers;
+    close(sender);
+  }
 }
 
 TEST(ConnectionServer, AHeadPastItsLimitGets431) {

@@ -108,7 +108,8 @@ int runServe(const std::vector<std::string> &args) {
        "slowly holds a socket, never a thread)")                            //
       ("body-timeout", po::value<int64_t>()->default_value(30),             //
        "seconds from the end of a request's headers to the end of its "     //
-       "body; later gets 408")                                              //
+       "body; later gets 408 (a body of at most 64 KiB is read before a "   //
+       "thread takes the request)")                                         //
       ("cache", po::value<std::string>()->default_value("span"),            //
        "KV cache mode: span, prefix (stock prefix caching) or off")         //
       ("relocation",

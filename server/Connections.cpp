@@ -301,7 +301,8 @@ ConnectionServer::ConnectionServer(ConnectionLimits limits) : limits(limits) {
         Connection *connection = current;
         if (!connection)
           return;
-        bool closing = response.get_header_value("Connection") == "close" ||
+        bool closing = connection->closeAfter ||
+                       response.get_header_value("Connection") == "close" ||
                        response.status == 408 || response.status == 413 ||
                        response.status == 414 || response.status == 431 ||
                        (response.status == 400 && request.method.empty()) ||

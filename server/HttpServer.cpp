@@ -680,6 +680,10 @@ void HttpServer::routes() {
       response.set_header("Allow", method);
       return httplib::Server::HandlerResponse::Handled;
     }
+    // httplib reads no body on a GET: what follows its head is not the
+    // next request, so the connection ends after the answer.
+    if (method == "GET" && mayHaveBody(request))
+      ConnectionServer::closeAfterResponse();
     return httplib::Server::HandlerResponse::Unhandled;
   });
 

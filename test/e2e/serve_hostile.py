@@ -267,6 +267,22 @@ def check_pipelining(server):
     check(answers and answers[-1][1].get("connection") == "close",
           "the last pipelined answer closes as asked")
 
+    # A GET with a body: answered, and the connection ends there (what
+    # follows its head is its body, not a request).
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=30) as connection:
+        body = b"GET /v1/models HTTP/1.1\r\n\r\n"
+        connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        reader = connection.makefile("rb")
+        first = read_response(reader)
+        second = read_response(reader)
+    check(first is not None and first[0] == 200 and
+          first[1].get("connection") == "close" and second is None,
+          "a GET with a body: answered with Connection: close, its body not "
+          "read as a request (got %r, then %r)" %
+          (first and first[:2], second and second[:2]))
+
 
 def sse_text(body):
     """The texts of spnl's streamed completion chunks, by choice."""

@@ -2,6 +2,8 @@
 
 #include "frontend/SpnlJson.h"
 
+#include "support/JsonDepth.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/Twine.h"
@@ -18,9 +20,10 @@ namespace {
 // (which is how nodes get their locations).
 using Json = nlohmann::ordered_json;
 
-/// Nesting limit for the recursive import (the JSON parser itself is not
-/// recursive, the walk over its result is).
-constexpr unsigned kMaxDepth = 256;
+/// Nesting limit for the recursive import: the JSON's own (checked before
+/// the document is built, support/JsonDepth.h), so the walk over it, which
+/// is recursive, stays within it too.
+constexpr unsigned kMaxDepth = support::kMaxJsonDepth;
 
 const char *kindName(const Json &value) {
   switch (value.type()) {
@@ -76,6 +79,15 @@ public:
   std::unique_ptr<ir::Module> run() {
     unsigned errorsBefore = diagnostics.getNumErrors();
     llvm::StringRef text = buffer->getBuffer();
+    // Before anything is built: what follows is linear in the size of the
+    // text only within the depth limit.
+    if (std::optional<size_t> tooDeep = support::findJsonDepthExcess(text)) {
+      diagnostics.emit(at(*tooDeep), llvm::SourceMgr::DK_Error,
+                       "invalid JSON: nesting deeper than " +
+                           llvm::Twine(support::kMaxJsonDepth) +
+                           " levels is not supported");
+      return nullptr;
+    }
     Json document;
     try {
       document = Json::parse(text.begin(), text.end());
@@ -186,7 +198,6 @@ private:
     struct Container {
       bool isObject;
       bool expectingKey;
-      std::string path;  ///< this container's JSON Pointer
       std::string child; ///< the pointer segment of the current child
       unsigned index = 0;
       llvm::StringSet<> keys;
@@ -196,9 +207,13 @@ private:
     text = text.take_until([](char c) { return c == '\0'; });
     std::vector<Container> stack;
     bool found = false;
+    // Built only for a report: a pointer kept per container would make the
+    // scan quadratic in the depth.
     auto childPath = [&] {
-      return stack.empty() ? std::string()
-                           : stack.back().path + "/" + stack.back().child;
+      std::string path;
+      for (const Container &container : stack)
+        path += "/" + container.child;
+      return path;
     };
     for (size_t i = 0; i < text.size(); ++i) {
       char c = text[i];
@@ -238,8 +253,7 @@ private:
           found = true;
         }
       } else if (c == '{' || c == '[') {
-        std::string path = childPath();
-        stack.push_back({c == '{', c == '{', std::move(path), "0", 0, {}});
+        stack.push_back({c == '{', c == '{', "0", 0, {}});
       } else if (c == '}' || c == ']') {
         // The parser stops at a NUL byte, so bytes after one were never
         // checked: never trust the text to balance.

@@ -5,6 +5,7 @@
 #include "frontend/SpanTokenSource.h"
 
 #include "grammar/SpanLexer.h"
+#include "ir/Diagnostics.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -39,9 +40,15 @@ public:
                    size_t line, size_t column, const std::string &message,
                    std::exception_ptr) override {
     ++tree.syntaxErrors;
+    // Recovery can find an error per token; each message scans its line.
+    if (tree.syntaxErrors > ir::kMaxPrintedErrors + 1)
+      return;
     llvm::SMLoc loc = offendingSymbol ? tree.locationOf(offendingSymbol)
                                       : tree.locationOf(line, column);
-    tree.sourceMgr->PrintMessage(loc, llvm::SourceMgr::DK_Error, message);
+    if (tree.syntaxErrors == ir::kMaxPrintedErrors + 1)
+      return ir::printMessage(*tree.sourceMgr, loc, llvm::SourceMgr::DK_Note,
+                              ir::kTooManyErrors);
+    ir::printMessage(*tree.sourceMgr, loc, llvm::SourceMgr::DK_Error, message);
   }
 
 private:
@@ -70,7 +77,8 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
     const auto *end = start + text.size();
     if (!llvm::isLegalUTF8String(&cursor, end)) {
       ++tree->syntaxErrors;
-      sourceMgr.PrintMessage(
+      ir::printMessage(
+          sourceMgr,
           llvm::SMLoc::getFromPointer(text.data() + (cursor - start)),
           llvm::SourceMgr::DK_Error, "invalid UTF-8 in source");
       return tree;
@@ -100,10 +108,10 @@ std::unique_ptr<SyntaxTree> SyntaxTree::parse(llvm::SourceMgr &sourceMgr,
     if (spelling == "{" || spelling == "(") {
       if (++depth > kMaxNesting) {
         ++tree->syntaxErrors;
-        sourceMgr.PrintMessage(
-            tree->locationOf(token), llvm::SourceMgr::DK_Error,
-            "nesting deeper than " + llvm::Twine(kMaxNesting) +
-                " levels is not supported");
+        ir::printMessage(sourceMgr, tree->locationOf(token),
+                         llvm::SourceMgr::DK_Error,
+                         "nesting deeper than " + llvm::Twine(kMaxNesting) +
+                             " levels is not supported");
         return tree;
       }
     } else if ((spelling == "}" || spelling == ")") && depth > 0) {

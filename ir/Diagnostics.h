@@ -7,7 +7,12 @@
 // allows (a .ir program names any file it likes: showing a line of
 // /etc/shadow, or reading /dev/zero, is not a diagnostic's business), and
 // when a file cannot be read the message is printed without the source
-// line.
+// line. A long source line (minified JSON, a one-line program of
+// megabytes) is cut to a window around the column, and a long message to
+// its start, so a diagnostic stays a few hundred bytes whatever the input;
+// and after kMaxPrintedErrors errors the rest are counted, not printed (a
+// one-line program of 100 000 errors printed 25 MB in 250 s: each message
+// scans its line).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_IR_DIAGNOSTICS_H
@@ -24,6 +29,23 @@
 #include <vector>
 
 namespace spanc::ir {
+
+/// `diagnostic` with its source line cut to at most about kMaxEchoedLine
+/// bytes around its column (marked "...") and its message to kMaxMessage
+/// bytes; short ones are returned as they are.
+constexpr size_t kMaxEchoedLine = 160;
+constexpr size_t kMaxMessage = 1024;
+/// Errors printed for one input; later messages are counted only.
+constexpr unsigned kMaxPrintedErrors = 64;
+/// The note that ends the printed errors.
+constexpr const char *kTooManyErrors =
+    "too many errors: the rest are not shown";
+llvm::SMDiagnostic shortenDiagnostic(const llvm::SMDiagnostic &diagnostic);
+
+/// SourceMgr::PrintMessage, shortened (shortenDiagnostic): to the
+/// SourceMgr's handler when it has one, else to stderr.
+void printMessage(llvm::SourceMgr &sourceMgr, llvm::SMLoc loc,
+                  llvm::SourceMgr::DiagKind kind, const llvm::Twine &message);
 
 class DiagnosticEngine {
 public:
@@ -77,8 +99,13 @@ private:
   mutable llvm::DenseMap<unsigned, std::vector<size_t>> lineStartsByBuffer;
   llvm::StringMap<int> buffers; // name -> buffer id, or -1 if unreadable
   support::ReadPolicy sourcePolicy;
+  /// Whether this message is printed: not once kMaxPrintedErrors errors
+  /// were (the note saying so is printed instead, once).
+  bool withinPrintLimit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind);
+
   unsigned numErrors = 0;
   bool muted = false;
+  bool errorLimitReported = false;
 };
 
 } // namespace spanc::ir

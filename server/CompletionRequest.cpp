@@ -3,6 +3,7 @@
 #include "server/CompletionRequest.h"
 
 #include "server/ApiError.h"
+#include "support/JsonDepth.h"
 
 #include <nlohmann/json.hpp>
 
@@ -176,6 +177,12 @@ llvm::Error readBool(const json &object, const char *field,
 llvm::Expected<CompletionRequest>
 parseCompletionRequest(llvm::StringRef text, Endpoint endpoint,
                        const RequestLimits &limits) {
+  // Checked before the document is built (support/JsonDepth.h).
+  if (std::optional<size_t> tooDeep = support::findJsonDepthExcess(text))
+    return apiError(400, "the body is not valid JSON: nested deeper than " +
+                             std::to_string(support::kMaxJsonDepth) +
+                             " levels at " +
+                             support::jsonLineAndColumn(text, *tooDeep));
   json body;
   try {
     body = json::parse(text.begin(), text.end());

@@ -4,17 +4,21 @@
 
 #include "server/ApiError.h"
 #include "server/ClientSocket.h"
+#include "server/Connections.h"
 #include "server/SpnlExecute.h"
 #include "server/StopStringFilter.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <ctime>
 #include <functional>
+#include <optional>
 
-#include <sys/socket.h>
+#include <strings.h>
 
 namespace spanc::server {
 
@@ -138,10 +142,9 @@ struct Answer {
 /// next step.
 constexpr std::chrono::milliseconds kClientPollInterval(50);
 
-/// The socket of the connection `request` came on (see ClientSocket.h).
-int clientSocketOf(const httplib::Request &request) {
-  return findClientSocket(request.remote_addr, request.remote_port,
-                          request.local_port);
+/// The socket of the connection the calling thread answers.
+int clientSocketOf(const httplib::Request &) {
+  return ConnectionServer::currentSocket();
 }
 
 /// Waits until every choice of `stream` finished, handing on the text of
@@ -160,15 +163,6 @@ void waitForAll(
       stream.cancel();
   } while (!update.allDone);
 }
-
-/// httplib 0.11 listens with a backlog of 5: more clients than that
-/// connecting at once overflow the accept queue and some are reset. Its
-/// listening socket is a protected member, so a subclass raises the
-/// backlog (listen() again on a listening socket only changes it).
-class ListeningServer : public httplib::Server {
-public:
-  bool raiseBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
-};
 
 /// One server-sent event.
 bool writeEvent(httplib::DataSink &sink, const std::string &data) {
@@ -245,6 +239,9 @@ bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
 struct SpnlExecution {
   SpnlAnswer answer;
   std::vector<plan::CallId> choices;
+  /// Per choice: text held back while it ends inside a UTF-8 character
+  /// (byte-level tokens split them), released with the next piece.
+  std::vector<StopStringFilter> filters;
   std::shared_ptr<ResponseStream> stream;
   /// The connection's socket, polled for the client going away.
   int clientSocket = -1;
@@ -259,9 +256,12 @@ bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
     execution.stream->take(update, kClientPollInterval);
     for (size_t choice = 0; choice < execution.choices.size(); ++choice) {
       plan::CallId call = execution.choices[choice];
-      if (!update.text[call].empty() &&
-          !writeEvent(sink, spnlChunk(execution.answer, choice,
-                                      update.text[call], nullptr)))
+      StopStringFilter &filter = execution.filters[choice];
+      std::string text = filter.push(update.text[call]);
+      if (update.finished[call])
+        text += filter.finish();
+      if (!text.empty() &&
+          !writeEvent(sink, spnlChunk(execution.answer, choice, text, nullptr)))
         return false;
       if (!update.finished[call])
         continue;
@@ -292,37 +292,33 @@ HttpServer::HttpServer(Engine &engine, ServerMetrics &metrics,
                        const plan::MessageEncoder &encoder,
                        const model::Tokenizer &tokenizer, HttpOptions options)
     : engine(engine), metrics(metrics), encoder(encoder), tokenizer(tokenizer),
-      options(std::move(options)), server(std::make_unique<ListeningServer>()) {
+      options(std::move(options)) {
+  ConnectionLimits limits;
+  limits.workers = this->options.httpThreads;
+  limits.maxConnections = this->options.maxConnections;
+  limits.headerTimeout = this->options.headerTimeout;
+  limits.bodyTimeout = this->options.bodyTimeout;
+  server = std::make_unique<ConnectionServer>(limits);
   routes();
 }
 
 HttpServer::~HttpServer() = default;
 
 llvm::Expected<int> HttpServer::bind(const std::string &host, int port) {
-  auto &listening = static_cast<ListeningServer &>(*server);
-  if (port == 0) {
-    int bound = server->bind_to_any_port(host);
-    if (bound > 0 && listening.raiseBacklog())
-      return bound;
-  } else if (server->bind_to_port(host, port) && listening.raiseBacklog()) {
-    return port;
-  }
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "cannot listen on %s:%d (in use, or not an "
-                                 "address of this machine)",
-                                 host.c_str(), port);
+  return server->listenOn(host, port);
 }
 
-void HttpServer::serve() { server->listen_after_bind(); }
+void HttpServer::serve() { server->serveConnections(); }
 
-void HttpServer::stop() { server->stop(); }
+void HttpServer::stop() { server->stopServing(); }
 
 void HttpServer::completions(Endpoint endpoint,
                              const httplib::Request &httpRequest,
+                             const std::string &httpBody,
                              httplib::Response &response) {
   const Clock::time_point arrival = Clock::now();
   auto request =
-      parseCompletionRequest(httpRequest.body, endpoint, options.requestLimits);
+      parseCompletionRequest(httpBody, endpoint, options.requestLimits);
   if (!request)
     return sendError(response, request.takeError());
   auto calls = buildCalls(*request, encoder, tokenizer, options.promptLimits);
@@ -385,6 +381,7 @@ void HttpServer::completions(Endpoint endpoint,
 }
 
 void HttpServer::spanQuery(const httplib::Request &httpRequest,
+                           const std::string &httpBody,
                            httplib::Response &response) {
   const Clock::time_point arrival = Clock::now();
   // --set NAME=VALUE as ?set=NAME=VALUE, repeatable.
@@ -400,11 +397,11 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
     params.emplace_back(text.substr(0, equals), text.substr(equals + 1));
   }
   // spnl sends JSON; a .span program is anything else.
-  size_t first = httpRequest.body.find_first_not_of(" \t\r\n");
+  size_t first = httpBody.find_first_not_of(" \t\r\n");
   bool isJson = httpRequest.get_header_value("Content-Type").find("json") !=
                     std::string::npos ||
-                (first != std::string::npos && httpRequest.body[first] == '{');
-  auto plan = compileSpanQuery(httpRequest.body, isJson, params, encoder,
+                (first != std::string::npos && httpBody[first] == '{');
+  auto plan = compileSpanQuery(httpBody, isJson, params, encoder,
                                options.spanQueryLimits);
   if (!plan)
     return sendError(response, plan.takeError());
@@ -474,6 +471,7 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
 }
 
 void HttpServer::queryExecute(const httplib::Request &httpRequest,
+                              const std::string &httpBody,
                               httplib::Response &response) {
   const Clock::time_point arrival = Clock::now();
   auto stream = parseStreamParam(httpRequest.has_param("stream"),
@@ -482,7 +480,7 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
     return sendError(response, stream.takeError());
   // spnl sends its JSON as text/plain: the body is spnl JSON whatever its
   // type says.
-  auto plan = compileSpanQuery(httpRequest.body, /*isJson=*/true, {}, encoder,
+  auto plan = compileSpanQuery(httpBody, /*isJson=*/true, {}, encoder,
                                options.spanQueryLimits);
   if (!plan)
     return sendError(response, plan.takeError());
@@ -491,6 +489,7 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   execution->answer.model = options.requestLimits.modelName;
   execution->answer.created = int64_t(std::time(nullptr));
   execution->choices = spnlChoices(*plan);
+  execution->filters.assign(execution->choices.size(), StopStringFilter({}));
   RequestCalls calls;
   calls.calls = plan->calls;
   auto submitted = engine.submit(std::move(calls), arrival);
@@ -535,54 +534,174 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
     reasons.push_back(reasonName(execution->stream->result(call), false));
   }
   response.set_content(spnlWholeAnswer(execution->answer,
-                                       readsAsCompletion(httpRequest.body),
-                                       texts, reasons, usage),
+                                       readsAsCompletion(httpBody), texts,
+                                       reasons, usage),
                        "application/json");
 }
 
+namespace {
+
+/// Each path and the one method it answers.
+struct Route {
+  const char *path;
+  const char *method;
+};
+constexpr Route kRoutes[] = {
+    {"/health", "GET"},
+    {"/v1/models", "GET"},
+    {"/metrics", "GET"},
+    {"/v1/chat/completions", "POST"},
+    {"/v1/completions", "POST"},
+    {"/v1/query", "POST"},
+    {"/v1/query/execute", "POST"},
+};
+
+const Route *findRoute(const std::string &path) {
+  for (const Route &route : kRoutes)
+    if (path == route.path)
+      return &route;
+  return nullptr;
+}
+
+bool isChunked(const httplib::Request &request) {
+  return strcasecmp(request.get_header_value("Transfer-Encoding").c_str(),
+                    "chunked") == 0;
+}
+
+/// Whether bytes of a body may follow the head.
+bool mayHaveBody(const httplib::Request &request) {
+  return request.has_header("Transfer-Encoding") ||
+         (request.has_header("Content-Length") &&
+          request.get_header_value("Content-Length") != "0");
+}
+
+/// Answers before the body was read: a connection with a body still in it
+/// cannot carry another request, so it closes after this answer.
+void refuseUnread(const httplib::Request &request, httplib::Response &response,
+                  const ApiError &error) {
+  sendError(response, error);
+  if (mayHaveBody(request)) {
+    response.set_header("Connection", "close");
+    ConnectionServer::closeAfterResponse();
+  }
+}
+
+/// The Content-Length header as a number: digits only, one value.
+std::optional<uint64_t> contentLength(const httplib::Request &request) {
+  if (request.get_header_value_count("Content-Length") != 1)
+    return std::nullopt;
+  const std::string text = request.get_header_value("Content-Length");
+  if (text.empty() || text.size() > 18 ||
+      !std::all_of(text.begin(), text.end(),
+                   [](char c) { return std::isdigit((unsigned char)c); }))
+    return std::nullopt;
+  return std::stoull(text);
+}
+
+} // namespace
+
 void HttpServer::routes() {
   httplib::Server &http = *server;
-  http.new_task_queue = [threads = options.httpThreads] {
-    return new httplib::ThreadPool(threads);
-  };
   http.set_payload_max_length(options.maxBodyBytes);
 
-  // The key guards everything but the liveness probe.
-  http.set_pre_routing_handler(
-      [this](const httplib::Request &request, httplib::Response &response) {
-        if (options.apiKey.empty() || request.path == "/health")
-          return httplib::Server::HandlerResponse::Unhandled;
-        std::string given = request.get_header_value("Authorization");
-        const std::string scheme = "Bearer ";
-        if (given.compare(0, scheme.size(), scheme) == 0 &&
-            sameKey(given.substr(scheme.size()), options.apiKey))
-          return httplib::Server::HandlerResponse::Unhandled;
-        sendError(response,
-                  ApiError(401, given.empty()
-                                    ? "missing API key: send 'Authorization: "
-                                      "Bearer KEY'"
-                                    : "invalid API key"));
-        response.set_header("WWW-Authenticate", "Bearer");
-        // The body was not read: the connection cannot carry another request.
-        response.set_header("Connection", "close");
+  // Everything that needs no body is checked before any of it is read:
+  // the framing, the key, the path and the method.
+  http.set_pre_routing_handler([this](const httplib::Request &request,
+                                      httplib::Response &response) {
+    const bool hasLength = request.has_header("Content-Length");
+    if (request.has_header("Transfer-Encoding")) {
+      if (!isChunked(request)) {
+        refuseUnread(
+            request, response,
+            ApiError(501, "Transfer-Encoding '" +
+                              request.get_header_value("Transfer-Encoding") +
+                              "' is not supported; send the body "
+                              "chunked or with Content-Length"));
         return httplib::Server::HandlerResponse::Handled;
-      });
+      }
+      if (hasLength) {
+        refuseUnread(request, response,
+                     ApiError(400, "a request may not have both "
+                                   "Content-Length and Transfer-Encoding"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (hasLength) {
+      std::optional<uint64_t> length = contentLength(request);
+      if (!length) {
+        refuseUnread(
+            request, response,
+            ApiError(400, "invalid Content-Length '" +
+                              request.get_header_value("Content-Length") +
+                              "': one decimal number of bytes"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (*length > options.maxBodyBytes) {
+        refuseUnread(request, response,
+                     ApiError(413, "the body of " + std::to_string(*length) +
+                                       " bytes is larger than the server's "
+                                       "limit of " +
+                                       std::to_string(options.maxBodyBytes) +
+                                       " bytes (--max-body)"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
 
-  // Errors httplib raises itself (no route, body too large) in OpenAI's
-  // shape too.
-  http.set_error_handler([this](const httplib::Request &request,
+    // The key guards everything but the liveness probe.
+    if (!options.apiKey.empty() && request.path != "/health") {
+      std::string given = request.get_header_value("Authorization");
+      const std::string scheme = "Bearer ";
+      if (given.compare(0, scheme.size(), scheme) != 0 ||
+          !sameKey(given.substr(scheme.size()), options.apiKey)) {
+        refuseUnread(request, response,
+                     ApiError(401, given.empty() ? "missing API key: send "
+                                                   "'Authorization: Bearer KEY'"
+                                                 : "invalid API key"));
+        response.set_header("WWW-Authenticate", "Bearer");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+
+    // Each path answers its own method; the others get 405 and Allow.
+    const Route *route = findRoute(request.path);
+    if (!route) {
+      refuseUnread(request, response,
+                   ApiError(404, "no such endpoint: " + request.path));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::string method = route->method;
+    const bool allowed = request.method == method ||
+                         (method == "GET" && request.method == "HEAD");
+    if (!allowed) {
+      refuseUnread(request, response,
+                   ApiError(405, "method " + request.method +
+                                     " is not allowed on " + route->path +
+                                     "; use " + method));
+      response.set_header("Allow", method);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // httplib reads no body on a GET: what follows its head is not the
+    // next request, so the connection ends after the answer.
+    if (method == "GET" && mayHaveBody(request))
+      ConnectionServer::closeAfterResponse();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // Errors httplib raises itself (a malformed request line or header) in
+  // OpenAI's shape too.
+  http.set_error_handler([this](const httplib::Request &,
                                 httplib::Response &response) {
     if (!response.body.empty())
       return;
+    if (ConnectionServer::currentReadState() == ReadState::TimedOut)
+      return sendError(response,
+                       ApiError(408, "the request did not arrive in time"));
     if (response.status == 413)
       return sendError(response,
                        ApiError(413, "the body is larger than the server's "
                                      "limit of " +
                                          std::to_string(options.maxBodyBytes) +
                                          " bytes (--max-body)"));
-    if (response.status == 404)
-      return sendError(response,
-                       ApiError(404, "no such endpoint: " + request.path));
     sendError(response, ApiError(response.status,
                                  "the request failed (HTTP " +
                                      std::to_string(response.status) + ")"));
@@ -600,63 +719,94 @@ void HttpServer::routes() {
     sendError(response, ApiError(500, what));
   });
 
-  // Each path answers its own method; the others get 405 and Allow.
-  auto only = [&](const char *path, const char *method,
-                  httplib::Server::Handler handler) {
-    auto wrongMethod = [path, method](const httplib::Request &request,
-                                      httplib::Response &response) {
-      sendError(response, ApiError(405, "method " + request.method +
-                                            " is not allowed on " + path +
-                                            "; use " + method));
-      response.set_header("Allow", method);
-    };
-    if (std::string(method) == "GET")
-      http.Get(path, handler);
-    else
-      http.Get(path, wrongMethod);
-    if (std::string(method) == "POST")
-      http.Post(path, handler);
-    else
-      http.Post(path, wrongMethod);
-    http.Put(path, wrongMethod);
-    http.Patch(path, wrongMethod);
-    http.Delete(path, wrongMethod);
-  };
+  http.Get("/health",
+           [](const httplib::Request &, httplib::Response &response) {
+             response.status = 200;
+           });
+  http.Get("/v1/models", [this](const httplib::Request &,
+                                httplib::Response &response) {
+    json model = {{"id", options.requestLimits.modelName},
+                  {"object", "model"},
+                  {"created", int64_t(std::time(nullptr))},
+                  {"owned_by", "spanc"},
+                  {"max_model_len", options.promptLimits.contextLength}};
+    json body = {{"object", "list"}, {"data", json::array({model})}};
+    response.set_content(dump(body), "application/json");
+  });
+  http.Get("/metrics",
+           [this](const httplib::Request &, httplib::Response &response) {
+             response.set_content(metrics.render(),
+                                  "text/plain; version=0.0.4; charset=utf-8");
+           });
 
-  only("/health", "GET",
-       [](const httplib::Request &, httplib::Response &response) {
-         response.status = 200;
+  // A POST's body is read here, in pieces, never past --max-body (a
+  // chunked body announces no length: it is cut off as it passes the
+  // limit, and the rest is not read).
+  using BodyHandler = std::function<void(
+      const httplib::Request &, const std::string &, httplib::Response &)>;
+  auto post = [&](const char *path, BodyHandler handler) {
+    http.Post(path, [this, handler](const httplib::Request &request,
+                                    httplib::Response &response,
+                                    const httplib::ContentReader &reader) {
+      std::string body;
+      // Neither a length nor chunks: a request without a body (RFC 9112,
+      // 6.3), not one that lasts until the client closes.
+      if (!request.has_header("Content-Length") && !isChunked(request))
+        return handler(request, body, response);
+      bool tooLarge = false;
+      bool read = reader([&](const char *data, size_t length) {
+        if (length > options.maxBodyBytes - body.size()) {
+          tooLarge = true;
+          return false;
+        }
+        body.append(data, length);
+        return true;
+      });
+      if (read)
+        return handler(request, body, response);
+      response.set_header("Connection", "close");
+      ConnectionServer::closeAfterResponse();
+      if (tooLarge)
+        return sendError(
+            response, ApiError(413, "the body is larger than the server's "
+                                    "limit of " +
+                                        std::to_string(options.maxBodyBytes) +
+                                        " bytes (--max-body)"));
+      switch (ConnectionServer::currentReadState()) {
+      case ReadState::TimedOut:
+        return sendError(response,
+                         ApiError(408,
+                                  "the body did not arrive within the server's "
+                                  "--body-timeout"));
+      case ReadState::Stopped:
+        return sendError(response,
+                         ApiError(503, "the server is shutting down"));
+      default:
+        return sendError(response,
+                         ApiError(400, "the body ended early or its chunks "
+                                       "are malformed"));
+      }
+    });
+  };
+  post("/v1/chat/completions",
+       [this](const httplib::Request &request, const std::string &body,
+              httplib::Response &response) {
+         completions(Endpoint::ChatCompletions, request, body, response);
        });
-  only("/v1/models", "GET",
-       [this](const httplib::Request &, httplib::Response &response) {
-         json model = {{"id", options.requestLimits.modelName},
-                       {"object", "model"},
-                       {"created", int64_t(std::time(nullptr))},
-                       {"owned_by", "spanc"},
-                       {"max_model_len", options.promptLimits.contextLength}};
-         json body = {{"object", "list"}, {"data", json::array({model})}};
-         response.set_content(dump(body), "application/json");
+  post("/v1/completions",
+       [this](const httplib::Request &request, const std::string &body,
+              httplib::Response &response) {
+         completions(Endpoint::Completions, request, body, response);
        });
-  only("/metrics", "GET",
-       [this](const httplib::Request &, httplib::Response &response) {
-         response.set_content(metrics.render(),
-                              "text/plain; version=0.0.4; charset=utf-8");
+  post("/v1/query",
+       [this](const httplib::Request &request, const std::string &body,
+              httplib::Response &response) {
+         spanQuery(request, body, response);
        });
-  only("/v1/chat/completions", "POST",
-       [this](const httplib::Request &request, httplib::Response &response) {
-         completions(Endpoint::ChatCompletions, request, response);
-       });
-  only("/v1/query", "POST",
-       [this](const httplib::Request &request, httplib::Response &response) {
-         spanQuery(request, response);
-       });
-  only("/v1/query/execute", "POST",
-       [this](const httplib::Request &request, httplib::Response &response) {
-         queryExecute(request, response);
-       });
-  only("/v1/completions", "POST",
-       [this](const httplib::Request &request, httplib::Response &response) {
-         completions(Endpoint::Completions, request, response);
+  post("/v1/query/execute",
+       [this](const httplib::Request &request, const std::string &body,
+              httplib::Response &response) {
+         queryExecute(request, body, response);
        });
 }
 

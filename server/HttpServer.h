@@ -9,7 +9,10 @@
 // client that goes away mid-stream cancels its calls. /metrics renders
 // ServerMetrics; /health and /v1/models answer at once. POST /v1/query
 // compiles a span program (SpanQuery) and submits its whole plan; POST
-// /v1/query/execute does so for spnl's client (SpnlExecute).
+// /v1/query/execute does so for spnl's client (SpnlExecute). Connections
+// (deadlines, pipelining, shutdown) are ConnectionServer's; every check that
+// needs no body (key, path, method, Content-Length) runs before the body is
+// read, and a body is read in pieces up to --max-body, chunked or not.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_HTTPSERVER_H
@@ -25,25 +28,35 @@
 
 #include "llvm/Support/Error.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 } // namespace httplib
 
 namespace spanc::server {
 
+class ConnectionServer;
+
 struct HttpOptions {
   /// Required as `Authorization: Bearer KEY` on every endpoint but
   /// /health; empty: no key.
   std::string apiKey;
-  /// Bodies larger than this get 413.
+  /// Bodies larger than this get 413, whether their length is announced
+  /// or they come in chunks (then as soon as the chunks pass it).
   size_t maxBodyBytes = 1 << 20;
-  /// Threads serving connections (each held for a request's whole answer).
+  /// Threads answering requests (each held for a request's whole answer,
+  /// from the end of its head).
   size_t httpThreads = 64;
+  /// Connections open at once (Connections.h).
+  size_t maxConnections = 512;
+  /// From a request's first byte to the end of its headers (408 after).
+  std::chrono::milliseconds headerTimeout{10000};
+  /// From the end of a request's headers to the end of its body (408).
+  std::chrono::milliseconds bodyTimeout{30000};
   RequestLimits requestLimits;
   PromptLimits promptLimits;
   SpanQueryLimits spanQueryLimits;
@@ -66,12 +79,13 @@ public:
 private:
   void routes();
   void completions(Endpoint endpoint, const httplib::Request &request,
-                   httplib::Response &response);
+                   const std::string &body, httplib::Response &response);
   /// POST /v1/query: a span program, its answers and per-call statistics.
-  void spanQuery(const httplib::Request &request, httplib::Response &response);
+  void spanQuery(const httplib::Request &request, const std::string &body,
+                 httplib::Response &response);
   /// POST /v1/query/execute: an spnl query as spnl's client sends it,
   /// answered as it reads answers (SpnlExecute.h).
-  void queryExecute(const httplib::Request &request,
+  void queryExecute(const httplib::Request &request, const std::string &body,
                     httplib::Response &response);
 
   Engine &engine;
@@ -79,7 +93,7 @@ private:
   const plan::MessageEncoder &encoder;
   const model::Tokenizer &tokenizer;
   HttpOptions options;
-  std::unique_ptr<httplib::Server> server;
+  std::unique_ptr<ConnectionServer> server;
 };
 
 } // namespace spanc::server

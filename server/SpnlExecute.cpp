@@ -3,6 +3,7 @@
 #include "server/SpnlExecute.h"
 
 #include "server/ApiError.h"
+#include "support/JsonDepth.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,9 @@ llvm::Expected<bool> parseStreamParam(bool present, llvm::StringRef value) {
 }
 
 bool readsAsCompletion(llvm::StringRef body) {
+  // Compiled already, so within the limit; never build a deeper one.
+  if (support::findJsonDepthExcess(body))
+    return false;
   json document = json::parse(body.begin(), body.end(), nullptr,
                               /*allow_exceptions=*/false);
   if (!document.is_object() || document.size() != 1)

@@ -552,7 +552,12 @@ int runRun(const std::vector<std::string> &args) {
         {"cache", values["cache"].as<std::string>()},
         {"relocation", values["relocation"].as<std::string>()},
         {"runs", runs}};
-    llvm::outs() << document.dump(2) << "\n";
+    // Answers are model bytes: one may end inside a UTF-8 character (cut by
+    // max_tokens) and a fragment may hold invalid UTF-8. Valid JSON with
+    // U+FFFD, as the server writes, rather than an exception.
+    llvm::outs() << document.dump(2, ' ', false,
+                                  nlohmann::json::error_handler_t::replace)
+                 << "\n";
   } else if (!streamed) {
     for (const plan::QueryPlan &query : plan->queries) {
       llvm::outs() << "== " << query.name << "\n";

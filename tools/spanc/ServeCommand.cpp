@@ -47,6 +47,8 @@ namespace {
 constexpr int64_t kMaxBodyBound = int64_t(1) << 30;
 constexpr int64_t kMaxQueueBound = 100000;
 constexpr int64_t kMaxHttpThreads = 1024;
+constexpr int64_t kMaxConnectionsBound = 65536;
+constexpr int64_t kMaxTimeoutSeconds = 3600;
 constexpr int64_t kMaxQueryCalls = 10000;
 
 } // namespace
@@ -95,8 +97,20 @@ int runServe(const std::vector<std::string> &args) {
        "folder of corpus index files (default: $SPANC_INDEX_DIR, else "     //
        "~/.cache/spanc/index)")                                             //
       ("http-threads", po::value<int64_t>()->default_value(64),             //
-       "threads serving connections; each holds one connection for a "      //
-       "request's whole answer, so this bounds the concurrent clients")     //
+       "threads answering requests; each holds one connection from the "    //
+       "end of its request's headers to the end of its answer, so this "    //
+       "bounds the requests answered at once")                              //
+      ("max-connections", po::value<int64_t>()->default_value(512),         //
+       "connections open at once, idle or sending included; one more "      //
+       "gets 503 (each needs a file descriptor: keep it under ulimit -n)")  //
+      ("header-timeout", po::value<int64_t>()->default_value(10),           //
+       "seconds from a request's first byte to the end of its headers; "    //
+       "later gets 408 and the connection closes (a client sending "        //
+       "slowly holds a socket, never a thread)")                            //
+      ("body-timeout", po::value<int64_t>()->default_value(30),             //
+       "seconds from the end of a request's headers to the end of its "     //
+       "body; later gets 408 (a body of at most 64 KiB is read before a "   //
+       "thread takes the request)")                                         //
       ("cache", po::value<std::string>()->default_value("span"),            //
        "KV cache mode: span, prefix (stock prefix caching) or off")         //
       ("relocation",
@@ -147,15 +161,22 @@ int runServe(const std::vector<std::string> &args) {
       "  GET  /health               200 while serving (no key needed)\n\n"
       "Errors are OpenAI-style JSON ({\"error\": {\"message\", \"type\", "
       "\"param\", \"code\"}}):\n"
-      "  400 malformed JSON (with line and column), a bad field, a prompt "
-      "over\n"
-      "      --max-prompt-tokens or max_tokens over --max-tokens-limit or "
-      "past the\n"
-      "      context; 401 missing or wrong key; 404 unknown model or path; "
-      "405 wrong\n"
-      "      method (with Allow); 413 body over --max-body; 429 more than "
-      "--max-queue\n"
-      "      requests (with Retry-After); 500 a call that failed.\n\n"
+      "  400 malformed JSON (with line and column) or nested over 256 "
+      "levels, a bad\n"
+      "      field, a prompt over --max-prompt-tokens or max_tokens over\n"
+      "      --max-tokens-limit or past the context; 401 missing or wrong "
+      "key; 404\n"
+      "      unknown model or path; 405 wrong method (with Allow); 408 headers "
+      "later\n"
+      "      than --header-timeout or a body later than --body-timeout; 413 "
+      "body over\n"
+      "      --max-body (a chunked one too, cut off as it passes it, the rest "
+      "unread);\n"
+      "      429 more than --max-queue requests (with Retry-After); 431 "
+      "headers over\n"
+      "      64 KiB; 500 a call that failed; 503 more than --max-connections\n"
+      "      connections. Requests pipelined on a connection are answered in "
+      "order.\n\n"
       "SIGINT or SIGTERM: stop accepting, cancel the requests in flight, "
       "exit 0.\n\n" +
       limitsHelp(ThreadsLimit);
@@ -193,8 +214,15 @@ int runServe(const std::vector<std::string> &args) {
       readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
   std::optional<int64_t> httpThreads =
       readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
+  std::optional<int64_t> maxConnections = readBoundedInt(
+      "serve", values, "max-connections", 1, kMaxConnectionsBound);
+  std::optional<int64_t> headerTimeout =
+      readBoundedInt("serve", values, "header-timeout", 1, kMaxTimeoutSeconds);
+  std::optional<int64_t> bodyTimeout =
+      readBoundedInt("serve", values, "body-timeout", 1, kMaxTimeoutSeconds);
   if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
-      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads)
+      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads ||
+      !maxConnections || !headerTimeout || !bodyTimeout)
     return 1;
   executorOptions.blockSize = unsigned(*blockSize);
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
@@ -283,6 +311,9 @@ int runServe(const std::vector<std::string> &args) {
     httpOptions.apiKey = key;
   httpOptions.maxBodyBytes = size_t(*maxBody);
   httpOptions.httpThreads = size_t(*httpThreads);
+  httpOptions.maxConnections = size_t(*maxConnections);
+  httpOptions.headerTimeout = std::chrono::seconds(*headerTimeout);
+  httpOptions.bodyTimeout = std::chrono::seconds(*bodyTimeout);
   httpOptions.requestLimits.modelName = modelName;
   httpOptions.requestLimits.maxTokensLimit = *maxTokensLimit;
   httpOptions.requestLimits.defaultMaxTokens = *defaultMaxTokens;

@@ -89,6 +89,22 @@ TEST(CompletionRequest, MalformedJsonIsA400WithLineAndColumn) {
       << error.detail();
 }
 
+TEST(CompletionRequest, NestingPastTheLimitIsA400BeforeAnyDocumentIsBuilt) {
+  // Inside a message, where a walk over the fields would never look.
+  std::string deep = R"({"messages": [{"role": "user", "content": )";
+  ApiError error = refuse(deep + std::string(100000, '[') + "]}]}");
+  EXPECT_EQ(error.status(), 400);
+  // Level 257 is the 254th '[' (three levels open before it).
+  EXPECT_EQ(error.detail(), "the body is not valid JSON: nested deeper than "
+                            "256 levels at line 1, column " +
+                                std::to_string(deep.size() + 254));
+  // 256 levels are JSON like any other (and the content is then wrong).
+  std::string within =
+      deep + std::string(253, '[') + std::string(253, ']') + "}]}";
+  EXPECT_EQ(refuse(within).status(), 400);
+  EXPECT_EQ(refuse(within).detail().find("nested deeper"), std::string::npos);
+}
+
 TEST(CompletionRequest, UnknownModelIsA404) {
   ApiError error = refuse(R"({"model": "gpt-4", "messages": [{"role": "user",
                  "content": "a"}]})");

@@ -1,0 +1,98 @@
+//===- JsonDepth.cpp - The nesting limit of every JSON document spanc reads ==//
+
+#include "support/JsonDepth.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace spanc::support {
+
+namespace {
+
+using Json = nlohmann::json;
+
+/// Counts open objects and arrays and stops the parser at the first one
+/// past the limit; every other event is accepted and dropped.
+struct DepthCounter : nlohmann::json_sax<Json> {
+  explicit DepthCounter(unsigned maxDepth) : maxDepth(maxDepth) {}
+
+  unsigned maxDepth;
+  unsigned depth = 0;
+  bool exceeded = false;
+
+  bool open() {
+    if (++depth <= maxDepth)
+      return true;
+    exceeded = true;
+    return false;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t &) override { return true; }
+  bool string(string_t &) override { return true; }
+  bool binary(binary_t &) override { return true; }
+  bool start_object(size_t) override { return open(); }
+  bool key(string_t &) override { return true; }
+  bool end_object() override {
+    --depth;
+    return true;
+  }
+  bool start_array(size_t) override { return open(); }
+  bool end_array() override {
+    --depth;
+    return true;
+  }
+  bool parse_error(size_t, const std::string &,
+                   const nlohmann::detail::exception &) override {
+    return false;
+  }
+};
+
+} // namespace
+
+std::optional<size_t> findJsonDepthExcess(llvm::StringRef text,
+                                          unsigned maxDepth) {
+  DepthCounter counter(maxDepth);
+  try {
+    Json::sax_parse(text.begin(), text.end(), &counter);
+  } catch (const Json::exception &) {
+    // Only parse_error throws here, and it returns false instead.
+  }
+  if (!counter.exceeded)
+    return std::nullopt;
+  // The parser accepted every byte up to the bracket past the limit, so a
+  // scan that skips strings meets the same brackets in the same order.
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t index = 0; index < text.size(); ++index) {
+    char c = text[index];
+    if (inString) {
+      if (c == '\\')
+        ++index;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > maxDepth)
+        return index;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return text.size();
+}
+
+std::string jsonLineAndColumn(llvm::StringRef text, size_t offset) {
+  llvm::StringRef before = text.take_front(offset);
+  size_t line = 1 + before.count('\n');
+  size_t lineStart = before.rfind('\n');
+  size_t column =
+      lineStart == llvm::StringRef::npos ? offset + 1 : offset - lineStart;
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+} // namespace spanc::support

@@ -75,7 +75,7 @@ llvm::Expected<Mode> parseMode(llvm::StringRef text) {
     mode.full = true;
     return mode;
   }
-  auto span = parseSpanMode(text);
+  auto span = kv::parseSpanMode(text);
   if (!span)
     return failure("modes: " + llvm::toString(span.takeError()) + " (or full)");
   mode.span = *span;

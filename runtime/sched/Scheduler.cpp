@@ -293,19 +293,8 @@ bool Scheduler::admit() {
             blockPool.storedPosition(block.block) != block.position &&
             cache.relocationMode() == kv::RelocationMode::Rerope)
           stats.relocatedTokens += block.numTokens;
-      // The span part of reusedTokens, counted as the cache manager counts
-      // that: the pages the last segment reads (a blend block by its span).
-      stats.spanReusedTokens = 0;
-      for (uint32_t page : requestPlan.segments.back().pages) {
-        const kv::LogicalBlock &block = requestPlan.blocks[page];
-        const kv::LogicalBlock &source =
-            block.blendSource != UINT32_MAX
-                ? requestPlan.blocks[block.blendSource]
-                : block;
-        if (source.reused && requestPlan.segments[source.segment].kind ==
-                                 plan::SegmentKind::Span)
-          stats.spanReusedTokens += block.numTokens;
-      }
+      // The span part of reusedTokens: what prefix caching could not reuse.
+      stats.spanReusedTokens = kv::countReusedTokens(requestPlan, true);
     }
     if (requestPlan.runs.empty() || requestPlan.runs.back().firstToken +
                                             requestPlan.runs.back().numTokens !=

@@ -152,18 +152,7 @@ const kv::SpanOptions kSpanModes[] = {
     {kv::SpanContext::Prefix, 0, 1},
     {kv::SpanContext::Prefix, 0, 0, 20},
     {kv::SpanContext::Isolated, 0, 1, 20}};
-std::string spanModeName(const kv::SpanOptions &options) {
-  return std::string(kv::spanContextName(options.context)) +
-         (options.recomputeBlocks
-              ? "+recompute" + std::to_string(options.recomputeBlocks)
-              : "") +
-         (options.recomputeEndBlocks
-              ? "+end" + std::to_string(options.recomputeEndBlocks)
-              : "") +
-         (options.blendPercent ? "+blend" + std::to_string(options.blendPercent)
-                               : "") +
-         (options.scalesSpans() ? "+scaled" : "");
-}
+using kv::spanModeName;
 const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0, 0};
 
 std::string query(const std::string &name, const std::string &system,

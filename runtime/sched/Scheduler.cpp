@@ -420,11 +420,15 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
         if (scheduledPrefill)
           break;
         scheduleBlend(request, requestPlan, segment, output);
-        // Its cost: the selection layers over every token, the chosen
-        // fraction through every layer.
-        budget -= int64_t(segment.numTokens) *
-                      (cache.spanOptions().blendPercent + 10) / 100 +
-                  1;
+        // Its cost: a blend's selection layers over every token, a guided
+        // repair's probe, and the chosen fraction through every layer.
+        const kv::SpanOptions &span = cache.spanOptions();
+        budget -=
+            segment.guided
+                ? int64_t(segment.numTokens) * span.guidedPercent / 100 +
+                      output.blends.back().numProbeTokens + 1
+                : int64_t(segment.numTokens) * (span.blendPercent + 10) / 100 +
+                      1;
         ++request.runIndex;
         request.blocksDone = 0;
         continue;
@@ -484,33 +488,60 @@ void Scheduler::scheduleBlend(const Request &request,
                               const kv::RequestPlan &requestPlan,
                               const kv::SegmentPlan &segment,
                               SchedulerOutput &output) {
+  const kv::SpanOptions &span = cache.spanOptions();
   BlendTask &task = output.blends.emplace_back();
   task.call = request.call;
-  task.percent = cache.spanOptions().blendPercent;
+  task.percent = segment.guided ? span.guidedPercent : span.blendPercent;
   task.firstPage = uint32_t(output.blockIds.size());
   task.numContextPages = uint32_t(segment.pages.size()) - segment.numBlocks;
-  for (uint32_t page = 0; page < task.numContextPages; ++page) {
-    const kv::LogicalBlock &block = requestPlan.blocks[segment.pages[page]];
+  auto addPage = [&](const kv::LogicalBlock &block) {
     output.blockIds.push_back(int32_t(block.block));
     output.validTokens.push_back(int32_t(block.numTokens));
     output.spanPages.push_back(0);
-  }
+  };
+  for (uint32_t page = 0; page < task.numContextPages; ++page)
+    addPage(requestPlan.blocks[segment.pages[page]]);
   task.firstBlock = uint32_t(output.blendBlocks.size());
   task.numBlocks = segment.numBlocks;
   task.firstToken = uint32_t(output.tokens.size());
   for (uint32_t b = 0; b < segment.numBlocks; ++b) {
     const kv::LogicalBlock &block = requestPlan.blocks[segment.firstBlock + b];
+    const kv::LogicalBlock &source = requestPlan.blocks[block.blendSource];
     output.blendBlocks.push_back(int32_t(block.block));
-    output.sourceBlocks.push_back(
-        int32_t(requestPlan.blocks[block.blendSource].block));
+    output.sourceBlocks.push_back(int32_t(source.block));
     output.blendValidTokens.push_back(int32_t(block.numTokens));
     output.blendForced.push_back(block.blendForced ? 1 : 0);
+    output.blendCandidate.push_back(block.repairCandidate ? 1 : 0);
+    output.blendSpan.push_back(source.segment);
     for (uint32_t t = 0; t < block.numTokens; ++t) {
       output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
       output.positions.push_back(int32_t(block.position + t));
     }
   }
   task.numTokens = uint32_t(output.tokens.size()) - task.firstToken;
+  if (!segment.guided)
+    return;
+  // The probe: the segment after the plus, at its place in the call, in
+  // its own blocks (computed again after the repair: kv::settleSpanHits).
+  task.guided = true;
+  task.layers = span.guidedLayers;
+  task.granularity = span.guidedGranularity;
+  task.neighbours = span.guidedNeighbours;
+  const kv::SegmentPlan &probe =
+      requestPlan.segments
+          [requestPlan.blocks[segment.firstBlock + segment.numBlocks].segment];
+  task.firstProbeToken = uint32_t(output.tokens.size());
+  task.firstProbePage = uint32_t(output.blockIds.size());
+  task.numProbePages = probe.numBlocks;
+  for (uint32_t b = 0; b < probe.numBlocks; ++b) {
+    const kv::LogicalBlock &block = requestPlan.blocks[probe.firstBlock + b];
+    addPage(block);
+    for (uint32_t t = 0; t < block.numTokens; ++t) {
+      output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+      output.positions.push_back(int32_t(block.position + t));
+    }
+  }
+  task.numProbeTokens = uint32_t(output.tokens.size()) - task.firstProbeToken;
 }
 
 void Scheduler::queueSpanMoves() {

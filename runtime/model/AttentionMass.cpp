@@ -1,0 +1,112 @@
+//===- AttentionMass.cpp - How much attention each key receives -----------===//
+
+#include "runtime/model/AttentionMass.h"
+
+#include "runtime/kernels/cpu/Half.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace spanc::model {
+
+namespace {
+
+/// Key `slot` of a dimension-major block of one KV head, widened to f32.
+template <typename Element>
+void loadKey(const Element *block, int blockSize, int slot, int headDim,
+             float *key) {
+  for (int d = 0; d < headDim; ++d)
+    key[d] = cpu::loadElement(block + int64_t(d) * blockSize + slot);
+}
+
+} // namespace
+
+void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
+                       int64_t numQueries, llvm::ArrayRef<int32_t> blockIds,
+                       llvm::ArrayRef<int32_t> validTokens,
+                       const cpu::PagedKvView &kv,
+                       const cpu::RopeTable *keyRope, float *keyMass,
+                       std::vector<float> &scores) {
+  int64_t length = 0;
+  for (int32_t valid : validTokens)
+    length += valid;
+  if (numQueries <= 0 || length < numQueries)
+    return;
+  const int numHeads = shape.numQueryHeads;
+  const int group = numHeads / shape.numKvHeads;
+  const int headDim = shape.headDim;
+  const int64_t firstQuery = length - numQueries;
+  const int64_t numRows = numQueries * numHeads;
+  scores.assign(size_t(numRows * length),
+                -std::numeric_limits<float>::infinity());
+  const int elementBytes = cpu::kvElementBytes(kv.precision);
+
+  // Scores, one KV head at a time: each key is loaded (and rotated) once
+  // and met by the rows of every query head of its group.
+#pragma omp parallel for schedule(static)
+  for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
+    std::vector<float> key(static_cast<size_t>(headDim));
+    int64_t logical = 0;
+    for (size_t page = 0; page < blockIds.size(); ++page) {
+      const char *base = static_cast<const char *>(kv.keys) +
+                         (int64_t(blockIds[page]) * kv.blockStride +
+                          int64_t(kvHead) * kv.headStride) *
+                             elementBytes;
+      for (int slot = 0; slot < validTokens[page]; ++slot, ++logical) {
+        if (kv.precision == cpu::KvPrecision::F16)
+          loadKey(reinterpret_cast<const uint16_t *>(base), kv.blockSize, slot,
+                  headDim, key.data());
+        else
+          loadKey(reinterpret_cast<const float *>(base), kv.blockSize, slot,
+                  headDim, key.data());
+        if (keyRope)
+          cpu::rotateHead(keyRope->config().order, keyRope->config().rotaryDim,
+                          keyRope->row(logical), key.data(), 1);
+        for (int64_t row = std::max<int64_t>(0, logical - firstQuery);
+             row < numQueries; ++row)
+          for (int g = 0; g < group; ++g) {
+            const int head = kvHead * group + g;
+            const float *query =
+                queries + row * shape.queryRowStride + int64_t(head) * headDim;
+            float dot = 0;
+            for (int d = 0; d < headDim; ++d)
+              dot += query[d] * key[size_t(d)];
+            scores[size_t((row * numHeads + head) * length + logical)] =
+                dot * shape.scale;
+          }
+      }
+    }
+  }
+
+  // Each (row, head)'s softmax over the keys it sees.
+#pragma omp parallel for schedule(static)
+  for (int64_t index = 0; index < numRows; ++index) {
+    float *row = scores.data() + index * length;
+    const int64_t seen = firstQuery + index / numHeads + 1;
+    float maximum = -std::numeric_limits<float>::infinity();
+    for (int64_t key = 0; key < seen; ++key)
+      maximum = std::max(maximum, row[key]);
+    double sum = 0;
+    for (int64_t key = 0; key < seen; ++key) {
+      row[key] = std::exp(row[key] - maximum);
+      sum += row[key];
+    }
+    const float inverse = float(1.0 / sum);
+    for (int64_t key = 0; key < seen; ++key)
+      row[key] *= inverse;
+    for (int64_t key = seen; key < length; ++key)
+      row[key] = 0;
+  }
+
+  // Summed per key, over rows and heads.
+#pragma omp parallel for schedule(static)
+  for (int64_t key = 0; key < length; ++key) {
+    float sum = 0;
+    for (int64_t index = 0; index < numRows; ++index)
+      sum += scores[size_t(index * length + key)];
+    keyMass[key] += sum;
+  }
+}
+
+} // namespace spanc::model

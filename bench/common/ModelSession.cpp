@@ -43,6 +43,10 @@ RunTotals &RunTotals::operator+=(const RunTotals &other) {
   computedTokens += other.computedTokens;
   reusedTokens += other.reusedTokens;
   generatedTokens += other.generatedTokens;
+  spanTokens += other.spanTokens;
+  repairedTokens += other.repairedTokens;
+  probes += other.probes;
+  probeSeconds += other.probeSeconds;
   seconds += other.seconds;
   return *this;
 }
@@ -106,6 +110,13 @@ ModelSession::run(sched::Executor &executor, const plan::Plan &plan,
     run.computedTokens += outcome.stats.computedTokens;
     run.reusedTokens += outcome.stats.reusedTokens;
     run.generatedTokens += outcome.stats.generatedTokens;
+    run.repairedTokens += outcome.stats.blendedTokens;
+    run.probes += outcome.stats.probeTokens > 0;
+    run.probeSeconds += outcome.stats.probeSeconds;
+    for (const plan::PlanSegment &segment : plan.calls[call].segments)
+      if (segment.kind == plan::SegmentKind::Span)
+        for (const plan::Piece &piece : segment.pieces)
+          run.spanTokens += piece.tokens.size();
   }
   if (totals)
     *totals += run;

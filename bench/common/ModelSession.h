@@ -39,6 +39,12 @@ struct RunTotals {
   size_t calls = 0;
   uint64_t promptTokens = 0, computedTokens = 0, reusedTokens = 0,
            generatedTokens = 0;
+  /// Prompt tokens of spans (children of a plus), and of those the tokens a
+  /// repair recomputed through every layer (CallStats::blendedTokens).
+  uint64_t spanTokens = 0, repairedTokens = 0;
+  /// A question-guided repair's first pass (CallStats::probeSeconds).
+  uint64_t probes = 0;
+  double probeSeconds = 0;
   double seconds = 0;
   RunTotals &operator+=(const RunTotals &other);
 };

@@ -27,7 +27,8 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
                        llvm::ArrayRef<int32_t> validTokens,
                        const cpu::PagedKvView &kv,
                        const cpu::RopeTable *keyRope, float *keyMass,
-                       std::vector<float> &scores) {
+                       std::vector<float> &scores,
+                       std::vector<float> &transposed) {
   int64_t length = 0;
   for (int32_t valid : validTokens)
     length += valid;
@@ -42,11 +43,21 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
                 -std::numeric_limits<float>::infinity());
   const int elementBytes = cpu::kvElementBytes(kv.precision);
 
-  // Scores, one KV head at a time: each key is loaded (and rotated) once
-  // and met by the rows of every query head of its group.
+  // Queries transposed per head ([head][dim][row]), so that one key meets
+  // every row of a head in a loop over rows the compiler vectorizes.
+  transposed.resize(size_t(numHeads) * headDim * numQueries);
+  for (int64_t row = 0; row < numQueries; ++row)
+    for (int head = 0; head < numHeads; ++head)
+      for (int d = 0; d < headDim; ++d)
+        transposed[(size_t(head) * headDim + d) * numQueries + row] =
+            queries[row * shape.queryRowStride + int64_t(head) * headDim + d];
+
+        // Scores, one KV head at a time: each key is loaded (and rotated) once
+        // and met by the rows of every query head of its group.
 #pragma omp parallel for schedule(static)
   for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
     std::vector<float> key(static_cast<size_t>(headDim));
+    std::vector<float> dots(static_cast<size_t>(numQueries));
     int64_t logical = 0;
     for (size_t page = 0; page < blockIds.size(); ++page) {
       const char *base = static_cast<const char *>(kv.keys) +
@@ -63,18 +74,22 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
         if (keyRope)
           cpu::rotateHead(keyRope->config().order, keyRope->config().rotaryDim,
                           keyRope->row(logical), key.data(), 1);
-        for (int64_t row = std::max<int64_t>(0, logical - firstQuery);
-             row < numQueries; ++row)
-          for (int g = 0; g < group; ++g) {
-            const int head = kvHead * group + g;
-            const float *query =
-                queries + row * shape.queryRowStride + int64_t(head) * headDim;
-            float dot = 0;
-            for (int d = 0; d < headDim; ++d)
-              dot += query[d] * key[size_t(d)];
-            scores[size_t((row * numHeads + head) * length + logical)] =
-                dot * shape.scale;
+        const int64_t firstRow = std::max<int64_t>(0, logical - firstQuery);
+        for (int g = 0; g < group; ++g) {
+          const int head = kvHead * group + g;
+          const float *columns =
+              transposed.data() + size_t(head) * headDim * numQueries;
+          std::fill(dots.begin(), dots.end(), 0.0f);
+          for (int d = 0; d < headDim; ++d) {
+            const float k = key[size_t(d)];
+            const float *column = columns + int64_t(d) * numQueries;
+            for (int64_t row = 0; row < numQueries; ++row)
+              dots[size_t(row)] += column[row] * k;
           }
+          for (int64_t row = firstRow; row < numQueries; ++row)
+            scores[size_t((row * numHeads + head) * length + logical)] =
+                dots[size_t(row)] * shape.scale;
+        }
       }
     }
   }

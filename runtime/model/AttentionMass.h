@@ -36,13 +36,15 @@ struct KeyMassShape {
 /// page list's last numQueries logical tokens, already rotated; row r sees
 /// keys up to its own) gives it, summed over rows and query heads. With
 /// `keyRope` K is stored unrotated and rotated at its logical index, as
-/// the attention kernel does. `scores` is scratch reused across calls.
+/// the attention kernel does. `scores` and `transposed` are scratch reused
+/// across calls.
 void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
                        int64_t numQueries, llvm::ArrayRef<int32_t> blockIds,
                        llvm::ArrayRef<int32_t> validTokens,
                        const cpu::PagedKvView &kv,
                        const cpu::RopeTable *keyRope, float *keyMass,
-                       std::vector<float> &scores);
+                       std::vector<float> &scores,
+                       std::vector<float> &transposed);
 
 } // namespace spanc::model
 

@@ -539,7 +539,7 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
           queryOffsets[index + 1] - queryOffsets[index], sequence.blockIds,
           sequence.validTokens, storage.layerView(int(layerIndex)),
           ropeInKernel ? &ropeTable : nullptr, sequence.keyMass.data(),
-          massScores);
+          massScores, massQueries);
     }
     // The packed GEMMs add their products into the residual stream in
     // their epilogue; the 4/8-bit GEMV writes `projected`, added after.

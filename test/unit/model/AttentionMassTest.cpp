@@ -56,10 +56,10 @@ TEST(AttentionMass, IsTheCausalSoftmaxSummedOverRowsAndHeads) {
     q = normal(random);
   model::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
                             kQueryHeads * kHeadDim};
-  std::vector<float> mass(length, 1.0f), scratch;
+  std::vector<float> mass(length, 1.0f), scratch, transposed;
   model::accumulateKeyMass(shape, queries.data(), numQueries, cache.blockIds,
                            cache.valid, cache.view(), nullptr, mass.data(),
-                           scratch);
+                           scratch, transposed);
   // The reference, in double: row r is logical token 5 + r.
   std::vector<double> expected(length, 1.0);
   for (int row = 0; row < numQueries; ++row)
@@ -111,20 +111,20 @@ TEST(AttentionMass, RotatesUnrotatedKeysAtTheirLogicalIndex) {
     q = normal(random);
   model::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
                             kQueryHeads * kHeadDim};
-  std::vector<float> inKernel(7, 0.0f), stored(7, 0.0f), scratch;
+  std::vector<float> inKernel(7, 0.0f), stored(7, 0.0f), scratch, transposed;
   model::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
                            unrotated.valid, unrotated.view(), &table,
-                           inKernel.data(), scratch);
+                           inKernel.data(), scratch, transposed);
   model::accumulateKeyMass(shape, queries.data(), 3, rotated.blockIds,
                            rotated.valid, rotated.view(), nullptr,
-                           stored.data(), scratch);
+                           stored.data(), scratch, transposed);
   for (int key = 0; key < 7; ++key)
     EXPECT_NEAR(inKernel[key], stored[key], 1e-5) << key;
   // Rotation matters: without it the masses differ.
   std::vector<float> plain(7, 0.0f);
   model::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
                            unrotated.valid, unrotated.view(), nullptr,
-                           plain.data(), scratch);
+                           plain.data(), scratch, transposed);
   double difference = 0;
   for (int key = 0; key < 7; ++key)
     difference += std::fabs(plain[key] - inKernel[key]);

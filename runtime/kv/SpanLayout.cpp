@@ -343,7 +343,13 @@ llvm::Expected<RequestPlan> layoutRequest(llvm::ArrayRef<Segment> segments,
                                   TokenId(spanOptions.recomputeEndBlocks)};
       blend.parentHash = hasher.join(
           hasher.join(context, hasher.hashBlock(hasher.root(), settings)),
-          hasher.hashBlock(hasher.root(), next.tokens));
+          hasher.hashBlock(hasher.root(),
+                           llvm::ArrayRef<TokenId>(next.tokens)
+                               .drop_back(std::min<size_t>(
+                                   next.generatedTokens, next.tokens.size()))));
+      blend.probeTokens = uint32_t(next.tokens.size()) -
+                          std::min<uint32_t>(next.generatedTokens,
+                                             uint32_t(next.tokens.size()));
     } else {
       const TokenId settings[] = {TokenId(-1),
                                   TokenId(spanOptions.blendPercent),

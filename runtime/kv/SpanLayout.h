@@ -227,8 +227,10 @@ struct SegmentPlan {
   /// causally: see sched::BlendTask. Hit or computed as a whole.
   bool blend = false;
   /// A repair whose tokens the segment after it chooses (guidedPercent):
-  /// that segment is its probe.
+  /// that segment's first probeTokens tokens (those it was not given by a
+  /// preemption, plan::Segment::generatedTokens) are its probe.
   bool guided = false;
+  uint32_t probeTokens = 0;
   /// The blocks its attention reads, in logical order, as indices into
   /// RequestPlan::blocks: its context's, then its own (the last numBlocks).
   llvm::SmallVector<uint32_t, 16> pages;

@@ -530,16 +530,23 @@ void Scheduler::scheduleBlend(const Request &request,
   const kv::SegmentPlan &probe =
       requestPlan.segments
           [requestPlan.blocks[segment.firstBlock + segment.numBlocks].segment];
+  // Tokens it generated before a preemption are not part of the probe
+  // (kv::Segment::generatedTokens): its last page is cut after the rest.
+  const uint32_t probeTokens = segment.probeTokens;
   task.firstProbeToken = uint32_t(output.tokens.size());
   task.firstProbePage = uint32_t(output.blockIds.size());
-  task.numProbePages = probe.numBlocks;
-  for (uint32_t b = 0; b < probe.numBlocks; ++b) {
+  for (uint32_t b = 0, taken = 0; b < probe.numBlocks && taken < probeTokens;
+       ++b) {
     const kv::LogicalBlock &block = requestPlan.blocks[probe.firstBlock + b];
+    const uint32_t count = std::min(block.numTokens, probeTokens - taken);
     addPage(block);
-    for (uint32_t t = 0; t < block.numTokens; ++t) {
+    output.validTokens.back() = int32_t(count);
+    for (uint32_t t = 0; t < count; ++t) {
       output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
       output.positions.push_back(int32_t(block.position + t));
     }
+    taken += count;
+    ++task.numProbePages;
   }
   task.numProbeTokens = uint32_t(output.tokens.size()) - task.firstProbeToken;
 }
@@ -723,9 +730,12 @@ bool Scheduler::preemptFor(Request &needy) {
   ++outcome.stats.preemptions;
   // Generated tokens (the pending one included) join the causal tail of
   // the prompt it resumes with, so nothing is generated twice.
-  std::vector<kv::TokenId> &tail = victim->segments.back().tokens;
-  tail.insert(tail.end(), outcome.tokens.begin() + victim->tokensInPrompt,
-              outcome.tokens.end());
+  kv::Segment &last = victim->segments.back();
+  last.generatedTokens +=
+      uint32_t(outcome.tokens.size() - victim->tokensInPrompt);
+  last.tokens.insert(last.tokens.end(),
+                     outcome.tokens.begin() + victim->tokensInPrompt,
+                     outcome.tokens.end());
   victim->tokensInPrompt = outcome.tokens.size();
   requeue(*victim, WaitingFor::Readmission);
   return true;

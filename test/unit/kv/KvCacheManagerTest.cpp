@@ -1118,6 +1118,18 @@ TEST(SpanGuided, ARepairAfterThePlusMirrorsItsSpansAndDependsOnTheQuestion) {
   EXPECT_NE(layout20->segments[3].parentHash.str(),
             layout30->segments[3].parentHash.str());
   EXPECT_EQ(layout20->blocks[1].hash.str(), layout30->blocks[1].hash.str());
+  // A call resumed after a preemption (its generated tokens appended to the
+  // tail) probes with the question only: the same repair.
+  std::vector<Segment> resumed = ab;
+  resumed.back().tokens.insert(resumed.back().tokens.end(), {900, 901, 902});
+  resumed.back().generatedTokens = 3;
+  auto resumedLayout =
+      layoutRequest(resumed, CacheMode::Span, guidedOptions(20), 16, hasher);
+  ASSERT_TRUE(bool(resumedLayout));
+  EXPECT_EQ(resumedLayout->segments[3].parentHash.str(),
+            layout20->segments[3].parentHash.str());
+  EXPECT_EQ(resumedLayout->segments[3].probeTokens, 20u);
+  EXPECT_EQ(resumedLayout->segments[4].numTokens, 23u);
 }
 
 TEST(SpanGuided, TheSegmentsAfterAComputedRepairAreComputed) {

@@ -42,6 +42,10 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
   scores.assign(size_t(numRows * length),
                 -std::numeric_limits<float>::infinity());
   const int elementBytes = cpu::kvElementBytes(kv.precision);
+  // A probe is a few rows: below this many scores a team of threads costs
+  // more in barriers than it saves (on a loaded machine, much more). The
+  // sums do not depend on the split.
+  const bool parallel = numRows * length >= (int64_t(1) << 18);
 
   // Queries transposed per head ([head][dim][row]), so that one key meets
   // every row of a head in a loop over rows the compiler vectorizes.
@@ -54,7 +58,7 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
 
         // Scores, one KV head at a time: each key is loaded (and rotated) once
         // and met by the rows of every query head of its group.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
     std::vector<float> key(static_cast<size_t>(headDim));
     std::vector<float> dots(static_cast<size_t>(numQueries));
@@ -95,7 +99,7 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
   }
 
   // Each (row, head)'s softmax over the keys it sees.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t index = 0; index < numRows; ++index) {
     float *row = scores.data() + index * length;
     const int64_t seen = firstQuery + index / numHeads + 1;
@@ -115,7 +119,7 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
   }
 
   // Summed per key, over rows and heads.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t key = 0; key < length; ++key) {
     float sum = 0;
     for (int64_t index = 0; index < numRows; ++index)

@@ -161,31 +161,42 @@ llvm::Error SpanRepair::measureAttention(const SchedulerOutput &step,
 
 llvm::Error SpanRepair::recompute(const BlendTask &task,
                                   llvm::ArrayRef<uint8_t> chosenTokens) {
-  // Every chosen token through every layer, one sequence each, in one
-  // pass: at every layer a token reads the fresh rows of the chosen tokens
-  // before it (written before that layer's attention) and the repair's
-  // rows of the others.
+  // The chosen tokens through every layer in one pass: at every layer a
+  // token reads the fresh rows of the chosen tokens before it (written
+  // before that layer's attention) and the repair's rows of the others. A
+  // guided repair recomputes each run of consecutive chosen tokens as one
+  // sequence (its tokens are the last of its page list, cut after its last
+  // token); a blend keeps one sequence per token, the attention splits its
+  // figures were measured with (a tile's key ranges follow its length).
   batch.clear();
   sequenceValid.clear();
-  llvm::SmallVector<std::pair<uint32_t, uint32_t>, 64> chosen; // token, block
+  struct Run {
+    uint32_t firstToken, numTokens, lastBlock, lastSlot;
+  };
+  llvm::SmallVector<Run, 16> runs;
   for (uint32_t block = 0, token = 0; block < task.numBlocks; ++block)
-    for (int32_t slot = 0; slot < valid[block]; ++slot, ++token)
-      if (chosenTokens[token])
-        chosen.push_back({token, block});
-  sequenceValid.reserve(chosen.size() * pages.size());
-  for (auto [token, block] : chosen) {
-    size_t numPages = task.numContextPages + block + 1;
+    for (int32_t slot = 0; slot < valid[block]; ++slot, ++token) {
+      if (!chosenTokens[token])
+        continue;
+      if (task.guided && !runs.empty() &&
+          runs.back().firstToken + runs.back().numTokens == token) {
+        ++runs.back().numTokens;
+      } else {
+        runs.push_back({token, 1, block, 0});
+      }
+      runs.back().lastBlock = block;
+      runs.back().lastSlot = uint32_t(slot);
+    }
+  sequenceValid.reserve(runs.size() * pages.size());
+  for (const Run &run : runs) {
+    size_t numPages = task.numContextPages + run.lastBlock + 1;
     size_t first = sequenceValid.size();
     sequenceValid.insert(sequenceValid.end(), pageValid.begin(),
                          pageValid.begin() + numPages);
-    // Cut the last page at the token: it is the sequence's last.
-    int32_t blockStart = int32_t(token);
-    for (uint32_t b = 0; b < block; ++b)
-      blockStart -= valid[b];
-    sequenceValid.back() = blockStart + 1;
+    sequenceValid.back() = int32_t(run.lastSlot) + 1;
     model::ForwardSequence &sequence = batch.emplace_back();
-    sequence.tokens = tokens.slice(token, 1);
-    sequence.positions = positions.slice(token, 1);
+    sequence.tokens = tokens.slice(run.firstToken, run.numTokens);
+    sequence.positions = positions.slice(run.firstToken, run.numTokens);
     sequence.blockIds = llvm::ArrayRef<int32_t>(pages).take_front(numPages);
     sequence.validTokens =
         llvm::ArrayRef<int32_t>(sequenceValid).slice(first, numPages);

@@ -75,7 +75,7 @@ llvm::Expected<Mode> parseMode(llvm::StringRef text) {
     mode.full = true;
     return mode;
   }
-  auto span = parseSpanMode(text);
+  auto span = kv::parseSpanMode(text);
   if (!span)
     return failure("modes: " + llvm::toString(span.takeError()) + " (or full)");
   mode.span = *span;
@@ -539,10 +539,16 @@ llvm::Error runAccuracy(const BenchArgs &args) {
           const Tally &tally = tallies[{cell, mode.name}];
           llvm::errs() << llvm::format(
               "accuracy: %s %lld docs %-22s %zu/%zu correct, top-answer "
-              "share %.2f, %llu tokens computed, %.1f s\n",
+              "share %.2f, %llu tokens computed, %.1f s, repaired %.1f%%, "
+              "probe %.1f ms/call\n",
               task.c_str(), (long long)docs, mode.name.c_str(), tally.correct,
               tally.questions, tally.topShareSum / double(tally.contexts),
-              (unsigned long long)tally.run.computedTokens, tally.run.seconds);
+              (unsigned long long)tally.run.computedTokens, tally.run.seconds,
+              100.0 * double(tally.run.repairedTokens) /
+                  double(std::max<uint64_t>(1, tally.run.spanTokens)),
+              tally.run.probes
+                  ? 1e3 * tally.run.probeSeconds / double(tally.run.probes)
+                  : 0.0);
         }
       }
   }
@@ -551,7 +557,8 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   // accuracy-modes.tsv: one row per (cell, mode), what pareto.py joins.
   std::string modesTsv = "task\tdoc_tokens\tdocs\tmode\tquestions\tcorrect\t"
                          "accuracy\tci_low\tci_high\tdiff_full_points\t"
-                         "top_answer_share\n";
+                         "top_answer_share\trepaired_fraction\t"
+                         "probe_ms_per_call\n";
   std::string md;
   llvm::raw_string_ostream os(md);
   os << "# Accuracy audit: full attention vs span attention modes\n\n"
@@ -570,7 +577,17 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         "(`--span-recompute=N`: each span's first N blocks recomputed in "
         "the call's context, the tail reads those rows); **+endN** "
         "(`--span-recompute-end=N`: the same for each span's last N "
-        "blocks; `prefix+end1` is spanc's default). Ran: ";
+        "blocks; `prefix+end1` is spanc's default); **+blendP** "
+        "(`--span-blend=P`, CacheBlend-style: the P % of span tokens whose "
+        "K/V move most over the first 2 layers recomputed); **+guidedR** "
+        "(`--span-guided=R`, question-guided: the question runs once over "
+        "the stitched spans and the R % of span blocks that receive the "
+        "most attention, summed over heads and the layers named — all, "
+        "`+last`, `+upper` — are recomputed; `+tokens` ranks tokens). "
+        "**repaired %**: span tokens a repair recomputed through every "
+        "layer, over all span tokens of the mode's calls (head and end "
+        "recompute not included); **probe ms**: a guided repair's first "
+        "pass per call that ran one. Ran: ";
   for (const Mode &mode : *modes)
     os << (&mode == &modes->front() ? "" : ", ") << "`" << mode.name << "`";
   os << ".\n"
@@ -614,8 +631,9 @@ llvm::Error runAccuracy(const BenchArgs &args) {
 
   os << "## Accuracy per mode\n\n| task | doc tokens | documents | mode | "
         "questions | correct | rate [95% CI] | − full (points) | full only / "
-        "mode only | other | top share | tokens computed / s |\n"
-        "|---|---|---:|---|---:|---:|---|---:|---|---:|---:|---|\n";
+        "mode only | other | top share | tokens computed / s | repaired % | "
+        "probe ms |\n"
+        "|---|---|---:|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|\n";
   for (const Cell &cell : cells) {
     const Tally &full = tallies[{cell, modes->front().name}];
     double fullRate =
@@ -638,13 +656,29 @@ llvm::Error runAccuracy(const BenchArgs &args) {
                        : printed("%zu / %zu", tally.fullOnly, tally.modeOnly))
          << " | " << tally.other << " | " << llvm::format("%.2f", topShare)
          << " | " << tally.run.computedTokens << " / "
-         << llvm::format("%.0f", tally.run.seconds) << " |\n";
-      modesTsv += cell.task + "\t" + std::to_string(cell.docTokens) + "\t" +
-                  std::to_string(cell.docs) + "\t" + mode.name + "\t" +
-                  std::to_string(tally.questions) + "\t" +
-                  std::to_string(tally.correct) + "\t" +
-                  printed("%.4f\t%.4f\t%.4f\t%.2f\t%.4f\n", rate, low, high,
-                          100 * (rate - fullRate), topShare);
+         << llvm::format("%.0f", tally.run.seconds) << " | "
+         << (tally.run.repairedTokens
+                 ? printed("%.1f", 100.0 * double(tally.run.repairedTokens) /
+                                       double(std::max<uint64_t>(
+                                           1, tally.run.spanTokens)))
+                 : std::string("—"))
+         << " | "
+         << (tally.run.probes ? printed("%.1f", 1e3 * tally.run.probeSeconds /
+                                                    double(tally.run.probes))
+                              : std::string("—"))
+         << " |\n";
+      modesTsv +=
+          cell.task + "\t" + std::to_string(cell.docTokens) + "\t" +
+          std::to_string(cell.docs) + "\t" + mode.name + "\t" +
+          std::to_string(tally.questions) + "\t" +
+          std::to_string(tally.correct) + "\t" +
+          printed("%.4f\t%.4f\t%.4f\t%.2f\t%.4f\t%.4f\t%.2f\n", rate, low, high,
+                  100 * (rate - fullRate), topShare,
+                  double(tally.run.repairedTokens) /
+                      double(std::max<uint64_t>(1, tally.run.spanTokens)),
+                  tally.run.probes
+                      ? 1e3 * tally.run.probeSeconds / double(tally.run.probes)
+                      : 0.0);
     }
   }
 

@@ -43,6 +43,10 @@ RunTotals &RunTotals::operator+=(const RunTotals &other) {
   computedTokens += other.computedTokens;
   reusedTokens += other.reusedTokens;
   generatedTokens += other.generatedTokens;
+  spanTokens += other.spanTokens;
+  repairedTokens += other.repairedTokens;
+  probes += other.probes;
+  probeSeconds += other.probeSeconds;
   seconds += other.seconds;
   return *this;
 }
@@ -106,6 +110,13 @@ ModelSession::run(sched::Executor &executor, const plan::Plan &plan,
     run.computedTokens += outcome.stats.computedTokens;
     run.reusedTokens += outcome.stats.reusedTokens;
     run.generatedTokens += outcome.stats.generatedTokens;
+    run.repairedTokens += outcome.stats.blendedTokens;
+    run.probes += outcome.stats.probeTokens > 0;
+    run.probeSeconds += outcome.stats.probeSeconds;
+    for (const plan::PlanSegment &segment : plan.calls[call].segments)
+      if (segment.kind == plan::SegmentKind::Span)
+        for (const plan::Piece &piece : segment.pieces)
+          run.spanTokens += piece.tokens.size();
   }
   if (totals)
     *totals += run;
@@ -182,73 +193,6 @@ std::string commandLine(const BenchArgs &args) {
   for (const auto &[key, value] : args.settings)
     text += " --set " + key + "=" + value;
   return text;
-}
-
-const char *relocationName(kv::RelocationMode mode) {
-  return mode == kv::RelocationMode::Rerope ? "rerope" : "rope-in-kernel";
-}
-
-llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text) {
-  auto bad = [&] {
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "span mode '%s': expected isolated or prefix, optionally "
-        "+recomputeN and +endN with N in 1..64, +blendP with P in "
-        "1..100, +tempP and +massP (span scaling in percent, 10..400)",
-        text.str().c_str());
-  };
-  llvm::SmallVector<llvm::StringRef, 3> parts;
-  text.split(parts, '+');
-  // A name spells every recompute: "prefix" alone recomputes nothing.
-  kv::SpanOptions options{kv::SpanContext::Prefix, 0, 0};
-  auto parsed = kv::parseSpanContext(parts[0]);
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
-    return bad();
-  }
-  options.context = *parsed;
-  for (llvm::StringRef part : llvm::makeArrayRef(parts).drop_front()) {
-    unsigned *target = part.consume_front("recompute")
-                           ? &options.recomputeBlocks
-                       : part.consume_front("end") ? &options.recomputeEndBlocks
-                                                   : nullptr;
-    unsigned blocks = 0;
-    float *scaling = part.consume_front("temp")   ? &options.temperature
-                     : part.consume_front("mass") ? &options.massScale
-                                                  : nullptr;
-    if (scaling) {
-      if (part.getAsInteger(10, blocks) || blocks < 10 || blocks > 400)
-        return bad();
-      *scaling = float(blocks) / 100.0f;
-      continue;
-    }
-    if (part.consume_front("blend")) {
-      if (part.getAsInteger(10, blocks) || blocks < 1 || blocks > 100)
-        return bad();
-      options.blendPercent = blocks;
-      continue;
-    }
-    if (!target || part.getAsInteger(10, blocks) || blocks < 1 || blocks > 64)
-      return bad();
-    *target = blocks;
-  }
-  return options;
-}
-
-std::string spanModeName(const kv::SpanOptions &options) {
-  std::string name = kv::spanContextName(options.context);
-  if (options.recomputeBlocks > 0)
-    name += "+recompute" + std::to_string(options.recomputeBlocks);
-  if (options.recomputeEndBlocks > 0)
-    name += "+end" + std::to_string(options.recomputeEndBlocks);
-  if (options.blendPercent > 0)
-    name += "+blend" + std::to_string(options.blendPercent);
-  if (options.temperature != 1)
-    name +=
-        "+temp" + std::to_string(int(std::lround(options.temperature * 100)));
-  if (options.massScale != 1)
-    name += "+mass" + std::to_string(int(std::lround(options.massScale * 100)));
-  return name;
 }
 
 std::pair<double, double> wilsonInterval(size_t successes, size_t trials) {

@@ -13,6 +13,7 @@
 #include "bench/common/Bench.h"
 #include "codegen/CompilePipeline.h"
 #include "plan/Plan.h"
+#include "runtime/kv/SpanLayout.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Model.h"
@@ -38,6 +39,12 @@ struct RunTotals {
   size_t calls = 0;
   uint64_t promptTokens = 0, computedTokens = 0, reusedTokens = 0,
            generatedTokens = 0;
+  /// Prompt tokens of spans (children of a plus), and of those the tokens a
+  /// repair recomputed through every layer (CallStats::blendedTokens).
+  uint64_t spanTokens = 0, repairedTokens = 0;
+  /// A question-guided repair's first pass (CallStats::probeSeconds).
+  uint64_t probes = 0;
+  double probeSeconds = 0;
   double seconds = 0;
   RunTotals &operator+=(const RunTotals &other);
 };
@@ -119,15 +126,6 @@ std::string formatRatio(double numerator, double denominator);
 
 /// " --quick -r 3 --set k=v ...": the options a result file was made with.
 std::string commandLine(const BenchArgs &args);
-
-/// The name of a relocation mode as `spanc run --relocation` spells it.
-const char *relocationName(kv::RelocationMode mode);
-
-/// A span attention mode as the benchmarks name it: "isolated", "prefix",
-/// "prefix+recompute1", ... (`--span-context`, `--span-recompute`).
-llvm::Expected<kv::SpanOptions> parseSpanMode(llvm::StringRef text);
-/// The name parseSpanMode reads back.
-std::string spanModeName(const kv::SpanOptions &options);
 
 /// Wilson score interval (95%) of `successes` out of `trials`: {low, high}.
 std::pair<double, double> wilsonInterval(size_t successes, size_t trials);

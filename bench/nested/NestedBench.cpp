@@ -230,7 +230,8 @@ llvm::Error runNested(const BenchArgs &args) {
         if (auto error = measure(**stock, *stockPlan, base))
           return error;
         for (size_t r = 0; r < span.size(); ++r) {
-          base.config = std::string("span-") + relocationName(relocations[r]);
+          base.config =
+              std::string("span-") + kv::relocationModeName(relocations[r]);
           if (auto error = measure(*span[r], *spanPlan, base))
             return error;
         }
@@ -255,7 +256,7 @@ llvm::Error runNested(const BenchArgs &args) {
   // --- nested.md -------------------------------------------------------
   std::vector<std::string> configs = {"stock"};
   for (kv::RelocationMode mode : relocations)
-    configs.push_back(std::string("span-") + relocationName(mode));
+    configs.push_back(std::string("span-") + kv::relocationModeName(mode));
   auto select = [&](int64_t fanOut, double temperature,
                     llvm::StringRef config) {
     std::vector<const Row *> selected;

@@ -178,7 +178,7 @@ llvm::Error runRag(const BenchArgs &args) {
     if (text != "none")
       llvm::StringRef(text).split(names, ',', -1, false);
     for (llvm::StringRef name : names) {
-      auto mode = parseSpanMode(name.trim());
+      auto mode = kv::parseSpanMode(name.trim());
       if (!mode)
         return mode.takeError();
       spanModes.push_back(*mode);
@@ -260,13 +260,15 @@ llvm::Error runRag(const BenchArgs &args) {
   // A mode's name spells every setting (blend and scaling included), so
   // equal names are the same mode.
   auto isAlias = [&](const kv::SpanOptions &mode) {
-    return ropeInKernelRuns && spanModeName(mode) == spanModeName(defaultSpan);
+    return ropeInKernelRuns &&
+           kv::spanModeName(mode) == kv::spanModeName(defaultSpan);
   };
   /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
   /// for the default mode.
   auto modeConfig = [&](const char *kind, const kv::SpanOptions &mode) {
     return std::string("span-") + kind + "-" +
-           (isAlias(mode) ? std::string("rope-in-kernel") : spanModeName(mode));
+           (isAlias(mode) ? std::string("rope-in-kernel")
+                          : kv::spanModeName(mode));
   };
   std::vector<std::unique_ptr<sched::Executor>> modeExecutors;
   for (const kv::SpanOptions &mode : spanModes) {
@@ -385,7 +387,7 @@ llvm::Error runRag(const BenchArgs &args) {
               measure(**prefix, *planB, docs, rep, "prefix-warm-shuffled"))
         return error;
       for (size_t r = 0; r < span.size(); ++r) {
-        std::string name = relocationName((*relocations)[r]);
+        std::string name = kv::relocationModeName((*relocations)[r]);
         if (auto error =
                 measure(*span[r], *planA, docs, rep, "span-miss-" + name))
           return error;
@@ -446,9 +448,9 @@ llvm::Error runRag(const BenchArgs &args) {
   // --- rag.md ----------------------------------------------------------
   std::vector<std::string> configs = {"prefix-cold", "prefix-warm-shuffled"};
   for (kv::RelocationMode mode : *relocations)
-    configs.push_back(std::string("span-miss-") + relocationName(mode));
+    configs.push_back(std::string("span-miss-") + kv::relocationModeName(mode));
   for (kv::RelocationMode mode : *relocations)
-    configs.push_back(std::string("span-hit-") + relocationName(mode));
+    configs.push_back(std::string("span-hit-") + kv::relocationModeName(mode));
   if (peer) {
     configs.push_back("llama-server-cold");
     configs.push_back("llama-server-shuffled");
@@ -546,9 +548,9 @@ llvm::Error runRag(const BenchArgs &args) {
          "than stock at 8+ documents; miss faster than stock from 4 "
          "documents on.\n\n| docs |";
   for (kv::RelocationMode mode : *relocations)
-    out << " stock / hit (" << relocationName(mode) << ") |";
+    out << " stock / hit (" << kv::relocationModeName(mode) << ") |";
   for (kv::RelocationMode mode : *relocations)
-    out << " stock / miss (" << relocationName(mode) << ") |";
+    out << " stock / miss (" << kv::relocationModeName(mode) << ") |";
   if (peer)
     out << " llama-server shuffled / hit (rope-in-kernel) | llama-server "
            "shuffled / stock |";
@@ -566,24 +568,24 @@ llvm::Error runRag(const BenchArgs &args) {
     double stock = medianOf(docs, "prefix-warm-shuffled");
     out << "| " << docs << " |";
     for (kv::RelocationMode mode : *relocations) {
-      double hit =
-          medianOf(docs, std::string("span-hit-") + relocationName(mode));
+      double hit = medianOf(docs, std::string("span-hit-") +
+                                      kv::relocationModeName(mode));
       out << " " << formatRatio(stock, hit) << " |";
       if (docs >= 8 && hit > 0)
         verdicts.push_back(
             printed("hit ≥ 10× faster than stock at %u docs (%s): %s (%.1f×)",
-                    docs, relocationName(mode),
+                    docs, kv::relocationModeName(mode),
                     stock / hit >= 10 ? "met" : "NOT met", stock / hit));
     }
     for (kv::RelocationMode mode : *relocations) {
-      double miss =
-          medianOf(docs, std::string("span-miss-") + relocationName(mode));
+      double miss = medianOf(docs, std::string("span-miss-") +
+                                       kv::relocationModeName(mode));
       out << " " << formatRatio(stock, miss) << " |";
       if (docs >= 4 && miss > 0)
         verdicts.push_back(
             printed("miss faster than stock at %u docs (%s): %s (%.2f×)", docs,
-                    relocationName(mode), stock / miss > 1 ? "met" : "NOT met",
-                    stock / miss));
+                    kv::relocationModeName(mode),
+                    stock / miss > 1 ? "met" : "NOT met", stock / miss));
     }
     if (peer) {
       double peerShuffled = medianOf(docs, "llama-server-shuffled");
@@ -605,12 +607,12 @@ llvm::Error runRag(const BenchArgs &args) {
            "bench/accuracy/pareto.py.";
     for (const kv::SpanOptions &mode : spanModes)
       if (isAlias(mode))
-        out << " `" << spanModeName(mode)
+        out << " `" << kv::spanModeName(mode)
             << "` is the default span mode: its figures are the "
                "span-*-rope-in-kernel rows.";
     out << "\n\n| docs | stock |";
     for (const kv::SpanOptions &mode : spanModes) {
-      std::string name = spanModeName(mode);
+      std::string name = kv::spanModeName(mode);
       out << " " << name << " miss | " << name << " hit | stock / " << name
           << " hit |";
     }

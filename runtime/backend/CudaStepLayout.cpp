@@ -39,6 +39,9 @@ llvm::Error buildCudaStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
   checked.spanScalingRefusal =
       "span scaling (--span-temperature, --span-mass-scale) is not "
       "implemented by the CUDA backend; use --device=cpu";
+  checked.keyMassRefusal = "question-guided span repair (--span-guided) is "
+                           "not implemented by the CUDA backend; use "
+                           "--device=cpu";
   for (size_t index = 0; index < batch.size(); ++index) {
     const model::ForwardSequence &sequence = batch[index];
     const int64_t count = int64_t(sequence.tokens.size());

@@ -18,7 +18,8 @@ void printRequestPlan(llvm::raw_ostream &os, const RequestPlan &plan) {
   for (uint32_t index = 0; index < plan.segments.size(); ++index) {
     const SegmentPlan &segment = plan.segments[index];
     os << "segment " << index << " "
-       << (segment.blend      ? "blend"
+       << (segment.guided     ? "guided"
+           : segment.blend    ? "blend"
            : segment.boundary ? "boundary"
                               : segmentKindName(segment.kind))
        << ": tokens [" << segment.firstToken << ", "
@@ -68,7 +69,8 @@ void printCallLayout(llvm::ArrayRef<Segment> segments,
   const RequestPlan &plan = manager.plan(id);
   for (const SegmentPlan &segment : plan.segments) {
     os << "    "
-       << (segment.blend      ? "blend"
+       << (segment.guided     ? "guided"
+           : segment.blend    ? "blend"
            : segment.boundary ? "boundary"
                               : segmentKindName(segment.kind))
        << " tokens " << segment.numTokens << " positions ["
@@ -102,7 +104,9 @@ void printCallLayout(llvm::ArrayRef<Segment> segments,
       os << " tokens " << block.numTokens;
       if (block.blendSource != UINT32_MAX)
         os << " blends " << block.blendSource
-           << (block.blendForced ? " (all recomputed)" : "");
+           << (block.blendForced                         ? " (all recomputed)"
+               : block.repairCandidate && segment.guided ? " (candidate)"
+                                                         : "");
       if (block.numTokens < blockSize)
         os << " (+" << blockSize - block.numTokens << " padding)";
       os << " hash " << block.hash.str() << "\n";

@@ -58,6 +58,8 @@ llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
   if (!limits.spanScalingRefusal.empty() && !sequence.spanPages.empty() &&
       !scaling.isIdentity())
     return batchError(index, limits.spanScalingRefusal);
+  if (!sequence.keyMass.empty() && !limits.keyMassRefusal.empty())
+    return batchError(index, limits.keyMassRefusal);
   length = 0;
   for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
     int32_t block = sequence.blockIds[page];
@@ -73,6 +75,10 @@ llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
                                    llvm::Twine(limits.blockSize) + ")");
     length += valid;
   }
+  if (!sequence.keyMass.empty() && int64_t(sequence.keyMass.size()) != length)
+    return batchError(index, llvm::Twine(sequence.keyMass.size()) +
+                                 " key-mass entries for a page list of " +
+                                 llvm::Twine(length) + " tokens");
   if (length < count)
     return batchError(index, "page list holds " + llvm::Twine(length) +
                                  " tokens, fewer than the " +

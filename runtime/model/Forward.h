@@ -58,6 +58,13 @@ struct ForwardSequence {
   /// that spanScaling applies to.
   llvm::ArrayRef<uint8_t> spanPages = {};
   SpanScaling spanScaling = {};
+  /// Optional (empty: none), one float per logical token of the page list:
+  /// adds the attention each key receives from the sequence's new tokens
+  /// (softmax probabilities, summed over those rows and every query head)
+  /// at layers [massFirstLayer, massEndLayer). A question-guided repair's
+  /// probe (docs/ARCHITECTURE.md, "Span attention").
+  llvm::MutableArrayRef<float> keyMass = {};
+  uint32_t massFirstLayer = 0, massEndLayer = 0;
 };
 
 /// Whether a sequence's rows are decode rows (RowKind::Auto: one new token).
@@ -76,6 +83,9 @@ struct ForwardLimits {
   /// Why span scaling (a sequence with span pages and a scaling other than
   /// the identity) is refused here; empty where it is supported.
   llvm::StringRef spanScalingRefusal = {};
+  /// Why recording attention mass (ForwardSequence::keyMass) is refused
+  /// here; empty where it is supported.
+  llvm::StringRef keyMassRefusal = {};
 };
 
 /// Checks sequence `index` of `batch` against `limits`, so every backend

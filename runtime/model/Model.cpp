@@ -2,6 +2,8 @@
 
 #include "runtime/model/Model.h"
 
+#include "runtime/model/AttentionMass.h"
+
 #include "runtime/kernels/cpu/Elementwise.h"
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
@@ -522,6 +524,22 @@ llvm::Error Model::runLayers(llvm::ArrayRef<ForwardSequence> batch,
                             storage.layerView(int(layerIndex)),
                             queryKeyValue.data(), attention.data(),
                             attentionOptions, attentionWorkspace);
+    }
+    // A repair's probe: the attention each key receives at this layer.
+    for (size_t index = 0; index < batch.size(); ++index) {
+      const ForwardSequence &sequence = batch[index];
+      if (sequence.keyMass.empty() || layerIndex < sequence.massFirstLayer ||
+          layerIndex >= sequence.massEndLayer)
+        continue;
+      OpTimer timer(profiling, opProfile.attentionSeconds);
+      KeyMassShape massShape{int(config.numHeads), int(config.numKvHeads),
+                             int(headDim), attentionShape.scale, qkvDim};
+      accumulateKeyMass(
+          massShape, queryKeyValue.data() + queryOffsets[index] * qkvDim,
+          queryOffsets[index + 1] - queryOffsets[index], sequence.blockIds,
+          sequence.validTokens, storage.layerView(int(layerIndex)),
+          ropeInKernel ? &ropeTable : nullptr, sequence.keyMass.data(),
+          massScores, massQueries);
     }
     // The packed GEMMs add their products into the residual stream in
     // their epilogue; the 4/8-bit GEMV writes `projected`, added after.

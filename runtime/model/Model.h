@@ -175,6 +175,7 @@ private:
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;
   cpu::AttentionWorkspace attentionWorkspace;
+  std::vector<float> massScores, massQueries; ///< accumulateKeyMass scratch
 
   // Activations, sized for the largest step so far.
   int64_t capacity = 0;

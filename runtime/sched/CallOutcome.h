@@ -32,9 +32,15 @@ struct CallStats {
   /// Of reusedTokens, those of spans (children of a plus): the reuse that
   /// stock prefix caching cannot give when the spans move or reorder.
   uint32_t spanReusedTokens = 0;
-  /// Span tokens a blend recomputed through every layer (kv::SpanOptions::
-  /// blendPercent); the blend's selection layers ran for all of them.
+  /// Span tokens a repair recomputed through every layer (kv::SpanOptions::
+  /// blendPercent, guidedPercent); a blend's selection layers ran for all
+  /// of them.
   uint32_t blendedTokens = 0;
+  /// A question-guided repair's first pass: the probe tokens it ran over
+  /// the stitched cache, and the seconds it took (the attention mass
+  /// recorded included).
+  uint32_t probeTokens = 0;
+  double probeSeconds = 0;
   uint32_t generatedTokens = 0;
   uint32_t preemptions = 0;
   double decodeSeconds = 0; ///< first token → finished

@@ -40,6 +40,14 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
         llvm::inconvertibleErrorCode(),
         "span scaling (--span-temperature, --span-mass-scale) runs on the "
         "CPU backend only; use --device=cpu");
+  if (options.device == backend::Device::Cuda &&
+      options.spanOptions.guidedPercent != 0)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "question-guided span repair (--span-guided) runs on the CPU backend "
+        "only; use --device=cpu");
+  if (llvm::Error error = kv::checkSpanOptions(options.spanOptions))
+    return error;
   std::unique_ptr<Executor> executor(new Executor());
   executor->executorOptions = options;
   int64_t numBlocks = std::max<int64_t>(
@@ -68,7 +76,8 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   executor->scheduler = std::make_unique<Scheduler>(
       *executor->cacheManager, *executor->blockPool, schedulerOptions);
   executor->runner = std::make_unique<ModelRunner>(*executor->device, tokenizer,
-                                                   options.keepFirstLogits);
+                                                   options.keepFirstLogits,
+                                                   model.config().numLayers);
   executor->stepOutput = std::make_unique<SchedulerOutput>();
   executor->runnerOutput = std::make_unique<RunnerOutput>();
   return executor;

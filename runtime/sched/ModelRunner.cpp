@@ -10,8 +10,9 @@ namespace spanc::sched {
 
 ModelRunner::ModelRunner(backend::Backend &backend,
                          const model::Tokenizer &tokenizer,
-                         bool keepFirstLogits)
-    : device(backend), tokenizer(tokenizer), keepFirstLogits(keepFirstLogits) {}
+                         bool keepFirstLogits, uint32_t numLayers)
+    : device(backend), tokenizer(tokenizer), keepFirstLogits(keepFirstLogits),
+      repair(backend, numLayers) {}
 
 void ModelRunner::beginRun(const plan::Plan &newPlan,
                            std::vector<CallOutcome> &runOutcomes,
@@ -45,128 +46,6 @@ model::Sampler &ModelRunner::samplerFor(plan::CallId call) {
   return *sampler;
 }
 
-llvm::Error ModelRunner::runBlend(const SchedulerOutput &step,
-                                  const BlendTask &task) {
-  auto contextPages = llvm::ArrayRef<int32_t>(step.blockIds)
-                          .slice(task.firstPage, task.numContextPages);
-  auto contextValid = llvm::ArrayRef<int32_t>(step.validTokens)
-                          .slice(task.firstPage, task.numContextPages);
-  auto blends = llvm::ArrayRef<int32_t>(step.blendBlocks)
-                    .slice(task.firstBlock, task.numBlocks);
-  auto sources = llvm::ArrayRef<int32_t>(step.sourceBlocks)
-                     .slice(task.firstBlock, task.numBlocks);
-  auto valid = llvm::ArrayRef<int32_t>(step.blendValidTokens)
-                   .slice(task.firstBlock, task.numBlocks);
-  auto forced = llvm::ArrayRef<uint8_t>(step.blendForced)
-                    .slice(task.firstBlock, task.numBlocks);
-  auto tokens = llvm::ArrayRef<int32_t>(step.tokens)
-                    .slice(task.firstToken, task.numTokens);
-  auto positions = llvm::ArrayRef<int32_t>(step.positions)
-                       .slice(task.firstToken, task.numTokens);
-
-  // The page list of the context and every blend block; a sequence reads
-  // a prefix of it, its last page cut at its last token.
-  blendPages.assign(contextPages.begin(), contextPages.end());
-  blendPages.insert(blendPages.end(), blends.begin(), blends.end());
-  blendPageValid.assign(contextValid.begin(), contextValid.end());
-  blendPageValid.insert(blendPageValid.end(), valid.begin(), valid.end());
-
-  // 1. Start from the span's rows: layers the blend does not recompute
-  //    keep them.
-  for (size_t b = 0; b < blends.size(); ++b)
-    device.copyBlock({uint32_t(sources[b]), uint32_t(blends[b]), 0});
-
-  // 2. The selection layers of every token, causally, in chunks of whole
-  //    blocks (a chunk reads the blocks before it as the pass left them).
-  constexpr uint32_t kChunkTokens = 1024;
-  for (uint32_t block = 0, token = 0; block < blends.size();) {
-    uint32_t endBlock = block, count = 0;
-    while (endBlock < blends.size() &&
-           (count == 0 || count + uint32_t(valid[endBlock]) <= kChunkTokens))
-      count += uint32_t(valid[endBlock++]);
-    size_t numPages = contextPages.size() + endBlock;
-    model::ForwardSequence sequence;
-    sequence.tokens = tokens.slice(token, count);
-    sequence.positions = positions.slice(token, count);
-    sequence.blockIds =
-        llvm::ArrayRef<int32_t>(blendPages).take_front(numPages);
-    sequence.validTokens =
-        llvm::ArrayRef<int32_t>(blendPageValid).take_front(numPages);
-    sequence.logits = model::LogitsRequest::None;
-    sequence.rows = model::RowKind::Prompt;
-    if (llvm::Error error = device.forwardLayers(llvm::makeArrayRef(sequence),
-                                                 kv::kBlendSelectionLayers))
-      return error;
-    block = endBlock;
-    token += count;
-  }
-
-  // 3. How far each token moved, and which tokens to recompute: every
-  //    token of a forced block, then the `percent` % of the others that
-  //    moved most (ties to the earlier token, so a hit chooses as a miss).
-  blendDistances.clear();
-  device.tokenDistances(kv::kBlendSelectionLayers - 1, sources, blends, valid,
-                        blendDistances);
-  blendChosen.assign(tokens.size(), 0);
-  blendOrder.clear();
-  for (uint32_t block = 0, token = 0; block < blends.size(); ++block)
-    for (int32_t slot = 0; slot < valid[block]; ++slot, ++token) {
-      if (forced[block])
-        blendChosen[token] = 1;
-      else
-        blendOrder.push_back(token);
-    }
-  const size_t numChosen = std::min(
-      blendOrder.size(), (size_t(task.numTokens) * task.percent + 99) / 100);
-  std::partial_sort(blendOrder.begin(), blendOrder.begin() + numChosen,
-                    blendOrder.end(), [&](uint32_t a, uint32_t b) {
-                      return blendDistances[a] > blendDistances[b] ||
-                             (blendDistances[a] == blendDistances[b] && a < b);
-                    });
-  for (size_t index = 0; index < numChosen; ++index)
-    blendChosen[blendOrder[index]] = 1;
-
-  // 4. Recompute the chosen tokens through every layer, one sequence each,
-  //    in one pass: at every layer a token reads the fresh rows of the
-  //    chosen tokens before it (written before that layer's attention) and
-  //    the blend's rows of the others.
-  batch.clear();
-  blendSequenceValid.clear();
-  llvm::SmallVector<std::pair<uint32_t, uint32_t>, 64> chosen; // token, block
-  for (uint32_t block = 0, token = 0; block < blends.size(); ++block)
-    for (int32_t slot = 0; slot < valid[block]; ++slot, ++token)
-      if (blendChosen[token])
-        chosen.push_back({token, block});
-  blendSequenceValid.reserve(chosen.size() *
-                             (contextPages.size() + blends.size()));
-  for (auto [token, block] : chosen) {
-    size_t numPages = contextPages.size() + block + 1;
-    size_t first = blendSequenceValid.size();
-    blendSequenceValid.insert(blendSequenceValid.end(), blendPageValid.begin(),
-                              blendPageValid.begin() + numPages);
-    // Cut the last page at the token: it is the sequence's last.
-    int32_t blockStart = int32_t(token);
-    for (uint32_t b = 0; b < block; ++b)
-      blockStart -= valid[b];
-    blendSequenceValid.back() = blockStart + 1;
-    model::ForwardSequence &sequence = batch.emplace_back();
-    sequence.tokens = tokens.slice(token, 1);
-    sequence.positions = positions.slice(token, 1);
-    sequence.blockIds =
-        llvm::ArrayRef<int32_t>(blendPages).take_front(numPages);
-    sequence.validTokens =
-        llvm::ArrayRef<int32_t>(blendSequenceValid).slice(first, numPages);
-    sequence.logits = model::LogitsRequest::None;
-    sequence.rows = model::RowKind::Prompt;
-  }
-  if (!batch.empty())
-    if (llvm::Error error = device.forward(batch, forwardOutput))
-      return error;
-  batch.clear();
-  (*outcomes)[task.call].stats.blendedTokens += uint32_t(chosen.size());
-  return llvm::Error::success();
-}
-
 void ModelRunner::copyBlocks(llvm::ArrayRef<kv::RelocationOp> copies) {
   for (const kv::RelocationOp &copy : copies)
     device.copyBlock(copy);
@@ -178,7 +57,8 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
   // The moves and duplicates reused blocks need come before any read.
   device.relocate(step.stepPlan.relocation);
   for (const BlendTask &task : step.blends)
-    if (llvm::Error error = runBlend(step, task))
+    if (llvm::Error error =
+            repair.run(step, task, (*outcomes)[task.call].stats))
       return error;
   if (step.sequences.empty())
     return llvm::Error::success();

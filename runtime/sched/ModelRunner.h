@@ -19,6 +19,7 @@
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/CallOutcome.h"
 #include "runtime/sched/SchedulerOutput.h"
+#include "runtime/sched/SpanRepair.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -32,8 +33,9 @@ namespace spanc::sched {
 
 class ModelRunner {
 public:
+  /// `numLayers`: the model's (a question-guided repair's layer band).
   ModelRunner(backend::Backend &backend, const model::Tokenizer &tokenizer,
-              bool keepFirstLogits);
+              bool keepFirstLogits, uint32_t numLayers = 0);
 
   /// Starts a run: outcomes receive the generated tokens and text (and
   /// first logits), `onToken` the streamed pieces.
@@ -55,8 +57,6 @@ public:
 
 private:
   model::Sampler &samplerFor(plan::CallId call);
-  /// Computes one blend segment (BlendTask) on the device.
-  llvm::Error runBlend(const SchedulerOutput &step, const BlendTask &task);
 
   backend::Backend &device;
   const model::Tokenizer &tokenizer;
@@ -71,11 +71,8 @@ private:
 
   llvm::SmallVector<model::ForwardSequence, 16> batch;
   model::ForwardOutput forwardOutput;
-  /// runBlend's buffers, reused from blend to blend.
-  std::vector<int32_t> blendPages, blendPageValid, blendSequenceValid;
-  std::vector<float> blendDistances;
-  std::vector<uint8_t> blendChosen;
-  std::vector<uint32_t> blendOrder;
+  /// Runs the step's repair segments (BlendTask).
+  SpanRepair repair;
 };
 
 } // namespace spanc::sched

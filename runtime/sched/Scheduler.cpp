@@ -293,19 +293,8 @@ bool Scheduler::admit() {
             blockPool.storedPosition(block.block) != block.position &&
             cache.relocationMode() == kv::RelocationMode::Rerope)
           stats.relocatedTokens += block.numTokens;
-      // The span part of reusedTokens, counted as the cache manager counts
-      // that: the pages the last segment reads (a blend block by its span).
-      stats.spanReusedTokens = 0;
-      for (uint32_t page : requestPlan.segments.back().pages) {
-        const kv::LogicalBlock &block = requestPlan.blocks[page];
-        const kv::LogicalBlock &source =
-            block.blendSource != UINT32_MAX
-                ? requestPlan.blocks[block.blendSource]
-                : block;
-        if (source.reused && requestPlan.segments[source.segment].kind ==
-                                 plan::SegmentKind::Span)
-          stats.spanReusedTokens += block.numTokens;
-      }
+      // The span part of reusedTokens: what prefix caching could not reuse.
+      stats.spanReusedTokens = kv::countReusedTokens(requestPlan, true);
     }
     if (requestPlan.runs.empty() || requestPlan.runs.back().firstToken +
                                             requestPlan.runs.back().numTokens !=
@@ -431,11 +420,15 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
         if (scheduledPrefill)
           break;
         scheduleBlend(request, requestPlan, segment, output);
-        // Its cost: the selection layers over every token, the chosen
-        // fraction through every layer.
-        budget -= int64_t(segment.numTokens) *
-                      (cache.spanOptions().blendPercent + 10) / 100 +
-                  1;
+        // Its cost: a blend's selection layers over every token, a guided
+        // repair's probe, and the chosen fraction through every layer.
+        const kv::SpanOptions &span = cache.spanOptions();
+        budget -=
+            segment.guided
+                ? int64_t(segment.numTokens) * span.guidedPercent / 100 +
+                      output.blends.back().numProbeTokens + 1
+                : int64_t(segment.numTokens) * (span.blendPercent + 10) / 100 +
+                      1;
         ++request.runIndex;
         request.blocksDone = 0;
         continue;
@@ -495,33 +488,67 @@ void Scheduler::scheduleBlend(const Request &request,
                               const kv::RequestPlan &requestPlan,
                               const kv::SegmentPlan &segment,
                               SchedulerOutput &output) {
+  const kv::SpanOptions &span = cache.spanOptions();
   BlendTask &task = output.blends.emplace_back();
   task.call = request.call;
-  task.percent = cache.spanOptions().blendPercent;
+  task.percent = segment.guided ? span.guidedPercent : span.blendPercent;
   task.firstPage = uint32_t(output.blockIds.size());
   task.numContextPages = uint32_t(segment.pages.size()) - segment.numBlocks;
-  for (uint32_t page = 0; page < task.numContextPages; ++page) {
-    const kv::LogicalBlock &block = requestPlan.blocks[segment.pages[page]];
+  auto addPage = [&](const kv::LogicalBlock &block) {
     output.blockIds.push_back(int32_t(block.block));
     output.validTokens.push_back(int32_t(block.numTokens));
     output.spanPages.push_back(0);
-  }
+  };
+  for (uint32_t page = 0; page < task.numContextPages; ++page)
+    addPage(requestPlan.blocks[segment.pages[page]]);
   task.firstBlock = uint32_t(output.blendBlocks.size());
   task.numBlocks = segment.numBlocks;
   task.firstToken = uint32_t(output.tokens.size());
   for (uint32_t b = 0; b < segment.numBlocks; ++b) {
     const kv::LogicalBlock &block = requestPlan.blocks[segment.firstBlock + b];
+    const kv::LogicalBlock &source = requestPlan.blocks[block.blendSource];
     output.blendBlocks.push_back(int32_t(block.block));
-    output.sourceBlocks.push_back(
-        int32_t(requestPlan.blocks[block.blendSource].block));
+    output.sourceBlocks.push_back(int32_t(source.block));
     output.blendValidTokens.push_back(int32_t(block.numTokens));
     output.blendForced.push_back(block.blendForced ? 1 : 0);
+    output.blendCandidate.push_back(block.repairCandidate ? 1 : 0);
+    output.blendSpan.push_back(source.segment);
     for (uint32_t t = 0; t < block.numTokens; ++t) {
       output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
       output.positions.push_back(int32_t(block.position + t));
     }
   }
   task.numTokens = uint32_t(output.tokens.size()) - task.firstToken;
+  if (!segment.guided)
+    return;
+  // The probe: the segment after the plus, at its place in the call, in
+  // its own blocks (computed again after the repair: kv::settleSpanHits).
+  task.guided = true;
+  task.layers = span.guidedLayers;
+  task.granularity = span.guidedGranularity;
+  task.neighbours = span.guidedNeighbours;
+  const kv::SegmentPlan &probe =
+      requestPlan.segments
+          [requestPlan.blocks[segment.firstBlock + segment.numBlocks].segment];
+  // Tokens it generated before a preemption are not part of the probe
+  // (kv::Segment::generatedTokens): its last page is cut after the rest.
+  const uint32_t probeTokens = segment.probeTokens;
+  task.firstProbeToken = uint32_t(output.tokens.size());
+  task.firstProbePage = uint32_t(output.blockIds.size());
+  for (uint32_t b = 0, taken = 0; b < probe.numBlocks && taken < probeTokens;
+       ++b) {
+    const kv::LogicalBlock &block = requestPlan.blocks[probe.firstBlock + b];
+    const uint32_t count = std::min(block.numTokens, probeTokens - taken);
+    addPage(block);
+    output.validTokens.back() = int32_t(count);
+    for (uint32_t t = 0; t < count; ++t) {
+      output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+      output.positions.push_back(int32_t(block.position + t));
+    }
+    taken += count;
+    ++task.numProbePages;
+  }
+  task.numProbeTokens = uint32_t(output.tokens.size()) - task.firstProbeToken;
 }
 
 void Scheduler::queueSpanMoves() {
@@ -703,9 +730,12 @@ bool Scheduler::preemptFor(Request &needy) {
   ++outcome.stats.preemptions;
   // Generated tokens (the pending one included) join the causal tail of
   // the prompt it resumes with, so nothing is generated twice.
-  std::vector<kv::TokenId> &tail = victim->segments.back().tokens;
-  tail.insert(tail.end(), outcome.tokens.begin() + victim->tokensInPrompt,
-              outcome.tokens.end());
+  kv::Segment &last = victim->segments.back();
+  last.generatedTokens +=
+      uint32_t(outcome.tokens.size() - victim->tokensInPrompt);
+  last.tokens.insert(last.tokens.end(),
+                     outcome.tokens.begin() + victim->tokensInPrompt,
+                     outcome.tokens.end());
   victim->tokensInPrompt = outcome.tokens.size();
   requeue(*victim, WaitingFor::Readmission);
   return true;

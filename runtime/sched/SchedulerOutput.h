@@ -39,23 +39,34 @@ struct ScheduledSequence {
   uint32_t firstPage = 0, numPages = 0;   ///< into blockIds and validTokens
 };
 
-/// A blend segment to compute whole this step (kv::SpanOptions::
-/// blendPercent; docs/ARCHITECTURE.md, "Span attention"), before the
-/// forward batch. The runner copies each span block into its blend block,
-/// runs the first kv::kBlendSelectionLayers layers of every token causally
-/// over the context pages and the blend blocks, measures how far each
-/// token's K/V moved at the last of them, and recomputes through every
-/// layer the `percent` % that moved most and every forced block's tokens,
-/// each attending to everything before it.
+/// A repair segment to compute whole this step, before the forward batch
+/// (kv::SpanOptions::blendPercent, guidedPercent; docs/ARCHITECTURE.md,
+/// "Span attention"; SpanRepair runs it). The runner copies each span block
+/// into its repair block, chooses the tokens to recompute (a blend: by how
+/// far their K/V move over the first kv::kBlendSelectionLayers layers; a
+/// question-guided repair: by the attention its probe, the segment after
+/// the plus, gives them over the stitched cache) and recomputes through
+/// every layer those and every forced block's tokens, each attending to
+/// everything before it.
 struct BlendTask {
   plan::CallId call = 0;
   uint32_t percent = 0;
   /// The pages before the plus, into blockIds and validTokens.
   uint32_t firstPage = 0, numContextPages = 0;
-  /// Into blendBlocks, sourceBlocks, blendValidTokens and blendForced.
+  /// Into blendBlocks, sourceBlocks, blendValidTokens, blendForced,
+  /// blendCandidate and blendSpan.
   uint32_t firstBlock = 0, numBlocks = 0;
-  /// Into tokens and positions: every token of the blend, in order.
+  /// Into tokens and positions: every token of the repair, in order.
   uint32_t firstToken = 0, numTokens = 0;
+  /// A question-guided repair: how it ranks, and its probe (tokens into
+  /// tokens and positions; its own blocks, after the repair's, into
+  /// blockIds and validTokens).
+  bool guided = false;
+  kv::RepairLayers layers = kv::RepairLayers::All;
+  kv::RepairGranularity granularity = kv::RepairGranularity::Block;
+  uint32_t neighbours = 0;
+  uint32_t firstProbeToken = 0, numProbeTokens = 0;
+  uint32_t firstProbePage = 0, numProbePages = 0;
 };
 
 struct SchedulerOutput {
@@ -73,7 +84,9 @@ struct SchedulerOutput {
   /// Blends to run before the batch, and their blocks.
   std::vector<BlendTask> blends;
   std::vector<int32_t> blendBlocks, sourceBlocks, blendValidTokens;
-  std::vector<uint8_t> blendForced;
+  std::vector<uint8_t> blendForced, blendCandidate;
+  /// Per repair block: which span of the plus it mirrors (its segment).
+  std::vector<uint32_t> blendSpan;
 
   llvm::ArrayRef<int32_t> tokensOf(const ScheduledSequence &sequence) const {
     return llvm::ArrayRef<int32_t>(tokens).slice(sequence.firstToken,
@@ -115,6 +128,8 @@ struct SchedulerOutput {
     sourceBlocks.clear();
     blendValidTokens.clear();
     blendForced.clear();
+    blendCandidate.clear();
+    blendSpan.clear();
   }
 };
 

@@ -70,6 +70,8 @@ void printStats(const plan::Plan &plan,
     total.computedTokens += stats.computedTokens;
     total.relocatedTokens += stats.relocatedTokens;
     total.blendedTokens += stats.blendedTokens;
+    total.probeTokens += stats.probeTokens;
+    total.probeSeconds += stats.probeSeconds;
     total.generatedTokens += stats.generatedTokens;
   }
   for (const plan::QueryPlan &query : plan.queries) {
@@ -86,8 +88,12 @@ void printStats(const plan::Plan &plan,
                      100.0 * total.hitRate(), total.computedTokens,
                      total.relocatedTokens, total.generatedTokens, wallSeconds);
   if (total.blendedTokens)
-    os << "blend: " << total.blendedTokens
+    os << "repair: " << total.blendedTokens
        << " span tokens recomputed through every layer\n";
+  if (total.probeTokens)
+    os << llvm::format("repair probe: %u question tokens over the stitched "
+                       "spans, %.1f ms\n",
+                       total.probeTokens, 1e3 * total.probeSeconds);
 }
 
 nlohmann::json toJson(const plan::Plan &plan,
@@ -128,6 +134,8 @@ nlohmann::json toJson(const plan::Plan &plan,
          {"computed_tokens", stats.computedTokens},
          {"relocated_tokens", stats.relocatedTokens},
          {"blended_tokens", stats.blendedTokens},
+         {"probe_tokens", stats.probeTokens},
+         {"probe_seconds", stats.probeSeconds},
          {"generated_tokens", stats.generatedTokens},
          {"hit_rate", stats.hitRate()},
          {"ttft_seconds", stats.ttftSeconds},

@@ -8,90 +8,137 @@ namespace spanc::cli {
 
 namespace po = boost::program_options;
 
-namespace {
-/// Longer heads cost more than a small span saves; 64 blocks is 1 024
-/// tokens at the default block size.
-constexpr unsigned kMaxRecomputeBlocks = 64;
-} // namespace
-
 void addSpanModeOptions(po::options_description &options) {
   const kv::SpanOptions defaults;
-  options.add_options()                                                     //
-      ("span-context",                                                      //
-       po::value<std::string>()->default_value(                             //
-           kv::spanContextName(defaults.context)),                          //
-       "with --cache=span, what each span of a plus attends to besides "    //
-       "itself: prefix (what precedes the plus in its call: BOS, the "      //
-       "system turn, earlier messages; spans hit whenever a call repeats "  //
-       "that prefix, in any order) or isolated (nothing: spans hit after "  //
-       "any prefix, at a cost in accuracy)")                                //
-      ("span-recompute",                                                    //
-       po::value<int64_t>()->default_value(defaults.recomputeBlocks),       //
-       "with --cache=span, recompute the first N blocks of each span that " //
-       "did not see everything before it, in its call's context; the "      //
-       "tail reads those rows, the cached span stays as it is (costs N "    //
-       "blocks per span on a hit; 0: off)")                                 //
-      ("span-recompute-end",                                                //
-       po::value<int64_t>()->default_value(defaults.recomputeEndBlocks),    //
-       "with --cache=span, the same for the last N blocks of each such "    //
-       "span (they read the span's kept blocks before them)")               //
-      ("span-blend",                                                        //
-       po::value<int64_t>()->default_value(defaults.blendPercent),          //
-       "with --cache=span, selective recompute (CacheBlend-style): after "  //
-       "the spans of a plus, recompute their first 2 layers in the call's " //
-       "context, then through every layer the N% of their tokens whose "    //
-       "K/V moved most (and every token of the --span-recompute and "       //
-       "--span-recompute-end blocks); the tail reads the blend, the "       //
-       "cached spans stay as they are (0: off; 1..100)")                    //
-      ("span-temperature",                                                  //
-       po::value<float>()->default_value(defaults.temperature),             //
-       "with --cache=span, span scaling (APE-style): what follows a plus "  //
-       "reads its spans with scores divided by T (below 1 sharpens; "       //
-       "0.1..4; 1: off)")                                                   //
-      ("span-mass-scale",                                                   //
-       po::value<float>()->default_value(defaults.massScale),               //
-       "with --cache=span, span scaling: the log of the attention mass "    //
-       "that what follows a plus gives its spans is multiplied by S "       //
-       "before it is weighed against the prefix and the tail (0.1..4; 1: "  //
-       "off)");
+  options.add_options()                                                      //
+      ("span-context",                                                       //
+       po::value<std::string>()->default_value(                              //
+           kv::spanContextName(defaults.context)),                           //
+       "with --cache=span, what each span of a plus attends to besides "     //
+       "itself: prefix (what precedes the plus in its call: BOS, the "       //
+       "system turn, earlier messages; spans hit whenever a call repeats "   //
+       "that prefix, in any order) or isolated (nothing: spans hit after "   //
+       "any prefix, at a cost in accuracy)")                                 //
+      ("span-recompute",                                                     //
+       po::value<int64_t>()->default_value(defaults.recomputeBlocks),        //
+       "with --cache=span, recompute the first N blocks of each span that "  //
+       "did not see everything before it, in its call's context; the "       //
+       "tail reads those rows, the cached span stays as it is (costs N "     //
+       "blocks per span on a hit; 0: off)")                                  //
+      ("span-recompute-end",                                                 //
+       po::value<int64_t>()->default_value(defaults.recomputeEndBlocks),     //
+       "with --cache=span, the same for the last N blocks of each such "     //
+       "span (they read the span's kept blocks before them)")                //
+      ("span-blend",                                                         //
+       po::value<int64_t>()->default_value(defaults.blendPercent),           //
+       "with --cache=span, selective recompute (CacheBlend-style): after "   //
+       "the spans of a plus, recompute their first 2 layers in the call's "  //
+       "context, then through every layer the N% of their tokens whose "     //
+       "K/V moved most (and every token of the --span-recompute and "        //
+       "--span-recompute-end blocks); the tail reads the blend, the "        //
+       "cached spans stay as they are (0: off; 1..100)")                     //
+      ("span-temperature",                                                   //
+       po::value<float>()->default_value(defaults.temperature),              //
+       "with --cache=span, span scaling (APE-style): what follows a plus "   //
+       "reads its spans with scores divided by T (below 1 sharpens; "        //
+       "0.1..4; 1: off)")                                                    //
+      ("span-mass-scale",                                                    //
+       po::value<float>()->default_value(defaults.massScale),                //
+       "with --cache=span, span scaling: the log of the attention mass "     //
+       "that what follows a plus gives its spans is multiplied by S "        //
+       "before it is weighed against the prefix and the tail (0.1..4; 1: "   //
+       "off)")                                                               //
+      ("span-guided",                                                        //
+       po::value<int64_t>()->default_value(defaults.guidedPercent),          //
+       "with --cache=span, question-guided repair: after the spans of a "    //
+       "plus, the question (the segment after the plus) runs once over "     //
+       "them and records the attention each span block receives; the N% "    //
+       "of span blocks that received most (and the --span-recompute and "    //
+       "--span-recompute-end blocks) are recomputed through every layer in " //
+       "the call's context, and the tail reads them; the cached spans stay " //
+       "as they are (0: off; 1..100; 100 is full attention)")                //
+      ("span-guided-layers",                                                 //
+       po::value<std::string>()->default_value(                              //
+           kv::repairLayersName(defaults.guidedLayers)),                     //
+       "with --span-guided, the layers whose attention ranks the blocks: "   //
+       "all, last or upper (the band [L/2, 3L/4))")                          //
+      ("span-guided-granularity",                                            //
+       po::value<std::string>()->default_value(                              //
+           kv::repairGranularityName(defaults.guidedGranularity)),           //
+       "with --span-guided, what is ranked and recomputed: block or token")  //
+      ("span-guided-neighbours",                                             //
+       po::value<int64_t>()->default_value(defaults.guidedNeighbours),       //
+       "with --span-guided, also recompute N neighbouring blocks (tokens) "  //
+       "on each side of every chosen one, inside its span (0..8)")           //
+      ("span-mode",                                                          //
+       po::value<std::string>(),                                             //
+       "with --cache=span, the whole span mode by name, as the benchmarks "  //
+       "name it (instead of the --span-* options above): prefix or "         //
+       "isolated, then +recomputeN, +endN, +blendP, +guidedP (+last, "       //
+       "+upper, +tokens, +nearN), +tempP, +massP; e.g. prefix+end1 (the "    //
+       "default), prefix+guided20");
 }
 
 llvm::Expected<kv::SpanOptions>
 readSpanModeOptions(const po::variables_map &values) {
+  if (values.count("span-mode")) {
+    for (const char *flag :
+         {"span-context", "span-recompute", "span-recompute-end", "span-blend",
+          "span-temperature", "span-mass-scale", "span-guided",
+          "span-guided-layers", "span-guided-granularity",
+          "span-guided-neighbours"})
+      if (values.count(flag) && !values[flag].defaulted())
+        return llvm::createStringError(
+            std::errc::invalid_argument,
+            "--span-mode and --%s: the mode names every setting; give one "
+            "of them",
+            flag);
+    auto mode = kv::parseSpanMode(values["span-mode"].as<std::string>());
+    if (!mode)
+      return mode.takeError();
+    return *mode;
+  }
   kv::SpanOptions options;
   auto context = kv::parseSpanContext(values["span-context"].as<std::string>());
   if (!context)
     return context.takeError();
   options.context = *context;
-  // Read signed, so that a negative count is reported as given.
-  int64_t recompute = values["span-recompute"].as<int64_t>();
-  int64_t recomputeEnd = values["span-recompute-end"].as<int64_t>();
-  int64_t blend = values["span-blend"].as<int64_t>();
-  if (blend < 0 || blend > 100)
-    return llvm::createStringError(std::errc::invalid_argument,
-                                   "--span-blend %lld: a percentage, 0..100",
-                                   static_cast<long long>(blend));
-  options.blendPercent = unsigned(blend);
-  for (auto [name, target] :
-       {std::make_pair("--span-temperature", &options.temperature),
-        std::make_pair("--span-mass-scale", &options.massScale)}) {
-    float value = values[name + 2].as<float>();
-    // Also refuses NaN.
-    if (!(value >= 0.1f && value <= 4.0f))
-      return llvm::createStringError(std::errc::invalid_argument,
-                                     "%s %g: must be in [0.1, 4]", name,
-                                     double(value));
-    *target = value;
-  }
-  for (auto [name, value] :
-       {std::make_pair("--span-recompute", recompute),
-        std::make_pair("--span-recompute-end", recomputeEnd)})
-    if (value < 0 || value > kMaxRecomputeBlocks)
+  auto layers =
+      kv::parseRepairLayers(values["span-guided-layers"].as<std::string>());
+  if (!layers)
+    return layers.takeError();
+  options.guidedLayers = *layers;
+  auto granularity = kv::parseRepairGranularity(
+      values["span-guided-granularity"].as<std::string>());
+  if (!granularity)
+    return granularity.takeError();
+  options.guidedGranularity = *granularity;
+  // Counts are read signed, so that a negative one is reported as given.
+  struct Count {
+    const char *flag;
+    uint32_t *target;
+    const char *range;
+  };
+  for (const Count &count :
+       {Count{"span-recompute", &options.recomputeBlocks,
+              "must be in [0, 64] blocks"},
+        Count{"span-recompute-end", &options.recomputeEndBlocks,
+              "must be in [0, 64] blocks"},
+        Count{"span-blend", &options.blendPercent, "a percentage, 0..100"},
+        Count{"span-guided", &options.guidedPercent, "a percentage, 0..100"},
+        Count{"span-guided-neighbours", &options.guidedNeighbours,
+              "must be in [0, 8]"}}) {
+    int64_t value = values[count.flag].as<int64_t>();
+    if (value < 0 || value > 100000)
       return llvm::createStringError(
-          std::errc::invalid_argument, "%s %lld: must be in [0, %u] blocks",
-          name, static_cast<long long>(value), kMaxRecomputeBlocks);
-  options.recomputeBlocks = unsigned(recompute);
-  options.recomputeEndBlocks = unsigned(recomputeEnd);
+          std::errc::invalid_argument, "--%s %lld: %s", count.flag,
+          static_cast<long long>(value), count.range);
+    *count.target = uint32_t(value);
+  }
+  options.temperature = values["span-temperature"].as<float>();
+  options.massScale = values["span-mass-scale"].as<float>();
+  if (llvm::Error error = kv::checkSpanOptions(options))
+    return error;
   return options;
 }
 

@@ -7,7 +7,7 @@
 #ifndef SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H
 #define SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H
 
-#include "runtime/kv/KvCacheManager.h"
+#include "runtime/kv/SpanLayout.h"
 
 #include "llvm/Support/Error.h"
 
@@ -15,7 +15,7 @@
 
 namespace spanc::cli {
 
-/// Adds --span-context and --span-recompute to `options`.
+/// Adds --span-mode and the --span-* settings to `options`.
 void addSpanModeOptions(boost::program_options::options_description &options);
 
 /// Reads them back; fails with a message naming the option.

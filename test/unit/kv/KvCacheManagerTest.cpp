@@ -1060,4 +1060,98 @@ TEST(SpanBlend, ABlendMissingOneBlockIsComputedWhole) {
   ASSERT_POOL_OK(fixture.pool);
 }
 
+SpanOptions guidedOptions(uint32_t percent) {
+  SpanOptions options;
+  options.recomputeEndBlocks = 0;
+  options.guidedPercent = percent;
+  return options;
+}
+
+TEST(SpanGuided, ARepairAfterThePlusMirrorsItsSpansAndDependsOnTheQuestion) {
+  Fixture fixture(128, CacheMode::Span, RelocationMode::RopeInKernel,
+                  guidedOptions(20));
+  KvCacheManager &manager = fixture.manager;
+  const std::vector<Segment> ab = {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                                   span(tokens(20, 200)), tail(tokens(20, 5))};
+  run(manager, 1, ab);
+  const RequestPlan &plan = manager.plan(1);
+  // prefix, A (2 blocks), B (2 blocks), repair (4 blocks), tail (2).
+  ASSERT_EQ(plan.segments.size(), 5u);
+  const SegmentPlan &repair = plan.segments[3];
+  EXPECT_TRUE(repair.blend);
+  EXPECT_TRUE(repair.guided);
+  EXPECT_EQ(repair.numBlocks, 4u);
+  std::vector<bool> candidates, forced;
+  for (uint32_t b = 0; b < repair.numBlocks; ++b) {
+    candidates.push_back(plan.blocks[repair.firstBlock + b].repairCandidate);
+    forced.push_back(plan.blocks[repair.firstBlock + b].blendForced);
+  }
+  // A saw all its context (the prefix): only B's blocks may be chosen.
+  EXPECT_EQ(candidates, (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(forced, (std::vector<bool>{false, false, false, false}));
+  EXPECT_EQ(plan.segments[4].pages,
+            (llvm::SmallVector<uint32_t, 16>{0, 5, 6, 7, 8, 9, 10}));
+  manager.release(1);
+
+  // The same call hits everything it can (the last block is computed).
+  run(manager, 2, ab);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 3), 4u);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 4), 1u);
+  manager.release(2);
+  // Another question over the same spans: the spans hit, the repair (its
+  // choice is the question's) and the tail are computed.
+  run(manager, 3,
+      {prefix(tokens(16, 1)), span(tokens(20, 100)), span(tokens(20, 200)),
+       tail(tokens(20, 7))});
+  EXPECT_EQ(reusedBlocks(manager.plan(3), 1) + reusedBlocks(manager.plan(3), 2),
+            4u);
+  EXPECT_EQ(reusedBlocks(manager.plan(3), 3), 0u);
+  manager.release(3);
+  // Another percentage: another repair.
+  ASSERT_POOL_OK(fixture.pool);
+  const BlockHasher &hasher = manager.hasher();
+  auto layout20 =
+      layoutRequest(ab, CacheMode::Span, guidedOptions(20), 16, hasher);
+  auto layout30 =
+      layoutRequest(ab, CacheMode::Span, guidedOptions(30), 16, hasher);
+  ASSERT_TRUE(layout20 && layout30);
+  EXPECT_NE(layout20->segments[3].parentHash.str(),
+            layout30->segments[3].parentHash.str());
+  EXPECT_EQ(layout20->blocks[1].hash.str(), layout30->blocks[1].hash.str());
+  // A call resumed after a preemption (its generated tokens appended to the
+  // tail) probes with the question only: the same repair.
+  std::vector<Segment> resumed = ab;
+  resumed.back().tokens.insert(resumed.back().tokens.end(), {900, 901, 902});
+  resumed.back().generatedTokens = 3;
+  auto resumedLayout =
+      layoutRequest(resumed, CacheMode::Span, guidedOptions(20), 16, hasher);
+  ASSERT_TRUE(bool(resumedLayout));
+  EXPECT_EQ(resumedLayout->segments[3].parentHash.str(),
+            layout20->segments[3].parentHash.str());
+  EXPECT_EQ(resumedLayout->segments[3].probeTokens, 20u);
+  EXPECT_EQ(resumedLayout->segments[4].numTokens, 23u);
+}
+
+TEST(SpanGuided, TheSegmentsAfterAComputedRepairAreComputed) {
+  // Its probe writes K/V into the tail's blocks: a tail block found in the
+  // cache while the repair is not must not be overwritten.
+  Fixture fixture(128, CacheMode::Span, RelocationMode::RopeInKernel,
+                  guidedOptions(20));
+  KvCacheManager &manager = fixture.manager;
+  const std::vector<Segment> ab = {prefix(tokens(16, 1)), span(tokens(20, 100)),
+                                   span(tokens(20, 200)), tail(tokens(40, 5))};
+  run(manager, 1, ab);
+  const SegmentPlan repair = manager.plan(1).segments[3];
+  const BlockId evicted = manager.plan(1).blocks[repair.firstBlock].block;
+  manager.release(1);
+  fixture.pool.uncache(evicted);
+  AdmitResult result = manager.admit(2, ab);
+  ASSERT_EQ(result.status, AdmitStatus::Admitted) << result.reason;
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 3), 0u);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 4), 0u);
+  EXPECT_EQ(reusedBlocks(manager.plan(2), 1), 2u);
+  manager.release(2);
+  ASSERT_POOL_OK(fixture.pool);
+}
+
 } // namespace

@@ -151,19 +151,13 @@ const kv::SpanOptions kSpanModes[] = {
     {kv::SpanContext::Isolated, 1, 0, 0, 0.8f, 1.2f},
     {kv::SpanContext::Prefix, 0, 1},
     {kv::SpanContext::Prefix, 0, 0, 20},
-    {kv::SpanContext::Isolated, 0, 1, 20}};
-std::string spanModeName(const kv::SpanOptions &options) {
-  return std::string(kv::spanContextName(options.context)) +
-         (options.recomputeBlocks
-              ? "+recompute" + std::to_string(options.recomputeBlocks)
-              : "") +
-         (options.recomputeEndBlocks
-              ? "+end" + std::to_string(options.recomputeEndBlocks)
-              : "") +
-         (options.blendPercent ? "+blend" + std::to_string(options.blendPercent)
-                               : "") +
-         (options.scalesSpans() ? "+scaled" : "");
-}
+    {kv::SpanContext::Isolated, 0, 1, 20},
+    // Question-guided repair: by block over every layer, and by token over
+    // the last layer with neighbours.
+    {kv::SpanContext::Prefix, 0, 1, 0, 1, 1, 20},
+    {kv::SpanContext::Isolated, 0, 0, 0, 1, 1, 30, kv::RepairLayers::Last,
+     kv::RepairGranularity::Token, 1}};
+using kv::spanModeName;
 const kv::SpanOptions kIsolated{kv::SpanContext::Isolated, 0, 0};
 
 std::string query(const std::string &name, const std::string &system,
@@ -279,8 +273,13 @@ void ExecutorTest::checkHitLogitsEqualMiss() {
         // f16 at other positions than the miss's. Measured on SmolLM2: 6.5e-3,
         // the same as before K/V were stored as f16 (f32 storage of
         // f16-rounded values, relocation not re-rounded: 6.5e-3); the tiny
-        // models 2e-4..6e-4. The greedy answer must not change.
-        EXPECT_LE(maxDifference, 1e-2) << name;
+        // models 2e-4..6e-4. A question-guided repair ranks span tokens by
+        // the attention the question gives those K: with isolated spans
+        // (moved on the hit, in place on the miss) a near-tie in the
+        // ranking may recompute another token on the hit (tiny Llama, by
+        // token over the last layer: 1.3e-2). The greedy answer must not
+        // change.
+        EXPECT_LE(maxDifference, spanMode.guidedPercent ? 2e-2 : 1e-2) << name;
       }
       auto argmax = [](const std::vector<float> &logits) {
         return std::max_element(logits.begin(), logits.end()) - logits.begin();
@@ -327,6 +326,48 @@ TEST_P(ExecutorTest, ABlendOfEveryTokenIsFullAttention) {
         maxDifference);
     EXPECT_LE(maxDifference, exactKv() ? 2e-3 : 2e-2);
     EXPECT_EQ(blend[0].tokens, reference[0].tokens);
+  }
+}
+
+// A question-guided repair of every block recomputes every span block
+// that missed context through every layer over its call's context: the
+// same K/V as recomputing those spans whole as causal runs, up to the
+// order of sums, so the answer of full attention. The probe ran and the
+// repair recomputed only the later span's tokens.
+TEST_P(ExecutorTest, AGuidedRepairOfEveryBlockIsFullAttention) {
+  plan::Plan ab = compile(kAB), ba = compile(kBA);
+  for (kv::RelocationMode mode :
+       {kv::RelocationMode::Rerope, kv::RelocationMode::RopeInKernel}) {
+    spanOptions = {kv::SpanContext::Prefix, 64, 0};
+    auto recomputed = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    recomputed->run(ab);
+    auto reference = recomputed->run(ba);
+    spanOptions = {kv::SpanContext::Prefix, 0, 0, 0, 1, 1, 100};
+    auto repaired = makeExecutor(kv::CacheMode::Span, mode, 16384, true);
+    repaired->run(ab);
+    auto hit = repaired->run(ba);
+    spanOptions = {};
+    ASSERT_FALSE(hit[0].firstLogits.empty());
+    EXPECT_GT(hit[0].stats.reusedTokens, 100u);
+    EXPECT_GT(hit[0].stats.probeTokens, 0u);
+    uint32_t laterSpan = 0, spans = 0;
+    for (const plan::PlanSegment &segment : ba.calls[0].segments)
+      if (segment.kind == kv::SegmentKind::Span && spans++ > 0)
+        for (const plan::Piece &piece : segment.pieces)
+          laterSpan += uint32_t(piece.tokens.size());
+    EXPECT_EQ(hit[0].stats.blendedTokens, laterSpan);
+    double maxDifference = 0;
+    for (size_t i = 0; i < hit[0].firstLogits.size(); ++i)
+      maxDifference = std::max(maxDifference,
+                               double(std::fabs(hit[0].firstLogits[i] -
+                                                reference[0].firstLogits[i])));
+    std::printf("[ %s ] guided100 vs recompute64 %s: max |diff| %.3g\n",
+                GetParam().name,
+                mode == kv::RelocationMode::Rerope ? "rerope"
+                                                   : "rope-in-kernel",
+                maxDifference);
+    EXPECT_LE(maxDifference, exactKv() ? 2e-3 : 2e-2);
+    EXPECT_EQ(hit[0].tokens, reference[0].tokens);
   }
 }
 
@@ -514,7 +555,7 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
   // recomputes whole blends over and over (minutes under a shared CPU),
   // and the block mechanics are the same on every model.
   for (const kv::SpanOptions &spanMode : kSpanModes)
-    if (!spanMode.blendPercent || !GetParam().installed)
+    if (!spanMode.repairs() || !GetParam().installed)
       cases.push_back({spanMode, kv::RelocationMode::RopeInKernel});
   cases.push_back({kSpanModes[0], kv::RelocationMode::Rerope});
   for (const auto &[spanMode, relocation] : cases) {
@@ -540,7 +581,7 @@ TEST_P(ExecutorTest, ACacheFourTimesTooSmallChangesNoAnswer) {
         blocks += int64_t((tokens + blockSize - 1) / blockSize);
         if (segment.kind == plan::SegmentKind::Span)
           blocks += spanMode.recomputeBlocks + spanMode.recomputeEndBlocks +
-                    (spanMode.blendPercent
+                    (spanMode.repairs()
                          ? int64_t((tokens + blockSize - 1) / blockSize)
                          : 0);
       }

@@ -10,8 +10,8 @@
 
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
-#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/IsaOption.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "bench/common/Bench.h"
@@ -127,8 +127,8 @@ int runEngineBenchmark(const po::variables_map &values) {
   }
   out << "spanc engine: " << options.modelPath << ", " << threads
       << " threads, " << result->precision << " GEMMs on " << result->gemmKernel
-      << " (" << cpu::isaLevelName(cpu::isaLevel()) << " path: "
-      << cpu::cpuFeatures().describe() << "), load "
+      << " (" << cpu::isaLevelName(cpu::isaLevel())
+      << " path: " << cpu::cpuFeatures().describe() << "), load "
       << llvm::format("%.2f", result->loadSeconds) << " s\n";
   out << "| test | tokens/s (median) | stddev | reps |\n|---|---|---|---|\n";
   if (options.promptTokens > 0)

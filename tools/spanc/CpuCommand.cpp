@@ -22,8 +22,8 @@ int runCpu(const std::vector<std::string> &args) {
   po::positional_options_description positional;
   ParsedCommandLine parsed = parseCommandLine(
       "cpu", "spanc cpu [--paths | --missing]",
-      "Lists the kernel paths (--isa levels) and which this CPU runs.",
-      options, positional, args);
+      "Lists the kernel paths (--isa levels) and which this CPU runs.", options,
+      positional, args);
   if (parsed.exitCode)
     return *parsed.exitCode;
   const po::variables_map &values = parsed.values;

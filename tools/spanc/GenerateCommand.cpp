@@ -12,8 +12,8 @@
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
-#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/IsaOption.h"
+#include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "runtime/backend/BackendFactory.h"

@@ -25,9 +25,9 @@
 #include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
+#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
-#include "tools/spanc/IsaOption.h"
 #include "tools/spanc/ThreadsOption.h"
 
 #include "llvm/ADT/StringMap.h"

@@ -93,8 +93,8 @@ void capOneDnnIsa() {
     case IsaLevel::Amx:
       break;
     }
-    if (isa == dnnl::cpu_isa::all || dnnl::set_max_cpu_isa(isa) ==
-                                         dnnl::status::success)
+    if (isa == dnnl::cpu_isa::all ||
+        dnnl::set_max_cpu_isa(isa) == dnnl::status::success)
       return true;
     // oneDNN refuses once it has jitted a kernel: say so, never silently.
     std::fprintf(stderr,
@@ -193,8 +193,8 @@ struct GemmEngine::Impl {
 };
 
 GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
-    : impl((capOneDnnIsa(), std::make_unique<Impl>())), enginePrecision(precision),
-      engineKernel(GemmKernel::OneDnn) {
+    : impl((capOneDnnIsa(), std::make_unique<Impl>())),
+      enginePrecision(precision), engineKernel(GemmKernel::OneDnn) {
   if (preferred == GemmKernel::Amx && precision == GemmPrecision::Bf16 &&
       amxBf16Usable())
     engineKernel = GemmKernel::Amx;

@@ -237,9 +237,9 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
                         sequence.spanPages[page] != 0);
       }
     const int64_t length = int64_t(keys.size());
-    const PathArithmetic arithmetic =
-        amxShape && sequence.numQueries > 1 ? amxProducts(testCase.headDim)
-                                            : f32Products(testCase.headDim);
+    const PathArithmetic arithmetic = amxShape && sequence.numQueries > 1
+                                          ? amxProducts(testCase.headDim)
+                                          : f32Products(testCase.headDim);
     for (int query = 0; query < sequence.numQueries; ++query) {
       int64_t limit = length - sequence.numQueries + query;
       int64_t row = queryOffsets[index] + query;
@@ -306,15 +306,16 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
         massError[1] *= std::abs(sequence.scaling.massScale);
         for (int dim = 0; dim < testCase.headDim; ++dim) {
           auto value = [&](int64_t key) {
-            return double(
-                (*values[size_t(key)])[size_t(kvHead * testCase.headDim + dim)]);
+            return double((
+                *values[size_t(key)])[size_t(kvHead * testCase.headDim + dim)]);
           };
           double expected = 0, kindOutput[2] = {0, 0};
           for (int64_t key = 0; key <= limit; ++key) {
             const int kind = kinds[size_t(key)];
             const double withinKind = scores[size_t(key)] / kindSum[kind];
             kindOutput[kind] += withinKind * value(key);
-            expected += withinKind * kindWeight[kind] / weightTotal * value(key);
+            expected +=
+                withinKind * kindWeight[kind] / weightTotal * value(key);
           }
           // errorBound: the score errors through the softmax (within each
           // kind, then between the kinds' masses), the f32 sums of P.V over
@@ -334,10 +335,9 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
           const double betweenKinds = (massError[0] + massError[1]) * share0 *
                                       share1 *
                                       std::abs(kindOutput[1] - kindOutput[0]);
-          const double sums =
-              (kLambda * std::sqrt(double(limit + 1)) +
-               double(sequence.blockIds.size()) + 2) *
-              kUnitRoundoff * magnitude;
+          const double sums = (kLambda * std::sqrt(double(limit + 1)) +
+                               double(sequence.blockIds.size()) + 2) *
+                              kUnitRoundoff * magnitude;
           const double bound =
               kHigherOrder * (withinKinds + betweenKinds + sums) +
               2 * kUnitRoundoff * std::abs(expected);
@@ -364,10 +364,11 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
 
 void runCase(const Case &testCase, bool forceScalar, int minPagesPerSplit = 0) {
   for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
-    std::printf("%s path%s, %s K/V: largest error %.3g of its bound\n",
-                isaLevelName(isaLevel()), forceScalar ? " (forced scalar)" : "",
-                precision == KvPrecision::F16 ? "f16" : "f32",
-                runCaseWith(testCase, forceScalar, minPagesPerSplit, precision));
+    std::printf(
+        "%s path%s, %s K/V: largest error %.3g of its bound\n",
+        isaLevelName(isaLevel()), forceScalar ? " (forced scalar)" : "",
+        precision == KvPrecision::F16 ? "f16" : "f32",
+        runCaseWith(testCase, forceScalar, minPagesPerSplit, precision));
   if (!forceScalar && amxBf16Usable()) {
     // The AMX path where the shape takes it (f32 products otherwise): held
     // to its own bound, and its bits must show that it ran.

@@ -142,8 +142,7 @@ TEST(CpuGemm, AmxPadsEveryDimension) {
 /// computed it among hundreds; a bulk batches what a solo call runs
 /// alone): the same bits for a probe row at several positions of batches
 /// of many sizes as alone.
-void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n,
-                                    int64_t k) {
+void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n, int64_t k) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::vector<float> weights(static_cast<size_t>(n * k)),
@@ -165,8 +164,8 @@ void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n,
       ASSERT_FALSE(bool(engine.multiply(*packed, x.data(), m, y.data())));
       for (int64_t col = 0; col < n; ++col)
         ASSERT_EQ(y[size_t(position * n + col)], alone[size_t(col)])
-            << "m " << m << " position " << position << " col " << col
-            << " (" << gemmKernelName(engine.kernel()) << ", "
+            << "m " << m << " position " << position << " col " << col << " ("
+            << gemmKernelName(engine.kernel()) << ", "
             << gemmPrecisionName(engine.precision()) << ", "
             << isaLevelName(isaLevel()) << " path)";
     }

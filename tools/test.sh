@@ -31,12 +31,14 @@ report_kernel_paths() {
   for level in scalar avx2 avx512 avx512bf16 amx; do
     ran=0 skipped=0
     while IFS= read -r log; do
-      if grep -q "^spanc-isa: ran $level" "$log"; then
+      # A sharded target: count it once, by its first shard.
+      [[ $log == */shard_* && $log != */shard_1_of_* ]] && continue
+      if grep -qE "^spanc-isa: ran $level( |$)" "$log"; then
         ran=$((ran + 1))
-      elif grep -q "^spanc-isa: skipped $level" "$log"; then
+      elif grep -qE "^spanc-isa: skipped $level:" "$log"; then
         skipped=$((skipped + 1))
       fi
-    done < <(find -L "$root/bazel-testlogs/" -path "*_$level*" -name test.log)
+    done < <(find -L "$root/bazel-testlogs/" -path "*_$level/*" -name test.log)
     printf '   %-11s %3d test targets ran, %3d skipped (no such hardware)\n' \
       "$level" "$ran" "$skipped"
     skipped_paths=$((skipped_paths + skipped))
@@ -45,7 +47,7 @@ report_kernel_paths() {
 skipped_paths=0
 
 run_suite //...
-report_kernel_paths | tee -a "$log"
+report_kernel_paths
 if [[ ${CI:-} == true || ${SPANC_SANITIZE:-} == 1 ]]; then
   # Heavy per-path tests (a model on every path) run under ASan on the
   # host's own path only: each takes several times as long there.

@@ -23,12 +23,11 @@ run_suite() {
 # Which kernel paths (bazel/isa.bzl) each per-path test ran, and which it
 # skipped because this CPU lacks them: the list CI prints.
 report_kernel_paths() {
-  local spanc="$root/bazel-bin/tools/spanc/spanc"
   [[ -x $spanc ]] || return 0
   echo "== kernel paths: this CPU runs: $("$spanc" cpu --paths);" \
     "lacks: $("$spanc" cpu --missing)"
   local level ran skipped
-  for level in scalar avx2 avx512 avx512bf16 amx; do
+  for level in $(all_levels); do
     ran=0 skipped=0
     while IFS= read -r log; do
       # A sharded target: count it once, by its first shard.
@@ -45,15 +44,19 @@ report_kernel_paths() {
   done
 }
 skipped_paths=0
+spanc="$root/bazel-bin/tools/spanc/spanc"
+
+# Every kernel path, lowest first: those this CPU runs, then those it lacks.
+all_levels() { echo "$("$spanc" cpu --paths) $("$spanc" cpu --missing)"; }
 
 run_suite //...
 report_kernel_paths
 if [[ ${CI:-} == true || ${SPANC_SANITIZE:-} == 1 ]]; then
   # Heavy per-path tests (a model on every path) run under ASan on the
   # host's own path only: each takes several times as long there.
-  host_path="$("$root/bazel-bin/tools/spanc/spanc" cpu --paths | awk '{print $NF}')"
+  host_path="$("$spanc" cpu --paths | awk '{print $NF}')"
   filters="-no_asan"
-  for level in scalar avx2 avx512 avx512bf16 amx; do
+  for level in $(all_levels); do
     [[ $level == "$host_path" ]] || filters+=",-isa_heavy_$level"
   done
   run_suite --config=asan --test_tag_filters="$filters" \

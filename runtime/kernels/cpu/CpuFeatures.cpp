@@ -170,18 +170,21 @@ std::string isaLevelNames() {
 
 const CpuFeatures &hostCpuFeatures() { return probeOnce(); }
 
-IsaLevel hostIsaLevel() {
-  const CpuFeatures &host = probeOnce();
-  if (hostAmxUsable())
+/// The highest kernel path `features` allow (AMX also needs the kernel's
+/// permission, asked for the host once).
+static IsaLevel levelOf(const CpuFeatures &features) {
+  if (features.amxBf16 && hostAmxUsable())
     return IsaLevel::Amx;
-  if (host.hasAvx512() && host.avx512bf16)
+  if (features.hasAvx512() && features.avx512bf16)
     return IsaLevel::Avx512Bf16;
-  if (host.hasAvx512())
+  if (features.hasAvx512())
     return IsaLevel::Avx512;
-  if (host.avx2 && host.fma)
+  if (features.avx2 && features.fma)
     return IsaLevel::Avx2;
   return IsaLevel::Scalar;
 }
+
+IsaLevel hostIsaLevel() { return levelOf(probeOnce()); }
 
 std::string missingForIsaLevel(IsaLevel level) {
   if (level <= hostIsaLevel())
@@ -219,17 +222,8 @@ bool setIsaCap(IsaLevel level) {
 }
 
 IsaLevel isaLevel() {
-  const CpuFeatures &features = cpuFeatures();
   // The level of the capped features (the cap itself may exceed the host).
-  if (features.amxBf16 && hostAmxUsable())
-    return IsaLevel::Amx;
-  if (features.hasAvx512() && features.avx512bf16)
-    return IsaLevel::Avx512Bf16;
-  if (features.hasAvx512())
-    return IsaLevel::Avx512;
-  if (features.avx2 && features.fma)
-    return IsaLevel::Avx2;
-  return IsaLevel::Scalar;
+  return levelOf(cpuFeatures());
 }
 
 const CpuFeatures &cpuFeatures() {

@@ -17,6 +17,11 @@
 //          drawn from bench/accuracy/prose.json; a question per document
 //          about a concrete name, number, place or date in it; correct =
 //          the answer contains one of its accepted answers, ignoring case.
+//   multihop  N passages of the Python documentation (`doc_tokens` each,
+//          real technical prose) with a planted code each; a question per
+//          document asks for its code and the code of the document half a
+//          context away; correct = the answer holds both: the answer needs
+//          two documents, far apart in the call.
 //
 // The binding diagnostic: per context and mode, the share of its questions
 // that got the context's most common answer (a mode that answers most
@@ -39,6 +44,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -108,7 +114,16 @@ llvm::Expected<std::vector<Mode>> parseModes(llvm::StringRef text) {
 struct Question {
   std::string text;
   std::vector<std::string> accepted;
+  /// Whether the answer must hold every accepted string (multihop), not
+  /// one of them.
+  bool needsAll = false;
 };
+
+/// A task's name and whether its documents have a length setting.
+bool isTask(llvm::StringRef name) {
+  return name == "codes" || name == "prose" || name == "multihop";
+}
+bool hasDocTokens(llvm::StringRef task) { return task != "prose"; }
 
 struct Context {
   std::vector<std::string> documents;
@@ -154,6 +169,120 @@ Context makeCodesContext(const model::Tokenizer &tokenizer, int64_t docs,
     context.questions.push_back(
         {"What is the code of " + names[d] + "? Reply with the code only.",
          {code}});
+  }
+  return context;
+}
+
+/// The prose paragraphs of the reST files under `folder` (recursively, in
+/// name order): blocks between blank lines that are neither directives,
+/// code, tables nor headings, of at least 30 words.
+llvm::Expected<std::vector<std::string>> loadPassages(llvm::StringRef folder) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (llvm::sys::fs::recursive_directory_iterator it(folder, error), last;
+       it != last && !error; it.increment(error))
+    if (llvm::StringRef(it->path()).endswith(".rst.txt"))
+      files.push_back(it->path());
+  if (error)
+    return failure("multihop_corpus " + folder + ": " + error.message());
+  llvm::sort(files);
+  std::vector<std::string> paragraphs;
+  for (const std::string &file : files) {
+    auto buffer = llvm::MemoryBuffer::getFile(file);
+    if (!buffer)
+      continue;
+    llvm::SmallVector<llvm::StringRef, 64> blocks;
+    llvm::StringRef((*buffer)->getBuffer()).split(blocks, "\n\n");
+    for (llvm::StringRef block : blocks) {
+      block = block.trim();
+      if (block.empty() || block.startswith("..") || block.startswith(">>>") ||
+          block.contains("::") || block.contains("===") ||
+          block.contains("---") || block.contains("+--") ||
+          block.contains("``") || llvm::isSpace(block.front()))
+        continue;
+      llvm::SmallVector<llvm::StringRef, 64> words;
+      block.split(words, ' ', -1, false);
+      if (words.size() < 30)
+        continue;
+      std::string text;
+      for (llvm::StringRef word : words)
+        text += (text.empty() ? "" : " ") + word.trim().str();
+      // reST roles and markup out: :func:`x` -> x, *a* -> a.
+      std::string plain;
+      for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == ':' && i + 1 < text.size() &&
+            std::isalpha(text[i + 1])) {
+          size_t close = text.find(':', i + 1);
+          if (close != std::string::npos && close + 1 < text.size() &&
+              text[close + 1] == '`' &&
+              llvm::all_of(
+                  llvm::StringRef(text).slice(i + 1, close),
+                  [](char c) { return std::isalnum(c) || c == ':'; })) {
+            i = close;
+            continue;
+          }
+        }
+        if (text[i] == '`' || text[i] == '*' || text[i] == '~')
+          continue;
+        plain += text[i];
+      }
+      paragraphs.push_back(std::move(plain));
+    }
+  }
+  if (paragraphs.size() < 64)
+    return failure("multihop_corpus " + folder + ": " +
+                   llvm::Twine(paragraphs.size()) +
+                   " prose paragraphs, expected the Python documentation's "
+                   "reST sources (Debian python3.11-doc, tools/setup.sh)");
+  return paragraphs;
+}
+
+/// A passage of about `docTokens` tokens: consecutive paragraphs from a
+/// random one on, cut at the last sentence end that fits.
+std::string makePassage(const model::Tokenizer &tokenizer,
+                        llvm::ArrayRef<std::string> paragraphs,
+                        int64_t docTokens, std::mt19937_64 &random) {
+  size_t at = random() % paragraphs.size();
+  std::string text;
+  while (int64_t(tokenizer.encode(text, false).size()) < docTokens)
+    text += (text.empty() ? "" : " ") + paragraphs[at++ % paragraphs.size()];
+  std::vector<kv::TokenId> tokens = tokenizer.encode(text, false);
+  tokens.resize(size_t(docTokens));
+  std::string cut = tokenizer.decode(tokens);
+  size_t end = cut.rfind(". ");
+  if (end != std::string::npos && end > cut.size() / 2)
+    cut.resize(end + 1);
+  return llvm::StringRef(cut).trim().str();
+}
+
+/// Python documentation passages with a planted code each; question d asks
+/// for the codes of documents d and d + N/2 (mod N).
+Context makeMultihopContext(const model::Tokenizer &tokenizer,
+                            llvm::ArrayRef<std::string> paragraphs,
+                            int64_t docs, int64_t docTokens,
+                            std::mt19937_64 &random) {
+  Context context;
+  std::set<std::string> codes;
+  std::vector<std::string> names = personNames(random, size_t(docs));
+  std::vector<std::string> documentCodes;
+  for (int64_t d = 0; d < docs; ++d) {
+    std::string code;
+    do
+      code = std::to_string(1000 + random() % 9000);
+    while (codes.count(code));
+    codes.insert(code);
+    documentCodes.push_back(code);
+    context.documents.push_back(
+        plant(makePassage(tokenizer, paragraphs, docTokens, random),
+              "The code of " + names[d] + " is " + code + ".", random));
+  }
+  for (int64_t d = 0; d < docs; ++d) {
+    int64_t other = (d + docs / 2) % docs;
+    Question question{"What are the codes of " + names[d] + " and of " +
+                          names[other] + "? Reply with the two codes only.",
+                      {documentCodes[d], documentCodes[other]},
+                      /*needsAll=*/true};
+    context.questions.push_back(std::move(question));
   }
   return context;
 }
@@ -239,13 +368,21 @@ std::string programFor(const std::vector<Context> &contexts,
 }
 
 /// What identifies an answer for the binding diagnostic: the first 4-digit
-/// number for codes (the rest is chatter), else the lower-cased words.
+/// number for codes (the rest is chatter), the first two for multihop,
+/// else the lower-cased words.
 std::string answerKey(llvm::StringRef task, llvm::StringRef answer) {
-  if (task == "codes")
+  if (task == "codes" || task == "multihop") {
+    std::string numbers;
     for (size_t i = 0; i + 4 <= answer.size(); ++i)
       if (llvm::all_of(answer.substr(i, 4), llvm::isDigit) &&
-          (i == 0 || !llvm::isDigit(answer[i - 1])))
-        return answer.substr(i, 4).str();
+          (i == 0 || !llvm::isDigit(answer[i - 1]))) {
+        numbers += (numbers.empty() ? "" : " ") + answer.substr(i, 4).str();
+        if (task == "codes" || numbers.size() > 4)
+          return numbers;
+      }
+    if (!numbers.empty())
+      return numbers;
+  }
   std::string key;
   for (char c : answer) {
     if (std::isalnum(static_cast<unsigned char>(c)))
@@ -266,7 +403,7 @@ std::string escapeTsv(llvm::StringRef text) {
 /// A (task, document length, document count) block of the tables.
 struct Cell {
   std::string task;
-  int64_t docTokens = 0; // codes: hay tokens per document; prose: 0
+  int64_t docTokens = 0; // codes, multihop: tokens per document; prose: 0
   int64_t docs = 0;
   bool operator<(const Cell &other) const {
     return std::tie(task, docTokens, docs) <
@@ -285,8 +422,8 @@ struct Tally {
 };
 
 std::string lengthLabel(const Cell &cell, double proseTokens) {
-  return cell.task == "codes" ? std::to_string(cell.docTokens)
-                              : printed("prose (~%.0f)", proseTokens);
+  return hasDocTokens(cell.task) ? std::to_string(cell.docTokens)
+                                 : printed("prose (~%.0f)", proseTokens);
 }
 
 llvm::Error runAccuracy(const BenchArgs &args) {
@@ -338,16 +475,17 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   std::vector<std::string> tasks;
   {
     llvm::SmallVector<llvm::StringRef, 2> names;
-    llvm::StringRef(args.setting("task", "codes,prose"))
+    llvm::StringRef(args.setting("task", "codes,prose,multihop"))
         .split(names, ',', -1, false);
     for (llvm::StringRef name : names) {
-      if (name.trim() != "codes" && name.trim() != "prose")
-        return failure("task: expected codes and/or prose, got '" + name + "'");
+      if (!isTask(name.trim()))
+        return failure("task: expected codes, prose and/or multihop, got '" +
+                       name + "'");
       if (!llvm::is_contained(tasks, name.trim().str()))
         tasks.push_back(name.trim().str());
     }
     if (tasks.empty())
-      return failure("task: name at least one of codes, prose");
+      return failure("task: name at least one of codes, prose, multihop");
   }
   for (int64_t docs : *docCounts)
     if (docs < 1 || docs > int64_t(maxDistinctNames()))
@@ -383,6 +521,19 @@ llvm::Error runAccuracy(const BenchArgs &args) {
       if (size_t(docs) > prose.size())
         return failure("docs: " + llvm::Twine(docs) + " > the " +
                        llvm::Twine(prose.size()) + " prose documents");
+  }
+
+  std::vector<std::string> passages;
+  if (llvm::is_contained(tasks, "multihop")) {
+    for (int64_t docs : *docCounts)
+      if (docs < 2)
+        return failure("docs: multihop asks about two documents, got " +
+                       llvm::Twine(docs));
+    auto loaded = loadPassages(args.setting(
+        "multihop_corpus", "/usr/share/doc/python3.11/html/_sources/library"));
+    if (!loaded)
+      return loaded.takeError();
+    passages = std::move(*loaded);
   }
 
   LoadSampler load;
@@ -422,26 +573,29 @@ llvm::Error runAccuracy(const BenchArgs &args) {
   std::mt19937_64 random(args.seed);
   uint64_t contextSeed = args.seed * 1000003;
   for (const std::string &task : tasks) {
-    size_t lengths = task == "codes" ? docTokenList->size() : 1;
+    size_t lengths = hasDocTokens(task) ? docTokenList->size() : 1;
     for (size_t lengthIndex = 0; lengthIndex < lengths; ++lengthIndex)
       for (int64_t docs : *docCounts) {
-        Cell cell{task, task == "codes" ? (*docTokenList)[lengthIndex] : 0,
+        Cell cell{task, hasDocTokens(task) ? (*docTokenList)[lengthIndex] : 0,
                   docs};
         cells.push_back(cell);
         int64_t contextCount =
-            task == "codes" ? contextsFor(lengthIndex) : *proseContexts;
+            hasDocTokens(task) ? contextsFor(lengthIndex) : *proseContexts;
         if (task == "prose" && args.repetitions > 0)
           contextCount = args.repetitions;
         contextsRun[cell] = contextCount;
         std::vector<Context> contexts;
         for (int64_t c = 0; c < contextCount; ++c)
-          contexts.push_back(task == "codes"
-                                 ? makeCodesContext(tokenizer, docs,
-                                                    cell.docTokens,
-                                                    ++contextSeed, random)
-                                 : makeProseContext(prose, docs, random));
+          contexts.push_back(
+              task == "codes"
+                  ? makeCodesContext(tokenizer, docs, cell.docTokens,
+                                     ++contextSeed, random)
+              : task == "multihop"
+                  ? makeMultihopContext(tokenizer, passages, docs,
+                                        cell.docTokens, random)
+                  : makeProseContext(prose, docs, random));
         double tokensPerDoc =
-            task == "codes" ? double(cell.docTokens) + 12 : proseTokens + 8;
+            hasDocTokens(task) ? double(cell.docTokens) + 12 : proseTokens + 8;
         size_t perGroup = size_t(std::clamp<int64_t>(
             int64_t(12000 / (double(docs) * tokensPerDoc + 64)), 1, groupSize));
         // (context, mode) → answer key → count, for the diagnostic.
@@ -464,7 +618,9 @@ llvm::Error runAccuracy(const BenchArgs &args) {
               continue;
             auto plan = (*session)->compile(
                 programFor(contexts, questions,
-                           task == "codes" ? maxTokens : proseMaxTokens),
+                           task == "codes"      ? maxTokens
+                           : task == "multihop" ? 2 * maxTokens
+                                                : proseMaxTokens),
                 "accuracy.span");
             if (!plan)
               return plan.takeError();
@@ -486,10 +642,12 @@ llvm::Error runAccuracy(const BenchArgs &args) {
                 const std::string &answer = found->second;
                 const Context &context = contexts[c];
                 auto holds = [&](const Question &question) {
-                  return llvm::any_of(
-                      question.accepted, [&](const std::string &accepted) {
-                        return containsIgnoringCase(answer, accepted);
-                      });
+                  auto found = [&](const std::string &accepted) {
+                    return containsIgnoringCase(answer, accepted);
+                  };
+                  return question.needsAll
+                             ? llvm::all_of(question.accepted, found)
+                             : llvm::any_of(question.accepted, found);
                 };
                 bool correct = holds(context.questions[p]);
                 bool other = false;
@@ -514,7 +672,10 @@ llvm::Error runAccuracy(const BenchArgs &args) {
                        std::to_string(docs) + "\t" + std::to_string(c) + "\t" +
                        std::to_string(p) + "\t" + mode.name + "\t" +
                        (correct ? "1" : "0") + "\t" + (other ? "1" : "0") +
-                       "\t" + escapeTsv(context.questions[p].accepted[0]) +
+                       "\t" +
+                       escapeTsv(llvm::join(
+                           context.questions[p].accepted,
+                           context.questions[p].needsAll ? " & " : " | ")) +
                        "\t" + escapeTsv(answer) + "\n";
               }
             }
@@ -616,6 +777,18 @@ llvm::Error runAccuracy(const BenchArgs &args) {
           "accepted answers, ignoring case. "
        << (args.repetitions > 0 ? int64_t(args.repetitions) : *proseContexts)
        << " contexts per document count.\n";
+  if (llvm::is_contained(tasks, "multihop"))
+    os << "- **multihop**: N passages of the Python documentation (Debian "
+          "python3.11-doc's reST sources of the library reference, "
+       << passages.size()
+       << " prose paragraphs; markup stripped), each cut to the length "
+          "column's tokens at a sentence end, with a planted \"The code of "
+          "FIRST LAST is NNNN.\"; question d asks \"What are the codes of "
+          "A and of B? Reply with the two codes only.\" for documents d and "
+          "d + N/2: correct = the answer holds both codes. Two facts from "
+          "two documents far apart in the call (a 135M model cannot chain "
+          "a bridge entity, so the second hop is a second lookup). "
+          "Contexts as for codes; max_tokens doubled.\n";
   os << "- **correct**: count and rate with its Wilson 95% interval; **− "
         "full**: the difference to full attention in points; **full only / "
         "mode only**: paired over the same questions; **other**: the answer "
@@ -746,8 +919,11 @@ BenchRegistration registration{
     {"accuracy",
      "QA accuracy of full attention vs the span modes (isolated, prefix, "
      "+recompute), planted codes and real prose",
-     "  task=codes,prose: the tasks (planted codes in hay; questions about "
-     "bench/accuracy/prose.json)\n"
+     "  task=codes,prose,multihop: the tasks (planted codes in hay; "
+     "questions about bench/accuracy/prose.json; two planted codes asked "
+     "at once over Python documentation passages)\n"
+     "  multihop_corpus=/usr/share/doc/python3.11/html/_sources/library: "
+     "multihop's reST sources\n"
      "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1,"
      "prefix+end1,prefix+recompute1+end1: the configurations (full, the "
      "reference, is always run; CONTEXT[+recomputeN][+endN])\n"

@@ -48,16 +48,18 @@ needle)
     } END { exit bad }' "$out/needle.tsv" || fail "needle.tsv is inconsistent"
   ;;
 accuracy)
-  # --quick: both tasks, 4 contexts of 4 documents (codes: 32 tokens), a
-  # question per document, 7 modes: 2 x 16 x 7 rows.
+  # --quick: the three tasks, 4 contexts of 4 documents (codes, multihop:
+  # 32 tokens), a question per document, 7 modes: 3 x 16 x 7 rows.
   rows=$(tail -n +2 "$out/accuracy.tsv" | wc -l)
-  [[ $rows == 224 ]] || fail "accuracy.tsv has $rows rows, want 224"
+  [[ $rows == 336 ]] || fail "accuracy.tsv has $rows rows, want 336"
   for mode in full isolated prefix 'isolated\+recompute1' 'prefix\+recompute1' \
     'prefix\+end1' 'prefix\+recompute1\+end1'; do
     grep -qE "^\| codes \| 32 \| 4 \| $mode \| 16 \| [0-9]+ \| [01]\.[0-9]{3} " "$out/accuracy.md" ||
       fail "accuracy.md lacks the codes row of $mode"
     grep -qE "^\| prose \| prose \(~[0-9]+\) \| 4 \| $mode \| 16 \| " "$out/accuracy.md" ||
       fail "accuracy.md lacks the prose row of $mode"
+    grep -qE "^\| multihop \| 32 \| 4 \| $mode \| 16 \| " "$out/accuracy.md" ||
+      fail "accuracy.md lacks the multihop row of $mode"
   done
   for position in 0 1 2 3; do
     grep -qE "^\| codes \| 32 \| 4 \| $position \| [01]\.[0-9]{2} \|" "$out/accuracy.md" ||
@@ -67,6 +69,11 @@ accuracy)
   # question of both tasks.
   awk -F'\t' 'NR > 1 {
       if ($1 == "codes" && (index($10, $9) > 0) != ($7 == 1)) { print "row " NR ": correct disagrees"; bad = 1 }
+      if ($1 == "multihop") {
+        n = split($9, want, " & ")
+        both = n == 2 && index($10, want[1]) > 0 && index($10, want[2]) > 0
+        if (both != ($7 == 1)) { print "row " NR ": multihop correct disagrees"; bad = 1 }
+      }
       if ($7 == 1 && $8 == 1) { print "row " NR ": correct and other"; bad = 1 }
       seen[$1 " " $6]++
     } END {

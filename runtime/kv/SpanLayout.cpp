@@ -582,4 +582,11 @@ uint32_t countReusedTokens(const RequestPlan &plan, bool spansOnly) {
   return reused;
 }
 
+int64_t repairStepTokens(const SpanOptions &options, int64_t spanTokens,
+                         int64_t probeTokens) {
+  if (options.guidedPercent)
+    return spanTokens * options.guidedPercent / 100 + probeTokens + 1;
+  return spanTokens * (options.blendPercent + 10) / 100 + 1;
+}
+
 } // namespace spanc::kv

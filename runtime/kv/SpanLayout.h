@@ -304,6 +304,14 @@ uint32_t countReusedTokens(const RequestPlan &plan, bool spansOnly = false);
 bool readsScaled(const RequestPlan &plan, const SegmentPlan &reader,
                  uint32_t page, const SpanOptions &spanOptions);
 
+/// What a repair segment over `spanTokens` span tokens costs a step's
+/// token budget, in tokens computed through every layer: a blend's
+/// selection layers over every token (counted as a tenth of them) and its
+/// chosen share; a question-guided repair's probe (`probeTokens`) and its
+/// chosen share. At least one, so that a repair always takes budget.
+int64_t repairStepTokens(const SpanOptions &options, int64_t spanTokens,
+                         int64_t probeTokens);
+
 } // namespace spanc::kv
 
 #endif // SPANC_RUNTIME_KV_SPANLAYOUT_H

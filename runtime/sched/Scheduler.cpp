@@ -420,15 +420,9 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
         if (scheduledPrefill)
           break;
         scheduleBlend(request, requestPlan, segment, output);
-        // Its cost: a blend's selection layers over every token, a guided
-        // repair's probe, and the chosen fraction through every layer.
-        const kv::SpanOptions &span = cache.spanOptions();
-        budget -=
-            segment.guided
-                ? int64_t(segment.numTokens) * span.guidedPercent / 100 +
-                      output.blends.back().numProbeTokens + 1
-                : int64_t(segment.numTokens) * (span.blendPercent + 10) / 100 +
-                      1;
+        budget -= kv::repairStepTokens(cache.spanOptions(),
+                                       int64_t(segment.numTokens),
+                                       output.blends.back().numProbeTokens);
         ++request.runIndex;
         request.blocksDone = 0;
         continue;

@@ -78,4 +78,16 @@ TEST(CheckSpanOptions, NamesTheSettingOutOfRange) {
             "--span-temperature 0.05: must be in [0.1, 4]");
 }
 
+TEST(RepairStepTokens, CountsTheChosenShareAndWhatChoosesIt) {
+  SpanOptions blend;
+  blend.blendPercent = 20;
+  // 30 % of 1000: the chosen 20 % and the two selection layers (a tenth).
+  EXPECT_EQ(repairStepTokens(blend, 1000, 0), 301);
+  SpanOptions guided;
+  guided.guidedPercent = 10;
+  // The chosen 10 % and the probe's 25 question tokens.
+  EXPECT_EQ(repairStepTokens(guided, 1000, 25), 126);
+  EXPECT_GE(repairStepTokens(guided, 0, 0), 1);
+}
+
 } // namespace

@@ -464,6 +464,8 @@ private:
     options.seed = sampleKey ? mixSeed(seed ^ sampleKey) : seed;
     if (auto value = gen->getStringAttr("stop"))
       options.stop.push_back(value->str());
+    if (auto value = gen->getStringAttr("model"))
+      options.model = value->str();
     return options;
   }
 

@@ -37,6 +37,14 @@ std::unique_ptr<ir::Module>
 loadModuleFromBuffer(std::unique_ptr<llvm::MemoryBuffer> buffer,
                      llvm::StringRef path, ir::DiagnosticEngine &diagnostics,
                      const FrontendOptions &options) {
+  // A UTF-8 byte order mark is no part of the program, whatever its kind
+  // (spnl JSON always took one): left out of the buffer, so columns on the
+  // first line count from the first character.
+  llvm::StringRef bom = "\xEF\xBB\xBF";
+  if (buffer->getBuffer().startswith(bom))
+    buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        buffer->getBuffer().drop_front(bom.size()),
+        buffer->getBufferIdentifier());
   llvm::SourceMgr &sourceMgr = diagnostics.getSourceMgr();
   unsigned bufferId =
       sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());

@@ -283,9 +283,13 @@ private:
       return true;
     }
     size_t errorOffset = 0;
+    std::string problem;
     if (!ir::unescapeString(spelling.drop_front().drop_back(), result,
-                            errorOffset)) {
-      error(token, "invalid escape sequence in string");
+                            errorOffset, &problem)) {
+      // At the escape itself: the token's text is its bytes in the source.
+      llvm::SMLoc at = llvm::SMLoc::getFromPointer(
+          tree.locationOf(token).getPointer() + 1 + errorOffset);
+      diagnostics.emit(at, llvm::SourceMgr::DK_Error, problem);
       return false;
     }
     return true;
@@ -494,8 +498,11 @@ private:
     double number = value->getNumber();
     if (number < spec.min || number > spec.max) {
       std::string shown = formatNumber(number);
-      // Counts have no useful upper bound to show.
-      if (spec.max >= 1e9 && spec.min == 0)
+      // Counts have no useful upper bound to show, unless it was passed.
+      if (spec.max >= 1e9 && number > spec.max)
+        error(at, "option '" + name + "' is out of range: must be at most " +
+                      formatNumber(spec.max) + ", got " + shown);
+      else if (spec.max >= 1e9 && spec.min == 0)
         error(at, "option '" + name + "' must not be negative, got " + shown);
       else if (spec.max >= 1e9 && number < spec.min)
         error(at, "option '" + name + "' must be at least " +

@@ -35,6 +35,10 @@ public:
       if (literal.size() >= 3 && literal.front() == '\'')
         literals[llvm::StringRef(literal).drop_front().drop_back()] = type;
     }
+    // A UTF-8 byte order mark is skipped, as ANTLR's input stream skips it
+    // (frontend/Load.cpp leaves it out of the buffer before this).
+    if (text.startswith("\xEF\xBB\xBF"))
+      cursor = scanned = lineStart = tokenLineStart = 3;
   }
 
   std::unique_ptr<antlr4::Token> nextToken() override {

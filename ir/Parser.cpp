@@ -10,23 +10,40 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 
 namespace spanc::ir {
 
+namespace {
+/// The value of the four hex digits after the `u` at `at`, if they are.
+std::optional<unsigned> hexEscape(llvm::StringRef body, size_t at) {
+  unsigned codePoint = 0;
+  llvm::StringRef digits = body.substr(at + 1, 4);
+  if (digits.size() != 4 || !llvm::all_of(digits, llvm::isHexDigit) ||
+      digits.getAsInteger(16, codePoint))
+    return std::nullopt;
+  return codePoint;
+}
+} // namespace
+
 bool unescapeString(llvm::StringRef body, std::string &result,
-                    size_t &errorOffset) {
+                    size_t &errorOffset, std::string *problem) {
   result.clear();
   result.reserve(body.size());
+  auto fail = [&](size_t offset, const std::string &what) {
+    errorOffset = offset;
+    if (problem)
+      *problem = what;
+    return false;
+  };
   for (size_t i = 0; i < body.size(); ++i) {
     char c = body[i];
     if (c != '\\') {
       result.push_back(c);
       continue;
     }
-    if (i + 1 >= body.size()) {
-      errorOffset = i;
-      return false;
-    }
+    if (i + 1 >= body.size())
+      return fail(i, "invalid escape sequence in string");
     char escape = body[++i];
     switch (escape) {
     case '"':
@@ -47,26 +64,38 @@ bool unescapeString(llvm::StringRef body, std::string &result,
       result.push_back('\0');
       break;
     case 'u': {
-      unsigned codePoint = 0;
-      if (i + 4 >= body.size() ||
-          body.substr(i + 1, 4).getAsInteger(16, codePoint) ||
-          !llvm::all_of(body.substr(i + 1, 4), llvm::isHexDigit)) {
-        errorOffset = i - 1;
-        return false;
+      std::optional<unsigned> codePoint = hexEscape(body, i);
+      if (!codePoint)
+        return fail(i - 1, "invalid escape sequence in string: \\u takes "
+                           "four hex digits");
+      i += 4;
+      // As in JSON, a character past U+FFFF is a UTF-16 surrogate pair
+      // ("\uD83D\uDE00" is U+1F600); a half alone is no character, and an
+      // error.
+      const std::string spelled = body.substr(i - 5, 6).str();
+      if (*codePoint >= 0xDC00 && *codePoint <= 0xDFFF)
+        return fail(i - 5, "invalid escape sequence in string: '" + spelled +
+                               "' is a lone low surrogate (a character past "
+                               "U+FFFF is a pair, as \\uD83D\\uDE00)");
+      if (*codePoint >= 0xD800 && *codePoint <= 0xDBFF) {
+        std::optional<unsigned> low;
+        if (i + 2 < body.size() && body[i + 1] == '\\' && body[i + 2] == 'u')
+          low = hexEscape(body, i + 2);
+        if (!low || *low < 0xDC00 || *low > 0xDFFF)
+          return fail(i - 5, "invalid escape sequence in string: '" + spelled +
+                                 "' is a high surrogate without the low one "
+                                 "that must follow it (\\uDC00-\\uDFFF)");
+        *codePoint = 0x10000 + ((*codePoint - 0xD800) << 10) + (*low - 0xDC00);
+        i += 6;
       }
-      // Surrogate halves alone are not characters; keep the text valid UTF-8.
-      if (codePoint >= 0xD800 && codePoint <= 0xDFFF)
-        codePoint = 0xFFFD;
       char utf8[UNI_MAX_UTF8_BYTES_PER_CODE_POINT];
       char *end = utf8;
-      llvm::ConvertCodePointToUTF8(codePoint, end);
+      llvm::ConvertCodePointToUTF8(*codePoint, end);
       result.append(utf8, end);
-      i += 4;
       break;
     }
     default:
-      errorOffset = i - 1;
-      return false;
+      return fail(i - 1, "invalid escape sequence in string");
     }
   }
   return true;
@@ -276,9 +305,10 @@ private:
                    "'");
     llvm::StringRef body = token.spelling.drop_front().drop_back();
     size_t errorOffset = 0;
-    if (!unescapeString(body, result, errorOffset))
+    std::string problem;
+    if (!unescapeString(body, result, errorOffset, &problem))
       return error(llvm::SMLoc::getFromPointer(body.data() + errorOffset),
-                   "invalid escape sequence in string");
+                   problem);
     advance();
     return true;
   }

@@ -30,10 +30,12 @@ std::unique_ptr<Module> parseModuleString(llvm::StringRef text,
                                           DiagnosticEngine &diagnostics);
 
 /// Decodes the escapes of a double-quoted string body (without the quotes):
-/// \" \\ \/ \n \r \t \0 \uXXXX. Returns false and sets `errorOffset` to the
-/// bad escape's offset in `body` if one is malformed.
+/// \" \\ \/ \n \r \t \0 \uXXXX, a character past U+FFFF as a surrogate
+/// pair (\uD83D\uDE00) as in JSON. Returns false and sets `errorOffset` to
+/// the bad escape's offset in `body`, and `problem` (when given) to what is
+/// wrong, if one is malformed (a lone surrogate included).
 bool unescapeString(llvm::StringRef body, std::string &result,
-                    size_t &errorOffset);
+                    size_t &errorOffset, std::string *problem = nullptr);
 
 } // namespace spanc::ir
 

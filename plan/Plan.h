@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spanc::plan {
@@ -56,6 +57,15 @@ struct GenOptions {
   int64_t topK = 0;
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  /// Added to the logits before sampling: (token, bias) (OpenAI's
+  /// logit_bias).
+  std::vector<std::pair<TokenId, float>> logitBias;
+  /// Record each generated token's log probability and those of the N
+  /// likeliest tokens (CallOutcome::logprobs); -1: none.
+  int32_t logprobs = -1;
+  /// The model the program named (gen's `model`); empty: none named. The
+  /// runtime runs the model it has; a server refuses another name.
+  std::string model;
 };
 
 struct Call {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+
 namespace spanc::server {
 
 namespace {
@@ -100,6 +102,11 @@ llvm::Error readMessages(const json &body, CompletionRequest &request) {
         !message.contains("content"))
       return badField("messages[" + std::to_string(index) + "]",
                       "must be an object with a role and a content");
+    for (const char *field : {"tool_calls", "function_call"})
+      if (message.contains(field) && !message[field].is_null())
+        return badField("messages[" + std::to_string(index) + "]." + field,
+                        "is not supported: this server has no function "
+                        "calling");
     auto role = readRole(message["role"], index);
     if (!role)
       return role.takeError();
@@ -169,6 +176,151 @@ llvm::Error readBool(const json &object, const char *field,
   if (!found->is_boolean())
     return badField(name, "must be true or false");
   value = found->get<bool>();
+  return llvm::Error::success();
+}
+
+/// A field the server does not honour: accepted only when absent, null or
+/// `isDefault` (what asks for the behaviour the server has anyway).
+llvm::Error refuseUnless(const json &body, const char *field,
+                         const std::function<bool(const json &)> &isDefault,
+                         const std::string &why) {
+  auto found = body.find(field);
+  if (found == body.end() || found->is_null() || isDefault(*found))
+    return llvm::Error::success();
+  return apiError(400, "'" + std::string(field) + "' is not supported: " + why,
+                  field);
+}
+
+bool isZero(const json &value) { return value.is_number() && value == 0; }
+bool isFalse(const json &value) { return value.is_boolean() && !value; }
+bool isEmptyArray(const json &value) {
+  return value.is_array() && value.empty();
+}
+
+/// What OpenAI defines and the server does not do.
+llvm::Error refuseUnsupported(const json &body, Endpoint endpoint, int64_t n) {
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  const char *noTools = "this server has no function calling";
+  for (const char *field : {"tools", "functions"})
+    if (llvm::Error error = refuseUnless(body, field, isEmptyArray, noTools))
+      return error;
+  for (const char *field : {"tool_choice", "function_call"})
+    if (llvm::Error error = refuseUnless(
+            body, field, [](const json &value) { return value == "none"; },
+            std::string(noTools) + " (only \"none\")"))
+      return error;
+  if (llvm::Error error = refuseUnless(
+          body, "response_format",
+          [](const json &value) {
+            return value.is_object() && value.size() == 1 &&
+                   value.value("type", "") == "text";
+          },
+          "only {\"type\": \"text\"} (no json_object or json_schema "
+          "constrained output)"))
+    return error;
+  for (const char *field : {"presence_penalty", "frequency_penalty"})
+    if (llvm::Error error = refuseUnless(body, field, isZero,
+                                         "penalties are not applied (only 0)"))
+      return error;
+  if (llvm::Error error = refuseUnless(
+          body, "repetition_penalty",
+          [](const json &value) { return value.is_number() && value == 1; },
+          "penalties are not applied (only 1)"))
+    return error;
+  if (llvm::Error error =
+          refuseUnless(body, "min_p", isZero, "only 0 (no min-p cut)"))
+    return error;
+  if (llvm::Error error = refuseUnless(
+          body, "modalities",
+          [](const json &value) { return value == json::array({"text"}); },
+          "only [\"text\"]"))
+    return error;
+  for (const char *field : {"audio", "prediction"})
+    if (llvm::Error error = refuseUnless(
+            body, field, [](const json &) { return false; }, "text only"))
+      return error;
+  if (!chat) {
+    if (llvm::Error error = refuseUnless(body, "echo", isFalse,
+                                         "the prompt is not echoed (only "
+                                         "false)"))
+      return error;
+    if (llvm::Error error = refuseUnless(
+            body, "suffix",
+            [](const json &value) {
+              return value.is_string() &&
+                     value.get_ref<const std::string &>().empty();
+            },
+            "no insertion (only an empty suffix)"))
+      return error;
+    if (llvm::Error error = refuseUnless(
+            body, "best_of",
+            [n](const json &value) {
+              return value.is_number_integer() && value == n;
+            },
+            "choices are not ranked (only best_of = n)"))
+      return error;
+  }
+  return llvm::Error::success();
+}
+
+/// logit_bias: {"TOKEN_ID": BIAS}, as OpenAI takes it.
+llvm::Error readLogitBias(const json &body, CompletionRequest &request,
+                          const RequestLimits &limits) {
+  auto found = body.find("logit_bias");
+  if (found == body.end() || found->is_null())
+    return llvm::Error::success();
+  if (!found->is_object())
+    return badField("logit_bias", "must be an object of token ids to biases");
+  if (found->size() > limits.maxLogitBias)
+    return badField("logit_bias", "holds more than " +
+                                      std::to_string(limits.maxLogitBias) +
+                                      " tokens");
+  for (auto entry = found->begin(); entry != found->end(); ++entry) {
+    const std::string &key = entry.key();
+    uint64_t token = 0;
+    if (llvm::StringRef(key).getAsInteger(10, token) ||
+        (limits.vocabSize > 0 && token >= uint64_t(limits.vocabSize)) ||
+        token > uint64_t(INT32_MAX))
+      return badField(
+          "logit_bias",
+          "has the key '" + llvm::StringRef(key).take_front(40).str() +
+              "', not a token id" +
+              (limits.vocabSize > 0
+                   ? " (0 to " + std::to_string(limits.vocabSize - 1) + ")"
+                   : std::string()));
+    if (!entry.value().is_number())
+      return badField("logit_bias", "must map token ids to numbers");
+    double bias = entry.value().get<double>();
+    if (!(bias >= -100 && bias <= 100))
+      return badField("logit_bias", "biases must be in [-100, 100], not " +
+                                        entry.value().dump() + " (token " +
+                                        key + ")");
+    request.logitBias.emplace_back(int32_t(token), float(bias));
+  }
+  return llvm::Error::success();
+}
+
+/// Chat: logprobs (bool) and top_logprobs; completions: logprobs (count).
+llvm::Error readLogprobs(const json &body, CompletionRequest &request,
+                         const RequestLimits &limits) {
+  std::optional<int64_t> top;
+  if (request.endpoint == Endpoint::ChatCompletions) {
+    bool wanted = false;
+    if (llvm::Error error = readBool(body, "logprobs", "logprobs", wanted))
+      return error;
+    if (llvm::Error error =
+            readInteger(body, "top_logprobs", 0, limits.maxTopLogprobs, top))
+      return error;
+    if (top && *top > 0 && !wanted)
+      return badField("top_logprobs", "needs 'logprobs': true");
+    if (wanted)
+      request.logprobs = top.value_or(0);
+  } else {
+    if (llvm::Error error =
+            readInteger(body, "logprobs", 0, limits.maxTopLogprobs, top))
+      return error;
+    request.logprobs = top;
+  }
   return llvm::Error::success();
 }
 
@@ -254,6 +406,21 @@ parseCompletionRequest(llvm::StringRef text, Endpoint endpoint,
                      request.includeUsage))
       return error;
   }
+  // vLLM's extension; -1 (vLLM's "none") or 0: no limit.
+  std::optional<int64_t> topK;
+  if (llvm::Error error = readInteger(body, "top_k", -1, INT32_MAX, topK))
+    return error;
+  request.topK = std::max<int64_t>(0, topK.value_or(0));
+  if (llvm::Error error = refuseUnsupported(body, endpoint, request.n))
+    return error;
+  if (llvm::Error error = readLogitBias(body, request, limits))
+    return error;
+  if (llvm::Error error = readLogprobs(body, request, limits))
+    return error;
+  // Each token's figures go out with the whole answer only.
+  if (request.logprobs && request.stream)
+    return badField("logprobs", "is not supported with stream: true (ask "
+                                "for the whole answer)");
   return request;
 }
 

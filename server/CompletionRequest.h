@@ -3,7 +3,10 @@
 // The body of POST /v1/chat/completions or /v1/completions as vLLM and
 // llama.cpp accept it, read into plain values and checked against the
 // server's limits: a malformed or out-of-range field is a 400 naming the
-// field (param), an unknown model a 404. Unknown fields are ignored, as
+// field (param), an unknown model a 404. A field OpenAI defines that the
+// server does not honour (tools, penalties, json response formats, echo,
+// suffix, best_of, ...) is a 400 naming it unless it asks for the default,
+// as vLLM answers what it lacks; fields it does not know are ignored, as
 // vLLM does.
 //
 //===----------------------------------------------------------------------===//
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spanc::server {
@@ -39,12 +43,19 @@ struct CompletionRequest {
   int64_t maxTokens = 0;
   double temperature = 1.0;
   double topP = 1.0;
+  /// vLLM's top_k; 0: no limit.
+  int64_t topK = 0;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int64_t n = 1;
   bool stream = false;
   /// stream_options.include_usage: a last chunk with the usage.
   bool includeUsage = false;
+  /// logit_bias: (token id, bias in [-100, 100]) added to the logits.
+  std::vector<std::pair<int32_t, float>> logitBias;
+  /// Each token's log probability and the top N others' (chat: logprobs
+  /// true and top_logprobs N; completions: logprobs N); nullopt: none.
+  std::optional<int64_t> logprobs;
 };
 
 /// The server's bounds on a request.
@@ -60,6 +71,12 @@ struct RequestLimits {
   int64_t maxPrompts = 64;
   /// Stop strings per request, as OpenAI allows.
   size_t maxStopStrings = 4;
+  /// The model's vocabulary: logit_bias keys must be below it (0: any).
+  int64_t vocabSize = 0;
+  /// logit_bias entries per request, as OpenAI allows.
+  size_t maxLogitBias = 300;
+  /// top_logprobs (chat) and logprobs (completions) at most.
+  int64_t maxTopLogprobs = 20;
 };
 
 /// Parses and checks `body`; an ApiError (400, 404) says what is wrong.

@@ -172,6 +172,10 @@ void Engine::deliverFinished() {
     result.error = outcome.error;
     result.reason = finishReason(call, outcome);
     result.stats = outcome.stats;
+    if (call.options.logprobs >= 0) {
+      result.tokens = outcome.tokens;
+      result.logprobs = std::move(outcome.logprobs);
+    }
     FinishedRequest &figures = request.figures;
     // A span query's prompts are known once its calls are admitted.
     if (request.calls.promptTokens.empty())

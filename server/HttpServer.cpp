@@ -137,6 +137,59 @@ struct Answer {
   }
 };
 
+/// A token's text for logprobs: its bytes (a byte-level token may hold
+/// part of a character; dump() then writes U+FFFD, and `bytes` the truth).
+json tokenEntry(const model::Tokenizer &tokenizer, plan::TokenId token,
+                float logprob) {
+  std::string piece = tokenizer.tokenToPiece(token, false);
+  json bytes = json::array();
+  for (char c : piece)
+    bytes.push_back(int(static_cast<unsigned char>(c)));
+  return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+/// A choice's logprobs as OpenAI shapes them (chat: content entries;
+/// completions: parallel lists), for the tokens within `text` (a stop
+/// string cut off is not answered, nor are its tokens).
+json logprobsJson(Endpoint endpoint, const ChoiceResult &result,
+                  size_t textBytes, const model::Tokenizer &tokenizer) {
+  json content = json::array();
+  json tokens = json::array(), tokenLogprobs = json::array(),
+       topLogprobs = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t index = 0; index < result.tokens.size() &&
+                         index < result.logprobs.size() && offset < textBytes;
+       ++index) {
+    const plan::TokenId token = result.tokens[index];
+    const sched::TokenLogprobs &figures = result.logprobs[index];
+    json entry = tokenEntry(tokenizer, token, figures.logprob);
+    if (endpoint == Endpoint::ChatCompletions) {
+      json top = json::array();
+      for (const auto &[other, logprob] : figures.top)
+        top.push_back(tokenEntry(tokenizer, other, logprob));
+      entry["top_logprobs"] = top;
+      content.push_back(entry);
+    } else {
+      // The sampled token is always among them, as OpenAI answers.
+      json top = json::object();
+      for (const auto &[other, logprob] : figures.top)
+        top[tokenizer.tokenToPiece(other, false)] = logprob;
+      top[entry["token"].get<std::string>()] = figures.logprob;
+      tokens.push_back(entry["token"]);
+      tokenLogprobs.push_back(figures.logprob);
+      topLogprobs.push_back(top);
+      offsets.push_back(offset);
+    }
+    offset += entry["token"].get_ref<const std::string &>().size();
+  }
+  if (endpoint == Endpoint::ChatCompletions)
+    return {{"content", content}, {"refusal", nullptr}};
+  return {{"tokens", tokens},
+          {"token_logprobs", tokenLogprobs},
+          {"top_logprobs", topLogprobs},
+          {"text_offset", offsets}};
+}
+
 /// How often a waiting HTTP thread looks at its client's socket: a client
 /// gone is noticed within this, and its calls cancelled at the engine's
 /// next step.
@@ -372,9 +425,13 @@ void HttpServer::completions(Endpoint endpoint,
                                           "choice " + std::to_string(choice) +
                                               " failed: " + result.error));
     texts[choice] += answer->filters[choice].finish();
-    body["choices"].push_back(answer->choiceText(
+    json choiceJson = answer->choiceText(
         choice, texts[choice], false,
-        reasonName(result, answer->filters[choice].stopped())));
+        reasonName(result, answer->filters[choice].stopped()));
+    if (request->logprobs)
+      choiceJson["logprobs"] =
+          logprobsJson(endpoint, result, texts[choice].size(), tokenizer);
+    body["choices"].push_back(std::move(choiceJson));
   }
   body["usage"] = answer->usage();
   response.set_content(dump(body), "application/json");
@@ -398,8 +455,8 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   }
   // spnl sends JSON; a .span program is anything else.
   size_t first = httpBody.find_first_not_of(" \t\r\n");
-  bool isJson = httpRequest.get_header_value("Content-Type").find("json") !=
-                    std::string::npos ||
+  bool isJson = llvm::StringRef(httpRequest.get_header_value("Content-Type"))
+                    .contains_insensitive("json") ||
                 (first != std::string::npos && httpBody[first] == '{');
   auto plan = compileSpanQuery(httpBody, isJson, params, encoder,
                                options.spanQueryLimits);
@@ -480,8 +537,11 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
     return sendError(response, stream.takeError());
   // spnl sends its JSON as text/plain: the body is spnl JSON whatever its
   // type says.
-  auto plan = compileSpanQuery(httpBody, /*isJson=*/true, {}, encoder,
-                               options.spanQueryLimits);
+  // spnl's "model" routes its client ("spnl/NAME", "ollama/NAME"): here it
+  // reached the server it was sent to, whatever the name.
+  SpanQueryLimits limits = options.spanQueryLimits;
+  limits.modelName.clear();
+  auto plan = compileSpanQuery(httpBody, /*isJson=*/true, {}, encoder, limits);
   if (!plan)
     return sendError(response, plan.takeError());
   auto execution = std::make_shared<SpnlExecution>();
@@ -541,10 +601,17 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
 
 namespace {
 
-/// Each path and the one method it answers.
+/// Each path and the one method it answers (a GET's HEAD too, and
+/// OPTIONS everywhere).
 struct Route {
   const char *path;
   const char *method;
+
+  /// The Allow header's value.
+  std::string allowed() const {
+    return std::string(method) +
+           (std::string(method) == "GET" ? ", HEAD" : "") + ", OPTIONS";
+  }
 };
 constexpr Route kRoutes[] = {
     {"/health", "GET"},
@@ -584,6 +651,36 @@ void refuseUnread(const httplib::Request &request, httplib::Response &response,
     response.set_header("Connection", "close");
     ConnectionServer::closeAfterResponse();
   }
+}
+
+/// Why `Authorization` does not carry `key`, or nothing when it does. The
+/// scheme is case-insensitive and may be followed by several spaces (RFC
+/// 7235, 2.1); the key itself is compared exactly.
+std::optional<std::string> checkAuthorization(const httplib::Request &request,
+                                              const std::string &key) {
+  if (!request.has_header("Authorization"))
+    return std::string("missing API key: send 'Authorization: Bearer KEY'");
+  if (request.get_header_value_count("Authorization") != 1)
+    return std::string("more than one Authorization header");
+  const std::string header = request.get_header_value("Authorization");
+  llvm::StringRef given = llvm::StringRef(header).trim(" \t");
+  auto [scheme, credentials] = given.split(' ');
+  if (!scheme.equals_insensitive("Bearer")) {
+    // One word is the credentials without a scheme: never repeated.
+    if (credentials.trim(' ').empty())
+      return std::string("the Authorization header has no scheme: send "
+                         "'Authorization: Bearer KEY'");
+    // The scheme, not the credentials after it, is safe to repeat.
+    std::string shown = scheme.take_front(32).str();
+    for (char &c : shown)
+      if (!std::isprint(static_cast<unsigned char>(c)))
+        c = '?';
+    return "the Authorization scheme '" + shown +
+           "' is not supported: send 'Authorization: Bearer KEY'";
+  }
+  if (!sameKey(credentials.ltrim(' ').str(), key))
+    return std::string("invalid API key");
+  return std::nullopt;
 }
 
 /// The Content-Length header as a number: digits only, one value.
@@ -647,23 +744,35 @@ void HttpServer::routes() {
       }
     }
 
+    // OPTIONS says which methods a path answers (RFC 9110, 9.3.7), and
+    // "OPTIONS *" those of the server, with no key: a CORS preflight never
+    // carries one. No CORS header is sent, so browsers stay out.
+    const Route *route = findRoute(request.path);
+    if (request.method == "OPTIONS" && (route || request.path == "*")) {
+      // 200 with no body: a 204 may not carry the Content-Length httplib
+      // always writes.
+      response.status = 200;
+      response.set_header("Allow", route ? route->allowed()
+                                         : "GET, HEAD, POST, OPTIONS");
+      if (mayHaveBody(request)) {
+        response.set_header("Connection", "close");
+        ConnectionServer::closeAfterResponse();
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+
     // The key guards everything but the liveness probe.
     if (!options.apiKey.empty() && request.path != "/health") {
-      std::string given = request.get_header_value("Authorization");
-      const std::string scheme = "Bearer ";
-      if (given.compare(0, scheme.size(), scheme) != 0 ||
-          !sameKey(given.substr(scheme.size()), options.apiKey)) {
-        refuseUnread(request, response,
-                     ApiError(401, given.empty() ? "missing API key: send "
-                                                   "'Authorization: Bearer KEY'"
-                                                 : "invalid API key"));
+      std::optional<std::string> refusal =
+          checkAuthorization(request, options.apiKey);
+      if (refusal) {
+        refuseUnread(request, response, ApiError(401, *refusal));
         response.set_header("WWW-Authenticate", "Bearer");
         return httplib::Server::HandlerResponse::Handled;
       }
     }
 
     // Each path answers its own method; the others get 405 and Allow.
-    const Route *route = findRoute(request.path);
     if (!route) {
       refuseUnread(request, response,
                    ApiError(404, "no such endpoint: " + request.path));
@@ -677,7 +786,7 @@ void HttpServer::routes() {
                    ApiError(405, "method " + request.method +
                                      " is not allowed on " + route->path +
                                      "; use " + method));
-      response.set_header("Allow", method);
+      response.set_header("Allow", route->allowed());
       return httplib::Server::HandlerResponse::Handled;
     }
     // httplib reads no body on a GET: what follows its head is not the

@@ -4,6 +4,7 @@
 
 #include "server/ApiError.h"
 
+#include <algorithm>
 #include <random>
 
 namespace spanc::server {
@@ -88,6 +89,8 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
   RequestCalls result;
   const char *promptField =
       request.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  // Per prompt: max_tokens as far as the KV cache holds it.
+  std::vector<int64_t> maxTokens;
   for (const plan::PlanSegment &prompt : prompts) {
     uint64_t tokens = countTokens(prompt);
     if (tokens == 0)
@@ -99,6 +102,21 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
                           std::to_string(limits.maxPromptTokens) +
                           " (--max-prompt-tokens)",
                       promptField);
+    if (limits.contextLength > 0 && tokens > uint64_t(limits.contextLength))
+      return apiError(400,
+                      "the prompt has " + std::to_string(tokens) +
+                          " tokens, more than the model's context of " +
+                          std::to_string(limits.contextLength) + " tokens",
+                      promptField);
+    // Refused here, not after the engine finds it cannot be admitted.
+    if (limits.kvCacheTokens > 0 && tokens > uint64_t(limits.kvCacheTokens))
+      return apiError(400,
+                      "the prompt has " + std::to_string(tokens) +
+                          " tokens, more than the server's whole KV cache "
+                          "of " +
+                          std::to_string(limits.kvCacheTokens) +
+                          " tokens (--kv-cache)",
+                      promptField);
     if (limits.contextLength > 0 &&
         tokens + uint64_t(request.maxTokens) > uint64_t(limits.contextLength))
       return apiError(400,
@@ -108,6 +126,14 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
                           " exceed the model's context of " +
                           std::to_string(limits.contextLength) + " tokens",
                       "max_tokens");
+    // The prompt and what is generated must fit in the cache: past it the
+    // call would fail mid-answer, its text lost. (A prompt that fills the
+    // cache still gets its one token: the last sampled is never stored.)
+    int64_t fits =
+        limits.kvCacheTokens > 0
+            ? std::max<int64_t>(1, limits.kvCacheTokens - int64_t(tokens))
+            : request.maxTokens;
+    maxTokens.push_back(std::min(request.maxTokens, fits));
     result.promptTokens.push_back(tokens);
   }
 
@@ -115,20 +141,24 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
   std::random_device entropy;
   const uint64_t baseSeed =
       request.seed ? *request.seed : (uint64_t(entropy()) << 32) | entropy();
-  for (const plan::PlanSegment &prompt : prompts)
+  for (size_t index = 0; index < prompts.size(); ++index)
     for (int64_t choice = 0; choice < request.n; ++choice) {
       plan::Call &call = result.calls.emplace_back();
       call.query = request.endpoint == Endpoint::ChatCompletions
                        ? "chat.completions"
                        : "completions";
-      call.options.maxTokens = request.maxTokens;
+      call.options.maxTokens = maxTokens[index];
       call.options.temperature = request.temperature;
       call.options.topP = request.topP;
+      call.options.topK = request.topK;
+      call.options.logitBias = request.logitBias;
+      call.options.logprobs =
+          request.logprobs ? int32_t(*request.logprobs) : -1;
       // Choices of one seeded request differ from one another and are
       // reproducible as a whole.
       call.options.seed = baseSeed + uint64_t(choice);
       call.options.stop = request.stop;
-      call.segments.push_back(prompt);
+      call.segments.push_back(prompts[index]);
     }
   return result;
 }

@@ -5,8 +5,11 @@
 // messages), then the assistant header, so a chat and a span query with the
 // same system message share its blocks. A completions prompt is the raw
 // text (special tokens parsed, BOS where the model wants it). Each choice
-// is one call; prompts past --max-prompt-tokens or past the context with
-// their max_tokens are refused (400) before anything is queued.
+// is one call; prompts past --max-prompt-tokens, the context or the whole
+// KV cache, or past the context with their max_tokens, are refused (400)
+// before anything is queued, each error naming the limit that applies; a
+// max_tokens the KV cache cannot hold after the prompt is lowered to what
+// it can.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_PROMPTBUILDER_H
@@ -25,10 +28,15 @@
 namespace spanc::server {
 
 struct PromptLimits {
-  /// Prompt tokens a request's prompt may have (--max-prompt-tokens).
+  /// Prompt tokens a request's prompt may have (--max-prompt-tokens); 0:
+  /// not set, the context bounds it.
   int64_t maxPromptTokens = 0;
   /// The model's context: prompt + max_tokens must fit. 0: no bound.
   int64_t contextLength = 0;
+  /// The whole KV cache in tokens (--kv-cache): a prompt it cannot hold
+  /// alone is refused, and max_tokens is lowered to what it can (the
+  /// choice then ends with "length"). 0: no bound.
+  int64_t kvCacheTokens = 0;
 };
 
 /// The calls of one request: prompt p's choice c is calls[p * n + c]; a

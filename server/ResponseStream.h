@@ -33,6 +33,9 @@ struct ChoiceResult {
   std::string error;
   FinishReason reason = FinishReason::Stop;
   sched::CallStats stats;
+  /// With GenOptions::logprobs: the tokens generated and their figures.
+  std::vector<plan::TokenId> tokens;
+  std::vector<sched::TokenLogprobs> logprobs;
 };
 
 class ResponseStream {

@@ -40,6 +40,13 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
     return apiError(400, "the program makes no model call");
   for (const plan::Call &call : plan->calls) {
     std::string where = call.location.empty() ? "a gen" : call.location;
+    if (!limits.modelName.empty() && !call.options.model.empty() &&
+        call.options.model != limits.modelName)
+      return apiError(404,
+                      where + ": the model '" + call.options.model +
+                          "' does not exist; this server serves '" +
+                          limits.modelName + "'",
+                      "model");
     if (call.options.maxTokens > limits.maxTokensLimit)
       return apiError(
           400,
@@ -54,6 +61,13 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
                                " tokens, more than the server's limit of " +
                                std::to_string(limits.maxPromptTokens) +
                                " (--max-prompt-tokens)");
+    if (limits.kvCacheTokens > 0 && prompt > uint64_t(limits.kvCacheTokens))
+      return apiError(400, where + ": the prompt has at least " +
+                               std::to_string(prompt) +
+                               " tokens, more than the server's whole KV "
+                               "cache of " +
+                               std::to_string(limits.kvCacheTokens) +
+                               " tokens (--kv-cache)");
   }
   return std::move(*plan);
 }

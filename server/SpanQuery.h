@@ -6,8 +6,9 @@
 // (or spnl's augment) may name only a corpus the server was given with
 // --corpus NAME=DIR (docs/ARCHITECTURE.md, "File access"); the plan is
 // bounded by the server's limits (calls, max_tokens, prompt tokens,
-// context) before anything is queued. A program that does not compile is
-// a 400 with its diagnostics (file:line:col).
+// context, the KV cache) before anything is queued. A program that does
+// not compile is a 400 with its diagnostics (file:line:col); a gen naming
+// a model other than the one served is a 404, as a chat naming it is.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_SPANQUERY_H
@@ -39,6 +40,12 @@ struct SpanQueryLimits {
   int64_t maxPromptTokens = 0;
   /// The model's context. 0: no bound.
   int64_t contextLength = 0;
+  /// The whole KV cache in tokens: a call whose known prompt it cannot
+  /// hold is refused. 0: no bound.
+  int64_t kvCacheTokens = 0;
+  /// The model served: a gen naming another is refused (404) as a chat
+  /// naming it is. Empty: any name is taken.
+  std::string modelName;
   /// The corpora a program may retrieve from (--corpus); null: none.
   const retrieval::CorpusCatalog *corpora = nullptr;
 };

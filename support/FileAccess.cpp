@@ -64,8 +64,8 @@ std::string listRoots(const ReadPolicy &policy) {
 llvm::Error outsideError(llvm::StringRef path, llvm::StringRef realPath,
                          const ReadPolicy &policy) {
   std::string really =
-      realPath == path ? "" : "really '" + realPath.str() + "', ";
-  return makeError("'" + path + "': " + really +
+      realPath == path ? "" : "really " + quotePath(realPath) + ", ";
+  return makeError(quotePath(path) + ": " + really +
                    "outside the folders this program may read (" +
                    listRoots(policy) +
                    "); allow a folder with --allow-read DIR");
@@ -101,11 +101,32 @@ bool isInsideRoots(llvm::StringRef realPath, const ReadPolicy &policy) {
   return false;
 }
 
+std::string quotePath(llvm::StringRef path) {
+  std::string quoted = "'";
+  for (char c : path) {
+    unsigned char byte = static_cast<unsigned char>(c);
+    if (c == '\0')
+      quoted += "\\0";
+    else if (c == '\n')
+      quoted += "\\n";
+    else if (c == '\t')
+      quoted += "\\t";
+    else if (byte < 0x20 || byte == 0x7F)
+      quoted += "\\x" + llvm::utohexstr(byte, /*LowerCase=*/true, 2);
+    else
+      quoted += c;
+  }
+  return quoted + "'";
+}
+
 llvm::Expected<std::string> confinePath(llvm::StringRef path,
                                         const ReadPolicy &policy) {
+  // The system's calls would read the path up to its NUL: another file.
+  if (path.contains('\0'))
+    return makeError(quotePath(path) + ": a path may not contain a NUL byte");
   llvm::ErrorOr<std::string> real = realPathOf(path);
   if (!real)
-    return makeError("'" + path + "': " + real.getError().message());
+    return makeError(quotePath(path) + ": " + real.getError().message());
   if (!isInsideRoots(*real, policy))
     return outsideError(path, *real, policy);
   return *real;
@@ -176,8 +197,8 @@ llvm::Expected<std::string> readFile(llvm::StringRef path,
       ::open(real->c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (descriptor < 0) {
     if (errno == ELOOP)
-      return makeError("'" + path + "': became a symbolic link while read");
-    return makeError("'" + path + "': " + llvm::sys::StrError(errno));
+      return makeError(quotePath(path) + ": became a symbolic link while read");
+    return makeError(quotePath(path) + ": " + llvm::sys::StrError(errno));
   }
   struct Closer {
     int descriptor;
@@ -186,9 +207,9 @@ llvm::Expected<std::string> readFile(llvm::StringRef path,
 
   struct stat status;
   if (::fstat(descriptor, &status) != 0)
-    return makeError("'" + path + "': " + llvm::sys::StrError(errno));
+    return makeError(quotePath(path) + ": " + llvm::sys::StrError(errno));
   if (!S_ISREG(status.st_mode))
-    return makeError("'" + path + "': " + describeFileType(status.st_mode) +
+    return makeError(quotePath(path) + ": " + describeFileType(status.st_mode) +
                      ", not a regular file");
   // Where the opened file really is: a folder of the path replaced by a
   // link after confinePath would show here.
@@ -200,9 +221,10 @@ llvm::Expected<std::string> readFile(llvm::StringRef path,
     return outsideError(path, llvm::StringRef(opened, size_t(length)), policy);
 
   auto tooLarge = [&](uint64_t size) {
-    return makeError(
-        "'" + path + "': " + llvm::Twine(size) + " bytes, over the limit of " +
-        llvm::Twine(policy.maxFileBytes) + " (raise it with --max-file-size)");
+    return makeError(quotePath(path) + ": " + llvm::Twine(size) +
+                     " bytes, over the limit of " +
+                     llvm::Twine(policy.maxFileBytes) +
+                     " (raise it with --max-file-size)");
   };
   if (uint64_t(status.st_size) > policy.maxFileBytes)
     return tooLarge(uint64_t(status.st_size));
@@ -214,7 +236,7 @@ llvm::Expected<std::string> readFile(llvm::StringRef path,
     if (count < 0) {
       if (errno == EINTR)
         continue;
-      return makeError("'" + path + "': " + llvm::sys::StrError(errno));
+      return makeError(quotePath(path) + ": " + llvm::sys::StrError(errno));
     }
     if (count == 0)
       break;

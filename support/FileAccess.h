@@ -67,6 +67,10 @@ bool isInsideRoots(llvm::StringRef realPath, const ReadPolicy &policy);
 llvm::Expected<std::string> readFile(llvm::StringRef path,
                                      const ReadPolicy &policy);
 
+/// `path` in single quotes for a message, its control bytes escaped (\0,
+/// \n, \t, \xNN): a NUL would cut the message where it is printed.
+std::string quotePath(llvm::StringRef path);
+
 /// "a FIFO", "a folder", "a character device", ... for error messages.
 const char *describeFileType(unsigned mode);
 

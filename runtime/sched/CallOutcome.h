@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spanc::sched {
@@ -54,11 +55,21 @@ struct CallStats {
   }
 };
 
+/// A generated token's log probability under the model (its logits before
+/// any bias or temperature), and the likeliest tokens' (GenOptions::
+/// logprobs of them, most likely first).
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<plan::TokenId, float>> top;
+};
+
 struct CallOutcome {
   bool succeeded = false;
   std::string error; ///< why it failed
   std::vector<plan::TokenId> tokens;
   std::string text;
+  /// Per token of `tokens`, with GenOptions::logprobs >= 0.
+  std::vector<TokenLogprobs> logprobs;
   CallStats stats;
   /// The logits the first token was sampled from, with
   /// ExecutorOptions::keepFirstLogits (tests compare cache hits to misses).

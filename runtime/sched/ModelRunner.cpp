@@ -5,6 +5,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace spanc::sched {
 
@@ -44,6 +45,36 @@ model::Sampler &ModelRunner::samplerFor(plan::CallId call) {
     sampler = std::make_unique<model::Sampler>(params);
   }
   return *sampler;
+}
+
+TokenLogprobs ModelRunner::tokenLogprobs(llvm::ArrayRef<float> logits,
+                                         plan::TokenId token, size_t top) {
+  // log softmax, in double: logit - log(sum(exp(logit - max))) - max.
+  float maxLogit = logits.empty() ? 0.0f : logits[0];
+  for (float logit : logits)
+    maxLogit = std::max(maxLogit, logit);
+  double sum = 0;
+  for (float logit : logits)
+    sum += std::exp(double(logit) - maxLogit);
+  const double logSum = double(maxLogit) + std::log(sum);
+  TokenLogprobs result;
+  result.logprob = float(double(logits[size_t(token)]) - logSum);
+  top = std::min(top, logits.size());
+  if (top == 0)
+    return result;
+  ranked.resize(logits.size());
+  for (size_t index = 0; index < logits.size(); ++index)
+    ranked[index] = {logits[index], plan::TokenId(index)};
+  // Likeliest first, ties to the lower id.
+  std::partial_sort(ranked.begin(), ranked.begin() + top, ranked.end(),
+                    [](const auto &a, const auto &b) {
+                      return a.first > b.first ||
+                             (a.first == b.first && a.second < b.second);
+                    });
+  for (size_t index = 0; index < top; ++index)
+    result.top.emplace_back(ranked[index].second,
+                            float(double(ranked[index].first) - logSum));
+  return result;
 }
 
 void ModelRunner::copyBlocks(llvm::ArrayRef<kv::RelocationOp> copies) {
@@ -90,11 +121,18 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
     if (scheduled.completesPrompt && keepFirstLogits &&
         outcome.firstLogits.empty())
       outcome.firstLogits.assign(logits, logits + forwardOutput.vocabSize);
+    const llvm::ArrayRef<float> row(logits, size_t(forwardOutput.vocabSize));
+    llvm::ArrayRef<float> sampledRow = row;
+    if (!call.options.logitBias.empty()) {
+      biased.assign(row.begin(), row.end());
+      for (const auto &[token, bias] : call.options.logitBias)
+        if (token >= 0 && size_t(token) < biased.size())
+          biased[size_t(token)] += bias;
+      sampledRow = biased;
+    }
     SampledToken &sampled = result.sampled.emplace_back();
     sampled.sequence = uint32_t(s);
-    sampled.token = samplerFor(scheduled.call)
-                        .sample(llvm::ArrayRef<float>(
-                            logits, size_t(forwardOutput.vocabSize)));
+    sampled.token = samplerFor(scheduled.call).sample(sampledRow);
     sampled.first =
         outcome.tokens.empty() && outcome.stats.generatedTokens == 0;
     // max_tokens = 0 generates nothing, as `spanc generate -n 0` does: the
@@ -106,6 +144,9 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
     if (sampled.stop)
       continue;
     outcome.tokens.push_back(sampled.token);
+    if (call.options.logprobs >= 0)
+      outcome.logprobs.push_back(
+          tokenLogprobs(row, sampled.token, size_t(call.options.logprobs)));
     ++outcome.stats.generatedTokens;
     ++generated;
     std::string piece = tokenizer.tokenToPiece(sampled.token, false);

@@ -57,6 +57,9 @@ public:
 
 private:
   model::Sampler &samplerFor(plan::CallId call);
+  /// `token`'s log probability in `logits` and the `top` likeliest.
+  TokenLogprobs tokenLogprobs(llvm::ArrayRef<float> logits, plan::TokenId token,
+                              size_t top);
 
   backend::Backend &device;
   const model::Tokenizer &tokenizer;
@@ -71,6 +74,10 @@ private:
 
   llvm::SmallVector<model::ForwardSequence, 16> batch;
   model::ForwardOutput forwardOutput;
+  /// A row with a call's logit_bias added; the ranking of a row's tokens
+  /// (reused per call).
+  std::vector<float> biased;
+  std::vector<std::pair<float, plan::TokenId>> ranked;
   /// Runs the step's repair segments (BlendTask).
   SpanRepair repair;
 };

@@ -178,7 +178,8 @@ def check_errors(server):
            "unknown model", "model")
     headers = expect(405, server.json("GET", "/v1/chat/completions"),
                      "wrong method")
-    check(headers.get("Allow") == "POST", "405 says Allow: POST")
+    check(headers.get("Allow") == "POST, OPTIONS",
+          "405 says Allow: POST, OPTIONS (got %r)" % headers.get("Allow"))
     expect(405, server.json("POST", "/health", key=None), "POST /health")
     expect(404, server.json("GET", "/v1/nothing"), "unknown path")
     expect(413, server.json("POST", "/v1/chat/completions",

@@ -84,8 +84,9 @@ int runServe(const std::vector<std::string> &args) {
        "max_tokens of a request that gives none (bounded by "               //
        "--max-tokens-limit)")                                               //
       ("max-prompt-tokens", po::value<int64_t>()->default_value(0),         //
-       "largest prompt in tokens (400 above it); 0: the model's context. "  //
-       "A prompt plus its max_tokens must fit the context in any case")     //
+       "largest prompt in tokens (400 above it, naming this option); 0: "   //
+       "the model's context (400 above it, naming the context). A prompt "  //
+       "plus its max_tokens must fit the context in any case")              //
       ("max-query-calls", po::value<int64_t>()->default_value(256),         //
        "model calls a /v1/query program may make, its repeats' samples "    //
        "included (400 above it)")                                           //
@@ -118,7 +119,9 @@ int runServe(const std::vector<std::string> &args) {
        "how reused spans move: rerope or rope-in-kernel")                 //
       ("kv-cache", po::value<std::string>()->default_value("65536"),      //
        "KV cache capacity: tokens, rounded down to whole blocks, or "     //
-       "memory (512MiB, 2GiB)")                                           //
+       "memory (512MiB, 2GiB). A prompt longer than the whole cache is "  //
+       "refused (400); one whose max_tokens does not fit after it "       //
+       "generates what fits and ends with finish_reason \"length\"")      //
       ("block-size", po::value<int64_t>()->default_value(16),             //
        blockSizeHelp.c_str())                                             //
       ("step-tokens", po::value<int64_t>()->default_value(512),           //
@@ -145,17 +148,35 @@ int runServe(const std::vector<std::string> &args) {
       "       both: max_tokens, temperature, top_p, seed, stop (up to 4), n "
       "(up to 16),\n"
       "       stream (server-sent events ending in 'data: [DONE]'),\n"
-      "       stream_options.include_usage; usage with\n"
-      "       prompt_tokens_details.cached_tokens\n"
+      "       stream_options.include_usage, logit_bias (token id -> bias "
+      "in\n"
+      "       [-100, 100], up to 300), top_k (vLLM's), logprobs (chat: "
+      "true and\n"
+      "       top_logprobs up to 20; completions: up to 20; the model's "
+      "own, before\n"
+      "       bias and temperature; not with stream); usage with\n"
+      "       prompt_tokens_details.cached_tokens. Fields OpenAI defines "
+      "and the\n"
+      "       server does not honour (tools, tool_choice other than "
+      "none,\n"
+      "       response_format other than text, penalties, echo, suffix, "
+      "best_of\n"
+      "       other than n) are a 400 naming the field; unknown fields are "
+      "ignored\n"
       "  POST /v1/query             a .span program or spnl JSON as the body\n"
       "       (?set=NAME%3DVALUE, URL-encoded, overrides a param): each\n"
       "       query's answers and per-call statistics; file() is refused,\n"
-      "       retrieve() (spnl: augment) reads only a --corpus NAME\n"
+      "       retrieve() (spnl: augment) reads only a --corpus NAME; a "
+      "gen naming\n"
+      "       a model other than the one served is a 404, as a chat "
+      "naming it\n"
       "  POST /v1/query/execute     spnl's endpoint, as spnl's client calls "
       "it: spnl\n"
       "       JSON as text/plain, ?stream=true|false; completion chunks "
       "(SSE) or\n"
-      "       one (chat) completion, a choice per answer\n"
+      "       one (chat) completion, a choice per answer (its \"model\" "
+      "routes\n"
+      "       spnl's client, so any name is taken)\n"
       "  GET  /v1/models            the one model served\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
       "  GET  /health               200 while serving (no key needed)\n\n"
@@ -163,10 +184,15 @@ int runServe(const std::vector<std::string> &args) {
       "\"param\", \"code\"}}):\n"
       "  400 malformed JSON (with line and column) or nested over 256 "
       "levels, a bad\n"
-      "      field, a prompt over --max-prompt-tokens or max_tokens over\n"
-      "      --max-tokens-limit or past the context; 401 missing or wrong "
-      "key; 404\n"
-      "      unknown model or path; 405 wrong method (with Allow); 408 headers "
+      "      or unsupported field, a prompt over --max-prompt-tokens, the "
+      "context or\n"
+      "      the whole --kv-cache, max_tokens over --max-tokens-limit or "
+      "past the\n"
+      "      context; 401 missing or wrong key (the scheme 'Bearer' in any "
+      "case); 404\n"
+      "      unknown model or path; 405 wrong method (with Allow; OPTIONS "
+      "answers 200\n"
+      "      with Allow, no key needed, no CORS headers); 408 headers "
       "later\n"
       "      than --header-timeout or a body later than --body-timeout; 413 "
       "body over\n"
@@ -317,14 +343,18 @@ int runServe(const std::vector<std::string> &args) {
   httpOptions.requestLimits.modelName = modelName;
   httpOptions.requestLimits.maxTokensLimit = *maxTokensLimit;
   httpOptions.requestLimits.defaultMaxTokens = *defaultMaxTokens;
+  httpOptions.requestLimits.vocabSize = (*model)->config().vocabSize;
   httpOptions.promptLimits.contextLength = contextLength;
-  httpOptions.promptLimits.maxPromptTokens =
-      *maxPromptTokens ? *maxPromptTokens : contextLength;
+  // Unset (0), the context bounds a prompt, and errors name the context.
+  httpOptions.promptLimits.maxPromptTokens = *maxPromptTokens;
+  httpOptions.promptLimits.kvCacheTokens = executorOptions.cacheTokens;
   httpOptions.spanQueryLimits.maxCalls = *maxQueryCalls;
   httpOptions.spanQueryLimits.maxTokensLimit = *maxTokensLimit;
   httpOptions.spanQueryLimits.maxPromptTokens =
       httpOptions.promptLimits.maxPromptTokens;
   httpOptions.spanQueryLimits.contextLength = contextLength;
+  httpOptions.spanQueryLimits.kvCacheTokens = executorOptions.cacheTokens;
+  httpOptions.spanQueryLimits.modelName = modelName;
   httpOptions.spanQueryLimits.corpora = catalog->get();
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,

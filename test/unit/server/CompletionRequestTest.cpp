@@ -140,6 +140,94 @@ TEST(CompletionRequest, OutOfRangeFieldsAre400sNamingTheField) {
   }
 }
 
+TEST(CompletionRequest, FieldsNotHonouredAre400sNamingTheField) {
+  // Each was answered 200 as if honoured (issue 25, point 9).
+  const std::string messages =
+      R"("messages": [{"role": "user", "content": "a"}])";
+  const std::string prompt = R"("prompt": "a")";
+  struct Case {
+    Endpoint endpoint;
+    std::string fields;
+    std::string param;
+  } cases[] = {
+      {Endpoint::ChatCompletions,
+       R"("tools": [{"type": "function", "function": {"name": "f"}}])",
+       "tools"},
+      {Endpoint::ChatCompletions, R"("tool_choice": "required")",
+       "tool_choice"},
+      {Endpoint::ChatCompletions, R"("functions": [{"name": "f"}])",
+       "functions"},
+      {Endpoint::ChatCompletions,
+       R"("response_format": {"type": "json_object"})", "response_format"},
+      {Endpoint::ChatCompletions,
+       R"("response_format": {"type": "json_schema", "json_schema": {}})",
+       "response_format"},
+      {Endpoint::ChatCompletions, R"("presence_penalty": 0.5)",
+       "presence_penalty"},
+      {Endpoint::Completions, R"("frequency_penalty": -1)",
+       "frequency_penalty"},
+      {Endpoint::Completions, R"("echo": true)", "echo"},
+      {Endpoint::Completions, R"("suffix": "end")", "suffix"},
+      {Endpoint::Completions, R"("best_of": 3)", "best_of"},
+      {Endpoint::ChatCompletions, R"("logit_bias": {"x": 1})", "logit_bias"},
+      {Endpoint::ChatCompletions, R"("logit_bias": {"3": 100.5})",
+       "logit_bias"},
+      {Endpoint::ChatCompletions, R"("logit_bias": {"629": 1})", "logit_bias"},
+      {Endpoint::ChatCompletions, R"("logit_bias": [1])", "logit_bias"},
+      {Endpoint::ChatCompletions, R"("top_logprobs": 2)", "top_logprobs"},
+      {Endpoint::ChatCompletions, R"("logprobs": true, "top_logprobs": 21)",
+       "top_logprobs"},
+      {Endpoint::ChatCompletions, R"("logprobs": true, "stream": true)",
+       "logprobs"},
+      {Endpoint::Completions, R"("logprobs": 21)", "logprobs"},
+  };
+  for (const Case &test : cases) {
+    const std::string &first =
+        test.endpoint == Endpoint::ChatCompletions ? messages : prompt;
+    RequestLimits bounded = limits();
+    bounded.vocabSize = 629;
+    auto request = parseCompletionRequest(
+        "{" + first + ", " + test.fields + "}", test.endpoint, bounded);
+    ASSERT_FALSE(bool(request)) << "accepted: " << test.fields;
+    ApiError error = toApiError(request.takeError());
+    EXPECT_EQ(error.status(), 400) << test.fields;
+    EXPECT_EQ(error.param(), test.param) << test.fields;
+    EXPECT_NE(error.detail().find(test.param), std::string::npos)
+        << error.detail();
+  }
+  ApiError toolCall =
+      refuse(R"({"messages": [{"role": "assistant", "content": "",
+                 "tool_calls": [{"id": "a"}]}]})");
+  EXPECT_EQ(toolCall.param(), "messages[0].tool_calls");
+}
+
+TEST(CompletionRequest, DefaultsOfUnhonouredFieldsAndSupportedOnesAreRead) {
+  auto chat = parseCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}], "tools": [],
+          "tool_choice": "none", "response_format": {"type": "text"},
+          "presence_penalty": 0, "frequency_penalty": 0.0,
+          "logit_bias": {"5": -100, "7": 2.5}, "logprobs": true,
+          "top_logprobs": 3, "top_k": -1})",
+      Endpoint::ChatCompletions, limits());
+  ASSERT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
+  EXPECT_EQ(chat->logitBias,
+            (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
+  EXPECT_EQ(chat->logprobs, std::optional<int64_t>(3));
+  EXPECT_EQ(chat->topK, 0);
+  auto completion = parseCompletionRequest(
+      R"({"prompt": "a", "echo": false, "suffix": "", "best_of": 2, "n": 2,
+          "logprobs": 0, "top_k": 4})",
+      Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(completion)) << llvm::toString(completion.takeError());
+  EXPECT_EQ(completion->logprobs, std::optional<int64_t>(0));
+  EXPECT_EQ(completion->topK, 4);
+  auto none = parseCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}], "logprobs": false})",
+      Endpoint::ChatCompletions, limits());
+  ASSERT_TRUE(bool(none));
+  EXPECT_FALSE(none->logprobs.has_value());
+}
+
 TEST(CompletionRequest, BadMessagesAndPromptsAre400s) {
   EXPECT_EQ(refuse(R"({})").param(), "messages");
   EXPECT_EQ(refuse(R"({"messages": []})").param(), "messages");

@@ -122,14 +122,78 @@ TEST_F(PromptBuilderTest, PromptsPastTheLimitsAre400s) {
   EXPECT_EQ(error.status(), 400);
   EXPECT_EQ(error.param(), "messages");
 
+  // The prompt fits the context, prompt + max_tokens does not.
+  const int64_t prompt = int64_t(
+      buildCalls(request, *encoder, *tokenizer, {})->promptTokens.at(0));
   limits.maxPromptTokens = 0;
-  limits.contextLength = 20;
+  limits.contextLength = prompt + 10;
   request.maxTokens = 16;
   auto pastContext = buildCalls(request, *encoder, *tokenizer, limits);
   ASSERT_FALSE(bool(pastContext));
   error = toApiError(pastContext.takeError());
   EXPECT_EQ(error.status(), 400);
   EXPECT_EQ(error.param(), "max_tokens");
+}
+
+TEST_F(PromptBuilderTest, ErrorsNameTheLimitThatApplies) {
+  auto request = chat({{plan::MessageRole::User, "a fairly long question"}});
+  request.maxTokens = 4;
+  // Unset, --max-prompt-tokens is not cited (it was, as the context).
+  PromptLimits limits;
+  limits.contextLength = 5;
+  auto pastContext = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_FALSE(bool(pastContext));
+  ApiError error = toApiError(pastContext.takeError());
+  EXPECT_EQ(error.param(), "messages");
+  EXPECT_NE(error.detail().find("the model's context of 5 tokens"),
+            std::string::npos)
+      << error.detail();
+  EXPECT_EQ(error.detail().find("--max-prompt-tokens"), std::string::npos)
+      << error.detail();
+
+  limits.contextLength = 0;
+  limits.maxPromptTokens = 5;
+  error =
+      toApiError(buildCalls(request, *encoder, *tokenizer, limits).takeError());
+  EXPECT_NE(error.detail().find("limit of 5 (--max-prompt-tokens)"),
+            std::string::npos)
+      << error.detail();
+}
+
+TEST_F(PromptBuilderTest, APromptPastTheKvCacheIsRefusedAndMaxTokensLowered) {
+  auto request = chat({{plan::MessageRole::User, "a fairly long question"}});
+  request.maxTokens = 100;
+  auto plain = buildCalls(request, *encoder, *tokenizer, {});
+  ASSERT_TRUE(bool(plain));
+  const int64_t prompt = int64_t(plain->promptTokens[0]);
+
+  PromptLimits limits;
+  limits.kvCacheTokens = prompt - 1;
+  auto refused = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_FALSE(bool(refused));
+  ApiError error = toApiError(refused.takeError());
+  EXPECT_EQ(error.status(), 400);
+  EXPECT_NE(error.detail().find("the prompt has " + std::to_string(prompt) +
+                                " tokens, more than the server's whole KV "
+                                "cache of " +
+                                std::to_string(prompt - 1) +
+                                " tokens (--kv-cache)"),
+            std::string::npos)
+      << error.detail();
+
+  // The prompt fits, prompt + max_tokens does not: what fits is generated.
+  limits.kvCacheTokens = prompt + 10;
+  auto lowered = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_TRUE(bool(lowered)) << llvm::toString(lowered.takeError());
+  EXPECT_EQ(lowered->calls[0].options.maxTokens, 10);
+  limits.kvCacheTokens = prompt;
+  lowered = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_TRUE(bool(lowered));
+  EXPECT_EQ(lowered->calls[0].options.maxTokens, 1);
+  limits.kvCacheTokens = prompt + 1000;
+  lowered = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_TRUE(bool(lowered));
+  EXPECT_EQ(lowered->calls[0].options.maxTokens, 100);
 }
 
 } // namespace

@@ -117,6 +117,49 @@ TEST_F(SpanQueryTest, TheServersLimitsAre400s) {
   EXPECT_EQ(refuse("query q { gen { user nosuch } }").status(), 400);
 }
 
+TEST_F(SpanQueryTest, AModelOtherThanTheServedOneIsA404AsForAChat) {
+  // It ran on the served model, silently (issue 25, point 9).
+  SpanQueryLimits limits;
+  limits.maxTokensLimit = 100;
+  limits.modelName = "tiny";
+  ApiError error = refuse(
+      "query q { gen(model = \"/etc/passwd\", max_tokens = 2) { user \"x\" "
+      "} }",
+      limits);
+  EXPECT_EQ(error.status(), 404);
+  EXPECT_EQ(error.param(), "model");
+  EXPECT_NE(error.detail().find("query.span:1:11: the model '/etc/passwd' "
+                                "does not exist; this server serves 'tiny'"),
+            std::string::npos)
+      << error.detail();
+  EXPECT_EQ(refuse(R"({"g": {"model": "gpt-4", "input": {"user": "x"},
+                           "max_tokens": 2}})",
+                   limits, /*isJson=*/true)
+                .status(),
+            404);
+  for (const char *source :
+       {"query q { gen(model = \"tiny\", max_tokens = 2) { user \"x\" } }",
+        "query q { gen(max_tokens = 2) { user \"x\" } }"}) {
+    auto plan = compileSpanQuery(source, false, {}, *encoder, limits);
+    EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  }
+}
+
+TEST_F(SpanQueryTest, AKnownPromptPastTheKvCacheIsA400NamingBothSizes) {
+  SpanQueryLimits limits;
+  limits.maxTokensLimit = 100;
+  limits.kvCacheTokens = 8;
+  ApiError error = refuse(
+      "query q { gen(max_tokens = 2) { user \"a question of some length, "
+      "longer than eight tokens\" } }",
+      limits);
+  EXPECT_EQ(error.status(), 400);
+  EXPECT_NE(error.detail().find("more than the server's whole KV cache of 8 "
+                                "tokens (--kv-cache)"),
+            std::string::npos)
+      << error.detail();
+}
+
 /// The text of every piece of every call's prompt, decoded.
 std::string promptText(const plan::Plan &plan, const model::Tokenizer &tokens) {
   std::string text;

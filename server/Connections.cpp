@@ -366,6 +366,15 @@ void ConnectionServer::wakePoller() {
   (void)written;
 }
 
+void ConnectionServer::adoptConnection(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    adopted.push_back(fd);
+  }
+  wakePoller();
+}
+
 void ConnectionServer::stopServing() {
   stopping = true;
   uint64_t one = 1;
@@ -436,9 +445,11 @@ void ConnectionServer::pollerLoop() {
   while (!stopping) {
     // The connections the pool answered: wait for their next request.
     std::vector<ConnectionPtr> back;
+    std::vector<int> newSockets;
     {
       std::lock_guard<std::mutex> lock(mutex);
       back.swap(returned);
+      newSockets.swap(adopted);
     }
     uint64_t count;
     ssize_t drained = ::read(wakeEvent, &count, sizeof count);
@@ -451,6 +462,13 @@ void ConnectionServer::pollerLoop() {
                           : connection->idle    ? limits.idleTimeout
                                                 : limits.headerTimeout);
       park(std::move(connection));
+    }
+    for (int fd : newSockets) {
+      ++openConnections;
+      auto connection =
+          std::make_unique<Connection>(fd, stopEvent, limits.writeTimeout);
+      connection->deadline = Clock::now() + limits.headerTimeout;
+      parked.push_back(std::move(connection));
     }
 
     entries.clear();
@@ -573,6 +591,10 @@ void ConnectionServer::pollerLoop() {
   }
   for (ConnectionPtr &connection : parked)
     close(std::move(connection));
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int adoptedSocket : adopted)
+    ::close(adoptedSocket);
+  adopted.clear();
 }
 
 void ConnectionServer::workerLoop() {

@@ -136,6 +136,11 @@ public:
   /// Stops accepting and reading; safe from any thread, before or during
   /// serveConnections().
   void stopServing();
+  /// Serves `fd`, a connected stream socket (one end of a socketpair), as
+  /// if it had been accepted: how the HTTP fuzz target and tests drive the
+  /// request handling without the network. Takes ownership; safe from any
+  /// thread while serveConnections() runs.
+  void adoptConnection(int fd);
 
   /// On a pool thread answering a request: the socket of its connection
   /// (-1 elsewhere), to notice a client that left.
@@ -181,6 +186,7 @@ private:
   std::condition_variable workAvailable;
   std::deque<ConnectionPtr> ready;     ///< whole heads, for the pool
   std::vector<ConnectionPtr> returned; ///< answered, for the poller
+  std::vector<int> adopted;            ///< adoptConnection's, for the poller
   std::vector<std::thread> workers;
 };
 

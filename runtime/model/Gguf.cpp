@@ -6,6 +6,7 @@
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -135,6 +136,7 @@ private:
                   GgufValue &value);
   Error parseTensorInfo(size_t index);
   Error placeTensors();
+  Error checkOverlaps() const;
 
   GgufFile &file;
   const uint8_t *base;
@@ -309,6 +311,42 @@ Error GgufParser::placeTensors() {
                   "holds " +
                   Twine(dataBytes) + " bytes)");
     tensor.data = base + file.dataStart + tensor.offset;
+  }
+  return checkOverlaps();
+}
+
+Error GgufParser::checkOverlaps() const {
+  // Each tensor's bytes are its own: a tensor whose type or shape was
+  // changed without moving the others (a Q4_1 matrix relabelled F32 reads
+  // 4.5 times its bytes) or two tensors at one offset read each other's
+  // data, and the model runs on garbage. Sorted by offset, each non-empty
+  // tensor must end where or before the next one starts.
+  std::vector<const GgufTensor *> placed;
+  placed.reserve(file.tensorList.size());
+  for (const GgufTensor &tensor : file.tensorList)
+    if (tensor.numBytes != 0)
+      placed.push_back(&tensor);
+  std::stable_sort(placed.begin(), placed.end(),
+                   [](const GgufTensor *left, const GgufTensor *right) {
+                     return left->offset < right->offset;
+                   });
+  for (size_t index = 1; index < placed.size(); ++index) {
+    const GgufTensor &before = *placed[index - 1], &after = *placed[index];
+    if (before.offset + before.numBytes <= after.offset)
+      continue;
+    std::string shape;
+    for (uint64_t extent : before.shape)
+      shape += (shape.empty() ? "" : ", ") + std::to_string(extent);
+    if (before.offset == after.offset)
+      return fail("tensors '" + before.name + "' and '" + after.name +
+                  "' have the same data offset " + Twine(before.offset) +
+                  ": each tensor needs bytes of its own");
+    return fail("tensor '" + before.name + "' (" + ggmlTypeName(before.type) +
+                " [" + shape + "], " + Twine(before.numBytes) +
+                " bytes at offset " + Twine(before.offset) +
+                ") overlaps tensor '" + after.name + "' at offset " +
+                Twine(after.offset) +
+                ": its type or shape does not match its data");
   }
   return Error::success();
 }

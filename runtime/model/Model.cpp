@@ -101,7 +101,10 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->halfPrecisionKv = options.halfPrecisionKv;
   if (!options.hostWeights) {
     // A device backend reads the file's tensors itself; only the RoPE
-    // table (ReRoPE's angles, the reference positions) is needed here.
+    // table (ReRoPE's angles, the reference positions) is needed here,
+    // and the small tensors are checked for NaN as the host's load does.
+    if (llvm::Error error = checkFiniteVectors(*model->gguf))
+      return error;
     auto factors = loadRopeFrequencyFactors(*model->gguf, modelConfig);
     if (!factors)
       return factors.takeError();

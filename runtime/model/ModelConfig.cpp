@@ -127,6 +127,15 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
     return configError(file, "attention.head_count " + Twine(config.numHeads) +
                                  " is not a multiple of head_count_kv " +
                                  Twine(config.numKvHeads));
+  // Without attention.key_length the head dimension is embedding_length /
+  // head_count, which must then divide exactly.
+  if (!file.contains((arch + ".attention.key_length").str()) &&
+      config.embeddingDim % config.numHeads != 0)
+    return configError(file, "embedding_length " + Twine(config.embeddingDim) +
+                                 " is not a multiple of attention.head_count " +
+                                 Twine(config.numHeads) +
+                                 " (and no attention.key_length gives the "
+                                 "head dimension)");
   uint32_t defaultHeadDim = config.embeddingDim / config.numHeads;
   if (Error error = readCount(file, arch, "attention.key_length",
                               config.headDim, defaultHeadDim))
@@ -137,14 +146,28 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
     return configError(
         file, "attention.key_length (head dimension) " + Twine(config.headDim) +
                   " must be even and in [2, " + Twine(cpu::kMaxHeadDim) + "]");
+  // V is as wide as K here (one head dimension for both).
+  uint32_t valueDim = 0;
+  if (Error error = readCount(file, arch, "attention.value_length", valueDim,
+                              config.headDim))
+    return error;
+  if (valueDim != config.headDim)
+    return configError(file, "attention.value_length " + Twine(valueDim) +
+                                 " differs from attention.key_length " +
+                                 Twine(config.headDim) +
+                                 " (unsupported: keys and values must have "
+                                 "one head dimension)");
   if (Error error = readCount(file, arch, "rope.dimension_count",
                               config.rotaryDim, config.headDim))
     return error;
-  if (config.rotaryDim > config.headDim || config.rotaryDim % 2 != 0)
+  // 0 rotates nothing: the model runs without positions and answers
+  // differently, with no error.
+  if (config.rotaryDim == 0 || config.rotaryDim > config.headDim ||
+      config.rotaryDim % 2 != 0)
     return configError(file, "rope.dimension_count " + Twine(config.rotaryDim) +
-                                 " must be even and at most the head "
-                                 "dimension " +
-                                 Twine(config.headDim));
+                                 " must be even and in [2, " +
+                                 Twine(config.headDim) +
+                                 "] (the head dimension)");
   // Finite too: an infinite base or epsilon ran and answered garbage.
   if (!(config.ropeTheta > 0.0f) || !std::isfinite(config.ropeTheta))
     return configError(file, "rope.freq_base " + formatFloat(config.ropeTheta) +

@@ -10,6 +10,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <queue>
 
@@ -246,6 +247,12 @@ Error Tokenizer::initialize(const GgufFile &file) {
       return tokenizerError(file, "tokenizer.ggml.scores has " +
                                       Twine(values->size()) + " entries for " +
                                       Twine(count) + " tokens");
+    // SentencePiece merges by score: a NaN breaks the ordering.
+    for (size_t id = 0; id < count; ++id)
+      if (!std::isfinite((*values)[id]))
+        return tokenizerError(file, "tokenizer.ggml.scores entry " + Twine(id) +
+                                        " (token '" + (*texts)[id] +
+                                        "') is not finite");
     scores = std::move(*values);
   } else {
     scores.assign(count, 0.0f);
@@ -308,6 +315,8 @@ Error Tokenizer::initialize(const GgufFile &file) {
       byteTokens[byte] = lookup(name);
     }
   }
+  if (Error error = checkByteFallback(file))
+    return error;
 
   Expected<bool> bosFlag = file.getBool("tokenizer.ggml.add_bos_token", addBos);
   if (!bosFlag)
@@ -352,6 +361,103 @@ Error Tokenizer::initialize(const GgufFile &file) {
       endIds.push_back(id);
   }
   return Error::success();
+}
+
+/// Whether `byte` can occur in valid UTF-8 (what encode() tokenizes: it
+/// replaces invalid sequences by U+FFFD first).
+static bool occursInUtf8(unsigned byte) {
+  return byte < 0xc0 || (byte >= 0xc2 && byte <= 0xf4);
+}
+
+/// Whether ordinary text needs a token for `byte`: tab, newline, carriage
+/// return, printable ASCII and every byte of valid UTF-8 but 0xF1 and 0xF2,
+/// the lead bytes of planes 4 to 11, where Unicode assigns nothing. Real
+/// byte-level vocabularies leave out some C0 controls (SmolLM2: 0x04,
+/// 0x06, 0x13, 0x14, 0x16, 0x1D) and those two lead bytes.
+static bool textNeeds(unsigned byte) {
+  if (byte < 0x20)
+    return byte == '\t' || byte == '\n' || byte == '\r';
+  return byte != 0x7f && occursInUtf8(byte) && byte != 0xf1 && byte != 0xf2;
+}
+
+Error Tokenizer::checkByteFallback(const GgufFile &file) {
+  // Any text must become tokens: a character the vocabulary cannot spell
+  // falls back to its bytes.
+  //
+  // Byte-level BPE spells every byte with its alphabet character and has
+  // no unknown token. A vocabulary without the token of a byte that text
+  // needs (textNeeds) is refused: it dropped that byte from every prompt,
+  // silently ("Hello World" without "H" encoded as "ello World"). A byte
+  // text rarely holds (a C0 control) may lack one, as in real models; a
+  // character with such a byte is encoded as U+FFFD, as invalid UTF-8 is,
+  // so that something stands where it was (llama.cpp drops it).
+  //
+  // SentencePiece uses <0xXX> byte tokens where it has them, else the
+  // unknown token, as SentencePiece models trained without byte fallback
+  // do: the character is replaced, visibly, not dropped. A vocabulary with
+  // neither is refused.
+  const ByteAlphabet &alphabet = byteAlphabet();
+  unsigned missing = 0, first = 0;
+  everyByteSpelled = true;
+  for (unsigned byte = 0; byte < 256; ++byte) {
+    bool spelled = tokenizerKind == TokenizerKind::BytePairEncoding
+                       ? lookup(alphabet.encoded[byte]) >= 0
+                       : byteTokens[byte] >= 0;
+    byteSpelled[byte] = spelled;
+    if (spelled || !occursInUtf8(byte))
+      continue;
+    everyByteSpelled = false;
+    if (tokenizerKind == TokenizerKind::BytePairEncoding && !textNeeds(byte))
+      continue;
+    if (missing++ == 0)
+      first = byte;
+  }
+  if (missing == 0)
+    return Error::success();
+  char byteName[16];
+  std::snprintf(byteName, sizeof(byteName), "0x%02X", first);
+  std::string shown = first >= 0x21 && first <= 0x7e
+                          ? " '" + std::string(1, char(first)) + "'"
+                          : "";
+  std::string others =
+      missing > 1 ? " (and " + std::to_string(missing - 1) + " other bytes)"
+                  : "";
+  if (tokenizerKind == TokenizerKind::BytePairEncoding)
+    return tokenizerError(
+        file, Twine("tokenizer.ggml.tokens has no token for byte ") + byteName +
+                  shown + " ('" + alphabet.encoded[first] +
+                  "' in the byte-level alphabet)" + others +
+                  ": text holding it cannot be encoded (a byte-level BPE "
+                  "vocabulary needs one for every byte of text)");
+  if (unknown >= 0 && types[unknown] == TokenType::Unknown)
+    return Error::success();
+  return tokenizerError(
+      file, Twine("tokenizer.ggml.tokens has no byte token <") + byteName +
+                ">" + shown + others +
+                ", and no unknown token (tokenizer.ggml.unknown_token_id, "
+                "of token type unknown) to stand for it: text holding it "
+                "cannot be encoded");
+}
+
+std::string Tokenizer::replaceUnspellable(std::string text) const {
+  if (everyByteSpelled)
+    return text;
+  std::string out;
+  out.reserve(text.size());
+  size_t offset = 0;
+  while (offset < text.size()) {
+    size_t start = offset;
+    uint32_t codePoint;
+    decodeUtf8(text, offset, codePoint); // valid: sanitized before
+    bool spelled = true;
+    for (size_t index = start; index < offset; ++index)
+      spelled &= byteSpelled[static_cast<unsigned char>(text[index])];
+    if (spelled)
+      out.append(text, start, offset - start);
+    else
+      appendUtf8(out, 0xfffd);
+  }
+  return out;
 }
 
 Error Tokenizer::initializeBpe(const GgufFile &file) {
@@ -515,7 +621,7 @@ std::vector<int32_t> Tokenizer::encode(StringRef text,
 
 void Tokenizer::encodeBpeText(StringRef rawText,
                               std::vector<int32_t> &out) const {
-  std::string text = sanitizeUtf8(rawText);
+  std::string text = replaceUnspellable(sanitizeUtf8(rawText));
   // Pieces as [begin, end) offsets into `text`, refined by each regex.
   std::vector<std::pair<size_t, size_t>> pieces = {{0, text.size()}};
   std::vector<std::pair<size_t, size_t>> refined;

@@ -97,6 +97,12 @@ private:
 
   llvm::Error initialize(const GgufFile &file);
   llvm::Error initializeBpe(const GgufFile &file);
+  /// Refuses a vocabulary that cannot spell the bytes of text, and notes
+  /// which bytes it spells (see the .cpp).
+  llvm::Error checkByteFallback(const GgufFile &file);
+  /// Byte-level BPE: `text` (valid UTF-8) with each character holding a
+  /// byte the vocabulary has no token for replaced by U+FFFD.
+  std::string replaceUnspellable(std::string text) const;
   void splitSpecial(llvm::StringRef text, bool parseSpecial,
                     std::vector<Fragment> &fragments) const;
   void encodeBpeText(llvm::StringRef text, std::vector<int32_t> &out) const;
@@ -120,6 +126,10 @@ private:
   bool ignoreMerges = false;
   /// SentencePiece: <0xXX> token per byte (-1 when absent).
   int32_t byteTokens[256];
+  /// Whether the vocabulary spells each byte (the byte-level alphabet's
+  /// character, or SentencePiece's byte token), and all of valid UTF-8.
+  bool byteSpelled[256] = {};
+  bool everyByteSpelled = true;
   bool addSpacePrefix = true;
 
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unknown = -1, padding = -1;

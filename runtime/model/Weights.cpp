@@ -6,6 +6,10 @@
 
 #include "llvm/ADT/Twine.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 namespace spanc::model {
 
 namespace {
@@ -25,17 +29,66 @@ llvm::Expected<const GgufTensor *> findChecked(const GgufFile &file,
   return tensor;
 }
 
+/// The index of the first NaN or infinity among `count` values, or -1.
+int64_t firstNonFinite(const float *values, int64_t count) {
+  // One pass of integer operations the compiler vectorizes (the row was
+  // just written: it is in cache): an exponent of all ones, plus one at
+  // its lowest bit, carries into the sign bit. The index is looked for
+  // only when something is wrong.
+  // (GCC's -O2 cost model leaves a loop of unknown length scalar: the
+  // pragma asks for the vectors, which cut the check's cost on SmolLM2
+  // from 0.15 s to ~0.02 s of CPU per load.)
+  uint32_t carried = 0;
+#pragma omp simd reduction(| : carried)
+  for (int64_t index = 0; index < count; ++index) {
+    uint32_t bits;
+    std::memcpy(&bits, values + index, sizeof bits);
+    carried |= (bits & 0x7f800000u) + 0x00800000u;
+  }
+  if (!(carried & 0x80000000u))
+    return -1;
+  for (int64_t index = 0; index < count; ++index)
+    if (!std::isfinite(values[index]))
+      return index;
+  return -1;
+}
+
+/// "tensor 'NAME': element [ROW, COLUMN] is nan: ..."
+llvm::Error nonFiniteError(const GgufFile &file, const GgufTensor &tensor,
+                           int64_t row, int64_t column, float value) {
+  return file.tensorError(
+      tensor.name,
+      "element [" + llvm::Twine(column) +
+          (tensor.shape.size() > 1 ? ", " + llvm::Twine(row) + "] is "
+                                   : llvm::Twine("] is ")) +
+          (std::isnan(value) ? "nan" : "infinite") +
+          ": a weight that is not finite makes every output "
+          "NaN (a corrupt file?)");
+}
+
 /// Dequantizes a whole tensor's rows into `out` starting at row `firstRow`
-/// (out holds rows of tensor->shape[0] floats).
-void dequantizeInto(const GgufTensor &tensor, std::vector<float> &out,
-                    int64_t firstRow) {
+/// (out holds rows of tensor->shape[0] floats), and fails, naming the
+/// first, when a value is NaN or infinite: one such weight turns every
+/// activation after it into NaN and the model answers nothing.
+llvm::Error dequantizeInto(const GgufFile &file, const GgufTensor &tensor,
+                           std::vector<float> &out, int64_t firstRow) {
   const int64_t columns = int64_t(tensor.shape[0]);
   const int64_t rows = int64_t(tensor.numRows());
   const uint64_t rowBytes = tensor.rowBytes();
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < rows; ++row)
-    dequantizeRow(tensor.type, tensor.data + uint64_t(row) * rowBytes,
-                  out.data() + (firstRow + row) * columns, columns);
+  int64_t badRow = rows;
+#pragma omp parallel for schedule(static) reduction(min : badRow)
+  for (int64_t row = 0; row < rows; ++row) {
+    float *values = out.data() + (firstRow + row) * columns;
+    dequantizeRow(tensor.type, tensor.data + uint64_t(row) * rowBytes, values,
+                  columns);
+    if (firstNonFinite(values, columns) >= 0)
+      badRow = std::min(badRow, row);
+  }
+  if (badRow == rows)
+    return llvm::Error::success();
+  const float *values = out.data() + (firstRow + badRow) * columns;
+  int64_t column = firstNonFinite(values, columns);
+  return nonFiniteError(file, tensor, badRow, column, values[column]);
 }
 
 llvm::Expected<std::vector<float>>
@@ -44,7 +97,8 @@ loadVector(const GgufFile &file, llvm::StringRef name, uint64_t size) {
   if (!tensor)
     return tensor.takeError();
   std::vector<float> values(size);
-  dequantizeInto(**tensor, values, 0);
+  if (llvm::Error error = dequantizeInto(file, **tensor, values, 0))
+    return error;
   return values;
 }
 
@@ -63,7 +117,9 @@ loadStacked(const GgufFile &file, cpu::GemmEngine &engine,
     auto tensor = findChecked(file, names[index], columns, rows[index]);
     if (!tensor)
       return tensor.takeError();
-    dequantizeInto(**tensor, matrix, int64_t(firstRow));
+    if (llvm::Error error =
+            dequantizeInto(file, **tensor, matrix, int64_t(firstRow)))
+      return error;
     firstRow += rows[index];
   }
   auto packed = gated ? engine.packGatedWeights(
@@ -306,6 +362,23 @@ loadRopeFrequencyFactors(const GgufFile &file, const ModelConfig &config) {
   if (!config.hasRopeFrequencyFactors)
     return std::vector<float>();
   return loadVector(file, "rope_freqs.weight", config.rotaryDim / 2);
+}
+
+llvm::Error checkFiniteVectors(const GgufFile &file) {
+  for (const GgufTensor &tensor : file.tensors()) {
+    if (tensor.shape.size() != 1)
+      continue;
+    // A vector of a type the host cannot read is the device's to refuse.
+    if (llvm::Error error =
+            checkDequantizable(tensor.type, int64_t(tensor.shape[0]))) {
+      llvm::consumeError(std::move(error));
+      continue;
+    }
+    std::vector<float> values(tensor.shape[0]);
+    if (llvm::Error error = dequantizeInto(file, tensor, values, 0))
+      return error;
+  }
+  return llvm::Error::success();
 }
 
 int64_t ModelWeights::packedBytes() const {

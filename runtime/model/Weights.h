@@ -83,6 +83,13 @@ private:
   std::vector<float> ropeFreqs;
 };
 
+/// Fails, naming the tensor and element, when a vector tensor of `file`
+/// (norm weights, biases, RoPE factors: the small f32 tensors a single NaN
+/// makes useless) holds a NaN or infinity. ModelWeights::load checks every
+/// tensor it dequantizes; this is the check for a model whose weights live
+/// on a device.
+llvm::Error checkFiniteVectors(const GgufFile &file);
+
 /// The per-pair RoPE frequency divisors (`rope_freqs.weight`, Llama 3.1),
 /// or none when the configuration has none: what the RoPE table needs
 /// without the rest of the weights (a model whose weights live on a GPU).

@@ -8,6 +8,9 @@
 #   gguf   the GGUF reader, tokenizer, chat template (gguf/GgufFuzzer.cpp)
 #   model  GGUF bytes through Model::load and a forward step
 #          (gguf/ModelFuzzer.cpp)
+#   http   one connection's bytes through spanc serve's ConnectionServer
+#          (HttpFuzzer.cpp; httplib itself is Debian's uninstrumented
+#          library, so coverage guides through our code only)
 #
 #   test/fuzz/build.sh [OUT] [TARGET...]   # default OUT: /tmp/spanc-fuzz, all
 #   test/fuzz/run.sh TARGET SECONDS        # runs one, merges into its corpus
@@ -21,7 +24,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-/tmp/spanc-fuzz}"
 shift || true
 targets=("$@")
-if ((${#targets[@]} == 0)); then targets=(span json ir gguf model); fi
+if ((${#targets[@]} == 0)); then targets=(span json ir gguf model http); fi
 mkdir -p "$out/include/grammar" "$out/obj"
 
 # The generated lexer and parser, as //grammar:span_antlr makes them.
@@ -81,6 +84,10 @@ model_sources=(
   "$root/runtime/kv/KvStorage.cpp"
   "$root"/runtime/kernels/cpu/*.cpp
 )
+http_sources=(
+  "$root/server/Connections.cpp" "$root/server/ApiError.cpp"
+  "$root/server/ClientSocket.cpp"
+)
 
 # Compiles SOURCES... into objects (two at a time: the machine is shared)
 # and sets `objects` to their paths.
@@ -94,7 +101,8 @@ compile() {
           "$root/test/fuzz/build.sh" -nt "$object" ||
           -n "$(find "$root/ir" "$root/frontend" "$root/passes" \
                     "$root/codegen" "$root/plan" "$root/support" \
-                    "$root/runtime" "$root/test/fuzz" -name '*.h' \
+                    "$root/runtime" "$root/server" "$root/test/fuzz" \
+                    -name '*.h' \
                     -newer "$object" 2>/dev/null | head -1)" ]]; then
       "$cxx" "${flags[@]}" -c "$source" -o "$object" &
       pids+=($!)
@@ -129,8 +137,12 @@ for target in "${targets[@]}"; do
     compile "${model_sources[@]}"
     link model "$root/test/fuzz/gguf/ModelFuzzer.cpp" -ldnnl
     ;;
+  http)
+    compile "${http_sources[@]}"
+    link http "$root/test/fuzz/HttpFuzzer.cpp" -lcpp-httplib
+    ;;
   *)
-    echo "unknown target '$target' (span, json, ir, gguf, model)" >&2
+    echo "unknown target '$target' (span, json, ir, gguf, model, http)" >&2
     exit 2
     ;;
   esac

@@ -2,7 +2,7 @@
 # Runs one fuzz target for a while, merges what it found, minimized, into
 # the kept corpus and appends the run's figures to test/fuzz/LOG.md:
 #
-#   test/fuzz/run.sh span|json|ir|gguf|model [SECONDS] [BUILD]
+#   test/fuzz/run.sh span|json|ir|gguf|model|http [SECONDS] [BUILD]
 #                                  # default 600 s, /tmp/spanc-fuzz
 #
 # Build the targets first (test/fuzz/build.sh). The fuzzer works on a
@@ -23,7 +23,7 @@ build="${3:-/tmp/spanc-fuzz}"
 scratch="$build/run-$target"
 max_len=4096
 case "$target" in
-span | json | ir) kept="$root/test/fuzz/${target}_corpus" ;;
+span | json | ir | http) kept="$root/test/fuzz/${target}_corpus" ;;
 gguf) kept="$root/test/fuzz/gguf/corpus" ;;
 # Seeds are whole (tiny) models of 5-30 KB.
 model) kept="$root/test/fuzz/gguf/model_corpus" max_len=32768 ;;

@@ -254,6 +254,66 @@ TEST(Gguf, RejectsMisalignedOffset) {
                             "not a multiple of the alignment 32");
 }
 
+/// Two matrices: Q4_1 "first" (64 x 2: 4 blocks, 80 bytes, padded to 96)
+/// and F32 "second" (32 x 2, 256 bytes) after it; then two 32-float
+/// vectors "norm_a" and "norm_b".
+GgufWriter twoMatrices() {
+  GgufWriter writer;
+  std::string blocks(80, '\0');
+  writer.addTensor("first", GgmlType::Q4_1, {64, 2}, blocks);
+  writer.addTensorF32("second", {32, 2}, std::vector<float>(64, 1.0f));
+  writer.addTensorF32("norm_a", {32}, std::vector<float>(32, 1.0f));
+  writer.addTensorF32("norm_b", {32}, std::vector<float>(32, 1.0f));
+  return writer;
+}
+
+TEST(Gguf, TheTwoMatricesFileOpens) {
+  EXPECT_EQ(errorOf(twoMatrices().write()), "(no error)");
+}
+
+TEST(Gguf, RejectsATensorRelabelledToALargerType) {
+  // Issue 25: a Q4_1 matrix relabelled F32 reads 512 bytes where its 80
+  // are, the next tensor's among them; it loaded.
+  std::string bytes = twoMatrices().write();
+  put32(bytes, tensorInfoAt(bytes, "first") + 4 + 16,
+        static_cast<uint32_t>(GgmlType::F32));
+  EXPECT_EQ(errorOf(bytes),
+            "test.gguf: tensor 'first' (F32 [64, 2], 512 bytes at offset 0) "
+            "overlaps tensor 'second' at offset 96: its type or shape does "
+            "not match its data");
+}
+
+TEST(Gguf, RejectsAShapeThatGrewIntoTheNextTensor) {
+  std::string bytes = twoMatrices().write();
+  put64(bytes, tensorInfoAt(bytes, "second") + 4 + 8, 3); // [32, 3]
+  EXPECT_EQ(errorOf(bytes),
+            "test.gguf: tensor 'second' (F32 [32, 3], 384 bytes at offset 96) "
+            "overlaps tensor 'norm_a' at offset 352: its type or shape does "
+            "not match its data");
+}
+
+TEST(Gguf, RejectsTwoTensorsAtOneOffset) {
+  // Issue 25: blk.0.ffn_norm.weight moved onto blk.0.attn_norm.weight's
+  // bytes loaded, and ran with one norm twice.
+  std::string bytes = twoMatrices().write();
+  size_t offsetOfA = tensorInfoAt(bytes, "norm_a") + 4 + 8 + 4;
+  size_t offsetOfB = tensorInfoAt(bytes, "norm_b") + 4 + 8 + 4;
+  uint64_t offset = 0;
+  std::memcpy(&offset, bytes.data() + offsetOfA, 8);
+  put64(bytes, offsetOfB, offset);
+  EXPECT_EQ(errorOf(bytes), "test.gguf: tensors 'norm_a' and 'norm_b' have "
+                            "the same data offset 352: each tensor needs "
+                            "bytes of its own");
+}
+
+TEST(Gguf, EmptyTensorsMayShareAnOffset) {
+  GgufWriter writer;
+  writer.addTensorF32("empty_a", {0}, {});
+  writer.addTensorF32("empty_b", {0}, {});
+  writer.addTensorF32("full", {32}, std::vector<float>(32, 1.0f));
+  EXPECT_EQ(errorOf(writer.write()), "(no error)");
+}
+
 TEST(Gguf, RejectsTooManyDimensions) {
   std::string bytes = smallFile().write();
   put32(bytes, tensorInfoAt(bytes, "weights"), 5);

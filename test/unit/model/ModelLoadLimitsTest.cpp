@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <optional>
 #include <variant>
 
 using namespace spanc::model;
@@ -30,10 +31,19 @@ namespace {
 
 using MetadataValue = std::variant<uint32_t, float>;
 
+/// One weight of a tensor replaced: its name, the element's index, the
+/// value.
+struct Poison {
+  std::string tensor;
+  size_t index = 0;
+  float value = 0.0f;
+};
+
 /// A complete llama decoder; `changed` replaces the value of a key (without
-/// the "llama." prefix).
+/// the "llama." prefix), `poison` one weight.
 std::string writeDecoder(const std::map<std::string, MetadataValue> &changed,
-                         const std::string &name) {
+                         const std::string &name,
+                         const std::optional<Poison> &poison = {}) {
   const uint64_t dim = 64, heads = 4, kvHeads = 2, headDim = 16, ffn = 128,
                  vocab = 10, layers = 2;
   std::map<std::string, MetadataValue> metadata = {
@@ -59,6 +69,8 @@ std::string writeDecoder(const std::map<std::string, MetadataValue> &changed,
   auto tensor = [&](const std::string &tensorName, uint64_t columns,
                     uint64_t rows) {
     std::vector<float> values(size_t(columns * rows), 0.01f);
+    if (poison && poison->tensor == tensorName)
+      values.at(poison->index) = poison->value;
     if (rows == 1)
       writer.addTensorF32(tensorName, {columns}, values);
     else
@@ -86,11 +98,15 @@ std::string writeDecoder(const std::map<std::string, MetadataValue> &changed,
   return std::string(path);
 }
 
-/// Model::load's error for the decoder with `changed`, or "" if it loads.
-std::string loadError(const std::map<std::string, MetadataValue> &changed) {
+/// Model::load's error for the decoder with `changed` and `poison`, or ""
+/// if it loads.
+std::string loadError(const std::map<std::string, MetadataValue> &changed,
+                      const std::optional<Poison> &poison = {},
+                      const ModelOptions &options = {}) {
   static int files = 0;
-  std::string path = writeDecoder(changed, "m" + std::to_string(files++));
-  auto model = Model::load(path);
+  std::string path =
+      writeDecoder(changed, "m" + std::to_string(files++), poison);
+  auto model = Model::load(path, options);
   if (model)
     return "";
   return llvm::toString(model.takeError());
@@ -141,8 +157,72 @@ TEST(ModelLoadLimits, SizesPastTheKernelsAreErrorsNamingTheKey) {
               HasSubstr("attention.key_length (head dimension) 512 must be "
                         "even and in [2, 256]"));
   EXPECT_THAT(loadError({{"rope.dimension_count", 18u}}),
-              HasSubstr("rope.dimension_count 18 must be even and at most "
-                        "the head dimension 16"));
+              HasSubstr("rope.dimension_count 18 must be even and in [2, 16] "
+                        "(the head dimension)"));
+}
+
+TEST(ModelLoadLimits, ARopeDimensionOfZeroIsAnError) {
+  // Issue 25: 0 loaded, rotated nothing and changed every answer (63 was
+  // refused as odd).
+  EXPECT_THAT(loadError({{"rope.dimension_count", 0u}}),
+              HasSubstr("rope.dimension_count 0 must be even and in [2, 16] "
+                        "(the head dimension)"));
+  EXPECT_THAT(loadError({{"rope.dimension_count", 15u}}),
+              HasSubstr("rope.dimension_count 15 must be even"));
+  EXPECT_EQ(loadError({{"rope.dimension_count", 8u}}), "");
+  EXPECT_EQ(loadError({{"rope.dimension_count", 16u}}), "");
+}
+
+TEST(ModelLoadLimits, HeadCountsThatDoNotDivideTheDimensionsAreErrors) {
+  // 64 / 3 heads truncated to a head dimension of 21 (odd) or, with 6
+  // heads, to 10: the error named a tensor shape, not the key.
+  EXPECT_THAT(loadError({{"attention.head_count", 6u},
+                         {"attention.head_count_kv", 6u}}),
+              HasSubstr("embedding_length 64 is not a multiple of "
+                        "attention.head_count 6 (and no "
+                        "attention.key_length gives the head dimension)"));
+  EXPECT_THAT(loadError({{"attention.head_count_kv", 3u}}),
+              HasSubstr("attention.head_count 4 is not a multiple of "
+                        "head_count_kv 3"));
+  // A value width other than the key width is not supported; it was
+  // ignored.
+  EXPECT_THAT(loadError({{"attention.value_length", 8u}}),
+              HasSubstr("attention.value_length 8 differs from "
+                        "attention.key_length 16"));
+  EXPECT_EQ(loadError({{"attention.value_length", 16u}}), "");
+}
+
+TEST(ModelLoadLimits, NonFiniteWeightsAreErrorsNamingTheTensor) {
+  // Issue 25: a NaN norm weight loaded; every output was NaN and the model
+  // generated 0 tokens without a word.
+  const float nan = std::nanf("");
+  const float infinity = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(loadError({}, Poison{"blk.0.attn_norm.weight", 5, nan}),
+              HasSubstr("tensor 'blk.0.attn_norm.weight': element [5] is "
+                        "nan: a weight that is not finite makes every "
+                        "output NaN"));
+  EXPECT_THAT(loadError({}, Poison{"output_norm.weight", 63, -infinity}),
+              HasSubstr("tensor 'output_norm.weight': element [63] is "
+                        "infinite"));
+  // Matrices too, as they are dequantized for packing (row 2, column 3).
+  EXPECT_THAT(loadError({}, Poison{"blk.1.ffn_down.weight", 2 * 128 + 3, nan}),
+              HasSubstr("tensor 'blk.1.ffn_down.weight': element [3, 2] is "
+                        "nan"));
+  // The tied output head is the embedding.
+  EXPECT_THAT(loadError({}, Poison{"token_embd.weight", 64 * 9, infinity}),
+              HasSubstr("tensor 'token_embd.weight': element [0, 9] is "
+                        "infinite"));
+}
+
+TEST(ModelLoadLimits, NonFiniteVectorsAreErrorsWithWeightsOnADevice) {
+  // A device backend reads the matrices itself; the small tensors are
+  // checked here all the same.
+  ModelOptions deviceWeights;
+  deviceWeights.hostWeights = false;
+  EXPECT_EQ(loadError({}, {}, deviceWeights), "");
+  EXPECT_THAT(loadError({}, Poison{"blk.1.ffn_norm.weight", 0, std::nanf("")},
+                        deviceWeights),
+              HasSubstr("tensor 'blk.1.ffn_norm.weight': element [0] is nan"));
 }
 
 TEST(ModelLoadLimits, NonFiniteConstantsAreErrors) {

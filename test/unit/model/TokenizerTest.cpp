@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -57,11 +59,12 @@ nlohmann::json loadReference(const std::string &name) {
   return nlohmann::json::parse((*buffer)->getBuffer().str());
 }
 
-/// A byte-level BPE vocabulary: the 256 byte characters, then merged
-/// tokens, then specials. Returns the tokenizer.
-std::unique_ptr<Tokenizer> syntheticBpe(std::vector<std::string> merged,
-                                        std::vector<std::string> merges,
-                                        std::string pre = "gpt-2") {
+/// A byte-level BPE vocabulary: the 256 byte characters (but
+/// `missingByte`'s, whose place holds "<unused>"), then merged tokens,
+/// then specials.
+GgufWriter bpeVocabulary(std::vector<std::string> merged,
+                         std::vector<std::string> merges,
+                         std::string pre = "gpt-2", int missingByte = -1) {
   // The GPT-2 alphabet for printable ASCII is the character itself; space
   // is U+0120 "Ġ", newline U+010A "Ċ".
   std::vector<std::string> tokens;
@@ -78,7 +81,7 @@ std::unique_ptr<Tokenizer> syntheticBpe(std::vector<std::string> merged,
       text += static_cast<char>(0xc0 | (codePoint >> 6));
       text += static_cast<char>(0x80 | (codePoint & 0x3f));
     }
-    tokens.push_back(text);
+    tokens.push_back(byte == missingByte ? "<unused>" : text);
     types.push_back(1);
   }
   for (const std::string &token : merged) {
@@ -99,6 +102,14 @@ std::unique_ptr<Tokenizer> syntheticBpe(std::vector<std::string> merged,
   writer.addStringArray("tokenizer.ggml.merges", merges);
   writer.addUInt32("tokenizer.ggml.eos_token_id",
                    static_cast<uint32_t>(tokens.size() - 2));
+  return writer;
+}
+
+/// The tokenizer of bpeVocabulary(merged, merges, pre).
+std::unique_ptr<Tokenizer> syntheticBpe(std::vector<std::string> merged,
+                                        std::vector<std::string> merges,
+                                        std::string pre = "gpt-2") {
+  GgufWriter writer = bpeVocabulary(merged, merges, pre);
   auto file = GgufFile::openBuffer(writer.write(), "bpe.gguf");
   EXPECT_TRUE(static_cast<bool>(file));
   auto tokenizer = Tokenizer::fromGguf(**file);
@@ -356,6 +367,136 @@ TEST(Tokenizer, SentencePieceMergesByScoreWithByteFallback) {
   EXPECT_EQ(ids, (std::vector<int32_t>{2, 15}));
   EXPECT_EQ((*tokenizer)->bosId(), 1);
   EXPECT_TRUE((*tokenizer)->addBosByDefault());
+}
+
+TEST(Tokenizer, ByteLevelBpeWithoutAByteTokenIsRefused) {
+  // Issue 25: SmolLM2's vocabulary without "H" encoded "Hello World" as
+  // "ello World": byte-level BPE has no unknown token to fall back to.
+  auto file = GgufFile::openBuffer(bpeVocabulary({}, {}, "gpt-2", 'H').write(),
+                                   "b.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  EXPECT_EQ(llvm::toString(Tokenizer::fromGguf(**file).takeError()),
+            "b.gguf: tokenizer.ggml.tokens has no token for byte 0x48 'H' "
+            "('H' in the byte-level alphabet): text holding it cannot be "
+            "encoded (a byte-level BPE vocabulary needs one for every byte "
+            "of text)");
+  // Bytes valid UTF-8 never holds (0xC0, 0xC1, 0xF5-0xFF) are not needed:
+  // encode() has replaced them by U+FFFD before.
+  file = GgufFile::openBuffer(bpeVocabulary({}, {}, "gpt-2", 0xff).write(),
+                              "b.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  EXPECT_EQ((*tokenizer)->decode((*tokenizer)->encode("Hello\xff", false)),
+            "Hello\xef\xbf\xbd");
+}
+
+TEST(Tokenizer, ByteLevelBpeReplacesAControlByteItCannotSpell) {
+  // SmolLM2's vocabulary has no token for 0x04 (nor 0x06, 0x13, 0x14,
+  // 0x16, 0x1D, 0xF1, 0xF2): such a character becomes U+FFFD, as invalid
+  // UTF-8 does, instead of vanishing.
+  auto file = GgufFile::openBuffer(bpeVocabulary({}, {}, "gpt-2", 0x04).write(),
+                                   "b.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  EXPECT_EQ((*tokenizer)
+                ->decode((*tokenizer)
+                             ->encode("a\x04"
+                                      "b",
+                                      false)),
+            "a\xef\xbf\xbd"
+            "b");
+  // A four-byte character whose lead byte has no token: one U+FFFD.
+  file = GgufFile::openBuffer(bpeVocabulary({}, {}, "gpt-2", 0xf1).write(),
+                              "b.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  EXPECT_EQ((*tokenizer)
+                ->decode((*tokenizer)
+                             ->encode("a\xf1\x80\x80\x80"
+                                      "b",
+                                      false)),
+            "a\xef\xbf\xbd"
+            "b");
+}
+
+TEST_F(SmolLM2Tokenizer, ControlBytesWithoutATokenBecomeReplacementCharacters) {
+  // Dropped before (as llama.cpp drops them): "a", 0x04, "b" encoded as
+  // "ab".
+  std::vector<int32_t> ids = tokenizer->encode("a\x04"
+                                               "b",
+                                               false);
+  EXPECT_EQ(tokenizer->decode(ids), "a\xef\xbf\xbd"
+                                    "b");
+}
+
+/// A SentencePiece vocabulary: `unknown` (type 2) or "<s>", then "</s>",
+/// "\xe2\x96\x81" and "a", with byte tokens for the bytes listed.
+std::string spmVocabulary(bool withUnknown, const std::vector<int> &bytes) {
+  std::vector<std::string> tokens = {withUnknown ? "<unk>" : "<pad>", "<s>",
+                                     "</s>", "\xe2\x96\x81", "a"};
+  std::vector<int32_t> types = {withUnknown ? 2 : 3, 3, 3, 1, 1};
+  for (int byte : bytes) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
+    tokens.push_back(name);
+    types.push_back(6);
+  }
+  GgufWriter writer;
+  writer.addString("tokenizer.ggml.model", "llama");
+  writer.addStringArray("tokenizer.ggml.tokens", tokens);
+  writer.addFloat32Array("tokenizer.ggml.scores",
+                         std::vector<float>(tokens.size(), 0.0f));
+  writer.addInt32Array("tokenizer.ggml.token_type", types);
+  return writer.write();
+}
+
+TEST(Tokenizer, SentencePieceWithoutByteTokensNeedsAnUnknownToken) {
+  // Without byte tokens or an unknown token a character it cannot spell
+  // had nothing to become (token 0, whatever it was, stood for it).
+  auto file = GgufFile::openBuffer(spmVocabulary(false, {}), "s.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  EXPECT_EQ(llvm::toString(Tokenizer::fromGguf(**file).takeError()),
+            "s.gguf: tokenizer.ggml.tokens has no byte token <0x00> (and 242 "
+            "other bytes), and no unknown token "
+            "(tokenizer.ggml.unknown_token_id, of token type unknown) to "
+            "stand for it: text holding it cannot be encoded");
+  // With an unknown token, as SentencePiece models trained without byte
+  // fallback: an unspellable character becomes <unk>, visibly.
+  file = GgufFile::openBuffer(spmVocabulary(true, {}), "s.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  auto tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  EXPECT_EQ((*tokenizer)->encode("aHa", false),
+            (std::vector<int32_t>{3, 4, 0, 4}));
+  // With every byte token, none is needed.
+  std::vector<int> all;
+  for (int byte = 0; byte < 256; ++byte)
+    all.push_back(byte);
+  file = GgufFile::openBuffer(spmVocabulary(false, all), "s.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  tokenizer = Tokenizer::fromGguf(**file);
+  ASSERT_TRUE(static_cast<bool>(tokenizer))
+      << llvm::toString(tokenizer.takeError());
+  EXPECT_EQ((*tokenizer)->decode((*tokenizer)->encode("aHa", false)), "aHa");
+}
+
+TEST(Tokenizer, NonFiniteScoresAreRefused) {
+  GgufWriter writer;
+  writer.addString("tokenizer.ggml.model", "llama");
+  writer.addStringArray("tokenizer.ggml.tokens", {"<unk>", "a"});
+  writer.addFloat32Array("tokenizer.ggml.scores", {0.0f, std::nanf("")});
+  writer.addInt32Array("tokenizer.ggml.token_type", {2, 1});
+  auto file = GgufFile::openBuffer(writer.write(), "s.gguf");
+  ASSERT_TRUE(static_cast<bool>(file));
+  EXPECT_EQ(llvm::toString(Tokenizer::fromGguf(**file).takeError()),
+            "s.gguf: tokenizer.ggml.scores entry 1 (token 'a') is not finite");
 }
 
 TEST(Tokenizer, RejectsBadMetadata) {

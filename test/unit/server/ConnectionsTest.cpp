@@ -157,6 +157,45 @@ TEST(ConnectionServer, AnswersRequestsPipelinedOnOneConnectionInOrder) {
   EXPECT_NE(last, std::string::npos);
 }
 
+TEST(ConnectionServer, AnAdoptedSocketIsServedAsAnAcceptedOne) {
+  // The HTTP fuzz target's way in (test/fuzz/HttpFuzzer.cpp): one end of
+  // a socketpair, handed over as if accepted, keep-alive requests one
+  // after another, then the client leaves and the server closes its end.
+  Serving serving(fastLimits());
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets), 0);
+  serving.server.adoptConnection(sockets[0]);
+  for (int request = 0; request < 20; ++request) {
+    sendAll(sockets[1], "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string answer;
+    Clock::time_point start = Clock::now();
+    while (answer.find("pong") == std::string::npos &&
+           secondsSince(start) < 5) {
+      pollfd entry{sockets[1], POLLIN, 0};
+      if (poll(&entry, 1, 50) <= 0)
+        continue;
+      char buffer[4096];
+      ssize_t received = recv(sockets[1], buffer, sizeof buffer, 0);
+      if (received <= 0)
+        break;
+      answer.append(buffer, size_t(received));
+    }
+    ASSERT_NE(answer.find("pong"), std::string::npos) << request;
+    EXPECT_EQ(count(answer, "HTTP/1.1 200"), 1u) << answer;
+  }
+  sendAll(sockets[1], "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\n"
+                      "hello"
+                      "GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n");
+  std::string answers = readUntilClosed(sockets[1]);
+  EXPECT_EQ(count(answers, "HTTP/1.1 200"), 2u) << answers;
+  EXPECT_LT(answers.find("hello"), answers.find("pong"));
+  close(sockets[1]);
+  Clock::time_point start = Clock::now();
+  while (serving.server.numConnections() != 0 && secondsSince(start) < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(serving.server.numConnections(), 0u);
+}
+
 TEST(ConnectionServer, TricklingClientsHoldASocketNotAThread) {
   ConnectionLimits limits = fastLimits(); // two threads
   limits.headerTimeout = std::chrono::seconds(2);

@@ -73,6 +73,11 @@ Engine::submit(RequestCalls calls, Clock::time_point arrival) {
   // A request without calls would never finish.
   if (calls.calls.empty())
     return apiError(400, "the request makes no model call");
+  if (maxCalls && calls.calls.size() > maxCalls)
+    return apiError(
+        400, "the request makes " + std::to_string(calls.calls.size()) +
+                 " model calls; the server holds at most " +
+                 std::to_string(maxCalls) + " at once (--max-queued-calls)");
   auto request = std::make_shared<Request>();
   request->stream =
       std::make_shared<ResponseStream>(calls.calls.size(), arrival);

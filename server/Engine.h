@@ -47,7 +47,8 @@ public:
   /// many calls, new requests wait until it drains and starts over, so
   /// memory stays bounded under a load that never pauses. `maxCalls`:
   /// model calls held at once, running or waiting (0: no bound); a request
-  /// whose calls would pass it is refused (429).
+  /// whose calls would pass it is refused (429), one that makes more
+  /// calls than that 400.
   Engine(sched::Executor &executor, ServerMetrics &metrics, size_t maxRequests,
          ThreadHooks hooks = {}, size_t maxSessionCalls = 65536,
          size_t maxCalls = 0);

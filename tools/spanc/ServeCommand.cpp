@@ -82,8 +82,8 @@ int runServe(const std::vector<std::string> &args) {
       ("max-queued-calls", po::value<int64_t>()->default_value(4096),       //
        "model calls the server holds at once, running or waiting (a "       //
        "choice of n, a call of a /v1/query program); a request whose "      //
-       "calls would pass it gets 429 with Retry-After. At least "           //
-       "--max-query-calls and 1024 (64 prompts of n = 16)")                 //
+       "calls would pass it gets 429 with Retry-After, one that makes "     //
+       "more calls than this 400. At least --max-query-calls")              //
       ("max-running-per-request", po::value<int64_t>()->default_value(8),   //
        "calls of one request running at once (0: no cap): admission "       //
        "takes the request with the fewest running calls first, so one "     //
@@ -246,18 +246,13 @@ int runServe(const std::vector<std::string> &args) {
       !maxConnections || !headerTimeout || !bodyTimeout || !maxQueuedCalls ||
       !maxRunningPerRequest || !maxPrefillPerRequest)
     return 1;
-  // The largest request must fit, or it could never be taken.
-  const server::RequestLimits requestLimits;
-  const int64_t largestCompletion =
-      requestLimits.maxChoices * requestLimits.maxPrompts;
-  if (*maxQueuedCalls < std::max(*maxQueryCalls, largestCompletion))
-    return reportError("serve",
-                       "--max-queued-calls " + std::to_string(*maxQueuedCalls) +
-                           " is below --max-query-calls (" +
-                           std::to_string(*maxQueryCalls) +
-                           ") or a completions request's most calls (" +
-                           std::to_string(largestCompletion) +
-                           "): such a request could never be taken");
+  // A span query within its limit must fit, or it could never be taken.
+  if (*maxQueuedCalls < *maxQueryCalls)
+    return reportError("serve", "--max-queued-calls " +
+                                    std::to_string(*maxQueuedCalls) +
+                                    " is below --max-query-calls (" +
+                                    std::to_string(*maxQueryCalls) +
+                                    "): such a query could never be taken");
   executorOptions.fairness.maxRunningPerRequest =
       uint32_t(*maxRunningPerRequest);
   executorOptions.fairness.maxPrefillTokensPerRequest = *maxPrefillPerRequest;

@@ -13,6 +13,8 @@ struct Engine::Request {
   RequestCalls calls;
   std::shared_ptr<ResponseStream> stream;
   size_t choicesLeft = 0;
+  /// Its calls, counted in Engine::callsInFlight until it finishes.
+  size_t numCalls = 0;
   bool cancelRequested = false;
   FinishedRequest figures;
 };
@@ -38,9 +40,11 @@ FinishReason finishReason(const plan::Call &call,
 } // namespace
 
 Engine::Engine(sched::Executor &executor, ServerMetrics &metrics,
-               size_t maxRequests, ThreadHooks hooks, size_t maxSessionCalls)
+               size_t maxRequests, ThreadHooks hooks, size_t maxSessionCalls,
+               size_t maxCalls)
     : executor(executor), metrics(metrics), maxRequests(maxRequests),
-      maxSessionCalls(maxSessionCalls), hooks(std::move(hooks)) {}
+      maxSessionCalls(maxSessionCalls), maxCalls(maxCalls),
+      hooks(std::move(hooks)) {}
 
 Engine::~Engine() { shutdown("the server is shutting down"); }
 
@@ -59,15 +63,26 @@ size_t Engine::numInFlight() const {
   return inFlight;
 }
 
+size_t Engine::numCallsInFlight() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return callsInFlight;
+}
+
 llvm::Expected<std::shared_ptr<ResponseStream>>
 Engine::submit(RequestCalls calls, Clock::time_point arrival) {
   // A request without calls would never finish.
   if (calls.calls.empty())
     return apiError(400, "the request makes no model call");
+  if (maxCalls && calls.calls.size() > maxCalls)
+    return apiError(
+        400, "the request makes " + std::to_string(calls.calls.size()) +
+                 " model calls; the server holds at most " +
+                 std::to_string(maxCalls) + " at once (--max-queued-calls)");
   auto request = std::make_shared<Request>();
   request->stream =
       std::make_shared<ResponseStream>(calls.calls.size(), arrival);
   request->choicesLeft = calls.calls.size();
+  request->numCalls = calls.calls.size();
   request->calls = std::move(calls);
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -77,7 +92,17 @@ Engine::submit(RequestCalls calls, Clock::time_point arrival) {
       return apiError(429, "the server holds " + std::to_string(maxRequests) +
                                " requests already (--max-queue); retry "
                                "later");
+    // Bounds the memory of what waits: one client's many calls cannot
+    // queue without end (each also waits its turn: sched::FairQueue).
+    if (maxCalls && callsInFlight + request->numCalls > maxCalls)
+      return apiError(
+          429, "the server holds " + std::to_string(callsInFlight) +
+                   " model calls already and this request makes " +
+                   std::to_string(request->numCalls) + "; at most " +
+                   std::to_string(maxCalls) +
+                   " are held at once (--max-queued-calls); retry later");
     ++inFlight;
+    callsInFlight += request->numCalls;
     queue.push_back(request);
   }
   wake.notify_one();
@@ -132,11 +157,12 @@ void Engine::admitQueued(std::vector<std::shared_ptr<Request>> &queued) {
       owners.push_back({request, choice});
       plan.calls.push_back(std::move(call));
     }
+    // Each request is its own unit of fairness in admission.
+    executor.addCalls(nextTag++);
     for (uint64_t tokens : request->calls.promptTokens)
       request->figures.promptTokens += tokens;
     request->calls.calls.clear(); // moved into the plan
   }
-  executor.addCalls();
   queued.clear();
 }
 
@@ -151,6 +177,7 @@ void Engine::finishRequest(Request &request) {
   metrics.recordFinished(request.figures);
   std::lock_guard<std::mutex> lock(mutex);
   --inFlight;
+  callsInFlight -= request.numCalls;
 }
 
 void Engine::deliverFinished() {

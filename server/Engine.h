@@ -45,9 +45,13 @@ public:
   /// `maxRequests`: requests held at once, running or waiting; one more is
   /// refused (429). `maxSessionCalls`: once the session's plan holds this
   /// many calls, new requests wait until it drains and starts over, so
-  /// memory stays bounded under a load that never pauses.
+  /// memory stays bounded under a load that never pauses. `maxCalls`:
+  /// model calls held at once, running or waiting (0: no bound); a request
+  /// whose calls would pass it is refused (429), one that makes more
+  /// calls than that 400.
   Engine(sched::Executor &executor, ServerMetrics &metrics, size_t maxRequests,
-         ThreadHooks hooks = {}, size_t maxSessionCalls = 65536);
+         ThreadHooks hooks = {}, size_t maxSessionCalls = 65536,
+         size_t maxCalls = 0);
   ~Engine();
 
   void start();
@@ -62,6 +66,8 @@ public:
 
   /// Requests submitted and not yet finished.
   size_t numInFlight() const;
+  /// Their model calls.
+  size_t numCallsInFlight() const;
   /// Whether shutdown() began (calls failing now were cancelled by it).
   bool isStopping() const;
 
@@ -87,6 +93,7 @@ private:
   ServerMetrics &metrics;
   const size_t maxRequests;
   const size_t maxSessionCalls;
+  const size_t maxCalls;
   ThreadHooks hooks;
 
   // Shared with the HTTP threads.
@@ -94,6 +101,7 @@ private:
   std::condition_variable wake;
   std::vector<std::shared_ptr<Request>> queue;
   size_t inFlight = 0;
+  size_t callsInFlight = 0;
   bool stopping = false;
   std::string stopReason;
 
@@ -104,6 +112,8 @@ private:
   std::vector<CallOwner> owners; ///< by CallId
   std::vector<plan::CallId> activeCalls;
   bool sessionOpen = false;
+  /// The fairness tag of the next request taken in (sched::FairQueue).
+  sched::RequestTag nextTag = 1;
 };
 
 } // namespace spanc::server

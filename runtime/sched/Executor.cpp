@@ -73,6 +73,7 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   schedulerOptions.stepTokenBudget = options.stepTokenBudget;
   schedulerOptions.shareInFlightBlocks = options.shareInFlightBlocks;
   schedulerOptions.contextLength = model.config().contextLength;
+  schedulerOptions.fairness = options.fairness;
   executor->scheduler = std::make_unique<Scheduler>(
       *executor->cacheManager, *executor->blockPool, schedulerOptions);
   executor->runner = std::make_unique<ModelRunner>(*executor->device, tokenizer,
@@ -98,8 +99,8 @@ void Executor::beginSession(const plan::Plan &plan,
   runner->beginRun(plan, outcomes, sessionOnToken);
 }
 
-void Executor::addCalls() {
-  scheduler->addCalls();
+void Executor::addCalls(RequestTag request) {
+  scheduler->addCalls(request);
   runner->addCalls();
 }
 

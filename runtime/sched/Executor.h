@@ -19,6 +19,7 @@
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/CallOutcome.h"
+#include "runtime/sched/Fairness.h"
 
 #include "llvm/Support/Error.h"
 
@@ -66,6 +67,10 @@ struct ExecutorOptions {
   /// are admitted past it. Off: concurrent calls that share a cold span
   /// each compute it.
   bool shareInFlightBlocks = true;
+  /// Per-request caps on running calls and prompt tokens per step, for a
+  /// session whose requests compete (spanc serve); none by default, and a
+  /// plain run is one request.
+  FairnessOptions fairness;
 };
 
 class Executor {
@@ -93,8 +98,9 @@ public:
   void beginSession(const plan::Plan &plan, std::vector<CallOutcome> &outcomes,
                     const TokenCallback &onToken);
   /// Takes in the calls appended to the session's plan since the last call
-  /// (their ids are their indices). Between steps only.
-  void addCalls();
+  /// (their ids are their indices), all serving `request` (admission is
+  /// fair across requests: Fairness.h). Between steps only.
+  void addCalls(RequestTag request = 0);
   /// Admits what it can and runs one step. Returns false when there was
   /// nothing to run (every call done, or none can be admitted now).
   bool step();

@@ -61,11 +61,14 @@ struct Scheduler::Request {
   size_t tokensInPrompt = 0;
   Clock::time_point firstToken;
   uint64_t admissionOrder = 0;
+  /// schedule() gave it a prompt chunk or a blend in this step.
+  bool prefilledThisStep = false;
 };
 
 Scheduler::Scheduler(kv::KvCacheManager &cacheManager, kv::BlockPool &pool,
                      const SchedulerOptions &options)
-    : cache(cacheManager), blockPool(pool), options(options) {}
+    : cache(cacheManager), blockPool(pool), options(options),
+      waiting(options.fairness) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -80,6 +83,7 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
   dependents.clear();
   readyAt.clear();
   done.clear();
+  requestTags.clear();
   outputs.clear();
   trailers.clear();
   waiting.clear();
@@ -89,16 +93,17 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
   copies.clear();
   callsDone = 0;
   admissions = 0;
-  registerCalls(0);
+  registerCalls(0, 0);
 }
 
-void Scheduler::registerCalls(size_t first) {
+void Scheduler::registerCalls(size_t first, RequestTag request) {
   const size_t count = plan->calls.size();
   outcomes->resize(count);
   missingDependencies.resize(count, 0);
   dependents.resize(count);
   readyAt.resize(count, Clock::time_point());
   done.resize(count, false);
+  requestTags.resize(count, request);
   outputs.resize(count, std::nullopt);
   trailers.resize(count, std::nullopt);
   for (size_t id = first; id < count; ++id)
@@ -118,7 +123,7 @@ void Scheduler::registerCalls(size_t first) {
     }
     missingDependencies[call.id] = missing;
     if (missing == 0) {
-      waiting.push_back(call.id);
+      waiting.push(call.id, request);
       readyAt[call.id] = Clock::now();
     }
   }
@@ -133,7 +138,9 @@ std::unique_ptr<Scheduler::Request> Scheduler::takeParked(plan::CallId call) {
   return request;
 }
 
-void Scheduler::addCalls() { registerCalls(done.size()); }
+void Scheduler::addCalls(RequestTag request) {
+  registerCalls(done.size(), request);
+}
 
 void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
   if (callId >= done.size() || done[callId])
@@ -146,9 +153,7 @@ void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
   }
   // Waiting (or not ready yet): it leaves the queue and fails unrun, as a
   // call whose dependency failed does at admission.
-  auto queued = llvm::find(waiting, callId);
-  if (queued != waiting.end())
-    waiting.erase(queued);
+  waiting.erase(callId, requestTags[callId]);
   std::unique_ptr<Request> request = takeParked(callId);
   if (!request) {
     request = std::make_unique<Request>();
@@ -176,7 +181,7 @@ std::optional<WaitingFor> Scheduler::waitingFor(plan::CallId call) const {
   auto found = parked.find(call);
   if (found != parked.end())
     return found->second->waitingFor;
-  if (llvm::is_contained(waiting, call))
+  if (call < requestTags.size() && waiting.contains(call, requestTags[call]))
     return WaitingFor::Admission;
   return std::nullopt;
 }
@@ -193,10 +198,14 @@ bool Scheduler::admit() {
   // however this returns.
   llvm::SmallVector<plan::CallId, 4> heldBack;
   auto restoreHeldBack = llvm::make_scope_exit([&] {
-    waiting.insert(waiting.begin(), heldBack.begin(), heldBack.end());
+    for (plan::CallId held : llvm::reverse(heldBack))
+      waiting.pushFront(held, requestTags[held]);
   });
-  while (!waiting.empty()) {
-    plan::CallId callId = waiting.front();
+  waiting.beginPass();
+  for (const auto &other : running)
+    waiting.countRunning(requestTags[other->call]);
+  while (std::optional<FairQueue::Entry> front = waiting.next()) {
+    const plan::CallId callId = front->call;
     const plan::Call &call = plan->calls[callId];
 
     std::unique_ptr<Request> request = takeParked(callId);
@@ -206,7 +215,7 @@ bool Scheduler::admit() {
       std::optional<std::vector<kv::Segment>> segments =
           plan::resolveCall(call, outputs);
       if (!segments) {
-        waiting.pop_front();
+        waiting.popFront(front->request);
         running.push_back(std::move(request));
         finish(*running.back(), false,
                "an output it splices in is missing (a call it depends on "
@@ -222,7 +231,7 @@ bool Scheduler::admit() {
           prompt += segment.tokens.size();
         if (prompt + uint64_t(std::max<int64_t>(call.options.maxTokens, 0)) >
             uint64_t(options.contextLength)) {
-          waiting.pop_front();
+          waiting.popFront(front->request);
           running.push_back(std::move(request));
           finish(*running.back(), false,
                  "its prompt of " + std::to_string(prompt) +
@@ -238,7 +247,7 @@ bool Scheduler::admit() {
     if (options.shareInFlightBlocks &&
         cache.needsBlocksInFlight(request->segments)) {
       park(std::move(request), WaitingFor::BlocksInFlight);
-      waiting.pop_front();
+      waiting.popFront(front->request);
       heldBack.push_back(callId);
       continue;
     }
@@ -254,17 +263,21 @@ bool Scheduler::admit() {
       for (const auto &other : running)
         needed += growthBlocks(*other);
       if (needed > blockPool.numFreeBlocks()) {
+        // Retried when a running call releases blocks; its request's later
+        // calls wait behind it, another request's smaller call may fit.
         park(std::move(request), WaitingFor::CacheRoom);
-        return admittedAny; // retry when a running call releases blocks
+        waiting.passOver(front->request);
+        continue;
       }
     }
     request->request = nextRequestId++;
     kv::AdmitResult result = cache.admit(request->request, request->segments);
     if (result.status == kv::AdmitStatus::Wait && !running.empty()) {
       park(std::move(request), WaitingFor::CacheRoom);
-      return admittedAny; // retry when a running call releases blocks
+      waiting.passOver(front->request);
+      continue;
     }
-    waiting.pop_front();
+    waiting.popFront(front->request);
     if (result.status != kv::AdmitStatus::Admitted) {
       running.push_back(std::move(request));
       finish(*running.back(), false,
@@ -310,6 +323,7 @@ bool Scheduler::admit() {
       continue;
     }
     running.push_back(std::move(request));
+    waiting.countRunning(front->request);
     admittedAny = true;
   }
   return admittedAny;
@@ -328,7 +342,7 @@ uint64_t Scheduler::growthBlocks(const Request &request) const {
 void Scheduler::requeue(Request &request, WaitingFor reason) {
   auto found = llvm::find_if(
       running, [&](const auto &other) { return other.get() == &request; });
-  waiting.push_front(request.call);
+  waiting.pushFront(request.call, requestTags[request.call]);
   park(std::move(*found), reason);
   running.erase(found);
 }
@@ -392,90 +406,128 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     scheduled.push_back(&request);
     --budget;
   }
-  // Then prefill, whole blocks at a time, oldest call first.
-  const unsigned blockSize = options.blockSize;
+  // Then prefill, whole blocks at a time, oldest call first. While more
+  // than one request has a prompt to compute, each first gets at most an
+  // equal share of the budget left (and maxPrefillTokensPerRequest), so
+  // one request's prompts never hold another's first token back; what
+  // they leave goes to the calls not served yet, oldest first.
+  for (const auto &owned : running)
+    owned->prefilledThisStep = false;
+  const int64_t cap = options.fairness.maxPrefillTokensPerRequest;
+  if (cap > 0 && budget > 0) {
+    prefillTaken.clear();
+    for (const auto &owned : running)
+      if (!owned->decoding)
+        prefillTaken.try_emplace(requestTags[owned->call], 0);
+    if (prefillTaken.size() > 1) {
+      const int64_t share = std::min(
+          cap, std::max<int64_t>(options.blockSize,
+                                 budget / int64_t(prefillTaken.size())));
+      for (const auto &owned : running) {
+        if (budget <= 0)
+          break;
+        Request &request = *owned;
+        if (request.decoding)
+          continue;
+        int64_t &taken = prefillTaken[requestTags[request.call]];
+        int64_t allowance = std::min(budget, share - taken);
+        if (allowance <= 0)
+          continue;
+        const int64_t before = allowance;
+        schedulePrefill(request, allowance, output);
+        taken += before - allowance;
+        budget -= before - allowance;
+      }
+    }
+  }
   for (const auto &owned : running) {
     if (budget <= 0)
       break;
     Request &request = *owned;
-    if (request.decoding)
+    if (request.decoding || request.prefilledThisStep)
       continue;
-    const kv::RequestPlan &requestPlan = cache.plan(request.request);
-    bool scheduledPrefill = false;
-    while (budget > 0 && request.runIndex < requestPlan.runs.size()) {
-      const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
-      if (run.afterSpanRelocation &&
-          request.movedBeforeRun != request.runIndex) {
-        // Its spans were computed after their prefix, at other positions
-        // than they take here: they move first (after this step's forward
-        // pass, which may be computing them; docs/ARCHITECTURE.md, "Span
-        // attention").
-        request.moveSpansAfterStep = true;
-        break;
-      }
-      const kv::SegmentPlan &segment = requestPlan.segments[run.segment];
-      if (segment.blend) {
-        // A blend runs before the step's forward pass: the spans it copies
-        // must have been computed by an earlier step.
-        if (scheduledPrefill)
-          break;
-        scheduleBlend(request, requestPlan, segment, output);
-        budget -= kv::repairStepTokens(cache.spanOptions(),
-                                       int64_t(segment.numTokens),
-                                       output.blends.back().numProbeTokens);
-        ++request.runIndex;
-        request.blocksDone = 0;
-        continue;
-      }
-      uint32_t take = 0;
-      int64_t tokens = 0;
-      while (request.blocksDone + take < run.numBlocks) {
-        const kv::LogicalBlock &block =
-            requestPlan.blocks[run.firstBlock + request.blocksDone + take];
-        if (tokens + block.numTokens > budget && take > 0)
-          break;
-        if (tokens + block.numTokens > budget && budget < blockSize &&
-            !output.sequences.empty())
-          break;
-        tokens += block.numTokens;
-        ++take;
-      }
-      if (take == 0)
-        break;
-      ScheduledSequence &sequence = output.sequences.emplace_back();
-      sequence.call = request.call;
-      sequence.rows = model::RowKind::Prompt;
-      sequence.firstToken = uint32_t(output.tokens.size());
-      for (uint32_t b = 0; b < take; ++b) {
-        const kv::LogicalBlock &block =
-            requestPlan.blocks[run.firstBlock + request.blocksDone + b];
-        for (uint32_t t = 0; t < block.numTokens; ++t) {
-          output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
-          // Where its K is computed: a prefix-context span's ReRoPE
-          // position right after its prefix, not its place in the call.
-          output.positions.push_back(int32_t(block.computePosition + t));
-        }
-      }
-      sequence.numTokens = uint32_t(output.tokens.size()) - sequence.firstToken;
-      uint32_t numPages =
-          run.numPages - run.numBlocks + request.blocksDone + take;
-      appendPages(requestPlan, segment,
-                  llvm::ArrayRef<uint32_t>(segment.pages).take_front(numPages),
-                  output, sequence);
-      budget -= tokens;
-      request.blocksDone += take;
-      if (request.blocksDone == run.numBlocks) {
-        ++request.runIndex;
-        request.blocksDone = 0;
-        sequence.completesPrompt = request.runIndex == requestPlan.runs.size();
-      }
-      sequence.wantsLogits = sequence.completesPrompt;
-      sequence.sample = sequence.completesPrompt;
-      scheduled.push_back(&request);
-      scheduledPrefill = true;
-    }
+    schedulePrefill(request, budget, output);
   }
   return llvm::Error::success();
+}
+
+void Scheduler::schedulePrefill(Request &request, int64_t &allowance,
+                                SchedulerOutput &output) {
+  const unsigned blockSize = options.blockSize;
+  const kv::RequestPlan &requestPlan = cache.plan(request.request);
+  bool scheduledPrefill = false;
+  while (allowance > 0 && request.runIndex < requestPlan.runs.size()) {
+    const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
+    if (run.afterSpanRelocation && request.movedBeforeRun != request.runIndex) {
+      // Its spans were computed after their prefix, at other positions
+      // than they take here: they move first (after this step's forward
+      // pass, which may be computing them; docs/ARCHITECTURE.md, "Span
+      // attention").
+      request.moveSpansAfterStep = true;
+      break;
+    }
+    const kv::SegmentPlan &segment = requestPlan.segments[run.segment];
+    if (segment.blend) {
+      // A blend runs before the step's forward pass: the spans it copies
+      // must have been computed by an earlier step.
+      if (scheduledPrefill)
+        break;
+      scheduleBlend(request, requestPlan, segment, output);
+      allowance -=
+          kv::repairStepTokens(cache.spanOptions(), int64_t(segment.numTokens),
+                               output.blends.back().numProbeTokens);
+      request.prefilledThisStep = true;
+      ++request.runIndex;
+      request.blocksDone = 0;
+      continue;
+    }
+    uint32_t take = 0;
+    int64_t tokens = 0;
+    while (request.blocksDone + take < run.numBlocks) {
+      const kv::LogicalBlock &block =
+          requestPlan.blocks[run.firstBlock + request.blocksDone + take];
+      if (tokens + block.numTokens > allowance && take > 0)
+        break;
+      if (tokens + block.numTokens > allowance && allowance < blockSize &&
+          !output.sequences.empty())
+        break;
+      tokens += block.numTokens;
+      ++take;
+    }
+    if (take == 0)
+      break;
+    ScheduledSequence &sequence = output.sequences.emplace_back();
+    sequence.call = request.call;
+    sequence.rows = model::RowKind::Prompt;
+    sequence.firstToken = uint32_t(output.tokens.size());
+    for (uint32_t b = 0; b < take; ++b) {
+      const kv::LogicalBlock &block =
+          requestPlan.blocks[run.firstBlock + request.blocksDone + b];
+      for (uint32_t t = 0; t < block.numTokens; ++t) {
+        output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+        // Where its K is computed: a prefix-context span's ReRoPE
+        // position right after its prefix, not its place in the call.
+        output.positions.push_back(int32_t(block.computePosition + t));
+      }
+    }
+    sequence.numTokens = uint32_t(output.tokens.size()) - sequence.firstToken;
+    uint32_t numPages =
+        run.numPages - run.numBlocks + request.blocksDone + take;
+    appendPages(requestPlan, segment,
+                llvm::ArrayRef<uint32_t>(segment.pages).take_front(numPages),
+                output, sequence);
+    allowance -= tokens;
+    request.blocksDone += take;
+    if (request.blocksDone == run.numBlocks) {
+      ++request.runIndex;
+      request.blocksDone = 0;
+      sequence.completesPrompt = request.runIndex == requestPlan.runs.size();
+    }
+    sequence.wantsLogits = sequence.completesPrompt;
+    sequence.sample = sequence.completesPrompt;
+    scheduled.push_back(&request);
+    scheduledPrefill = true;
+  }
 }
 
 void Scheduler::scheduleBlend(const Request &request,
@@ -754,7 +806,7 @@ void Scheduler::finish(Request &request, bool succeeded, std::string error) {
   for (plan::CallId dependent : dependents[callId]) {
     // A dependent cancelled before it was ready is done already.
     if (--missingDependencies[dependent] == 0 && !done[dependent]) {
-      waiting.push_back(dependent);
+      waiting.push(dependent, requestTags[dependent]);
       readyAt[dependent] = Clock::now();
     }
   }

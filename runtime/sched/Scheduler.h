@@ -20,6 +20,7 @@
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/sched/CallOutcome.h"
+#include "runtime/sched/Fairness.h"
 #include "runtime/sched/SchedulerOutput.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -45,11 +46,15 @@ struct SchedulerOptions {
   /// The model's context length: a call whose prompt and max_tokens do not
   /// fit it fails at admission, before any of it is computed. 0: no bound.
   int64_t contextLength = 0;
+  /// Caps per request (a server's client request) on running calls and on
+  /// prompt tokens per step; none by default (Fairness.h).
+  FairnessOptions fairness;
 };
 
 /// What a call that is not running waits for.
 enum class WaitingFor {
-  /// Admission in plan order: it became ready and was not tried yet.
+  /// Admission: it became ready and was not tried yet (plan order within
+  /// its request, fair across requests: Fairness.h).
   Admission,
   /// A running call to commit a block it would otherwise compute again
   /// (in-flight sharing); other calls are admitted past it.
@@ -74,22 +79,25 @@ public:
   ~Scheduler();
 
   /// Starts a run of `plan`; results go to `outcomes` (one per call, which
-  /// the runner fills with what calls generate).
+  /// the runner fills with what calls generate). Its calls serve request 0.
   void beginRun(const plan::Plan &plan, std::vector<CallOutcome> &outcomes);
   /// Marks the calls that never ran and drops the run's state.
   void endRun();
   /// The plan of the run grew: calls from numCalls() to the plan's end were
   /// appended (a server adds requests to a run in progress). Their
   /// dependencies must be calls of the plan; the ready ones join the
-  /// waiting queue behind the calls already there. Call between steps.
-  void addCalls();
+  /// waiting queue behind the calls already there. They serve `request`
+  /// (the unit of fairness; later requests get larger tags). Call between
+  /// steps.
+  void addCalls(RequestTag request = 0);
   /// Ends one call between steps: a running call fails with `reason` and
   /// releases its blocks, a waiting one fails without running, one already
   /// done stays as it was (a client that went away).
   void cancelCall(plan::CallId call, const std::string &reason);
 
-  /// Admits ready calls in plan order until one must wait. Returns whether
-  /// any was admitted.
+  /// Admits ready calls, fairly across requests (FairQueue: the request
+  /// with the fewest running calls first, plan order within a request),
+  /// until none can be. Returns whether any was admitted.
   bool admit();
   /// Fills `output` with this step's decisions: the CIDRA plan (which may
   /// defer new calls back to waiting), then the batch. Fails when CIDRA
@@ -110,6 +118,8 @@ public:
   size_t numCalls() const;
   size_t numDone() const { return callsDone; }
   bool isDone(plan::CallId call) const { return done[call]; }
+  /// The request `call` serves.
+  RequestTag requestOf(plan::CallId call) const { return requestTags[call]; }
   size_t numRunning() const { return running.size(); }
   size_t numWaiting() const { return waiting.size(); }
   bool hasRunning() const { return !running.empty(); }
@@ -129,8 +139,13 @@ private:
   void requeue(Request &request, WaitingFor reason);
   void finish(Request &request, bool succeeded, std::string error);
   bool preemptFor(Request &needy);
-  /// Registers calls [first, plan's end): dependencies, trailers, readiness.
-  void registerCalls(size_t first);
+  /// Registers calls [first, plan's end), serving `request`: dependencies,
+  /// trailers, readiness.
+  void registerCalls(size_t first, RequestTag request);
+  /// Schedules prompt chunks of `request` within `allowance` tokens (what
+  /// it takes is subtracted).
+  void schedulePrefill(Request &request, int64_t &allowance,
+                       SchedulerOutput &output);
   /// Remembers the decode slot and hands its copy-on-write copy out.
   void takeSlot(Request &request, const kv::DecodeSlot &slot);
   /// Queues the span moves the step asked for (after its forward pass).
@@ -156,12 +171,14 @@ private:
   std::vector<llvm::SmallVector<plan::CallId, 4>> dependents;
   std::vector<Clock::time_point> readyAt;
   std::vector<bool> done;
+  /// Per call: the request it serves.
+  std::vector<RequestTag> requestTags;
   /// Output tokens per call, for splicing into later calls.
   std::vector<std::optional<std::vector<plan::TokenId>>> outputs;
   /// Per call: the end-of-turn tokens its consumers put after its output.
   std::vector<std::optional<std::vector<plan::TokenId>>> trailers;
   /// Calls waiting for admission, in the order they are tried.
-  std::deque<plan::CallId> waiting;
+  FairQueue waiting;
   /// The requests of waiting calls that were laid out already (held back,
   /// short of room, preempted or deferred), each with what it waits for.
   llvm::DenseMap<plan::CallId, std::unique_ptr<Request>> parked;
@@ -172,6 +189,8 @@ private:
   std::vector<kv::RelocationOp> copies;
   /// Scratch lists of update(), kept for their capacity.
   std::vector<Request *> finishedScratch, needSlotScratch, unsampledScratch;
+  /// Scratch of schedule(): prompt tokens per request this step.
+  llvm::SmallDenseMap<RequestTag, int64_t, 8> prefillTaken;
   size_t callsDone = 0;
   uint64_t admissions = 0;
 };

@@ -50,6 +50,7 @@ constexpr int64_t kMaxHttpThreads = 1024;
 constexpr int64_t kMaxConnectionsBound = 65536;
 constexpr int64_t kMaxTimeoutSeconds = 3600;
 constexpr int64_t kMaxQueryCalls = 10000;
+constexpr int64_t kMaxQueuedCallsBound = 1000000;
 
 } // namespace
 
@@ -78,6 +79,19 @@ int runServe(const std::vector<std::string> &args) {
       ("max-queue", po::value<int64_t>()->default_value(256),               //
        "requests the server holds at once, running or waiting; one more "   //
        "gets 429 with Retry-After")                                         //
+      ("max-queued-calls", po::value<int64_t>()->default_value(4096),       //
+       "model calls the server holds at once, running or waiting (a "       //
+       "choice of n, a call of a /v1/query program); a request whose "      //
+       "calls would pass it gets 429 with Retry-After, one that makes "     //
+       "more calls than this 400. At least --max-query-calls")              //
+      ("max-running-per-request", po::value<int64_t>()->default_value(8),   //
+       "calls of one request running at once (0: no cap): admission "       //
+       "takes the request with the fewest running calls first, so one "     //
+       "client's many calls cannot hold every slot and the cache")          //
+      ("max-prefill-per-request", po::value<int64_t>()->default_value(256), //
+       "prompt tokens one request may compute in a step while another "     //
+       "request has a prompt to compute too (0: no cap; besides an equal "  //
+       "share of --step-tokens); what they leave goes to anyone")           //
       ("max-tokens-limit", po::value<int64_t>()->default_value(4096),       //
        "largest max_tokens a request may ask for (400 above it)")           //
       ("default-max-tokens", po::value<int64_t>()->default_value(256),      //
@@ -198,8 +212,9 @@ int runServe(const std::vector<std::string> &args) {
       "body over\n"
       "      --max-body (a chunked one too, cut off as it passes it, the rest "
       "unread);\n"
-      "      429 more than --max-queue requests (with Retry-After); 431 "
-      "headers over\n"
+      "      429 more than --max-queue requests or --max-queued-calls calls "
+      "(with\n"
+      "      Retry-After); 431 headers over\n"
       "      64 KiB; 500 a call that failed; 503 more than --max-connections\n"
       "      connections. Requests pipelined on a connection are answered in "
       "order.\n\n"
@@ -238,6 +253,12 @@ int runServe(const std::vector<std::string> &args) {
       "serve", values, "max-prompt-tokens", 0, cpu::kMaxContextLength);
   std::optional<int64_t> maxQueryCalls =
       readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
+  std::optional<int64_t> maxQueuedCalls = readBoundedInt(
+      "serve", values, "max-queued-calls", 1, kMaxQueuedCallsBound);
+  std::optional<int64_t> maxRunningPerRequest = readBoundedInt(
+      "serve", values, "max-running-per-request", 0, kMaxQueuedCallsBound);
+  std::optional<int64_t> maxPrefillPerRequest = readBoundedInt(
+      "serve", values, "max-prefill-per-request", 0, cpu::kMaxContextLength);
   std::optional<int64_t> httpThreads =
       readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
   std::optional<int64_t> maxConnections = readBoundedInt(
@@ -248,8 +269,19 @@ int runServe(const std::vector<std::string> &args) {
       readBoundedInt("serve", values, "body-timeout", 1, kMaxTimeoutSeconds);
   if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
       !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads ||
-      !maxConnections || !headerTimeout || !bodyTimeout)
+      !maxConnections || !headerTimeout || !bodyTimeout || !maxQueuedCalls ||
+      !maxRunningPerRequest || !maxPrefillPerRequest)
     return 1;
+  // A span query within its limit must fit, or it could never be taken.
+  if (*maxQueuedCalls < *maxQueryCalls)
+    return reportError("serve", "--max-queued-calls " +
+                                    std::to_string(*maxQueuedCalls) +
+                                    " is below --max-query-calls (" +
+                                    std::to_string(*maxQueryCalls) +
+                                    "): such a query could never be taken");
+  executorOptions.fairness.maxRunningPerRequest =
+      uint32_t(*maxRunningPerRequest);
+  executorOptions.fairness.maxPrefillTokensPerRequest = *maxPrefillPerRequest;
   executorOptions.blockSize = unsigned(*blockSize);
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
   if (!applyIsaOption("serve", values))
@@ -371,7 +403,8 @@ int runServe(const std::vector<std::string> &args) {
     if (adaptiveThreads)
       adaptiveThreads->afterStep();
   };
-  server::Engine engine(**executor, metrics, size_t(*maxQueue), hooks);
+  server::Engine engine(**executor, metrics, size_t(*maxQueue), hooks,
+                        /*maxSessionCalls=*/65536, size_t(*maxQueuedCalls));
   server::HttpServer http(engine, metrics, encoder, **tokenizer, httpOptions);
   const std::string host = values["host"].as<std::string>();
   auto bound = http.bind(host, int(*port));

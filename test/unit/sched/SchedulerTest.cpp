@@ -3,13 +3,16 @@
 // The scheduler's decisions on a real KV cache manager and block pool, with
 // the runner's report written by hand: decode before prefill within the
 // budget, the plain SchedulerOutput of a call, a run marked
-// afterSpanRelocation held until its spans were moved, and the names of
-// what waiting calls wait for (docs/ARCHITECTURE.md, "Running a plan").
+// afterSpanRelocation held until its spans were moved, the names of what
+// waiting calls wait for, and fairness across requests: a short request
+// beside a hog of 200 calls is admitted and prefilled at the next step
+// (docs/ARCHITECTURE.md, "Running a plan").
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/sched/Scheduler.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "gtest/gtest.h"
 
 #include <algorithm>
@@ -44,16 +47,18 @@ struct Harness {
   explicit Harness(
       uint32_t numBlocks, int64_t budget = 512,
       kv::RelocationMode relocation = kv::RelocationMode::RopeInKernel,
-      kv::SpanOptions spanOptions = {kv::SpanContext::Prefix, 0, 0})
+      kv::SpanOptions spanOptions = {kv::SpanContext::Prefix, 0, 0},
+      FairnessOptions fairness = {})
       : pool(numBlocks, 16),
         cache(pool, kv::BlockHasher("scheduler-test"), kv::CacheMode::Span,
               relocation, spanOptions),
-        scheduler(cache, pool, options(budget)) {}
+        scheduler(cache, pool, options(budget, fairness)) {}
 
-  static SchedulerOptions options(int64_t budget) {
+  static SchedulerOptions options(int64_t budget, FairnessOptions fairness) {
     SchedulerOptions result;
     result.blockSize = 16;
     result.stepTokenBudget = budget;
+    result.fairness = fairness;
     return result;
   }
 
@@ -277,6 +282,80 @@ TEST(SchedulerTest, WaitingCallsSayWhatTheyWaitFor) {
   ASSERT_TRUE(small.scheduler.admit());
   EXPECT_EQ(small.scheduler.waitingFor(1), WaitingFor::CacheRoom);
   EXPECT_STREQ(waitingForName(WaitingFor::CacheRoom), "cache room");
+}
+
+/// Adds request `tag`'s call to a run in progress: `tokens` as its prompt.
+plan::CallId addShortRequest(Harness &harness, RequestTag tag,
+                             std::vector<plan::TokenId> tokens) {
+  plan::Call &call = addCall(harness.plan, 4);
+  call.segments.push_back(segment(SegmentKind::Prefix, std::move(tokens)));
+  harness.scheduler.addCalls(tag);
+  return call.id;
+}
+
+TEST(SchedulerTest, AShortRequestBesideAHogOf200CallsIsAdmittedAtOnce) {
+  // The hog: 200 calls with their own prompts and room to grow to 64
+  // tokens; the cache holds about 20 of them at once.
+  FairnessOptions fairness;
+  fairness.maxRunningPerRequest = 8;
+  Harness harness(200, 512, kv::RelocationMode::RopeInKernel,
+                  {kv::SpanContext::Prefix, 0, 0}, fairness);
+  for (int i = 0; i < 200; ++i)
+    addCall(harness.plan, 64)
+        .segments.push_back(
+            segment(SegmentKind::Prefix, range(1000 + 32 * i, 32)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  for (int step = 0; step < 3; ++step) {
+    harness.scheduler.admit();
+    harness.step();
+  }
+  EXPECT_EQ(harness.scheduler.numRunning(), 8u);
+  EXPECT_EQ(harness.scheduler.numWaiting(), 192u);
+
+  // In plan order it would wait behind the hog's 192 calls.
+  const plan::CallId shortCall = addShortRequest(harness, 1, range(20000, 20));
+  ASSERT_TRUE(harness.scheduler.admit());
+  EXPECT_EQ(harness.scheduler.waitingFor(shortCall), std::nullopt);
+  EXPECT_EQ(harness.scheduler.requestOf(shortCall), 1u);
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  auto found = llvm::find_if(harness.output.sequences,
+                             [&](const ScheduledSequence &sequence) {
+                               return sequence.call == shortCall;
+                             });
+  ASSERT_NE(found, harness.output.sequences.end());
+  EXPECT_TRUE(found->completesPrompt);
+  // The hog's calls past its cap still wait.
+  EXPECT_EQ(harness.scheduler.numRunning(), 9u);
+}
+
+TEST(SchedulerTest, AnotherRequestsPromptsLeaveAShareOfTheStep) {
+  // Four hog calls with 480-token prompts, a budget of 128 tokens a step:
+  // oldest first, the hog's prompts would take every step for 15 steps.
+  FairnessOptions fairness;
+  fairness.maxPrefillTokensPerRequest = 64;
+  Harness harness(256, 128, kv::RelocationMode::RopeInKernel,
+                  {kv::SpanContext::Prefix, 0, 0}, fairness);
+  for (int i = 0; i < 4; ++i)
+    addCall(harness.plan, 4)
+        .segments.push_back(
+            segment(SegmentKind::Prefix, range(1000 + 480 * i, 480)));
+  harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  harness.scheduler.admit();
+  // Alone, the hog takes the whole budget.
+  harness.step();
+  EXPECT_EQ(harness.output.tokens.size(), 128u);
+
+  const plan::CallId shortCall = addShortRequest(harness, 1, range(20000, 32));
+  ASSERT_TRUE(harness.scheduler.admit());
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  const SchedulerOutput &output = harness.output;
+  int64_t shortTokens = 0, hogTokens = 0;
+  for (const ScheduledSequence &sequence : output.sequences)
+    (sequence.call == shortCall ? shortTokens : hogTokens) +=
+        sequence.numTokens;
+  // The short prompt whole, and the hog the rest of the budget.
+  EXPECT_EQ(shortTokens, 32);
+  EXPECT_EQ(hogTokens, 96);
 }
 
 } // namespace

@@ -4,7 +4,9 @@
 // as their calls do alone (greedy, on the tiny random-weight llama the
 // build generates, f32 GEMMs); a session that reaches its call limit drains
 // and starts over without losing a request; a full engine refuses with
-// 429; shutdown cancels what is in flight; the metrics count every request.
+// 429, and so does one whose model calls would pass its bound (400 for a
+// request larger than the bound); shutdown cancels what is in flight; the
+// metrics count every request.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,6 +161,47 @@ TEST_F(EngineTest, AFullEngineRefusesAndShutdownCancelsInFlight) {
   EXPECT_EQ(toApiError(late.takeError()).status(), 503);
   // Every block is back in the pool.
   EXPECT_EQ(executor->pool().numFreeBlocks(), executor->pool().numBlocks());
+}
+
+/// `count` calls of one request (choices of one prompt).
+RequestCalls manyCalls(size_t count, int64_t maxTokens) {
+  RequestCalls calls;
+  for (size_t choice = 0; choice < count; ++choice) {
+    calls.calls.push_back(request(0, maxTokens).calls[0]);
+    calls.promptTokens.push_back(47);
+  }
+  return calls;
+}
+
+TEST_F(EngineTest, TheCallBoundRefusesPastItAndFreesAsRequestsFinish) {
+  std::unique_ptr<sched::Executor> executor = makeExecutor();
+  ServerMetrics metrics("tiny", 16, executor->pool().numBlocks());
+  // At most 10 model calls held, whatever the request count.
+  Engine engine(*executor, metrics, 100, {}, 65536, 10);
+  engine.start();
+  auto held = engine.submit(manyCalls(8, 2000), Clock::now());
+  ASSERT_TRUE(bool(held)) << llvm::toString(held.takeError());
+  EXPECT_EQ(engine.numCallsInFlight(), 8u);
+  // 8 + 3 > 10: 429, naming the option.
+  auto refused = engine.submit(manyCalls(3, 4), Clock::now());
+  ASSERT_FALSE(bool(refused));
+  ApiError error = toApiError(refused.takeError());
+  EXPECT_EQ(error.status(), 429);
+  EXPECT_NE(error.detail().find("--max-queued-calls"), std::string::npos)
+      << error.detail();
+  // More calls than the bound could ever hold: 400.
+  auto tooLarge = engine.submit(manyCalls(11, 4), Clock::now());
+  ASSERT_FALSE(bool(tooLarge));
+  EXPECT_EQ(toApiError(tooLarge.takeError()).status(), 400);
+  // 8 + 2 fits, and its calls are admitted beside the held ones.
+  auto fits = engine.submit(manyCalls(2, 4), Clock::now());
+  ASSERT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+  Answer answer = wait(**fits);
+  EXPECT_TRUE(answer.result.succeeded) << answer.result.error;
+  // Its calls no longer count once it finished.
+  EXPECT_EQ(engine.numCallsInFlight(), 8u);
+  engine.shutdown("test over");
+  EXPECT_EQ(engine.numCallsInFlight(), 0u);
 }
 
 /// A call over a system prefix, two documents as spans in the given

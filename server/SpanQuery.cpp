@@ -40,7 +40,10 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
     return apiError(400, "the program makes no model call");
   for (const plan::Call &call : plan->calls) {
     std::string where = call.location.empty() ? "a gen" : call.location;
-    if (!limits.modelName.empty() && !call.options.model.empty() &&
+    // spnl JSON's "model" is required and routes spnl's client
+    // ("spnl/NAME", "ollama/NAME"): the query reached the server it was
+    // sent to. A .span gen names a model only to choose one.
+    if (!isJson && !limits.modelName.empty() && !call.options.model.empty() &&
         call.options.model != limits.modelName)
       return apiError(404,
                       where + ": the model '" + call.options.model +

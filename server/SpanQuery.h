@@ -42,7 +42,8 @@ struct SpanQueryLimits {
   /// The model's context. 0: no bound.
   int64_t contextLength = 0;
   /// The whole KV cache in tokens: a call whose known prompt it cannot
-  /// hold is refused. 0: no bound.
+  /// hold is refused, and a max_tokens past what it holds after the prompt
+  /// lowered to that. 0: no bound.
   int64_t kvCacheTokens = 0;
   /// The model served: a .span gen naming another is refused (404) as a
   /// chat naming it is (spnl JSON's model routes spnl's client and is

@@ -296,6 +296,18 @@ def check_kv_cache(spanc, model):
               choice["message"]["content"],
               "it ends with length inside the cache, text kept (got %r, %r)"
               % (choice["finish_reason"], usage))
+    status, _, document = server.json(
+        "POST", "/v1/query", body='query q { gen(max_tokens = 900, '
+        'temperature = 0) { user "' + "hello world " * 60 + '" } }',
+        headers={"Content-Type": "text/plain"})
+    if check(status == 200, "a span query that fits, its max_tokens not: "
+             "200 (got %d, %r)" % (status, error_of(document))):
+        call = document["calls"][0]
+        check(call["succeeded"] and call["finish_reason"] == "length" and
+              call["prompt_tokens"] + call["generated_tokens"] <= 1024 and
+              document["queries"][0]["results"][0]["text"],
+              "it ends with length inside the cache, text kept (got %r)" %
+              call)
     check(server.request("GET", "/health")[0] == 200, "serving after")
     check(server.stop() == 0, "SIGTERM: exit 0")
 

@@ -537,11 +537,8 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
     return sendError(response, stream.takeError());
   // spnl sends its JSON as text/plain: the body is spnl JSON whatever its
   // type says.
-  // spnl's "model" routes its client ("spnl/NAME", "ollama/NAME"): here it
-  // reached the server it was sent to, whatever the name.
-  SpanQueryLimits limits = options.spanQueryLimits;
-  limits.modelName.clear();
-  auto plan = compileSpanQuery(httpBody, /*isJson=*/true, {}, encoder, limits);
+  auto plan = compileSpanQuery(httpBody, /*isJson=*/true, {}, encoder,
+                               options.spanQueryLimits);
   if (!plan)
     return sendError(response, plan.takeError());
   auto execution = std::make_shared<SpnlExecution>();

@@ -7,6 +7,8 @@
 #include "server/ApiError.h"
 #include "support/FileAccess.h"
 
+#include <algorithm>
+
 namespace spanc::server {
 
 llvm::Expected<plan::Plan>
@@ -38,9 +40,12 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
                              llvm::toString(plan.takeError()));
   if (plan->calls.empty())
     return apiError(400, "the program makes no model call");
-  for (const plan::Call &call : plan->calls) {
+  for (plan::Call &call : plan->calls) {
     std::string where = call.location.empty() ? "a gen" : call.location;
-    if (!limits.modelName.empty() && !call.options.model.empty() &&
+    // spnl JSON's "model" is required and routes spnl's client
+    // ("spnl/NAME", "ollama/NAME"): the query reached the server it was
+    // sent to. A .span gen names a model only to choose one.
+    if (!isJson && !limits.modelName.empty() && !call.options.model.empty() &&
         call.options.model != limits.modelName)
       return apiError(404,
                       where + ": the model '" + call.options.model +
@@ -68,6 +73,13 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
                                "cache of " +
                                std::to_string(limits.kvCacheTokens) +
                                " tokens (--kv-cache)");
+    // As a chat's: what the cache holds after the known prompt, so a call
+    // ends with "length" rather than failing when the cache runs out (an
+    // output spliced in later may still not fit: the call then fails).
+    if (limits.kvCacheTokens > 0 && call.options.maxTokens > 0)
+      call.options.maxTokens = std::min(
+          call.options.maxTokens,
+          std::max<int64_t>(1, limits.kvCacheTokens - int64_t(prompt)));
   }
   return std::move(*plan);
 }

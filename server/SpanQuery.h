@@ -7,8 +7,9 @@
 // --corpus NAME=DIR (docs/ARCHITECTURE.md, "File access"); the plan is
 // bounded by the server's limits (calls, max_tokens, prompt tokens,
 // context, the KV cache) before anything is queued. A program that does
-// not compile is a 400 with its diagnostics (file:line:col); a gen naming
-// a model other than the one served is a 404, as a chat naming it is.
+// not compile is a 400 with its diagnostics (file:line:col); a .span gen
+// naming a model other than the one served is a 404, as a chat naming it
+// is.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_SPANQUERY_H
@@ -41,10 +42,12 @@ struct SpanQueryLimits {
   /// The model's context. 0: no bound.
   int64_t contextLength = 0;
   /// The whole KV cache in tokens: a call whose known prompt it cannot
-  /// hold is refused. 0: no bound.
+  /// hold is refused, and a max_tokens past what it holds after the prompt
+  /// lowered to that. 0: no bound.
   int64_t kvCacheTokens = 0;
-  /// The model served: a gen naming another is refused (404) as a chat
-  /// naming it is. Empty: any name is taken.
+  /// The model served: a .span gen naming another is refused (404) as a
+  /// chat naming it is (spnl JSON's model routes spnl's client and is
+  /// taken as it is). Empty: any name is taken.
   std::string modelName;
   /// The corpora a program may retrieve from (--corpus); null: none.
   const retrieval::CorpusCatalog *corpora = nullptr;

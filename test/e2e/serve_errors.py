@@ -16,7 +16,7 @@ so answers repeat). Each check names what the server answered before:
   logit_bias steers the answer and logprobs come back in OpenAI's chat and
   completions shapes (were ignored and null);
 - a .span gen naming another model: 404 as a chat naming it (it ran on the
-  served model); spnl's own endpoint keeps its client's model names;
+  served model); spnl JSON keeps its client's model names;
 - --kv-cache 1024: a longer prompt is a 400 naming both sizes at once (was
   500 "KV cache cannot hold"); one that fits with max_tokens that does not
   ends with "length" and its text (was 500 "KV cache is full", text lost).
@@ -252,15 +252,14 @@ def check_span_query_model(server):
         'max_tokens = 2) { user "hi" } }' % MODEL,
         headers={"Content-Type": "text/plain"})
     check(status == 200, "a .span gen naming the served model: 200")
-    status, _, _ = server.json("POST", "/v1/query", {
-        "g": {"model": "gpt-4", "input": {"user": "hi"}, "max_tokens": 2}})
-    check(status == 404, "spnl JSON on /v1/query naming another model: 404")
-    status, _, _ = server.json(
-        "POST", "/v1/query/execute?stream=false",
-        {"g": {"model": "spnl/tiny", "input": {"user": "hi"},
-               "max_tokens": 2}})
-    check(status == 200, "spnl's endpoint keeps its client's model names "
-          "(got %d)" % status)
+    # spnl JSON's model is required and routes spnl's client: taken as it
+    # is on both endpoints.
+    spnl = {"g": {"model": "spnl/tiny", "input": {"user": "hi"},
+                  "max_tokens": 2}}
+    for path in ["/v1/query", "/v1/query/execute?stream=false"]:
+        status, _, _ = server.json("POST", path, spnl)
+        check(status == 200, "spnl JSON on %s keeps its client's model "
+              "names (got %d)" % (path, status))
 
 
 def check_kv_cache(spanc, model):
@@ -297,6 +296,18 @@ def check_kv_cache(spanc, model):
               choice["message"]["content"],
               "it ends with length inside the cache, text kept (got %r, %r)"
               % (choice["finish_reason"], usage))
+    status, _, document = server.json(
+        "POST", "/v1/query", body='query q { gen(max_tokens = 900, '
+        'temperature = 0) { user "' + "hello world " * 60 + '" } }',
+        headers={"Content-Type": "text/plain"})
+    if check(status == 200, "a span query that fits, its max_tokens not: "
+             "200 (got %d, %r)" % (status, error_of(document))):
+        call = document["calls"][0]
+        check(call["succeeded"] and call["finish_reason"] == "length" and
+              call["prompt_tokens"] + call["generated_tokens"] <= 1024 and
+              document["queries"][0]["results"][0]["text"],
+              "it ends with length inside the cache, text kept (got %r)" %
+              call)
     check(server.request("GET", "/health")[0] == 200, "serving after")
     check(server.stop() == 0, "SIGTERM: exit 0")
 

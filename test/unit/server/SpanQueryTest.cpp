@@ -132,11 +132,12 @@ TEST_F(SpanQueryTest, AModelOtherThanTheServedOneIsA404AsForAChat) {
                                 "does not exist; this server serves 'tiny'"),
             std::string::npos)
       << error.detail();
-  EXPECT_EQ(refuse(R"({"g": {"model": "gpt-4", "input": {"user": "x"},
-                           "max_tokens": 2}})",
-                   limits, /*isJson=*/true)
-                .status(),
-            404);
+  // spnl JSON's model routes spnl's client: taken as it is.
+  auto spnl = compileSpanQuery(
+      R"({"g": {"model": "spnl/tiny", "input": {"user": "x"},
+                "max_tokens": 2}})",
+      /*isJson=*/true, {}, *encoder, limits);
+  EXPECT_TRUE(bool(spnl)) << llvm::toString(spnl.takeError());
   for (const char *source :
        {"query q { gen(model = \"tiny\", max_tokens = 2) { user \"x\" } }",
         "query q { gen(max_tokens = 2) { user \"x\" } }"}) {
@@ -158,6 +159,18 @@ TEST_F(SpanQueryTest, AKnownPromptPastTheKvCacheIsA400NamingBothSizes) {
                                 "tokens (--kv-cache)"),
             std::string::npos)
       << error.detail();
+
+  // A prompt that fits: max_tokens lowered to what the cache holds after it.
+  const char *source = "query q { gen(max_tokens = 90) { user \"x\" } }";
+  limits.kvCacheTokens = 0;
+  auto plain = compileSpanQuery(source, false, {}, *encoder, limits);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  const int64_t prompt = int64_t(plan::knownPromptTokens(plain->calls[0]));
+  EXPECT_EQ(plain->calls[0].options.maxTokens, 90);
+  limits.kvCacheTokens = prompt + 20;
+  auto lowered = compileSpanQuery(source, false, {}, *encoder, limits);
+  ASSERT_TRUE(bool(lowered)) << llvm::toString(lowered.takeError());
+  EXPECT_EQ(lowered->calls[0].options.maxTokens, 20);
 }
 
 /// The text of every piece of every call's prompt, decoded.

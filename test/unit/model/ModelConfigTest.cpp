@@ -164,3 +164,14 @@ TEST(ModelConfig, MatchesSmolLM2sPublishedConfiguration) {
   EXPECT_TRUE(config->tiedOutput);
   EXPECT_FALSE(config->qkvBias);
 }
+
+TEST(ModelConfig, AVocabularyOtherThanTheEmbeddingRowsIsAnError) {
+  // Token ids past the embedding's rows would read past it; ids without a
+  // text would decode to nothing.
+  GgufWriter writer = decoder("llama");
+  writer.addStringArray("tokenizer.ggml.tokens",
+                        {"a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  EXPECT_EQ(llvm::toString(configOf(writer).takeError()),
+            "m.gguf: tokenizer.ggml.tokens has 9 entries but "
+            "token_embd.weight has 10 rows");
+}

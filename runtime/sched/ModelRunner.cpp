@@ -87,10 +87,11 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
   result.clear();
   // The moves and duplicates reused blocks need come before any read.
   device.relocate(step.stepPlan.relocation);
-  for (const BlendTask &task : step.blends)
-    if (llvm::Error error =
-            repair.run(step, task, (*outcomes)[task.call].stats))
-      return error;
+  if (llvm::Error error = repair.run(
+          step, [&](plan::CallId call) -> auto & {
+            return (*outcomes)[call].stats;
+          }))
+    return error;
   if (step.sequences.empty())
     return llvm::Error::success();
 

@@ -75,8 +75,36 @@ std::vector<uint8_t> selectGuidedUnits(llvm::ArrayRef<RepairUnit> units,
   return chosen;
 }
 
+void SpanRepair::prepare(const SchedulerOutput &step, const BlendTask &task,
+                         TaskState &state) {
+  state.task = &task;
+  auto contextPages = llvm::ArrayRef<int32_t>(step.blockIds)
+                          .slice(task.firstPage, task.numContextPages);
+  auto contextValid = llvm::ArrayRef<int32_t>(step.validTokens)
+                          .slice(task.firstPage, task.numContextPages);
+  auto blends = llvm::ArrayRef<int32_t>(step.blendBlocks)
+                    .slice(task.firstBlock, task.numBlocks);
+  auto sources = llvm::ArrayRef<int32_t>(step.sourceBlocks)
+                     .slice(task.firstBlock, task.numBlocks);
+  state.valid = llvm::ArrayRef<int32_t>(step.blendValidTokens)
+                    .slice(task.firstBlock, task.numBlocks);
+  state.tokens = llvm::ArrayRef<int32_t>(step.tokens)
+                     .slice(task.firstToken, task.numTokens);
+  state.positions = llvm::ArrayRef<int32_t>(step.positions)
+                        .slice(task.firstToken, task.numTokens);
+  state.pages.assign(contextPages.begin(), contextPages.end());
+  state.pages.insert(state.pages.end(), blends.begin(), blends.end());
+  state.pageValid.assign(contextValid.begin(), contextValid.end());
+  state.pageValid.insert(state.pageValid.end(), state.valid.begin(),
+                         state.valid.end());
+  state.chosen.clear();
+  for (size_t b = 0; b < blends.size(); ++b)
+    device.copyBlock({uint32_t(sources[b]), uint32_t(blends[b]), 0});
+}
+
 llvm::Error SpanRepair::measureDistances(const SchedulerOutput &step,
-                                         const BlendTask &task) {
+                                         const TaskState &state) {
+  const BlendTask &task = *state.task;
   auto sources = llvm::ArrayRef<int32_t>(step.sourceBlocks)
                      .slice(task.firstBlock, task.numBlocks);
   auto blends = llvm::ArrayRef<int32_t>(step.blendBlocks)
@@ -86,16 +114,18 @@ llvm::Error SpanRepair::measureDistances(const SchedulerOutput &step,
   constexpr uint32_t kChunkTokens = 1024;
   for (uint32_t block = 0, token = 0; block < blends.size();) {
     uint32_t endBlock = block, count = 0;
-    while (endBlock < blends.size() &&
-           (count == 0 || count + uint32_t(valid[endBlock]) <= kChunkTokens))
-      count += uint32_t(valid[endBlock++]);
+    while (
+        endBlock < blends.size() &&
+        (count == 0 || count + uint32_t(state.valid[endBlock]) <= kChunkTokens))
+      count += uint32_t(state.valid[endBlock++]);
     size_t numPages = task.numContextPages + endBlock;
     model::ForwardSequence sequence;
-    sequence.tokens = tokens.slice(token, count);
-    sequence.positions = positions.slice(token, count);
-    sequence.blockIds = llvm::ArrayRef<int32_t>(pages).take_front(numPages);
+    sequence.tokens = state.tokens.slice(token, count);
+    sequence.positions = state.positions.slice(token, count);
+    sequence.blockIds =
+        llvm::ArrayRef<int32_t>(state.pages).take_front(numPages);
     sequence.validTokens =
-        llvm::ArrayRef<int32_t>(pageValid).take_front(numPages);
+        llvm::ArrayRef<int32_t>(state.pageValid).take_front(numPages);
     sequence.logits = model::LogitsRequest::None;
     sequence.rows = model::RowKind::Prompt;
     if (llvm::Error error = device.forwardLayers(llvm::makeArrayRef(sequence),
@@ -106,61 +136,83 @@ llvm::Error SpanRepair::measureDistances(const SchedulerOutput &step,
   }
   // How far each token moved at the last of them.
   measure.clear();
-  device.tokenDistances(kv::kBlendSelectionLayers - 1, sources, blends, valid,
-                        measure);
+  device.tokenDistances(kv::kBlendSelectionLayers - 1, sources, blends,
+                        state.valid, measure);
   return llvm::Error::success();
 }
 
-llvm::Error SpanRepair::measureAttention(const SchedulerOutput &step,
-                                         const BlendTask &task,
-                                         CallStats &stats) {
-  auto begin = std::chrono::steady_clock::now();
+void SpanRepair::addProbe(const SchedulerOutput &step, TaskState &state,
+                          uint32_t firstLayer, uint32_t endLayer) {
+  const BlendTask &task = *state.task;
   // The probe reads the context, the stitched spans and its own blocks.
-  std::vector<int32_t> probePages = pages, probeValid = pageValid;
+  state.probePages = state.pages;
+  state.probeValid = state.pageValid;
   auto ownPages = llvm::ArrayRef<int32_t>(step.blockIds)
                       .slice(task.firstProbePage, task.numProbePages);
   auto ownValid = llvm::ArrayRef<int32_t>(step.validTokens)
                       .slice(task.firstProbePage, task.numProbePages);
-  probePages.insert(probePages.end(), ownPages.begin(), ownPages.end());
-  probeValid.insert(probeValid.end(), ownValid.begin(), ownValid.end());
-  int64_t length = 0, contextTokens = 0;
-  for (size_t page = 0; page < probeValid.size(); ++page) {
-    length += probeValid[page];
+  state.probePages.insert(state.probePages.end(), ownPages.begin(),
+                          ownPages.end());
+  state.probeValid.insert(state.probeValid.end(), ownValid.begin(),
+                          ownValid.end());
+  int64_t length = 0;
+  state.contextTokens = 0;
+  for (size_t page = 0; page < state.probeValid.size(); ++page) {
+    length += state.probeValid[page];
     if (page < task.numContextPages)
-      contextTokens += probeValid[page];
+      state.contextTokens += state.probeValid[page];
   }
-  keyMass.assign(size_t(length), 0.0f);
-  auto [firstLayer, endLayer] = repairLayerBand(task.layers, numLayers);
-  if (endLayer == 0)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "question-guided span repair: the model's layer count is unknown");
-  model::ForwardSequence sequence;
+  state.keyMass.assign(size_t(length), 0.0f);
+  model::ForwardSequence &sequence = batch.emplace_back();
   sequence.tokens = llvm::ArrayRef<int32_t>(step.tokens)
                         .slice(task.firstProbeToken, task.numProbeTokens);
   sequence.positions = llvm::ArrayRef<int32_t>(step.positions)
                            .slice(task.firstProbeToken, task.numProbeTokens);
-  sequence.blockIds = probePages;
-  sequence.validTokens = probeValid;
+  sequence.blockIds = state.probePages;
+  sequence.validTokens = state.probeValid;
   sequence.logits = model::LogitsRequest::None;
   sequence.rows = model::RowKind::Prompt;
-  sequence.keyMass = keyMass;
+  sequence.keyMass = state.keyMass;
   sequence.massFirstLayer = firstLayer;
   sequence.massEndLayer = endLayer;
-  if (llvm::Error error =
-          device.forwardLayers(llvm::makeArrayRef(sequence), endLayer))
-    return error;
-  measure.assign(keyMass.begin() + contextTokens,
-                 keyMass.begin() + contextTokens + task.numTokens);
-  stats.probeTokens += task.numProbeTokens;
-  stats.probeSeconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
-          .count();
-  return llvm::Error::success();
 }
 
-llvm::Error SpanRepair::recompute(const BlendTask &task,
-                                  llvm::ArrayRef<uint8_t> chosenTokens) {
+void SpanRepair::chooseGuided(const SchedulerOutput &step, TaskState &state) {
+  const BlendTask &task = *state.task;
+  auto forced = llvm::ArrayRef<uint8_t>(step.blendForced)
+                    .slice(task.firstBlock, task.numBlocks);
+  auto candidates = llvm::ArrayRef<uint8_t>(step.blendCandidate)
+                        .slice(task.firstBlock, task.numBlocks);
+  auto spans = llvm::ArrayRef<uint32_t>(step.blendSpan)
+                   .slice(task.firstBlock, task.numBlocks);
+  auto mass = llvm::ArrayRef<float>(state.keyMass)
+                  .slice(size_t(state.contextTokens), task.numTokens);
+  const bool byBlock = task.granularity == kv::RepairGranularity::Block;
+  units.clear();
+  for (uint32_t block = 0, token = 0; block < task.numBlocks; ++block) {
+    if (byBlock)
+      units.push_back(
+          {0, forced[block] != 0, candidates[block] != 0, spans[block]});
+    for (int32_t slot = 0; slot < state.valid[block]; ++slot, ++token) {
+      if (!byBlock)
+        units.push_back(
+            {0, forced[block] != 0, candidates[block] != 0, spans[block]});
+      units.back().mass += mass[token];
+    }
+  }
+  std::vector<uint8_t> chosenUnits =
+      selectGuidedUnits(units, task.percent, task.neighbours);
+  if (byBlock) {
+    for (uint32_t block = 0; block < task.numBlocks; ++block)
+      state.chosen.insert(state.chosen.end(), size_t(state.valid[block]),
+                          chosenUnits[block]);
+  } else {
+    state.chosen = std::move(chosenUnits);
+  }
+}
+
+void SpanRepair::addRecompute(TaskState &state) {
+  const BlendTask &task = *state.task;
   // The chosen tokens through every layer in one pass: at every layer a
   // token reads the fresh rows of the chosen tokens before it (written
   // before that layer's attention) and the repair's rows of the others. A
@@ -168,15 +220,13 @@ llvm::Error SpanRepair::recompute(const BlendTask &task,
   // sequence (its tokens are the last of its page list, cut after its last
   // token); a blend keeps one sequence per token, the attention splits its
   // figures were measured with (a tile's key ranges follow its length).
-  batch.clear();
-  sequenceValid.clear();
   struct Run {
     uint32_t firstToken, numTokens, lastBlock, lastSlot;
   };
   llvm::SmallVector<Run, 16> runs;
   for (uint32_t block = 0, token = 0; block < task.numBlocks; ++block)
-    for (int32_t slot = 0; slot < valid[block]; ++slot, ++token) {
-      if (!chosenTokens[token])
+    for (int32_t slot = 0; slot < state.valid[block]; ++slot, ++token) {
+      if (!state.chosen[token])
         continue;
       if (task.guided && !runs.empty() &&
           runs.back().firstToken + runs.back().numTokens == token) {
@@ -187,102 +237,108 @@ llvm::Error SpanRepair::recompute(const BlendTask &task,
       runs.back().lastBlock = block;
       runs.back().lastSlot = uint32_t(slot);
     }
-  sequenceValid.reserve(runs.size() * pages.size());
+  // Sequences point into sequenceValid: it must not grow past its reserve.
+  state.sequenceValid.clear();
+  state.sequenceValid.reserve(runs.size() * state.pages.size());
   for (const Run &run : runs) {
     size_t numPages = task.numContextPages + run.lastBlock + 1;
-    size_t first = sequenceValid.size();
-    sequenceValid.insert(sequenceValid.end(), pageValid.begin(),
-                         pageValid.begin() + numPages);
-    sequenceValid.back() = int32_t(run.lastSlot) + 1;
+    size_t first = state.sequenceValid.size();
+    state.sequenceValid.insert(state.sequenceValid.end(),
+                               state.pageValid.begin(),
+                               state.pageValid.begin() + numPages);
+    state.sequenceValid.back() = int32_t(run.lastSlot) + 1;
     model::ForwardSequence &sequence = batch.emplace_back();
-    sequence.tokens = tokens.slice(run.firstToken, run.numTokens);
-    sequence.positions = positions.slice(run.firstToken, run.numTokens);
-    sequence.blockIds = llvm::ArrayRef<int32_t>(pages).take_front(numPages);
+    sequence.tokens = state.tokens.slice(run.firstToken, run.numTokens);
+    sequence.positions = state.positions.slice(run.firstToken, run.numTokens);
+    sequence.blockIds =
+        llvm::ArrayRef<int32_t>(state.pages).take_front(numPages);
     sequence.validTokens =
-        llvm::ArrayRef<int32_t>(sequenceValid).slice(first, numPages);
+        llvm::ArrayRef<int32_t>(state.sequenceValid).slice(first, numPages);
     sequence.logits = model::LogitsRequest::None;
     sequence.rows = model::RowKind::Prompt;
   }
-  if (!batch.empty())
-    if (llvm::Error error = device.forward(batch, output))
-      return error;
-  batch.clear();
-  return llvm::Error::success();
 }
 
-llvm::Error SpanRepair::run(const SchedulerOutput &step, const BlendTask &task,
-                            CallStats &stats) {
-  auto contextPages = llvm::ArrayRef<int32_t>(step.blockIds)
-                          .slice(task.firstPage, task.numContextPages);
-  auto contextValid = llvm::ArrayRef<int32_t>(step.validTokens)
-                          .slice(task.firstPage, task.numContextPages);
-  auto blends = llvm::ArrayRef<int32_t>(step.blendBlocks)
-                    .slice(task.firstBlock, task.numBlocks);
-  auto sources = llvm::ArrayRef<int32_t>(step.sourceBlocks)
-                     .slice(task.firstBlock, task.numBlocks);
-  auto forced = llvm::ArrayRef<uint8_t>(step.blendForced)
-                    .slice(task.firstBlock, task.numBlocks);
-  valid = llvm::ArrayRef<int32_t>(step.blendValidTokens)
-              .slice(task.firstBlock, task.numBlocks);
-  tokens = llvm::ArrayRef<int32_t>(step.tokens)
-               .slice(task.firstToken, task.numTokens);
-  positions = llvm::ArrayRef<int32_t>(step.positions)
-                  .slice(task.firstToken, task.numTokens);
+llvm::Error
+SpanRepair::run(const SchedulerOutput &step,
+                llvm::function_ref<CallStats &(plan::CallId)> statsOf) {
+  if (step.blends.empty())
+    return llvm::Error::success();
+  // Sized once: the batches below point into the states.
+  if (states.size() < step.blends.size())
+    states.resize(step.blends.size());
+  for (size_t index = 0; index < step.blends.size(); ++index)
+    prepare(step, step.blends[index], states[index]);
+  auto forwardBatch = [&]() -> llvm::Error {
+    if (batch.empty())
+      return llvm::Error::success();
+    llvm::Error error = device.forward(batch, output);
+    batch.clear();
+    return error;
+  };
 
-  // The page list of the context and every repair block; a sequence reads
-  // a prefix of it, its last page cut at its last token.
-  pages.assign(contextPages.begin(), contextPages.end());
-  pages.insert(pages.end(), blends.begin(), blends.end());
-  pageValid.assign(contextValid.begin(), contextValid.end());
-  pageValid.insert(pageValid.end(), valid.begin(), valid.end());
-
-  // Start from the spans' rows: the stitched cache, which layers and
-  // tokens the repair does not recompute keep.
-  for (size_t b = 0; b < blends.size(); ++b)
-    device.copyBlock({uint32_t(sources[b]), uint32_t(blends[b]), 0});
-
-  std::vector<uint8_t> chosen;
-  if (!task.guided) {
-    if (llvm::Error error = measureDistances(step, task))
+  // Blends, one at a time: each measures with its own selection pass.
+  for (size_t index = 0; index < step.blends.size(); ++index) {
+    TaskState &state = states[index];
+    const BlendTask &task = *state.task;
+    if (task.guided)
+      continue;
+    if (llvm::Error error = measureDistances(step, state))
       return error;
+    auto forced = llvm::ArrayRef<uint8_t>(step.blendForced)
+                      .slice(task.firstBlock, task.numBlocks);
     std::vector<uint8_t> forcedTokens;
     for (uint32_t block = 0; block < task.numBlocks; ++block)
-      forcedTokens.insert(forcedTokens.end(), size_t(valid[block]),
+      forcedTokens.insert(forcedTokens.end(), size_t(state.valid[block]),
                           forced[block]);
-    chosen = selectBlendTokens(measure, forcedTokens, task.percent);
-  } else {
-    if (llvm::Error error = measureAttention(step, task, stats))
+    state.chosen = selectBlendTokens(measure, forcedTokens, task.percent);
+    addRecompute(state);
+    if (llvm::Error error = forwardBatch())
       return error;
-    auto candidates = llvm::ArrayRef<uint8_t>(step.blendCandidate)
-                          .slice(task.firstBlock, task.numBlocks);
-    auto spans = llvm::ArrayRef<uint32_t>(step.blendSpan)
-                     .slice(task.firstBlock, task.numBlocks);
-    const bool byBlock = task.granularity == kv::RepairGranularity::Block;
-    units.clear();
-    for (uint32_t block = 0, token = 0; block < task.numBlocks; ++block) {
-      if (byBlock)
-        units.push_back(
-            {0, forced[block] != 0, candidates[block] != 0, spans[block]});
-      for (int32_t slot = 0; slot < valid[block]; ++slot, ++token) {
-        if (!byBlock)
-          units.push_back(
-              {0, forced[block] != 0, candidates[block] != 0, spans[block]});
-        units.back().mass += measure[token];
-      }
-    }
-    std::vector<uint8_t> chosenUnits =
-        selectGuidedUnits(units, task.percent, task.neighbours);
-    if (byBlock) {
-      for (uint32_t block = 0; block < task.numBlocks; ++block)
-        chosen.insert(chosen.end(), size_t(valid[block]), chosenUnits[block]);
-    } else {
-      chosen = std::move(chosenUnits);
-    }
+    statsOf(task.call).blendedTokens +=
+        uint32_t(llvm::count(state.chosen, uint8_t(1)));
   }
-  if (llvm::Error error = recompute(task, chosen))
+
+  // Question-guided repairs, together: every probe in one pass (through the
+  // highest band's last layer), then every recompute in one.
+  auto begin = std::chrono::steady_clock::now();
+  uint32_t endLayers = 0, probeTokens = 0;
+  for (size_t index = 0; index < step.blends.size(); ++index) {
+    TaskState &state = states[index];
+    if (!state.task->guided)
+      continue;
+    auto [firstLayer, endLayer] =
+        repairLayerBand(state.task->layers, numLayers);
+    if (endLayer == 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "question-guided span repair: the model's layer count is unknown");
+    addProbe(step, state, firstLayer, endLayer);
+    endLayers = std::max(endLayers, endLayer);
+    probeTokens += state.task->numProbeTokens;
+  }
+  if (batch.empty())
+    return llvm::Error::success();
+  if (llvm::Error error = device.forwardLayers(batch, endLayers))
     return error;
-  stats.blendedTokens += uint32_t(llvm::count(chosen, uint8_t(1)));
-  return llvm::Error::success();
+  batch.clear();
+  // Each call is charged the probe pass in proportion to its tokens.
+  const double probeSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+          .count();
+  for (size_t index = 0; index < step.blends.size(); ++index) {
+    TaskState &state = states[index];
+    if (!state.task->guided)
+      continue;
+    CallStats &stats = statsOf(state.task->call);
+    stats.probeTokens += state.task->numProbeTokens;
+    stats.probeSeconds += probeSeconds * state.task->numProbeTokens /
+                          std::max<uint32_t>(1, probeTokens);
+    chooseGuided(step, state);
+    addRecompute(state);
+    stats.blendedTokens += uint32_t(llvm::count(state.chosen, uint8_t(1)));
+  }
+  return forwardBatch();
 }
 
 } // namespace spanc::sched

@@ -29,6 +29,7 @@
 #include "runtime/sched/SchedulerOutput.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Error.h"
 
@@ -75,29 +76,55 @@ public:
   SpanRepair(backend::Backend &device, uint32_t numLayers)
       : device(device), numLayers(numLayers) {}
 
-  /// Computes `task` of `step`; adds what it recomputed and its probe's
-  /// cost to `stats`.
-  llvm::Error run(const SchedulerOutput &step, const BlendTask &task,
-                  CallStats &stats);
+  /// Computes every repair task of `step`, before its forward batch, and
+  /// adds what each recomputed and its probe's cost to `statsOf(call)`.
+  /// Blends run one at a time; question-guided repairs run together: their
+  /// probes in one forward pass and their recomputes in one more, so a step
+  /// of many repairs pays two passes' fixed costs (thread barriers, weight
+  /// reads), not two per repair.
+  llvm::Error run(const SchedulerOutput &step,
+                  llvm::function_ref<CallStats &(plan::CallId)> statsOf);
 
 private:
-  /// Pass 1 of a blend: per token, how far its K/V move.
+  /// One task's view of the step, its page list and its choice.
+  struct TaskState {
+    const BlendTask *task = nullptr;
+    llvm::ArrayRef<int32_t> tokens, positions, valid;
+    /// The context's pages and every repair block; a sequence reads a
+    /// prefix of it, its last page cut at its last token.
+    std::vector<int32_t> pages, pageValid;
+    /// A guided repair's probe: the pages above and its own blocks.
+    std::vector<int32_t> probePages, probeValid;
+    std::vector<float> keyMass;
+    int64_t contextTokens = 0;
+    std::vector<uint8_t> chosen;
+    /// The recompute's per-sequence page lengths (each its last page cut).
+    std::vector<int32_t> sequenceValid;
+  };
+
+  /// Fills `state` for `task` and copies the spans' blocks into the
+  /// repair's: the stitched cache, which the layers and tokens the repair
+  /// does not recompute keep.
+  void prepare(const SchedulerOutput &step, const BlendTask &task,
+               TaskState &state);
+  /// Pass 1 of a blend: per token, how far its K/V move (into `measure`).
   llvm::Error measureDistances(const SchedulerOutput &step,
-                               const BlendTask &task);
-  /// Pass 1 of a guided repair: per token, the attention it receives.
-  llvm::Error measureAttention(const SchedulerOutput &step,
-                               const BlendTask &task, CallStats &stats);
-  /// The last pass: recomputes the chosen tokens through every layer.
-  llvm::Error recompute(const BlendTask &task,
-                        llvm::ArrayRef<uint8_t> chosenTokens);
+                               const TaskState &state);
+  /// Pass 1 of a guided repair: its probe, added to `batch`.
+  void addProbe(const SchedulerOutput &step, TaskState &state,
+                uint32_t firstLayer, uint32_t endLayer);
+  /// A guided repair's choice from the attention its probe recorded.
+  void chooseGuided(const SchedulerOutput &step, TaskState &state);
+  /// The last pass: the chosen tokens through every layer, added to
+  /// `batch`.
+  void addRecompute(TaskState &state);
 
   backend::Backend &device;
   uint32_t numLayers = 0;
-  /// Buffers reused from task to task.
-  std::vector<int32_t> pages, pageValid, sequenceValid;
-  std::vector<float> measure, keyMass;
+  /// Reused from step to step.
+  std::vector<TaskState> states;
+  std::vector<float> measure;
   std::vector<RepairUnit> units;
-  llvm::ArrayRef<int32_t> tokens, positions, valid;
   llvm::SmallVector<model::ForwardSequence, 16> batch;
   model::ForwardOutput output;
 };

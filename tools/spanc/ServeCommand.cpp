@@ -188,14 +188,10 @@ int runServe(const std::vector<std::string> &args) {
       "unread);\n"
       "      429 more than --max-queue requests or --max-queued-calls calls "
       "(with\n"
-      "      Retry-After); 431 headers over 64 KiB; 500 a call that failed; "
-      "503 more\n"
-      "      than --max-connections connections. Requests pipelined on a "
-      "connection\n"
-      "      are answered in order. One request's calls never hold the rest "
-      "back:\n"
-      "      admission takes the request with the fewest running calls "
-      "first.\n\n"
+      "      Retry-After); 431 headers over\n"
+      "      64 KiB; 500 a call that failed; 503 more than --max-connections\n"
+      "      connections. Requests pipelined on a connection are answered in "
+      "order.\n\n"
       "SIGINT or SIGTERM: stop accepting, cancel the requests in flight, "
       "exit 0.\n\n" +
       limitsHelp(ThreadsLimit);

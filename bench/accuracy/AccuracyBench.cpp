@@ -474,9 +474,10 @@ llvm::Error runAccuracy(const BenchArgs &args) {
     return modes.takeError();
   std::vector<std::string> tasks;
   {
-    llvm::SmallVector<llvm::StringRef, 2> names;
-    llvm::StringRef(args.setting("task", "codes,prose,multihop"))
-        .split(names, ',', -1, false);
+    // The setting outlives the names split from it.
+    const std::string setting = args.setting("task", "codes,prose,multihop");
+    llvm::SmallVector<llvm::StringRef, 3> names;
+    llvm::StringRef(setting).split(names, ',', -1, false);
     for (llvm::StringRef name : names) {
       if (!isTask(name.trim()))
         return failure("task: expected codes, prose and/or multihop, got '" +

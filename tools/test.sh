@@ -26,15 +26,15 @@ report_kernel_paths() {
   [[ -x $spanc ]] || return 0
   echo "== kernel paths: this CPU runs: $("$spanc" cpu --paths);" \
     "lacks: $("$spanc" cpu --missing)"
-  local level ran skipped
+  local level ran skipped test_log
   for level in $(all_levels); do
     ran=0 skipped=0
-    while IFS= read -r log; do
+    while IFS= read -r test_log; do
       # A sharded target: count it once, by its first shard.
-      [[ $log == */shard_* && $log != */shard_1_of_* ]] && continue
-      if grep -qE "^spanc-isa: ran $level( |$)" "$log"; then
+      [[ $test_log == */shard_* && $test_log != */shard_1_of_* ]] && continue
+      if grep -qE "^spanc-isa: ran $level( |$)" "$test_log"; then
         ran=$((ran + 1))
-      elif grep -qE "^spanc-isa: skipped $level:" "$log"; then
+      elif grep -qE "^spanc-isa: skipped $level:" "$test_log"; then
         skipped=$((skipped + 1))
       fi
     done < <(find -L "$root/bazel-testlogs/" -path "*_$level/*" -name test.log)

@@ -78,11 +78,11 @@ accuracy)
       seen[$1 " " $6]++
     } END {
       for (key in seen) if (seen[key] != 16) { print key ": " seen[key] " rows"; bad = 1 }
-      if (length(seen) != 14) bad = 1
+      if (length(seen) != 21) bad = 1
       exit bad }' "$out/accuracy.tsv" || fail "accuracy.tsv is inconsistent"
   # accuracy-modes.tsv: a row per (task, mode) for pareto.py.
   modes=$(tail -n +2 "$out/accuracy-modes.tsv" | wc -l)
-  [[ $modes == 14 ]] || fail "accuracy-modes.tsv has $modes rows, want 14"
+  [[ $modes == 21 ]] || fail "accuracy-modes.tsv has $modes rows, want 21"
   ;;
 serve)
   # --quick: 8 requests per cell at 1 and 4 clients, span and prefix (and

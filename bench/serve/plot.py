@@ -5,6 +5,7 @@ server.
 Usage: plot.py SERVE.tsv SERVE.png
 """
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -13,19 +14,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+from plotting import quantile  # noqa: E402
+
 ORDER = ["span", "prefix", "llama-server"]
 STYLE = {"span": "-", "prefix": "--", "llama-server": ":"}
-
-
-def quantile(values, q):
-    """Linear interpolation between order statistics (as Report.cpp)."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def main():

@@ -5,6 +5,7 @@ token on an idle server and beside a hog, per server binary.
 Usage: plot_hog.py SERVE-HOG.tsv SERVE-HOG.png
 """
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -13,18 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+from plotting import quantile  # noqa: E402
+
 PHASES = [("idle", "idle server"), ("hog", "beside the hog")]
-
-
-def quantile(values, q):
-    """Linear interpolation between order statistics (as Report.cpp)."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def main():

@@ -6,8 +6,10 @@
 // one sequence at one layer: the softmax probabilities of its query rows
 // over the keys of its page list (causal, as the attention kernel reads
 // them), summed over rows and query heads, added per key. It reads the
-// same paged K the kernel reads and is not on any hot path: it runs for
-// the few rows of a probe only.
+// same paged K the kernel reads, for the few rows of a probe, on every
+// guided hit: its loops run a page of keys against all rows at once,
+// vectorized over rows, in the same arithmetic order as a key-at-a-time
+// loop (AttentionMassTest checks it bit for bit).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_MODEL_ATTENTIONMASS_H

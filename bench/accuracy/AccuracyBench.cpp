@@ -691,7 +691,8 @@ llvm::Error runAccuracy(const BenchArgs &args) {
 BenchRegistration registration{
     {"accuracy",
      "QA accuracy of full attention vs the span modes (isolated, prefix, "
-     "+recompute), planted codes and real prose",
+     "+recompute, +end, +blend, +guided), planted codes, real prose and "
+     "two-document lookups",
      "  task=codes,prose,multihop: the tasks (planted codes in hay; "
      "questions about bench/accuracy/prose.json; two planted codes asked "
      "at once over Python documentation passages)\n"
@@ -699,7 +700,9 @@ BenchRegistration registration{
      "multihop's reST sources\n"
      "  modes=full,isolated,prefix,isolated+recompute1,prefix+recompute1,"
      "prefix+end1,prefix+recompute1+end1: the configurations (full, the "
-     "reference, is always run; CONTEXT[+recomputeN][+endN])\n"
+     "reference, is always run; any `spanc run --span-mode` name: "
+     "CONTEXT[+recomputeN][+endN][+blendP|+guidedR[+last|+upper][+tokens]"
+     "[+nearN]][+tempP][+massP])\n"
      "  recompute=1: N of the default +recomputeN and +endN modes\n"
      "  docs=4,8,16: documents per context (--quick: 4)\n"
      "  doc_tokens=32,256: codes: tokens of hay per document, a list (--quick: "

@@ -104,8 +104,8 @@ const PassInfo *lookupPass(llvm::StringRef name);
 /// All registered passes, sorted by name.
 std::vector<const PassInfo *> registeredPasses();
 
-/// The default pipeline, in order. It may name passes that are not built
-/// yet; those are skipped (and marked in `spanc opt --help`).
+/// The default pipeline, in order. Every name is a pass of //passes:all,
+/// which a binary that runs the pipeline links.
 llvm::ArrayRef<const char *> defaultPipeline();
 
 /// Describes the default pipeline and all registered passes, for --help.
@@ -118,8 +118,9 @@ public:
   /// Adds the passes of "a,b,c" (empty: none). An unknown name is an error
   /// that lists the registered passes.
   llvm::Error addPipeline(llvm::StringRef commaSeparated);
-  /// Adds the registered passes of defaultPipeline(), less those named in
-  /// `skip` (e.g. bulk-order, to measure a bulk in its written order).
+  /// Adds the passes of defaultPipeline(), less those named in `skip` (e.g.
+  /// bulk-order, to measure a bulk in its written order). The binary must
+  /// link //passes:all; one that does not stops here, naming the pass.
   void addDefaultPipeline(llvm::ArrayRef<std::string> skip = {});
   void addPass(llvm::StringRef name, std::unique_ptr<Pass> pass);
   /// The names of the passes that will run, in order.

@@ -129,10 +129,15 @@ llvm::Error PassManager::addPrintAfter(llvm::StringRef passName) {
 }
 
 llvm::Error PassManager::run(ir::Module &module) {
+  std::string statistics;
+  context.takeRewrites();
   for (auto &[name, pass] : passes) {
     if (!pass->run(module, context))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "pass '%s' failed", name.c_str());
+    if (std::optional<size_t> rewrites = context.takeRewrites())
+      statistics += "  " + name + ": " + std::to_string(*rewrites) +
+                    (*rewrites == 1 ? " rewrite\n" : " rewrites\n");
     if (printAfterAll || printAfter.count(name)) {
       *printStream << "// -----// IR Dump After " << name << " //----- //\n";
       ir::printModule(module, *printStream, printOptions);
@@ -151,6 +156,12 @@ llvm::Error PassManager::run(ir::Module &module) {
         "the IR is ill-formed after the pipeline (last pass '%s'; verify "
         "after each pass to find the one that broke it)",
         passes.back().first.c_str());
+  if (printStatistics) {
+    *printStream << "// -----// Pass statistics //----- //\n"
+                 << (statistics.empty() ? "  (no pass counts rewrites)\n"
+                                        : statistics);
+    printStream->flush();
+  }
   return llvm::Error::success();
 }
 

@@ -9,8 +9,9 @@
 //
 // (its cc_library needs `alwayslink = True` and a place in the deps of
 // //passes:all, so that the registration is linked into spanc). The manager
-// runs a list of passes, verifies the IR after each one, and prints it when
-// asked (--print-ir-after-all, --print-ir-after=NAME).
+// runs a list of passes, verifies the IR after each one, prints it when
+// asked (--print-ir-after-all, --print-ir-after=NAME) and, with --stats, the
+// rewrites each pass on the rewrite driver made (RewriteDriver.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_PASSES_PASSMANAGER_H
@@ -29,7 +30,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spanc::retrieval {
@@ -71,9 +74,21 @@ public:
   ir::DiagnosticEngine &getDiagnostics() { return diagnostics; }
   const PassOptions &getOptions() const { return options; }
 
+  /// Counts rewrites of the pass that runs (applyPatternsGreedily's);
+  /// the manager reads them after the pass (--stats).
+  void addRewrites(size_t count) {
+    numRewrites = numRewrites.value_or(0) + count;
+  }
+  /// The rewrites counted since the last call; nothing when the pass
+  /// counted none (it does not use the rewrite driver).
+  std::optional<size_t> takeRewrites() {
+    return std::exchange(numRewrites, {});
+  }
+
 private:
   ir::DiagnosticEngine &diagnostics;
   const PassOptions &options;
+  std::optional<size_t> numRewrites;
 };
 
 class Pass {
@@ -135,6 +150,10 @@ public:
     printOptions = options;
   }
 
+  /// After the passes, print how many rewrites each pass that counts them
+  /// made, to the print stream (spanc opt --stats).
+  void setPrintStatistics(bool enable) { printStatistics = enable; }
+
   /// Verify after every pass (the default; names the pass that broke the
   /// IR), or only once after the last pass (cheaper on large programs; an
   /// ill-formed result is still rejected, but not pinned to a pass).
@@ -149,6 +168,7 @@ private:
   PassContext &context;
   std::vector<std::pair<std::string, std::unique_ptr<Pass>>> passes;
   bool printAfterAll = false;
+  bool printStatistics = false;
   bool verifyEach = true;
   llvm::StringSet<> printAfter;
   llvm::raw_ostream *printStream = &llvm::errs();

@@ -42,6 +42,7 @@ Optimizer::create(ir::DiagnosticEngine &diagnostics,
     if (llvm::Error error = manager.addPrintAfter(name))
       return error;
   manager.setPrintOptions(options.printOptions);
+  manager.setPrintStatistics(options.printStatistics);
   return optimizer;
 }
 

@@ -50,6 +50,8 @@ struct CompileOptions {
   bool printAfterAll = false;
   std::vector<std::string> printAfter;
   ir::PrintOptions printOptions;
+  /// Print each pass's rewrite count to stderr after the pipeline.
+  bool printStatistics = false;
 
   /// Where the program may read: file("...") in the frontend, corpora in
   /// desugar-retrieve (support/FileAccess.h). Both default to nothing.

@@ -2,6 +2,7 @@
 
 #include "frontend/Lowering.h"
 
+#include "frontend/OptionConversion.h"
 #include "grammar/SpanLexer.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -13,10 +14,8 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
 #include <cmath>
@@ -40,28 +39,6 @@ namespace {
 /// Lowering stops making ops past this many (lets that use each other
 /// twice per level grow exponentially when inlined).
 constexpr size_t kMaxOps = 1'000'000;
-
-std::string formatNumber(double value) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  if (std::fabs(value) < 1e15 && value == std::floor(value))
-    os << static_cast<int64_t>(value);
-  else
-    os << llvm::format("%g", value);
-  return os.str();
-}
-
-const char *typeName(ir::Attribute::Kind kind) {
-  switch (kind) {
-  case ir::Attribute::Kind::Int:
-    return "an integer";
-  case ir::Attribute::Kind::Float:
-    return "a float";
-  case ir::Attribute::Kind::String:
-    return "a string";
-  }
-  return "?";
-}
 
 class Lowering {
 public:
@@ -369,7 +346,7 @@ private:
         return std::nullopt;
       if (!value->isString()) {
         error(name->ID()->getSymbol(), "'" + name->ID()->getText() + "' is " +
-                                           typeName(value->kind()) +
+                                           ir::describeAttrKind(value->kind()) +
                                            ", not text");
         return std::nullopt;
       }
@@ -431,7 +408,7 @@ private:
         ok = false;
         continue;
       }
-      std::optional<ir::Attribute> value = convertOption(opt, *spec);
+      std::optional<ir::Attribute> value = lowerOption(opt, *spec);
       if (!value) {
         ok = false;
         continue;
@@ -464,56 +441,21 @@ private:
     return result;
   }
 
-  /// An option's literal, converted to the spec's type and range-checked.
-  std::optional<ir::Attribute> convertOption(SpanParser::OptContext *opt,
-                                             const ir::AttrSpec &spec) {
-    antlr4::Token *at = opt->literal()->getStart();
-    std::string name = opt->key->getText();
+  /// An option's literal as the attribute `spec` describes, or nothing
+  /// after an error at the literal (convertOption's words).
+  std::optional<ir::Attribute> lowerOption(SpanParser::OptContext *opt,
+                                           const ir::AttrSpec &spec) {
     std::optional<ir::Attribute> value = evaluateLiteral(opt->literal());
     if (!value)
       return std::nullopt;
-    switch (spec.type) {
-    case ir::AttrType::String:
-      if (!value->isString()) {
-        error(at, "option '" + name + "' takes a string, not " +
-                      typeName(value->kind()));
-        return std::nullopt;
-      }
-      return value;
-    case ir::AttrType::Int:
-      if (!value->isInt()) {
-        error(at, "option '" + name + "' takes an integer, not " +
-                      typeName(value->kind()));
-        return std::nullopt;
-      }
-      break;
-    case ir::AttrType::Float:
-      if (value->isString()) {
-        error(at, "option '" + name + "' takes a number, not a string");
-        return std::nullopt;
-      }
-      value = ir::Attribute(value->getNumber());
-      break;
-    }
-    double number = value->getNumber();
-    if (number < spec.min || number > spec.max) {
-      std::string shown = formatNumber(number);
-      // Counts have no useful upper bound to show, unless it was passed.
-      if (spec.max >= 1e9 && number > spec.max)
-        error(at, "option '" + name + "' is out of range: must be at most " +
-                      formatNumber(spec.max) + ", got " + shown);
-      else if (spec.max >= 1e9 && spec.min == 0)
-        error(at, "option '" + name + "' must not be negative, got " + shown);
-      else if (spec.max >= 1e9 && number < spec.min)
-        error(at, "option '" + name + "' must be at least " +
-                      formatNumber(spec.min) + ", got " + shown);
-      else
-        error(at, "option '" + name + "' must be in [" +
-                      formatNumber(spec.min) + ", " + formatNumber(spec.max) +
-                      "], got " + shown);
+    llvm::Expected<ir::Attribute> converted = convertOption(spec, *value);
+    if (!converted) {
+      error(opt->literal()->getStart(),
+            "option '" + opt->key->getText() + "' " +
+                llvm::toString(converted.takeError()));
       return std::nullopt;
     }
-    return value;
+    return std::move(*converted);
   }
 
   //===--------------------------------------------------------------------===//
@@ -760,22 +702,25 @@ private:
         n = value->getInt();
       else
         error(count, "repeat count '" + count->getText() + "' is " +
-                         typeName(value->kind()) + "; expected an integer");
+                         ir::describeAttrKind(value->kind()) +
+                         "; expected an integer");
     }
-    const ir::AttrSpec &spec = ir::getOpInfo(ir::OpKind::Repeat).attributes[0];
-    if (n && *n < spec.min) {
-      error(count, "repeat count must be at least 1, got " + llvm::Twine(*n));
-      n.reset();
-    } else if (n && double(*n) > spec.max) {
-      error(count, "repeat count must be at most " + formatNumber(spec.max) +
-                       ", got " + llvm::Twine(*n));
-      n.reset();
+    // The count as the op's attribute, checked as every option is.
+    std::optional<ir::Attribute> attribute;
+    if (n) {
+      const ir::AttrSpec &spec =
+          *ir::getOpInfo(ir::OpKind::Repeat).findAttribute("n");
+      llvm::Expected<ir::Attribute> converted = convertOption(spec, *n);
+      if (converted)
+        attribute = std::move(*converted);
+      else
+        error(count, "repeat count " + llvm::toString(converted.takeError()));
     }
     ir::Op *body = lowerBody(repeat->block());
-    if (!n || !body)
+    if (!attribute || !body)
       return nullptr;
     return create(repeat->getStart(), ir::OpKind::Repeat, {body},
-                  {{"n", ir::Attribute(*n)}});
+                  {{"n", std::move(*attribute)}});
   }
 
   ir::Op *lowerRetrieve(SpanParser::RetrieveExprContext *retrieve) {

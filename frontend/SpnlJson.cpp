@@ -2,64 +2,23 @@
 
 #include "frontend/SpnlJson.h"
 
+#include "frontend/JsonSource.h"
+#include "frontend/OptionConversion.h"
 #include "support/JsonDepth.h"
 
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-
-#include <nlohmann/json.hpp>
 
 namespace spanc::frontend {
 
 namespace {
 
-// Ordered, so that a walk over the document meets objects in text order
-// (which is how nodes get their locations).
-using Json = nlohmann::ordered_json;
-
 /// Nesting limit for the recursive import: the JSON's own (checked before
 /// the document is built, support/JsonDepth.h), so the walk over it, which
 /// is recursive, stays within it too.
 constexpr unsigned kMaxDepth = support::kMaxJsonDepth;
-
-const char *kindName(const Json &value) {
-  switch (value.type()) {
-  case Json::value_t::null:
-    return "null";
-  case Json::value_t::boolean:
-    return "a boolean";
-  case Json::value_t::string:
-    return "a string";
-  case Json::value_t::array:
-    return "an array";
-  case Json::value_t::object:
-    return "an object";
-  case Json::value_t::number_integer:
-  case Json::value_t::number_unsigned:
-    return "an integer";
-  case Json::value_t::number_float:
-    return "a number";
-  default:
-    return "a value";
-  }
-}
-
-/// A JSON Pointer segment: '~' and '/' escaped as RFC 6901 says.
-std::string pointerSegment(llvm::StringRef key) {
-  std::string result;
-  for (char c : key) {
-    if (c == '~')
-      result += "~0";
-    else if (c == '/')
-      result += "~1";
-    else
-      result += c;
-  }
-  return result;
-}
 
 /// What lowering a node gave: an op, nothing (a dropped `print`), or an
 /// error (already reported).
@@ -73,48 +32,22 @@ class Importer {
 public:
   Importer(unsigned bufferId, ir::DiagnosticEngine &diagnostics,
            const SpnlImportOptions &options)
-      : diagnostics(diagnostics), options(options),
-        buffer(diagnostics.getSourceMgr().getMemoryBuffer(bufferId)) {}
+      : bufferId(bufferId), diagnostics(diagnostics), options(options) {}
 
   std::unique_ptr<ir::Module> run() {
     unsigned errorsBefore = diagnostics.getNumErrors();
-    llvm::StringRef text = buffer->getBuffer();
-    // Before anything is built: what follows is linear in the size of the
-    // text only within the depth limit.
-    if (std::optional<size_t> tooDeep = support::findJsonDepthExcess(text)) {
-      diagnostics.emit(at(*tooDeep), llvm::SourceMgr::DK_Error,
-                       "invalid JSON: nesting deeper than " +
-                           llvm::Twine(support::kMaxJsonDepth) +
-                           " levels is not supported");
+    std::unique_ptr<JsonSource> parsed =
+        JsonSource::parse(bufferId, diagnostics);
+    if (!parsed)
       return nullptr;
-    }
-    Json document;
-    try {
-      document = Json::parse(text.begin(), text.end());
-    } catch (const Json::parse_error &error) {
-      // `byte` is 1-based and may point one past the end.
-      size_t offset = error.byte ? error.byte - 1 : 0;
-      diagnostics.emit(at(std::min(offset, text.size())),
-                       llvm::SourceMgr::DK_Error,
-                       "invalid JSON: " + cleanMessage(error.what()));
-      return nullptr;
-    } catch (const Json::exception &error) {
-      // Other failures while building the document (a number that does not
-      // fit a double, "1e400", is out_of_range.406) carry no position; a SAX
-      // pass that only listens for the error finds the offending token.
-      diagnostics.emit(at(locateFailure(text)), llvm::SourceMgr::DK_Error,
-                       "invalid JSON: " + cleanMessage(error.what()));
-      return nullptr;
-    }
-    // The parser keeps the last of two equal keys; the first value would
-    // be dropped without a word.
-    if (reportDuplicateKeys(text))
-      return nullptr;
-    locateNodes(text, document);
+    source = parsed.get();
+    const Json &document = source->getDocument();
 
     auto module = std::make_unique<ir::Module>();
-    std::string name =
-        llvm::sys::path::stem(buffer->getBufferIdentifier()).str();
+    std::string name = llvm::sys::path::stem(diagnostics.getSourceMgr()
+                                                 .getMemoryBuffer(bufferId)
+                                                 ->getBufferIdentifier())
+                           .str();
     if (name.empty() || name == "-")
       name = "query";
     ir::Query *query = module->addQuery(name, locate(document));
@@ -135,184 +68,7 @@ public:
   }
 
 private:
-  llvm::SMLoc at(size_t offset) const {
-    return llvm::SMLoc::getFromPointer(buffer->getBufferStart() + offset);
-  }
-
-  /// Ignores every SAX event but the error, whose position it records.
-  struct ErrorLocator : nlohmann::json_sax<Json> {
-    size_t offset = 0;
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t &) override {
-      return true;
-    }
-    bool string(string_t &) override { return true; }
-    bool binary(binary_t &) override { return true; }
-    bool start_object(size_t) override { return true; }
-    bool key(string_t &) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(size_t position, const std::string &lastToken,
-                     const nlohmann::detail::exception &) override {
-      // `position` counts the bytes read, the offending token included.
-      offset = position >= lastToken.size() ? position - lastToken.size() : 0;
-      return false;
-    }
-  };
-
-  /// The offset of the token that made Json::parse throw (0 if unknown).
-  size_t locateFailure(llvm::StringRef text) const {
-    ErrorLocator locator;
-    try {
-      Json::sax_parse(text.begin(), text.end(), &locator);
-    } catch (const Json::exception &) {
-    }
-    return std::min(locator.offset, text.size());
-  }
-
-  static std::string cleanMessage(llvm::StringRef message) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 2:
-    // syntax error ..." -> keep what follows the position;
-    // "[json.exception.out_of_range.406] number overflow ..." -> drop the tag
-    // (the diagnostic gives the position itself).
-    if (!message.startswith("[json.exception"))
-      return message.str();
-    size_t colon = message.find(": ");
-    if (colon != llvm::StringRef::npos)
-      return message.substr(colon + 2).str();
-    size_t tagEnd = message.find("] ");
-    if (tagEnd != llvm::StringRef::npos)
-      return message.substr(tagEnd + 2).str();
-    return message.str();
-  }
-
-  /// Reports every key that its object already has, at the key, with its
-  /// JSON Pointer; returns whether there was one. `text` parsed, so it is
-  /// well formed and a small state machine follows it: in an object, the
-  /// string after '{' or ',' is a key.
-  bool reportDuplicateKeys(llvm::StringRef text) {
-    struct Container {
-      bool isObject;
-      bool expectingKey;
-      std::string child; ///< the pointer segment of the current child
-      unsigned index = 0;
-      llvm::StringSet<> keys;
-    };
-    // The parser stops at a NUL byte: what follows was never read, need not
-    // be JSON, and is not scanned.
-    text = text.take_until([](char c) { return c == '\0'; });
-    std::vector<Container> stack;
-    bool found = false;
-    // Built only for a report: a pointer kept per container would make the
-    // scan quadratic in the depth.
-    auto childPath = [&] {
-      std::string path;
-      for (const Container &container : stack)
-        path += "/" + container.child;
-      return path;
-    };
-    for (size_t i = 0; i < text.size(); ++i) {
-      char c = text[i];
-      if (c == '"') {
-        size_t start = i++;
-        bool escaped = false;
-        for (; i < text.size() && text[i] != '"'; ++i)
-          if (text[i] == '\\') {
-            escaped = true;
-            ++i;
-          }
-        // An unterminated string (never in text the parser accepted; kept
-        // safe all the same).
-        if (i >= text.size())
-          break;
-        if (stack.empty() || !stack.back().expectingKey)
-          continue;
-        Container &object = stack.back();
-        object.expectingKey = false;
-        llvm::StringRef quoted = text.slice(start, i + 1);
-        // Decoded without exceptions: the scan may run over a key the full
-        // parse rejects (a raw control character); it is compared raw.
-        std::string key = quoted.drop_front().drop_back().str();
-        if (escaped) {
-          Json decoded = Json::parse(quoted.begin(), quoted.end(), nullptr,
-                                     /*allow_exceptions=*/false);
-          if (decoded.is_string())
-            key = decoded.get<std::string>();
-        }
-        object.child = pointerSegment(key);
-        if (!object.keys.insert(key).second) {
-          diagnostics.emit(at(start), llvm::SourceMgr::DK_Error,
-                           "duplicate key '" + key +
-                               "': a JSON reader keeps only its last value "
-                               "(at " +
-                               childPath() + ")");
-          found = true;
-        }
-      } else if (c == '{' || c == '[') {
-        stack.push_back({c == '{', c == '{', "0", 0, {}});
-      } else if (c == '}' || c == ']') {
-        // The parser stops at a NUL byte, so bytes after one were never
-        // checked: never trust the text to balance.
-        if (!stack.empty())
-          stack.pop_back();
-      } else if (c == ',' && !stack.empty()) {
-        Container &container = stack.back();
-        if (container.isObject)
-          container.expectingKey = true;
-        else
-          container.child = std::to_string(++container.index);
-      }
-    }
-    return found;
-  }
-
-  /// Records the offset of each object and array: the n-th '{' outside
-  /// strings is the n-th object of a pre-order walk.
-  void locateNodes(llvm::StringRef text, const Json &document) {
-    std::vector<uint32_t> objectOffsets, arrayOffsets;
-    bool inString = false;
-    for (size_t i = 0; i < text.size(); ++i) {
-      char c = text[i];
-      if (inString) {
-        if (c == '\\')
-          ++i;
-        else if (c == '"')
-          inString = false;
-      } else if (c == '"') {
-        inString = true;
-      } else if (c == '{') {
-        objectOffsets.push_back(static_cast<uint32_t>(i));
-      } else if (c == '[') {
-        arrayOffsets.push_back(static_cast<uint32_t>(i));
-      }
-    }
-    size_t nextObject = 0, nextArray = 0;
-    // Iterative pre-order walk (children pushed in reverse).
-    std::vector<const Json *> stack = {&document};
-    while (!stack.empty()) {
-      const Json *node = stack.back();
-      stack.pop_back();
-      if (node->is_object() && nextObject < objectOffsets.size())
-        offsets[node] = objectOffsets[nextObject++];
-      else if (node->is_array() && nextArray < arrayOffsets.size())
-        offsets[node] = arrayOffsets[nextArray++];
-      if (node->is_structured()) {
-        std::vector<const Json *> children;
-        for (const Json &child : *node)
-          children.push_back(&child);
-        stack.insert(stack.end(), children.rbegin(), children.rend());
-      }
-    }
-  }
-
-  ir::Location locate(const Json &node) {
-    auto it = offsets.find(&node);
-    return diagnostics.getLocation(at(it == offsets.end() ? 0 : it->second));
-  }
+  ir::Location locate(const Json &node) { return source->locate(node); }
 
   Lowered error(const Json &node, const std::string &path,
                 const llvm::Twine &message) {
@@ -334,7 +90,7 @@ private:
     if (!list.is_array())
       return error(at, path,
                    llvm::Twine("expected an array of nodes, found ") +
-                       kindName(list));
+                       describeJsonKind(list));
     llvm::SmallVector<ir::Op *, 8> children;
     bool ok = true;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -360,10 +116,10 @@ private:
     if (node.is_array())
       return lowerList(node, path, depth, ir::OpKind::Cross, node);
     if (!node.is_object())
-      return error(parent && !offsets.count(&node) ? *parent : node, path,
+      return error(parent && !source->isLocated(node) ? *parent : node, path,
                    llvm::Twine("expected a query node (an object such as "
                                "{\"user\": \"...\"}), found ") +
-                       kindName(node));
+                       describeJsonKind(node));
     if (node.size() != 1) {
       std::string keys;
       for (const auto &item : node.items())
@@ -380,7 +136,8 @@ private:
     if (kind == "user" || kind == "system" || kind == "assistant") {
       if (!body.is_string())
         return error(node, bodyPath,
-                     "'" + kind + "' takes a string, found " + kindName(body));
+                     "'" + kind + "' takes a string, found " +
+                         describeJsonKind(body));
       ir::OpKind opKind = kind == "user"     ? ir::OpKind::User
                           : kind == "system" ? ir::OpKind::System
                                              : ir::OpKind::Assistant;
@@ -390,7 +147,7 @@ private:
       if (!body.is_string())
         return error(node, bodyPath,
                      llvm::Twine("'print' takes a string, found ") +
-                         kindName(body));
+                         describeJsonKind(body));
       diagnostics.note(locate(node), "'print' is dropped from the model "
                                      "input (at " +
                                          bodyPath + ")");
@@ -462,54 +219,60 @@ private:
         ok = false;
         continue;
       }
-      std::optional<ir::Attribute> attr;
-      switch (spec->type) {
-      case ir::AttrType::String:
-        if (value.is_string())
-          attr = ir::Attribute(value.get<std::string>());
-        break;
-      case ir::AttrType::Int:
-        if (value.is_number_integer() &&
-            !(value.is_number_unsigned() &&
-              value.get<uint64_t>() > uint64_t(INT64_MAX)))
-          attr = ir::Attribute(value.get<int64_t>());
-        break;
-      case ir::AttrType::Float:
-        if (value.is_number())
-          attr = ir::Attribute(value.get<double>());
-        break;
-      }
+      std::optional<ir::Attribute> attr =
+          lowerOptionValue(object, key, value, keyPath, *spec);
       if (!attr) {
-        error(object, keyPath,
-              "'" + key + "' takes " +
-                  (spec->type == ir::AttrType::String ? "a string"
-                   : spec->type == ir::AttrType::Int  ? "an integer"
-                                                      : "a number") +
-                  ", found " + kindName(value));
         ok = false;
         continue;
       }
-      if (spec->type != ir::AttrType::String) {
-        double number = attr->getNumber();
-        // spnl writes max_tokens = 0 (its default) for "as many as the
-        // server allows": left out, as when absent, for the compiler's
-        // default (codegen::LoweringLimits::defaultMaxTokens).
-        if (key == "max_tokens" && number == 0)
-          continue;
-        if (number < spec->min || number > spec->max) {
-          error(object, keyPath,
-                spec->min == 0 && number < 0
-                    ? "'" + key + "' must not be negative"
-                    : "'" + key + "' is out of range [" +
-                          llvm::Twine(int64_t(spec->min)) + ", " +
-                          llvm::Twine(int64_t(spec->max)) + "]");
-          ok = false;
-          continue;
-        }
-      }
+      // spnl writes max_tokens = 0 (its default) for "as many as the
+      // server allows": left out, as when absent, for the compiler's
+      // default (codegen::LoweringLimits::defaultMaxTokens).
+      if (key == "max_tokens" && attr->getInt() == 0)
+        continue;
       result.push_back({key, std::move(*attr)});
     }
     return ok;
+  }
+
+  /// `value`, given for option `key` of `object`, as attribute `spec`, or
+  /// nothing after an error at `object` (convertOption's words and the
+  /// option's path).
+  std::optional<ir::Attribute> lowerOptionValue(const Json &object,
+                                                const std::string &key,
+                                                const Json &value,
+                                                const std::string &keyPath,
+                                                const ir::AttrSpec &spec) {
+    ir::AttrSpec asWritten = spec;
+    std::optional<ir::Attribute> written;
+    if (value.is_string()) {
+      written = ir::Attribute(value.get<std::string>());
+    } else if (value.is_number_unsigned() &&
+               value.get<uint64_t>() > uint64_t(INT64_MAX)) {
+      // Past every integer the IR holds: checked as the number it is,
+      // which every integer option's range excludes (they end below 2^63).
+      written = ir::Attribute(value.get<double>());
+      if (spec.type == ir::AttrType::Int)
+        asWritten.type = ir::AttrType::Float;
+    } else if (value.is_number_integer()) {
+      written = ir::Attribute(value.get<int64_t>());
+    } else if (value.is_number()) {
+      written = ir::Attribute(value.get<double>());
+    }
+    if (!written) {
+      error(object, keyPath,
+            "'" + key + "' takes " + ir::describeAttrType(spec.type) +
+                ", not " + describeJsonKind(value));
+      return std::nullopt;
+    }
+    llvm::Expected<ir::Attribute> converted =
+        convertOption(asWritten, std::move(*written));
+    if (!converted) {
+      error(object, keyPath,
+            "'" + key + "' " + llvm::toString(converted.takeError()));
+      return std::nullopt;
+    }
+    return std::move(*converted);
   }
 
   Lowered lowerGenerate(const Json &body, const std::string &path,
@@ -517,7 +280,7 @@ private:
     if (!body.is_object())
       return error(node, path,
                    llvm::Twine("'g' takes an object with 'input', found ") +
-                       kindName(body));
+                       describeJsonKind(body));
     llvm::SmallVector<ir::NamedAttribute, 4> options;
     bool ok = lowerOptions(body, path, {"input"}, options);
     auto input = body.find("input");
@@ -541,7 +304,7 @@ private:
       return error(node, path,
                    llvm::Twine("'repeat' takes an object with 'n' and "
                                "'query' (or 'g'), found ") +
-                       kindName(body));
+                       describeJsonKind(body));
     std::optional<int64_t> n;
     Lowered inner = Lowered::failure();
     bool ok = true, haveBody = false;
@@ -549,19 +312,13 @@ private:
       const std::string &key = item.key();
       std::string keyPath = path + "/" + pointerSegment(key);
       if (key == "n") {
-        const Json &value = item.value();
-        if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
-            (value.is_number_unsigned() &&
-             value.get<uint64_t>() > uint64_t(INT64_MAX))) {
-          error(body, keyPath,
-                "'n' must be an integer of at least 1, found " +
-                    (value.is_number_integer()
-                         ? std::to_string(value.get<int64_t>())
-                         : std::string(kindName(value))));
+        const ir::AttrSpec &spec =
+            *ir::getOpInfo(ir::OpKind::Repeat).findAttribute("n");
+        if (std::optional<ir::Attribute> value =
+                lowerOptionValue(body, key, item.value(), keyPath, spec))
+          n = value->getInt();
+        else
           ok = false;
-        } else {
-          n = value.get<int64_t>();
-        }
       } else if (key == "query" || key == "g" || key == "generate") {
         if (haveBody) {
           error(body, keyPath, "'repeat' takes one of 'query', 'g'");
@@ -608,11 +365,11 @@ private:
     }
     if (body.is_object() && body.contains("n"))
       return lowerRepeat(body, path, depth, node);
-    return error(
-        node, path,
-        llvm::Twine("'bulk' takes an object {\"repeat\": ...} or "
-                    "{\"map\": ...}, found ") +
-            (body.is_object() ? "an object without either" : kindName(body)));
+    return error(node, path,
+                 llvm::Twine("'bulk' takes an object {\"repeat\": ...} or "
+                             "{\"map\": ...}, found ") +
+                     (body.is_object() ? "an object without either"
+                                       : describeJsonKind(body)));
   }
 
   /// {"zip": {"first": A, "second": B}}: A before every element of B, in a
@@ -625,7 +382,7 @@ private:
       return error(node, path,
                    llvm::Twine("'zip' takes an object with 'first' and "
                                "'second', found ") +
-                       kindName(body));
+                       describeJsonKind(body));
     const Json *first = nullptr, *second = nullptr;
     bool ok = true;
     for (const auto &item : body.items()) {
@@ -712,12 +469,12 @@ private:
       }
     }
     if (!list) {
-      error(offsets.count(&node) ? node : parent, path,
+      error(source->isLocated(node) ? node : parent, path,
             "'augment' takes messages as its 'body' (their text is what it "
             "retrieves for), found " +
                 llvm::Twine(node.is_object() && node.size() == 1
                                 ? "'" + node.begin().key() + "'"
-                                : std::string(kindName(node))));
+                                : std::string(describeJsonKind(node))));
       return false;
     }
     bool ok = true;
@@ -741,7 +498,7 @@ private:
       return error(node, path,
                    llvm::Twine("'augment' takes an object with "
                                "'embedding_model', 'body' and 'doc', found ") +
-                       kindName(body));
+                       describeJsonKind(body));
     bool ok = true;
     std::string corpus, text;
     int64_t k = options.augmentK;
@@ -754,7 +511,7 @@ private:
         if (!value.is_string()) {
           error(body, keyPath,
                 llvm::Twine("'embedding_model' takes a string, found ") +
-                    kindName(value));
+                    describeJsonKind(value));
           ok = false;
         }
       } else if (key == "body") {
@@ -768,19 +525,19 @@ private:
         if (!name->is_string() || name->get<std::string>().empty()) {
           error(value.is_array() ? value : body, keyPath,
                 "'doc' takes a corpus name, or [name, document], found " +
-                    llvm::Twine(kindName(value)));
+                    llvm::Twine(describeJsonKind(value)));
           ok = false;
         } else {
           corpus = name->get<std::string>();
         }
       } else if (key == "k") {
-        if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
-            value.get<int64_t>() > 1000000) {
-          error(body, keyPath, "'k' must be an integer in [1, 1000000]");
+        const ir::AttrSpec &spec =
+            *ir::getOpInfo(ir::OpKind::Retrieve).findAttribute("k");
+        if (std::optional<ir::Attribute> checked =
+                lowerOptionValue(body, key, value, keyPath, spec))
+          k = checked->getInt();
+        else
           ok = false;
-        } else {
-          k = value.get<int64_t>();
-        }
       } else {
         error(body, keyPath,
               "unknown key '" + key +
@@ -807,7 +564,7 @@ private:
       return error(node, path,
                    llvm::Twine("'map' takes an object with 'metadata' and "
                                "'inputs', found ") +
-                       kindName(body));
+                       describeJsonKind(body));
     llvm::SmallVector<ir::NamedAttribute, 4> options;
     bool ok = true;
     const Json *inputs = nullptr;
@@ -818,7 +575,7 @@ private:
         if (!item.value().is_object()) {
           error(body, keyPath,
                 llvm::Twine("'metadata' takes an object, found ") +
-                    kindName(item.value()));
+                    describeJsonKind(item.value()));
           ok = false;
           continue;
         }
@@ -836,12 +593,12 @@ private:
     if (!inputs->is_array())
       return error(body, path + "/inputs",
                    llvm::Twine("'inputs' takes an array of strings, found ") +
-                       kindName(*inputs));
+                       describeJsonKind(*inputs));
     for (size_t i = 0; i < inputs->size(); ++i)
       if (!(*inputs)[i].is_string()) {
         error(body, path + "/inputs/" + std::to_string(i),
               llvm::Twine("'inputs' takes strings, found ") +
-                  kindName((*inputs)[i]));
+                  describeJsonKind((*inputs)[i]));
         ok = false;
       }
     if (!ok)
@@ -856,10 +613,11 @@ private:
     return {create(node, ir::OpKind::Plus, gens)};
   }
 
+  unsigned bufferId;
   ir::DiagnosticEngine &diagnostics;
   const SpnlImportOptions &options;
-  const llvm::MemoryBuffer *buffer;
-  llvm::DenseMap<const Json *, uint32_t> offsets;
+  /// The document being imported (set by run()).
+  const JsonSource *source = nullptr;
   ir::Builder builder;
   /// Whether the node being lowered is (part of) a g's input.
   bool inModelInput = false;

@@ -91,6 +91,30 @@ const OpInfo kOpInfos[] = {
 };
 } // namespace
 
+const char *describeAttrType(AttrType type) {
+  switch (type) {
+  case AttrType::Int:
+    return "an integer";
+  case AttrType::Float:
+    return "a number";
+  case AttrType::String:
+    return "a string";
+  }
+  return "?";
+}
+
+const char *describeAttrKind(Attribute::Kind kind) {
+  switch (kind) {
+  case Attribute::Kind::Int:
+    return "an integer";
+  case Attribute::Kind::Float:
+    return "a float";
+  case Attribute::Kind::String:
+    return "a string";
+  }
+  return "?";
+}
+
 const AttrSpec *OpInfo::findAttribute(llvm::StringRef attrName) const {
   for (const AttrSpec &spec : attributes)
     if (attrName == spec.name)

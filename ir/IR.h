@@ -139,7 +139,9 @@ enum class OpKind : uint8_t {
 enum class AttrType : uint8_t { Int, Float, String };
 
 /// An attribute an op may carry, with its type and inclusive range (for
-/// numbers). Float attributes also accept integers.
+/// numbers). Float attributes also accept integers. The frontends take an
+/// op's options from here, and the verifier's checkAttribute is the one
+/// rule for their values (ir/Verifier.h).
 struct AttrSpec {
   const char *name;
   AttrType type;
@@ -147,6 +149,11 @@ struct AttrSpec {
   double min;
   double max;
 };
+
+/// For messages: what a spec of `type` takes ("an integer", "a number", "a
+/// string") and what a value of `kind` is ("an integer", "a float", ...).
+const char *describeAttrType(AttrType type);
+const char *describeAttrKind(Attribute::Kind kind);
 
 /// Where the op's text goes in the textual form.
 enum class TextPosition : uint8_t {

@@ -16,7 +16,8 @@ namespace spanc::ir {
 
 namespace {
 
-std::string formatBound(double value) {
+/// A bound as a reader expects it: whole numbers without a fraction.
+std::string formatNumber(double value) {
   std::string text;
   llvm::raw_string_ostream os(text);
   if (std::fabs(value) < 1e15 && value == std::floor(value))
@@ -24,18 +25,6 @@ std::string formatBound(double value) {
   else
     os << llvm::format("%g", value);
   return os.str();
-}
-
-const char *describeType(AttrType type) {
-  switch (type) {
-  case AttrType::Int:
-    return "an integer";
-  case AttrType::Float:
-    return "a number";
-  case AttrType::String:
-    return "a string";
-  }
-  return "?";
 }
 
 std::string listAttributes(const OpInfo &info) {
@@ -233,35 +222,9 @@ private:
 
   void verifyAttribute(const Op &op, const OpInfo &info, const AttrSpec &spec,
                        const Attribute &value) {
-    bool typeOk = false;
-    switch (spec.type) {
-    case AttrType::Int:
-      typeOk = value.isInt();
-      break;
-    case AttrType::Float:
-      typeOk = value.isInt() || value.isFloat();
-      break;
-    case AttrType::String:
-      typeOk = value.isString();
-      break;
-    }
-    if (!typeOk) {
-      error(op.getLoc(), describeAttribute(info, spec) + " must be " +
-                             describeType(spec.type));
-      return;
-    }
-    if (spec.type == AttrType::String)
-      return;
-    double number = value.getNumber();
-    // !(a <= b) also catches NaN.
-    if (!(number >= spec.min) || !(number <= spec.max)) {
-      std::string shown;
-      llvm::raw_string_ostream os(shown);
-      printAttribute(value, os);
-      error(op.getLoc(), describeAttribute(info, spec) + " must be in [" +
-                             formatBound(spec.min) + ", " +
-                             formatBound(spec.max) + "], got " + os.str());
-    }
+    std::string problem = checkAttribute(spec, value);
+    if (!problem.empty())
+      error(op.getLoc(), describeAttribute(info, spec) + " " + problem);
   }
 
   DiagnosticEngine &diagnostics;
@@ -277,6 +240,45 @@ private:
 };
 
 } // namespace
+
+std::string checkAttribute(const AttrSpec &spec, const Attribute &value) {
+  bool typeOk = false;
+  switch (spec.type) {
+  case AttrType::Int:
+    typeOk = value.isInt();
+    break;
+  case AttrType::Float:
+    typeOk = value.isInt() || value.isFloat();
+    break;
+  case AttrType::String:
+    typeOk = value.isString();
+    break;
+  }
+  if (!typeOk)
+    return std::string("takes ") + describeAttrType(spec.type) + ", not " +
+           describeAttrKind(value.kind());
+  if (spec.type == AttrType::String)
+    return {};
+  double number = value.getNumber();
+  // !(a <= b) also catches NaN.
+  if (number >= spec.min && number <= spec.max)
+    return {};
+  std::string shown;
+  llvm::raw_string_ostream os(shown);
+  printAttribute(value, os);
+  // A count's upper bound is there only to keep numbers sane: shown only
+  // when it was passed, and a bound of 0 reads better as "not negative".
+  bool isCount = spec.max >= 1e9;
+  if (isCount && number > spec.max)
+    return "is out of range: must be at most " + formatNumber(spec.max) +
+           ", got " + os.str();
+  if (isCount && spec.min == 0)
+    return "must not be negative, got " + os.str();
+  if (isCount)
+    return "must be at least " + formatNumber(spec.min) + ", got " + os.str();
+  return "must be in [" + formatNumber(spec.min) + ", " +
+         formatNumber(spec.max) + "], got " + os.str();
+}
 
 bool verify(const Module &module, DiagnosticEngine &diagnostics) {
   Verifier verifier(diagnostics);

@@ -21,12 +21,22 @@
 #include "ir/Diagnostics.h"
 #include "ir/IR.h"
 
+#include <string>
+
 namespace spanc::ir {
 
 /// Returns true if `module` is well formed; otherwise reports every problem
 /// through `diagnostics` and returns false.
 bool verify(const Module &module, DiagnosticEngine &diagnostics);
 bool verify(const Query &query, DiagnosticEngine &diagnostics);
+
+/// What is wrong with `value` as attribute `spec`, in words that follow the
+/// attribute's name ("takes an integer, not a float"; "must be in [0, 2],
+/// got 2.5"; "must not be negative, got -1"); empty when nothing is. The
+/// one rule for attribute values: the verifier applies it to every op, the
+/// frontends where an option is written, so that the user sees the value's
+/// own location (and, in JSON, its path).
+std::string checkAttribute(const AttrSpec &spec, const Attribute &value);
 
 } // namespace spanc::ir
 

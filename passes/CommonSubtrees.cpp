@@ -11,9 +11,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/RewriteDriver.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <cstring>
@@ -92,57 +94,84 @@ struct ComputationInfo {
   }
 };
 
+/// Whether `op` may be merged with an equal one: every op but a yield, a
+/// sampling gen or chat, and a repeat whose body samples somewhere. Reads
+/// the determinism flags markDeterministic left in scratch.
+bool isMergeable(const Op &op) {
+  switch (op.getKind()) {
+  case OpKind::Yield:
+    return false;
+  case OpKind::Gen:
+  case OpKind::Chat:
+    return isGreedy(op);
+  case OpKind::Repeat:
+    return llvm::all_of(op.operandValues(), [](const Op *operand) {
+      return operand && operand->scratch;
+    });
+  default:
+    return true;
+  }
+}
+
+/// An op equal to one before it is replaced by that one. The earliest of
+/// each computation is kept in `seen`, which the driver's program order
+/// fills before any later twin is visited.
+class MergeTwin : public RewritePattern {
+public:
+  explicit MergeTwin(llvm::DenseSet<Op *, ComputationInfo> &seen)
+      : seen(seen) {}
+
+  bool match(Op &op) const override {
+    if (!isMergeable(op))
+      return false;
+    // Recording the first of each computation is the analysis; the IR is
+    // not changed here.
+    return *seen.insert(&op).first != &op;
+  }
+  void rewrite(Op &op, PatternRewriter &rewriter) const override {
+    // A twin's operands are the earlier op's, so they stay in use.
+    rewriter.replaceOp(&op, *seen.find(&op));
+  }
+
+private:
+  llvm::DenseSet<Op *, ComputationInfo> &seen;
+};
+
 class CommonSubtreesPass : public Pass {
 public:
-  bool run(ir::Module &module, PassContext &) override {
-    for (auto &query : module.getQueries())
-      runOnQuery(*query);
+  bool run(ir::Module &module, PassContext &context) override {
+    for (auto &query : module.getQueries()) {
+      markDeterministic(*query);
+      llvm::DenseSet<Op *, ComputationInfo> seen;
+      const MergeTwin merge(seen);
+      const RewritePattern *patterns[] = {&merge};
+      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
+      if (!rewrites) {
+        context.getDiagnostics().error(query->getLoc(),
+                                       llvm::toString(rewrites.takeError()));
+        return false;
+      }
+      context.addRewrites(*rewrites);
+    }
     return true;
   }
 
 private:
-  static void runOnQuery(ir::Query &query) {
-    // scratch = 1 when everything an op computes, down to the leaves, is
-    // deterministic (what a repeat needs of its body); by program order,
-    // so operands are known first.
-    for (Op &op : query.getOps())
-      op.scratch = 0;
-    llvm::DenseSet<Op *, ComputationInfo> seen;
-    llvm::SmallVector<Op *, 16> duplicates;
+  /// scratch = 1 when everything an op computes, down to the leaves, is
+  /// deterministic (what a repeat needs of its body); by program order, so
+  /// operands are known first. Merging twins changes no flag: a twin's
+  /// flag is its original's.
+  static void markDeterministic(ir::Query &query) {
     for (Op &op : query.getOps()) {
       bool operandsDeterministic =
           llvm::all_of(op.operandValues(), [&](const Op *operand) {
             return operand && operand->scratch;
           });
-      bool mergeable;
-      switch (op.getKind()) {
-      case OpKind::Yield:
-        continue;
-      case OpKind::Gen:
-      case OpKind::Chat:
-        mergeable = isGreedy(op);
-        op.scratch = mergeable && operandsDeterministic;
-        break;
-      case OpKind::Repeat:
-        mergeable = operandsDeterministic;
-        op.scratch = operandsDeterministic;
-        break;
-      default:
-        mergeable = true;
-        op.scratch = operandsDeterministic;
-        break;
-      }
-      if (!mergeable)
-        continue;
-      auto [it, inserted] = seen.insert(&op);
-      if (inserted)
-        continue;
-      op.replaceAllUsesWith(*it);
-      duplicates.push_back(&op);
+      bool isSample =
+          (op.getKind() == OpKind::Gen || op.getKind() == OpKind::Chat) &&
+          !isGreedy(op);
+      op.scratch = operandsDeterministic && !isSample;
     }
-    // A duplicate's operands are its twin's, so they stay in use.
-    for (Op *op : duplicates)
-      op->erase();
   }
 };
 

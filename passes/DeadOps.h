@@ -2,7 +2,8 @@
 //
 // Passes replace ops and then erase what nothing uses any more. Only the
 // ops a pass names (and, transitively, their operands that become unused)
-// are erased, so a pass never removes unrelated ops of its input.
+// are erased, so a pass never removes unrelated ops of its input. The
+// rewrite driver (RewriteDriver.h) erases this way after each sweep.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_PASSES_DEADOPS_H

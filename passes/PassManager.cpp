@@ -7,6 +7,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/ErrorHandling.h"
 
 #include <algorithm>
 
@@ -45,8 +47,7 @@ std::vector<const PassInfo *> registeredPasses() {
 llvm::ArrayRef<const char *> defaultPipeline() {
   // The order of docs/ARCHITECTURE.md, "Compilation": remove sugar, normalize
   // joins, restructure wide calls, line inner outputs up with their inputs,
-  // share identical work, then order the bulk. Names not registered yet are
-  // skipped.
+  // share identical work, then order the bulk.
   static const char *const pipeline[] = {
       "desugar-chat",    "desugar-retrieve", "plus-simplify", "tree-reduce",
       "plus-distribute", "plus-simplify",    "cse",           "bulk-order",
@@ -58,7 +59,7 @@ std::string describePasses() {
   std::string text = "Default pipeline (spanc opt without --passes; "
                      "spanc compile --emit=ir-opt):\n ";
   for (const char *name : defaultPipeline())
-    text += std::string(" ") + name + (lookupPass(name) ? "" : " (not built)");
+    text += std::string(" ") + name;
   text += "\n\nPasses:\n";
   std::vector<const PassInfo *> passes = registeredPasses();
   if (passes.empty())
@@ -93,10 +94,18 @@ llvm::Error PassManager::addPipeline(llvm::StringRef commaSeparated) {
 }
 
 void PassManager::addDefaultPipeline(llvm::ArrayRef<std::string> skip) {
-  for (const char *name : defaultPipeline())
-    if (const PassInfo *info = lookupPass(name))
-      if (llvm::find(skip, name) == skip.end())
-        addPass(name, info->factory());
+  for (const char *name : defaultPipeline()) {
+    if (llvm::is_contained(skip, name))
+      continue;
+    const PassInfo *info = lookupPass(name);
+    // A build mistake, not an input: skipping the pass would compile every
+    // program without it, silently.
+    if (!info)
+      llvm::report_fatal_error(llvm::Twine("pass '") + name +
+                               "' of the default pipeline is not linked: "
+                               "depend on //passes:all");
+    addPass(name, info->factory());
+  }
 }
 
 void PassManager::addPass(llvm::StringRef name, std::unique_ptr<Pass> pass) {
@@ -120,10 +129,15 @@ llvm::Error PassManager::addPrintAfter(llvm::StringRef passName) {
 }
 
 llvm::Error PassManager::run(ir::Module &module) {
+  std::string statistics;
+  context.takeRewrites();
   for (auto &[name, pass] : passes) {
     if (!pass->run(module, context))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "pass '%s' failed", name.c_str());
+    if (std::optional<size_t> rewrites = context.takeRewrites())
+      statistics += "  " + name + ": " + std::to_string(*rewrites) +
+                    (*rewrites == 1 ? " rewrite\n" : " rewrites\n");
     if (printAfterAll || printAfter.count(name)) {
       *printStream << "// -----// IR Dump After " << name << " //----- //\n";
       ir::printModule(module, *printStream, printOptions);
@@ -142,6 +156,12 @@ llvm::Error PassManager::run(ir::Module &module) {
         "the IR is ill-formed after the pipeline (last pass '%s'; verify "
         "after each pass to find the one that broke it)",
         passes.back().first.c_str());
+  if (printStatistics) {
+    *printStream << "// -----// Pass statistics //----- //\n"
+                 << (statistics.empty() ? "  (no pass counts rewrites)\n"
+                                        : statistics);
+    printStream->flush();
+  }
   return llvm::Error::success();
 }
 

@@ -9,8 +9,9 @@
 //
 // (its cc_library needs `alwayslink = True` and a place in the deps of
 // //passes:all, so that the registration is linked into spanc). The manager
-// runs a list of passes, verifies the IR after each one, and prints it when
-// asked (--print-ir-after-all, --print-ir-after=NAME).
+// runs a list of passes, verifies the IR after each one, prints it when
+// asked (--print-ir-after-all, --print-ir-after=NAME) and, with --stats, the
+// rewrites each pass on the rewrite driver made (RewriteDriver.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_PASSES_PASSMANAGER_H
@@ -29,7 +30,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spanc::retrieval {
@@ -71,9 +74,21 @@ public:
   ir::DiagnosticEngine &getDiagnostics() { return diagnostics; }
   const PassOptions &getOptions() const { return options; }
 
+  /// Counts rewrites of the pass that runs (applyPatternsGreedily's);
+  /// the manager reads them after the pass (--stats).
+  void addRewrites(size_t count) {
+    numRewrites = numRewrites.value_or(0) + count;
+  }
+  /// The rewrites counted since the last call; nothing when the pass
+  /// counted none (it does not use the rewrite driver).
+  std::optional<size_t> takeRewrites() {
+    return std::exchange(numRewrites, {});
+  }
+
 private:
   ir::DiagnosticEngine &diagnostics;
   const PassOptions &options;
+  std::optional<size_t> numRewrites;
 };
 
 class Pass {
@@ -104,8 +119,8 @@ const PassInfo *lookupPass(llvm::StringRef name);
 /// All registered passes, sorted by name.
 std::vector<const PassInfo *> registeredPasses();
 
-/// The default pipeline, in order. It may name passes that are not built
-/// yet; those are skipped (and marked in `spanc opt --help`).
+/// The default pipeline, in order. Every name is a pass of //passes:all,
+/// which a binary that runs the pipeline links.
 llvm::ArrayRef<const char *> defaultPipeline();
 
 /// Describes the default pipeline and all registered passes, for --help.
@@ -118,8 +133,9 @@ public:
   /// Adds the passes of "a,b,c" (empty: none). An unknown name is an error
   /// that lists the registered passes.
   llvm::Error addPipeline(llvm::StringRef commaSeparated);
-  /// Adds the registered passes of defaultPipeline(), less those named in
-  /// `skip` (e.g. bulk-order, to measure a bulk in its written order).
+  /// Adds the passes of defaultPipeline(), less those named in `skip` (e.g.
+  /// bulk-order, to measure a bulk in its written order). The binary must
+  /// link //passes:all; one that does not stops here, naming the pass.
   void addDefaultPipeline(llvm::ArrayRef<std::string> skip = {});
   void addPass(llvm::StringRef name, std::unique_ptr<Pass> pass);
   /// The names of the passes that will run, in order.
@@ -133,6 +149,10 @@ public:
   void setPrintOptions(const ir::PrintOptions &options) {
     printOptions = options;
   }
+
+  /// After the passes, print how many rewrites each pass that counts them
+  /// made, to the print stream (spanc opt --stats).
+  void setPrintStatistics(bool enable) { printStatistics = enable; }
 
   /// Verify after every pass (the default; names the pass that broke the
   /// IR), or only once after the last pass (cheaper on large programs; an
@@ -148,6 +168,7 @@ private:
   PassContext &context;
   std::vector<std::pair<std::string, std::unique_ptr<Pass>>> passes;
   bool printAfterAll = false;
+  bool printStatistics = false;
   bool verifyEach = true;
   llvm::StringSet<> printAfter;
   llvm::raw_ostream *printStream = &llvm::errs();

@@ -18,8 +18,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/RewriteDriver.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 namespace spanc::passes {
@@ -50,19 +52,67 @@ bool hasEmptyInput(const Op *gen) {
          input->getNumOperands() == 0;
 }
 
+bool isDistributable(const Op *op) {
+  return op && op->getKind() == OpKind::Gen && !hasEmptyInput(op);
+}
+
+/// Under a + (or repeat) that gens consume, none with `reduce`: each child
+/// G(x) becomes ⋈(x, G(x)). The flags come from the pass's analysis, in
+/// each op's scratch field; a gen under several targets gets one ⋈, made
+/// before the first.
+class DistributeGens : public RewritePattern {
+public:
+  explicit DistributeGens(llvm::DenseMap<Op *, Op *> &distributed)
+      : distributed(distributed) {}
+
+  bool match(Op &op) const override {
+    return (op.getKind() == OpKind::Plus || op.getKind() == OpKind::Repeat) &&
+           op.scratch == ReachesGen &&
+           llvm::any_of(op.operandValues(), isDistributable);
+  }
+  void rewrite(Op &op, PatternRewriter &rewriter) const override {
+    for (unsigned i = 0; i < op.getNumOperands(); ++i) {
+      Op *gen = op.getOperand(i);
+      if (!isDistributable(gen))
+        continue;
+      Op *&span = distributed[gen];
+      if (!span) {
+        rewriter.setLoc(gen->getLoc());
+        span = rewriter.createCross({gen->getOperand(0), gen});
+      }
+      op.setOperand(i, span);
+    }
+  }
+
+private:
+  /// gen -> ⋈(x, gen)
+  llvm::DenseMap<Op *, Op *> &distributed;
+};
+
 class PlusDistributePass : public Pass {
 public:
-  bool run(ir::Module &module, PassContext &) override {
-    for (auto &query : module.getQueries())
-      runOnQuery(*query);
+  bool run(ir::Module &module, PassContext &context) override {
+    for (auto &query : module.getQueries()) {
+      markConsumers(*query);
+      llvm::DenseMap<Op *, Op *> distributed;
+      const DistributeGens distribute(distributed);
+      const RewritePattern *patterns[] = {&distribute};
+      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
+      if (!rewrites) {
+        context.getDiagnostics().error(query->getLoc(),
+                                       llvm::toString(rewrites.takeError()));
+        return false;
+      }
+      context.addRewrites(*rewrites);
+    }
     return true;
   }
 
 private:
-  static void runOnQuery(ir::Query &query) {
+  /// Sets each op's scratch to the ReachesGen flags of its consumers.
+  static void markConsumers(ir::Query &query) {
     // Users follow their operands, so a backward sweep knows every user's
     // consumers before the op itself.
-    // The flags live in each op's scratch field for the pass.
     for (Op &op : llvm::reverse(query.getOps())) {
       unsigned flags = 0;
       for (ir::Use &use : op.uses()) {
@@ -75,31 +125,6 @@ private:
       }
       op.scratch = flags;
     }
-
-    llvm::DenseMap<Op *, Op *> distributed; // gen -> ⋈(x, gen)
-    auto distribute = [&](Op *gen, Op *before) {
-      Op *&span = distributed[gen];
-      if (!span) {
-        ir::Builder builder;
-        builder.setInsertionPoint(before);
-        builder.setLoc(gen->getLoc());
-        span = builder.createCross({gen->getOperand(0), gen});
-      }
-      return span;
-    };
-    auto isDistributable = [](const Op *op) {
-      return op && op->getKind() == OpKind::Gen && !hasEmptyInput(op);
-    };
-
-    llvm::SmallVector<Op *, 16> targets;
-    for (Op &op : query.getOps())
-      if ((op.getKind() == OpKind::Plus || op.getKind() == OpKind::Repeat) &&
-          op.scratch == ReachesGen)
-        targets.push_back(&op);
-    for (Op *op : targets)
-      for (unsigned i = 0; i < op->getNumOperands(); ++i)
-        if (isDistributable(op->getOperand(i)))
-          op->setOperand(i, distribute(op->getOperand(i), op));
   }
 };
 

@@ -17,9 +17,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/DeadOps.h"
 #include "passes/Passes.h"
+#include "passes/RewriteDriver.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 namespace spanc::passes {
@@ -55,74 +56,94 @@ bool canUnwrapPlusIn(const Op *user) {
   }
 }
 
-class PlusSimplifyPass : public Pass {
-public:
-  bool run(ir::Module &module, PassContext &) override {
-    for (auto &query : module.getQueries()) {
-      // Operands precede their users, so one forward sweep sees every
-      // child already simplified; a second sweep confirms the fixed point.
-      while (simplify(*query)) {
-      }
-    }
-    return true;
+/// +(a, +(b, c)) -> +(a, b, c), and the same for ⋈.
+struct FlattenNestedJoin : RewritePattern {
+  bool match(Op &op) const override {
+    return isSpanJoin(&op) &&
+           llvm::any_of(op.operandValues(), [&](const Op *operand) {
+             return operand->getKind() == op.getKind();
+           });
   }
-
-private:
-  static bool simplify(ir::Query &query) {
-    bool changed = false;
-    llvm::SmallVector<Op *, 16> dead;
+  void rewrite(Op &op, PatternRewriter &rewriter) const override {
     llvm::SmallVector<Op *, 8> operands;
-    for (Op &op : query.getOps()) {
-      if (!isSpanJoin(&op))
-        continue;
-      operands.clear();
-      bool rewritten = false;
-      for (Op *operand : op.operandValues()) {
-        if (operand->getKind() == op.getKind()) {
-          operands.append(operand->operandValues().begin(),
-                          operand->operandValues().end());
-          dead.push_back(operand);
-          rewritten = true;
-        } else if (isEmptySpan(operand)) {
-          dead.push_back(operand);
-          rewritten = true;
-        } else {
-          operands.push_back(operand);
-        }
-      }
-      if (rewritten && operands.empty() && op.getKind() == OpKind::Plus) {
-        ir::Builder builder;
-        builder.setInsertionPoint(&op);
-        builder.setLoc(op.getLoc());
-        op.replaceAllUsesWith(builder.createCross({}));
-        dead.push_back(&op);
-        changed = true;
+    for (Op *operand : op.operandValues()) {
+      if (operand->getKind() != op.getKind()) {
+        operands.push_back(operand);
         continue;
       }
-      if (rewritten) {
-        op.setOperands(operands);
-        changed = true;
-      }
-      if (op.getNumOperands() == 1 && unwrap(op)) {
-        changed = true;
-        dead.push_back(&op);
-      }
+      operands.append(operand->operandValues().begin(),
+                      operand->operandValues().end());
+      rewriter.eraseIfUnused(operand);
     }
-    eraseDeadOps(dead);
-    return changed;
+    op.setOperands(operands);
   }
+};
 
-  /// Replaces the singleton join `op` by its child in the uses that allow
-  /// it. Returns whether any use changed.
-  static bool unwrap(Op &op) {
+/// An empty span leaves + and ⋈; a + of nothing but empty spans is one
+/// (the IR has no plus without operands): +("", ⋈()) -> ⋈().
+struct DropEmptySpans : RewritePattern {
+  bool match(Op &op) const override {
+    return isSpanJoin(&op) && llvm::any_of(op.operandValues(), isEmptySpan);
+  }
+  void rewrite(Op &op, PatternRewriter &rewriter) const override {
+    llvm::SmallVector<Op *, 8> operands;
+    for (Op *operand : op.operandValues()) {
+      if (isEmptySpan(operand))
+        rewriter.eraseIfUnused(operand);
+      else
+        operands.push_back(operand);
+    }
+    if (operands.empty() && op.getKind() == OpKind::Plus)
+      rewriter.replaceOp(&op, rewriter.createCross({}));
+    else
+      op.setOperands(operands);
+  }
+};
+
+/// ⋈(x) -> x everywhere; +(x) -> x where nothing precedes it
+/// (canUnwrapPlusIn).
+struct UnwrapSingleton : RewritePattern {
+  bool match(Op &op) const override {
+    return isSpanJoin(&op) && op.getNumOperands() == 1 &&
+           llvm::any_of(op.uses(),
+                        [&](const ir::Use &use) { return canUnwrap(op, use); });
+  }
+  void rewrite(Op &op, PatternRewriter &rewriter) const override {
     Op *child = op.getOperand(0);
     llvm::SmallVector<ir::Use *, 4> uses;
     for (ir::Use &use : op.uses())
-      if (op.getKind() == OpKind::Cross || canUnwrapPlusIn(use.getOwner()))
+      if (canUnwrap(op, use))
         uses.push_back(&use);
     for (ir::Use *use : uses)
       use->set(child);
-    return !uses.empty();
+    rewriter.eraseIfUnused(&op);
+  }
+
+private:
+  static bool canUnwrap(const Op &op, const ir::Use &use) {
+    return op.getKind() == OpKind::Cross || canUnwrapPlusIn(use.getOwner());
+  }
+};
+
+class PlusSimplifyPass : public Pass {
+public:
+  bool run(ir::Module &module, PassContext &context) override {
+    // In this order on each op, as one rule: a join is flattened and
+    // emptied before it is unwrapped.
+    const FlattenNestedJoin flatten;
+    const DropEmptySpans dropEmpty;
+    const UnwrapSingleton unwrap;
+    const RewritePattern *patterns[] = {&flatten, &dropEmpty, &unwrap};
+    for (auto &query : module.getQueries()) {
+      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
+      if (!rewrites) {
+        context.getDiagnostics().error(query->getLoc(),
+                                       llvm::toString(rewrites.takeError()));
+        return false;
+      }
+      context.addRewrites(*rewrites);
+    }
+    return true;
   }
 };
 

@@ -2,12 +2,19 @@
 # Smoke test of one benchmark: `spanc bench NAME --quick` writes
 # NAME.md, NAME.tsv and NAME.png, and their rows agree with each other.
 #   quick_bench_test.sh SPANC NAME
-# Skips (passes, saying so) when the model is absent.
+# Skips (passes, saying so) when the model is absent and tools/setup.sh
+# never ran; once it ran (it links .venv last), a missing model is a broken
+# set-up and fails.
 set -euo pipefail
 spanc="$1"
 name="$2"
-model="${SPANC_ROOT:-.}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+root="${SPANC_ROOT:-.}"
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [[ ! -e $model ]]; then
+  if [[ -e $root/.venv ]]; then
+    echo "FAIL: model not found at $model, although tools/setup.sh ran ($root/.venv exists); run it again"
+    exit 1
+  fi
   echo "SKIPPED: model not found at $model"
   exit 0
 fi

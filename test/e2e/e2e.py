@@ -11,7 +11,9 @@ corpus's fact in one sentence, cold and warm, in the default span mode and
 under --cache=off). Every spanc runs under SPANC_ISA when it is set
 (bazel/isa.bzl runs `readme` once per kernel path); a path this CPU lacks
 is skipped with a "spanc-isa: skipped" line. Exits 0 with a SKIPPED message
-when the model is absent (the index part of `signals` needs none).
+when the model is absent and tools/setup.sh never ran here (no .venv in
+SPANC_ROOT); once it ran, a missing model is a broken set-up and fails (the
+index part of `signals` needs no model).
 """
 
 import glob
@@ -513,6 +515,14 @@ def main():
             return 0
         print("spanc-isa: ran %s" % level)
     if not os.environ.get("SPANC_ROOT") or not os.path.exists(model):
+        # tools/setup.sh installs the model before it links .venv: with
+        # .venv there the set-up ran, and a missing model must not pass.
+        root = os.environ.get("SPANC_ROOT", "")
+        if root and os.path.exists(os.path.join(root, ".venv")):
+            print("FAIL: no model at %s although tools/setup.sh ran (%s "
+                  "exists); run it again" % (model,
+                                             os.path.join(root, ".venv")))
+            return 1
         print("SKIPPED: no model at %s (run tools/setup.sh; Bazel sets "
               "SPANC_ROOT to the workspace)" % model)
         return 1 if failures else 0

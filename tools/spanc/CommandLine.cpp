@@ -45,13 +45,6 @@ parseCommandLine(const char *command, const char *usage, const char *about,
   return result;
 }
 
-int notYetImplemented(const char *command, const char *issue) {
-  llvm::errs() << "spanc " << command
-               << ": not implemented yet; its issue: " << issue
-               << ". Nothing was run.\n";
-  return 2;
-}
-
 std::string defaultModelPath() {
   if (const char *fromEnvironment = std::getenv("SPANC_MODEL"))
     return fromEnvironment;

@@ -48,10 +48,6 @@ parseCommandLine(const char *command, const char *usage, const char *about,
                  const po::positional_options_description &positional,
                  const std::vector<std::string> &args);
 
-/// Reports that `command` is specified but not built yet, naming the issue
-/// that builds it, and returns the exit code for that (2).
-int notYetImplemented(const char *command, const char *issue);
-
 /// The model a subcommand uses without --model: $SPANC_MODEL if set, else
 /// models/SmolLM2-135M-Instruct.Q4_1.gguf (as tools/setup.sh installs it)
 /// in the working folder, else in ~/.cache/spanc/models/.

@@ -30,6 +30,8 @@ int runOpt(const std::vector<std::string> &args) {
       ("set", po::value<std::vector<std::string>>()->composing(),            //
        "NAME=VALUE: override `param NAME` of a .span input")                 //
       ("print-loc", "print each op's source location as loc(...)")           //
+      ("stats", "print to stderr how many rewrites each pattern-driven "     //
+                "pass made")                                                 //
       ("tree-reduce", po::value<int64_t>()->default_value(0),                //
        "fan-in for tree-reduce on gens without reduce= (0: off)")            //
       ("prepare-fragments",                                                  //
@@ -73,6 +75,7 @@ int runOpt(const std::vector<std::string> &args) {
     compileOptions.printAfter =
         values["print-ir-after"].as<std::vector<std::string>>();
   compileOptions.printOptions.printLocations = values.count("print-loc") != 0;
+  compileOptions.printStatistics = values.count("stats") != 0;
   deferInterrupts();
   compileOptions.passes.stopRequested = interruptRequested;
 

@@ -159,13 +159,23 @@ TEST(SpnlNodes, MalformedNodesAreErrorsAtTheirLocationWithTheirPath) {
        "error: 'doc' takes a corpus name, or [name, document], found an "
        "array (at /augment/doc)"},
       {R"({"augment": {"body": {"user": "q"}, "doc": "c", "k": 0}})",
-       "error: 'k' must be an integer in [1, 1000000] (at /augment/k)"},
+       "error: 'k' must be in [1, 1000000], got 0 (at /augment/k)"},
       {R"({"bulk": {"Map": {"inputs": "x"}}})",
        "error: 'inputs' takes an array of strings, found a string (at "
        "/bulk/Map/inputs)"},
       {R"({"bulk": []})",
        "error: 'bulk' takes an object {\"repeat\": ...} or {\"map\": ...}, "
        "found an array (at /bulk)"},
+      // Options: the op table's ranges in the verifier's words, at the
+      // option's object and path; past int64 a number is out of range.
+      {R"({"g": {"input": {"user": "x"}, "seed": 18446744073709551615}})",
+       "q.json:1:7: error: 'seed' is out of range: must be at most 9e+18, "
+       "got 1.8446744073709552e+19 (at /g/seed)"},
+      {R"({"g": {"input": {"user": "x"}, "top_p": [1]}})",
+       "error: 'top_p' takes a number, not an array (at /g/top_p)"},
+      {R"({"repeat": {"n": 2000000000, "query": {"user": "x"}}})",
+       "error: 'n' is out of range: must be at most 1000000000, got "
+       "2000000000 (at /repeat/n)"},
   };
   // A deeply nested body is an error, not a stack overflow.
   std::string deep = R"({"augment": {"doc": "c", "body": )";

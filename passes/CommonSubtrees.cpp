@@ -145,13 +145,8 @@ public:
       llvm::DenseSet<Op *, ComputationInfo> seen;
       const MergeTwin merge(seen);
       const RewritePattern *patterns[] = {&merge};
-      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
-      if (!rewrites) {
-        context.getDiagnostics().error(query->getLoc(),
-                                       llvm::toString(rewrites.takeError()));
+      if (!applyPatternsInPass(*query, patterns, context))
         return false;
-      }
-      context.addRewrites(*rewrites);
     }
     return true;
   }

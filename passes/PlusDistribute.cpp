@@ -97,13 +97,8 @@ public:
       llvm::DenseMap<Op *, Op *> distributed;
       const DistributeGens distribute(distributed);
       const RewritePattern *patterns[] = {&distribute};
-      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
-      if (!rewrites) {
-        context.getDiagnostics().error(query->getLoc(),
-                                       llvm::toString(rewrites.takeError()));
+      if (!applyPatternsInPass(*query, patterns, context))
         return false;
-      }
-      context.addRewrites(*rewrites);
     }
     return true;
   }

@@ -135,13 +135,8 @@ public:
     const UnwrapSingleton unwrap;
     const RewritePattern *patterns[] = {&flatten, &dropEmpty, &unwrap};
     for (auto &query : module.getQueries()) {
-      llvm::Expected<size_t> rewrites = applyPatternsGreedily(*query, patterns);
-      if (!rewrites) {
-        context.getDiagnostics().error(query->getLoc(),
-                                       llvm::toString(rewrites.takeError()));
+      if (!applyPatternsInPass(*query, patterns, context))
         return false;
-      }
-      context.addRewrites(*rewrites);
     }
     return true;
   }

@@ -3,6 +3,7 @@
 #include "passes/RewriteDriver.h"
 
 #include "passes/DeadOps.h"
+#include "passes/PassManager.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
@@ -50,6 +51,19 @@ applyPatternsGreedily(ir::Query &query,
       "the rewrites of query '@%s' did not settle after %u sweeps (a pass "
       "whose rules undo each other)",
       query.getName().str().c_str(), kMaxSweeps);
+}
+
+bool applyPatternsInPass(ir::Query &query,
+                         llvm::ArrayRef<const RewritePattern *> patterns,
+                         PassContext &context) {
+  llvm::Expected<size_t> rewrites = applyPatternsGreedily(query, patterns);
+  if (!rewrites) {
+    context.getDiagnostics().error(query.getLoc(),
+                                   llvm::toString(rewrites.takeError()));
+    return false;
+  }
+  context.addRewrites(*rewrites);
+  return true;
 }
 
 } // namespace spanc::passes

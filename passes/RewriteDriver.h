@@ -29,6 +29,7 @@
 
 namespace spanc::passes {
 
+class PassContext;
 class RewritePattern;
 
 /// What a rewrite may do besides building ops: it is an ir::Builder whose
@@ -73,6 +74,13 @@ constexpr unsigned kMaxSweeps = 1000;
 llvm::Expected<size_t>
 applyPatternsGreedily(ir::Query &query,
                       llvm::ArrayRef<const RewritePattern *> patterns);
+
+/// applyPatternsGreedily as a pass runs it: the rewrites are added to
+/// `context`'s count (--stats), and a rule set that never settles is an
+/// error at the query; false then.
+bool applyPatternsInPass(ir::Query &query,
+                         llvm::ArrayRef<const RewritePattern *> patterns,
+                         PassContext &context);
 
 } // namespace spanc::passes
 

@@ -21,11 +21,14 @@ approximation; with few discordant questions it is rough, and the table
 shows b and c so a reader can judge).
 """
 import argparse
-import csv
 import math
 import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+from plotting import read_tsv_or_exit  # noqa: E402
 
 
 def fail(message):
@@ -34,13 +37,8 @@ def fail(message):
 
 
 def read_tsv(path):
-    if not os.path.exists(path):
-        fail(f"missing {path}: run `spanc bench accuracy --results FOLDER`")
-    with open(path) as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t"))
-    if not rows:
-        fail(f"{path} has no rows")
-    return rows
+    return read_tsv_or_exit(path, "`spanc bench accuracy --results FOLDER`",
+                            "grid.py")
 
 
 def paired(b, c, n):

@@ -20,11 +20,14 @@ a shuffled repeat (`prefix-warm-shuffled`): what full attention costs when
 the same documents come back in another order.
 """
 import argparse
-import csv
 import os
 import statistics
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+from plotting import read_tsv_or_exit  # noqa: E402
 
 
 def fail(message):
@@ -33,13 +36,7 @@ def fail(message):
 
 
 def read_tsv(path, what):
-    if not os.path.exists(path):
-        fail(f"missing {path} ({what})")
-    with open(path) as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t"))
-    if not rows:
-        fail(f"{path} has no rows ({what})")
-    return rows
+    return read_tsv_or_exit(path, what, "pareto.py")
 
 
 def hit_ttft(rag_rows, docs, path):

@@ -19,7 +19,7 @@
 #include "runtime/backend/BackendFactory.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
-#include "runtime/model/Engine.h"
+#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
 #include "runtime/model/Tokenizer.h"

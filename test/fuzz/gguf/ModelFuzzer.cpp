@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/model/Engine.h"
+#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Model.h"
 
 #include <sys/mman.h>

@@ -22,7 +22,7 @@
 
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
-#include "runtime/model/Engine.h"
+#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
 #include "runtime/model/Tokenizer.h"

@@ -10,9 +10,9 @@
 
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
@@ -259,9 +259,10 @@ loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
 
 int runRun(const std::vector<std::string> &args) {
   po::options_description options("Options");
-  // The range Executor::create accepts (runtime/kernels/cpu/Limits.h).
+  // The range Executor::create accepts (runtime/kernels/Limits.h).
   const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
-                                    std::to_string(cpu::kMaxBlockSize) + "]";
+                                    std::to_string(kernels::kMaxBlockSize) +
+                                    "]";
   options.add_options()                                                     //
       ("input", po::value<std::string>(),                                   //
        "a .span program, an spnl .json query or a .ir file")                //
@@ -349,7 +350,7 @@ int runRun(const std::vector<std::string> &args) {
   // The range Executor::create accepts, checked here to report the value
   // as it was given.
   std::optional<int64_t> blockSize =
-      readBoundedInt("run", values, "block-size", 1, cpu::kMaxBlockSize);
+      readBoundedInt("run", values, "block-size", 1, kernels::kMaxBlockSize);
   if (!blockSize)
     return 1;
   executorOptions.blockSize = unsigned(*blockSize);

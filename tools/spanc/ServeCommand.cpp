@@ -9,9 +9,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "retrieval/CorpusCatalog.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
@@ -57,7 +57,8 @@ constexpr int64_t kMaxQueuedCallsBound = 1000000;
 int runServe(const std::vector<std::string> &args) {
   po::options_description options("Options");
   const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
-                                    std::to_string(cpu::kMaxBlockSize) + "]";
+                                    std::to_string(kernels::kMaxBlockSize) +
+                                    "]";
   options.add_options()                                                     //
       ("model,m", po::value<std::string>(),                                 //
        "GGUF model to serve (default: $SPANC_MODEL, else the "              //
@@ -240,7 +241,7 @@ int runServe(const std::vector<std::string> &args) {
           executorOptions.spanOptions))
     return reportError("serve", llvm::toString(std::move(error)));
   std::optional<int64_t> blockSize =
-      readBoundedInt("serve", values, "block-size", 1, cpu::kMaxBlockSize);
+      readBoundedInt("serve", values, "block-size", 1, kernels::kMaxBlockSize);
   std::optional<int64_t> port =
       readBoundedInt("serve", values, "port", 0, 65535);
   std::optional<int64_t> maxBody =
@@ -248,19 +249,20 @@ int runServe(const std::vector<std::string> &args) {
   std::optional<int64_t> maxQueue =
       readBoundedInt("serve", values, "max-queue", 1, kMaxQueueBound);
   std::optional<int64_t> maxTokensLimit = readBoundedInt(
-      "serve", values, "max-tokens-limit", 1, cpu::kMaxContextLength);
+      "serve", values, "max-tokens-limit", 1, kernels::kMaxContextLength);
   std::optional<int64_t> defaultMaxTokens = readBoundedInt(
-      "serve", values, "default-max-tokens", 1, cpu::kMaxContextLength);
+      "serve", values, "default-max-tokens", 1, kernels::kMaxContextLength);
   std::optional<int64_t> maxPromptTokens = readBoundedInt(
-      "serve", values, "max-prompt-tokens", 0, cpu::kMaxContextLength);
+      "serve", values, "max-prompt-tokens", 0, kernels::kMaxContextLength);
   std::optional<int64_t> maxQueryCalls =
       readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
   std::optional<int64_t> maxQueuedCalls = readBoundedInt(
       "serve", values, "max-queued-calls", 1, kMaxQueuedCallsBound);
   std::optional<int64_t> maxRunningPerRequest = readBoundedInt(
       "serve", values, "max-running-per-request", 0, kMaxQueuedCallsBound);
-  std::optional<int64_t> maxPrefillPerRequest = readBoundedInt(
-      "serve", values, "max-prefill-per-request", 0, cpu::kMaxContextLength);
+  std::optional<int64_t> maxPrefillPerRequest =
+      readBoundedInt("serve", values, "max-prefill-per-request", 0,
+                     kernels::kMaxContextLength);
   std::optional<int64_t> httpThreads =
       readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
   std::optional<int64_t> maxConnections = readBoundedInt(

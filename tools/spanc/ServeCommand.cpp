@@ -26,6 +26,7 @@
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
+#include "tools/spanc/KvCacheCapacity.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -393,23 +394,6 @@ std::optional<ServedModel> loadServedModel(const po::variables_map &values,
   return served;
 }
 
-/// The KV cache's capacity in tokens: --kv-cache, tokens or memory, in
-/// whole blocks of the model's K/V.
-llvm::Expected<int64_t> kvCacheTokens(const po::variables_map &values,
-                                      const model::Model &model,
-                                      unsigned blockSize) {
-  const kv::KvStorageConfig storageConfig = model.kvStorageConfig(1);
-  const uint64_t bytesPerBlock =
-      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
-      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
-      blockSize;
-  auto blocks = kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
-                                         blockSize, bytesPerBlock);
-  if (!blocks)
-    return blocks.takeError();
-  return int64_t(*blocks) * int64_t(blockSize);
-}
-
 /// What the HTTP front needs to check and answer requests.
 server::HttpOptions httpOptionsFor(const po::variables_map &values,
                                    const ServeLimits &limits,
@@ -495,8 +479,8 @@ int runServe(const std::vector<std::string> &args) {
   if (!served)
     return 1;
   model::ChatTemplateEncoder encoder(*served->chatTemplate, *served->tokenizer);
-  auto cacheTokens =
-      kvCacheTokens(values, *served->model, executorOptions.blockSize);
+  auto cacheTokens = kvCacheTokens(values["kv-cache"].as<std::string>(),
+                                   *served->model, executorOptions.blockSize);
   if (!cacheTokens)
     return reportError("serve", llvm::toString(cacheTokens.takeError()));
   executorOptions.cacheTokens = *cacheTokens;

@@ -15,13 +15,16 @@ CUDA_ARCH_FLAGS = [
 
 NVCC = "/usr/local/cuda/bin/nvcc"
 
-def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
+def cuda_library(name, srcs, hdrs = [], shared_hdrs = [], deps = [], copts = [], **kwargs):
     """A cc_library whose srcs are .cu files compiled by nvcc.
 
     Args:
       name: target name.
       srcs: .cu files.
       hdrs: headers the .cu files and their users include.
+      shared_hdrs: headers of other packages the .cu files include (their
+        cc_library must be in deps too): nvcc's action sees only the files
+        it lists.
       deps: cc_library deps (their headers are visible to nvcc).
       copts: extra nvcc flags.
       **kwargs: passed to cc_library (visibility, tags, ...).
@@ -31,7 +34,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
         obj = "_objs_cuda/%s/%s.o" % (name, src.rsplit(".", 1)[0])
         native.genrule(
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + shared_hdrs,
             outs = [obj],
             cmd = " ".join([
                 NVCC,

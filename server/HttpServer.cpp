@@ -1,36 +1,31 @@
-//===- HttpServer.cpp - spanc serve's HTTP front: routes, limits, streaming ==//
+//===- HttpServer.cpp - spanc serve's HTTP front: routes, limits, handlers ===//
+//-===//
 
 #include "server/HttpServer.h"
 
+#include "server/AnswerStreaming.h"
 #include "server/ApiError.h"
-#include "server/ClientSocket.h"
 #include "server/Connections.h"
+#include "server/OpenAiResponse.h"
+#include "server/RequestHead.h"
+#include "server/ResponseJson.h"
+#include "server/SpanQueryResponse.h"
 #include "server/SpnlExecute.h"
 #include "server/StopStringFilter.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <ctime>
 #include <functional>
 #include <optional>
-
-#include <strings.h>
 
 namespace spanc::server {
 
 namespace {
 
 using nlohmann::json;
-
-/// JSON text; invalid UTF-8 from a byte-level token becomes U+FFFD
-/// instead of an exception.
-std::string dump(const json &value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
 
 void sendError(httplib::Response &response, const ApiError &error) {
   response.status = error.status();
@@ -43,300 +38,15 @@ void sendError(httplib::Response &response, llvm::Error error) {
   sendError(response, toApiError(std::move(error)));
 }
 
-/// Compares without an early exit, so timing does not reveal the key.
-bool sameKey(const std::string &given, const std::string &expected) {
-  if (given.size() != expected.size())
-    return false;
-  unsigned char difference = 0;
-  for (size_t index = 0; index < given.size(); ++index)
-    difference |= static_cast<unsigned char>(given[index] ^ expected[index]);
-  return difference == 0;
-}
-
 std::string newId(const char *prefix) {
   static std::atomic<uint64_t> counter{0};
   return std::string(prefix) + std::to_string(std::time(nullptr)) + "-" +
          std::to_string(++counter);
 }
 
-const char *reasonName(const ChoiceResult &result, bool stoppedByString) {
-  if (stoppedByString)
-    return "stop";
-  switch (result.reason) {
-  case FinishReason::Stop:
-    return "stop";
-  case FinishReason::Length:
-    return "length";
-  case FinishReason::Abort:
-    return "abort";
-  }
-  return "stop";
-}
-
-/// Everything an answer needs besides the text.
-struct Answer {
-  Endpoint endpoint = Endpoint::ChatCompletions;
-  std::string id;
-  std::string model;
-  int64_t created = 0;
-  int64_t n = 1;
-  bool includeUsage = false;
-  std::vector<uint64_t> promptTokens;
-  std::shared_ptr<ResponseStream> stream;
-  std::vector<StopStringFilter> filters;
-  std::vector<bool> sentRole;
-  /// The connection's socket, polled for the client going away (-1: not
-  /// found, never polled).
-  int clientSocket = -1;
-
-  const char *object(bool chunk) const {
-    if (endpoint == Endpoint::Completions)
-      return "text_completion";
-    return chunk ? "chat.completion.chunk" : "chat.completion";
-  }
-
-  json usage() const {
-    uint64_t prompt = 0, completion = 0, cached = 0;
-    for (uint64_t tokens : promptTokens)
-      prompt += tokens;
-    for (size_t choice = 0; choice < stream->numChoices(); ++choice) {
-      const ChoiceResult &result = stream->result(choice);
-      completion += result.stats.generatedTokens;
-      // Each prompt counts once, as its first choice found it.
-      if (choice % size_t(n) == 0)
-        cached += result.stats.reusedTokens;
-    }
-    return {{"prompt_tokens", prompt},
-            {"completion_tokens", completion},
-            {"total_tokens", prompt + completion},
-            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
-  }
-
-  json envelope(bool chunk) const {
-    return {{"id", id},
-            {"object", object(chunk)},
-            {"created", created},
-            {"model", model},
-            {"choices", json::array()}};
-  }
-
-  json choiceText(size_t index, const std::string &text, bool chunk,
-                  const char *finishReason) const {
-    json choice = {{"index", index}, {"logprobs", nullptr}};
-    choice["finish_reason"] = finishReason ? json(finishReason) : json();
-    if (endpoint == Endpoint::Completions) {
-      choice["text"] = text;
-    } else if (chunk) {
-      choice["delta"] = json::object();
-      if (!text.empty() || !finishReason)
-        choice["delta"]["content"] = text;
-    } else {
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    }
-    return choice;
-  }
-};
-
-/// A token's text for logprobs: its bytes (a byte-level token may hold
-/// part of a character; dump() then writes U+FFFD, and `bytes` the truth).
-json tokenEntry(const model::Tokenizer &tokenizer, plan::TokenId token,
-                float logprob) {
-  std::string piece = tokenizer.tokenToPiece(token, false);
-  json bytes = json::array();
-  for (char c : piece)
-    bytes.push_back(int(static_cast<unsigned char>(c)));
-  return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
-}
-
-/// A choice's logprobs as OpenAI shapes them (chat: content entries;
-/// completions: parallel lists), for the tokens within `text` (a stop
-/// string cut off is not answered, nor are its tokens).
-json logprobsJson(Endpoint endpoint, const ChoiceResult &result,
-                  size_t textBytes, const model::Tokenizer &tokenizer) {
-  json content = json::array();
-  json tokens = json::array(), tokenLogprobs = json::array(),
-       topLogprobs = json::array(), offsets = json::array();
-  size_t offset = 0;
-  for (size_t index = 0; index < result.tokens.size() &&
-                         index < result.logprobs.size() && offset < textBytes;
-       ++index) {
-    const plan::TokenId token = result.tokens[index];
-    const sched::TokenLogprobs &figures = result.logprobs[index];
-    json entry = tokenEntry(tokenizer, token, figures.logprob);
-    if (endpoint == Endpoint::ChatCompletions) {
-      json top = json::array();
-      for (const auto &[other, logprob] : figures.top)
-        top.push_back(tokenEntry(tokenizer, other, logprob));
-      entry["top_logprobs"] = top;
-      content.push_back(entry);
-    } else {
-      // The sampled token is always among them, as OpenAI answers.
-      json top = json::object();
-      for (const auto &[other, logprob] : figures.top)
-        top[tokenizer.tokenToPiece(other, false)] = logprob;
-      top[entry["token"].get<std::string>()] = figures.logprob;
-      tokens.push_back(entry["token"]);
-      tokenLogprobs.push_back(figures.logprob);
-      topLogprobs.push_back(top);
-      offsets.push_back(offset);
-    }
-    offset += entry["token"].get_ref<const std::string &>().size();
-  }
-  if (endpoint == Endpoint::ChatCompletions)
-    return {{"content", content}, {"refusal", nullptr}};
-  return {{"tokens", tokens},
-          {"token_logprobs", tokenLogprobs},
-          {"top_logprobs", topLogprobs},
-          {"text_offset", offsets}};
-}
-
-/// How often a waiting HTTP thread looks at its client's socket: a client
-/// gone is noticed within this, and its calls cancelled at the engine's
-/// next step.
-constexpr std::chrono::milliseconds kClientPollInterval(50);
-
 /// The socket of the connection the calling thread answers.
 int clientSocketOf(const httplib::Request &) {
   return ConnectionServer::currentSocket();
-}
-
-/// Waits until every choice of `stream` finished, handing on the text of
-/// each as it comes. A client that goes away meanwhile cancels the request:
-/// its calls then finish failed, and what is written after reaches nobody.
-void waitForAll(
-    ResponseStream &stream, int clientSocket,
-    const std::function<void(size_t, const std::string &)> &onText) {
-  ResponseStream::Update update;
-  do {
-    stream.take(update, kClientPollInterval);
-    for (size_t choice = 0; choice < update.text.size(); ++choice)
-      if (!update.text[choice].empty())
-        onText(choice, update.text[choice]);
-    if (!update.allDone && !stream.isCancelled() && clientClosed(clientSocket))
-      stream.cancel();
-  } while (!update.allDone);
-}
-
-/// One server-sent event.
-bool writeEvent(httplib::DataSink &sink, const std::string &data) {
-  std::string event = "data: " + data + "\n\n";
-  return sink.write(event.data(), event.size());
-}
-
-/// Streams the answer as server-sent events; false when the client is
-/// gone (the request is then cancelled by the releaser).
-bool streamAnswer(Answer &answer, httplib::DataSink &sink) {
-  ResponseStream::Update update;
-  while (true) {
-    answer.stream->take(update, kClientPollInterval);
-    for (size_t choice = 0; choice < update.text.size(); ++choice) {
-      StopStringFilter &filter = answer.filters[choice];
-      std::string text = filter.push(update.text[choice]);
-      if (update.finished[choice])
-        text += filter.finish();
-      json chunk = answer.envelope(true);
-      if (answer.endpoint == Endpoint::ChatCompletions &&
-          !answer.sentRole[choice]) {
-        // The first delta names the role, as OpenAI's does.
-        json first = answer.choiceText(choice, "", true, nullptr);
-        first["delta"] = {{"role", "assistant"}, {"content", ""}};
-        chunk["choices"].push_back(first);
-        answer.sentRole[choice] = true;
-        if (!writeEvent(sink, dump(chunk)))
-          return false;
-        chunk["choices"] = json::array();
-      }
-      if (!text.empty()) {
-        chunk["choices"].push_back(
-            answer.choiceText(choice, text, true, nullptr));
-        if (!writeEvent(sink, dump(chunk)))
-          return false;
-        chunk["choices"] = json::array();
-      }
-      if (update.finished[choice]) {
-        const ChoiceResult &result = answer.stream->result(choice);
-        if (!result.succeeded) {
-          ApiError error(500, "choice " + std::to_string(choice) +
-                                  " failed: " + result.error);
-          if (!writeEvent(sink, error.body()))
-            return false;
-        }
-        chunk["choices"].push_back(answer.choiceText(
-            choice, "", true, reasonName(result, filter.stopped())));
-        if (!writeEvent(sink, dump(chunk)))
-          return false;
-      }
-    }
-    if (update.allDone) {
-      if (answer.includeUsage) {
-        json chunk = answer.envelope(true);
-        chunk["usage"] = answer.usage();
-        if (!writeEvent(sink, dump(chunk)))
-          return false;
-      }
-      if (!writeEvent(sink, "[DONE]"))
-        return false;
-      sink.done();
-      return true;
-    }
-    // Nothing may be written for a while (the request waits for room, or
-    // a stop string holds text back): the socket tells whether anyone
-    // still reads.
-    if (!sink.is_writable() || clientClosed(answer.clientSocket))
-      return false;
-  }
-}
-
-/// A /v1/query/execute request in flight: the call behind each of spnl's
-/// choices, and what its answer says besides the text.
-struct SpnlExecution {
-  SpnlAnswer answer;
-  std::vector<plan::CallId> choices;
-  /// Per choice: text held back while it ends inside a UTF-8 character
-  /// (byte-level tokens split them), released with the next piece.
-  std::vector<StopStringFilter> filters;
-  std::shared_ptr<ResponseStream> stream;
-  /// The connection's socket, polled for the client going away.
-  int clientSocket = -1;
-};
-
-/// Streams spnl's choices as completion chunks, one event per HTTP chunk
-/// (older spnl clients parse each chunk as one event); false when the
-/// client is gone.
-bool streamSpnl(SpnlExecution &execution, httplib::DataSink &sink) {
-  ResponseStream::Update update;
-  while (true) {
-    execution.stream->take(update, kClientPollInterval);
-    for (size_t choice = 0; choice < execution.choices.size(); ++choice) {
-      plan::CallId call = execution.choices[choice];
-      StopStringFilter &filter = execution.filters[choice];
-      std::string text = filter.push(update.text[call]);
-      if (update.finished[call])
-        text += filter.finish();
-      if (!text.empty() &&
-          !writeEvent(sink, spnlChunk(execution.answer, choice, text, nullptr)))
-        return false;
-      if (!update.finished[call])
-        continue;
-      const ChoiceResult &result = execution.stream->result(call);
-      if (!result.succeeded &&
-          !writeEvent(sink, ApiError(500, "choice " + std::to_string(choice) +
-                                              " failed: " + result.error)
-                                .body()))
-        return false;
-      if (!writeEvent(sink, spnlChunk(execution.answer, choice, "",
-                                      reasonName(result, false))))
-        return false;
-    }
-    if (update.allDone) {
-      if (!writeEvent(sink, "[DONE]"))
-        return false;
-      sink.done();
-      return true;
-    }
-    if (!sink.is_writable() || clientClosed(execution.clientSocket))
-      return false;
-  }
 }
 
 } // namespace
@@ -378,63 +88,62 @@ void HttpServer::completions(Endpoint endpoint,
   if (!calls)
     return sendError(response, calls.takeError());
 
-  auto answer = std::make_shared<Answer>();
-  answer->endpoint = endpoint;
-  answer->id =
+  auto execution = std::make_shared<OpenAiExecution>();
+  OpenAiAnswer &answer = execution->answer;
+  answer.endpoint = endpoint;
+  answer.id =
       newId(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-");
-  answer->model = request->model;
-  answer->created = int64_t(std::time(nullptr));
-  answer->n = request->n;
-  answer->includeUsage = request->includeUsage;
-  answer->promptTokens = calls->promptTokens;
+  answer.model = request->model;
+  answer.created = int64_t(std::time(nullptr));
+  execution->n = size_t(request->n);
+  execution->includeUsage = request->includeUsage;
+  execution->promptTokens = calls->promptTokens;
   const size_t numChoices = calls->calls.size();
   auto stream = engine.submit(std::move(*calls), arrival);
   if (!stream)
     return sendError(response, stream.takeError());
-  answer->stream = *stream;
-  answer->filters.assign(numChoices, StopStringFilter(request->stop));
-  answer->sentRole.assign(numChoices, false);
-  answer->clientSocket = clientSocketOf(httpRequest);
+  execution->stream = *stream;
+  execution->filters.assign(numChoices, StopStringFilter(request->stop));
+  execution->sentRole.assign(numChoices, false);
+  execution->clientSocket = clientSocketOf(httpRequest);
 
   if (request->stream) {
     response.set_header("Cache-Control", "no-cache");
     response.set_chunked_content_provider(
         "text/event-stream",
-        [answer](size_t, httplib::DataSink &sink) {
-          return streamAnswer(*answer, sink);
+        [execution](size_t, httplib::DataSink &sink) {
+          return streamOpenAi(*execution, sink);
         },
-        [answer](bool success) {
+        [execution](bool success) {
           // Written to the end or not: a stream cut short is cancelled.
           if (!success)
-            answer->stream->cancel();
+            execution->stream->cancel();
         });
     return;
   }
 
-  std::vector<std::string> texts(numChoices);
-  waitForAll(*answer->stream, answer->clientSocket,
+  std::vector<OpenAiChoice> choices(numChoices);
+  waitForAll(*execution->stream, execution->clientSocket,
              [&](size_t choice, const std::string &text) {
-               texts[choice] += answer->filters[choice].push(text);
+               choices[choice].text += execution->filters[choice].push(text);
              });
-  json body = answer->envelope(false);
   for (size_t choice = 0; choice < numChoices; ++choice) {
-    const ChoiceResult &result = answer->stream->result(choice);
+    const ChoiceResult &result = execution->stream->result(choice);
     if (!result.succeeded)
       // Cancelled by a shutdown: the server, not the request, gave up.
       return sendError(response, ApiError(engine.isStopping() ? 503 : 500,
                                           "choice " + std::to_string(choice) +
                                               " failed: " + result.error));
-    texts[choice] += answer->filters[choice].finish();
-    json choiceJson = answer->choiceText(
-        choice, texts[choice], false,
-        reasonName(result, answer->filters[choice].stopped()));
+    StopStringFilter &filter = execution->filters[choice];
+    choices[choice].text += filter.finish();
+    choices[choice].finishReason = finishReasonName(result, filter.stopped());
     if (request->logprobs)
-      choiceJson["logprobs"] =
-          logprobsJson(endpoint, result, texts[choice].size(), tokenizer);
-    body["choices"].push_back(std::move(choiceJson));
+      choices[choice].logprobs = &result;
   }
-  body["usage"] = answer->usage();
-  response.set_content(dump(body), "application/json");
+  TokenUsage usage =
+      openAiUsage(execution->promptTokens, *execution->stream, execution->n);
+  response.set_content(openAiWholeAnswer(answer, choices, usage, tokenizer),
+                       "application/json");
 }
 
 void HttpServer::spanQuery(const httplib::Request &httpRequest,
@@ -473,58 +182,9 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   waitForAll(
       *stream, clientSocketOf(httpRequest),
       [&](size_t call, const std::string &text) { texts[call] += text; });
-
-  json queries = json::array();
-  for (const plan::QueryPlan &query : plan->queries) {
-    json results = json::array();
-    for (const plan::ResultItem &item : query.results) {
-      if (!item.call) {
-        results.push_back({{"text", item.text}});
-        continue;
-      }
-      json answer = {{"call", *item.call}, {"text", texts[*item.call]}};
-      const ChoiceResult &result = stream->result(*item.call);
-      if (!result.succeeded)
-        answer["error"] = result.error;
-      results.push_back(answer);
-    }
-    queries.push_back({{"name", query.name}, {"results", results}});
-  }
-  json callsJson = json::array();
-  uint64_t prompt = 0, cached = 0, completion = 0;
-  for (const plan::Call &call : plan->calls) {
-    const ChoiceResult &result = stream->result(call.id);
-    const sched::CallStats &stats = result.stats;
-    prompt += stats.promptTokens;
-    cached += stats.reusedTokens;
-    completion += stats.generatedTokens;
-    callsJson.push_back({{"id", call.id},
-                         {"query", call.query},
-                         {"location", call.location},
-                         {"cache_only", call.cacheOnly},
-                         {"succeeded", result.succeeded},
-                         {"error", result.error},
-                         {"finish_reason", reasonName(result, false)},
-                         {"prompt_tokens", stats.promptTokens},
-                         {"reused_tokens", stats.reusedTokens},
-                         {"computed_tokens", stats.computedTokens},
-                         {"relocated_tokens", stats.relocatedTokens},
-                         {"generated_tokens", stats.generatedTokens},
-                         {"preemptions", stats.preemptions},
-                         {"queued_seconds", stats.queuedSeconds},
-                         {"ttft_seconds", stats.ttftSeconds},
-                         {"total_seconds", stats.totalSeconds}});
-  }
-  json body = {{"object", "span.query"},
-               {"model", options.requestLimits.modelName},
-               {"queries", queries},
-               {"calls", callsJson},
-               {"usage",
-                {{"prompt_tokens", prompt},
-                 {"completion_tokens", completion},
-                 {"total_tokens", prompt + completion},
-                 {"prompt_tokens_details", {{"cached_tokens", cached}}}}}};
-  response.set_content(dump(body), "application/json");
+  response.set_content(
+      spanQueryAnswer(*plan, texts, *stream, options.requestLimits.modelName),
+      "application/json");
 }
 
 void HttpServer::queryExecute(const httplib::Request &httpRequest,
@@ -574,21 +234,19 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
   waitForAll(
       *execution->stream, execution->clientSocket,
       [&](size_t call, const std::string &text) { outputs[call] += text; });
-  SpnlUsage usage;
+  TokenUsage usage;
   for (const plan::Call &call : plan->calls) {
     const ChoiceResult &result = execution->stream->result(call.id);
     if (!result.succeeded)
       return sendError(response, ApiError(engine.isStopping() ? 503 : 500,
                                           call.location + ": " + result.error));
-    usage.promptTokens += result.stats.promptTokens;
-    usage.completionTokens += result.stats.generatedTokens;
-    usage.cachedTokens += result.stats.reusedTokens;
+    usage.addCall(result.stats);
   }
   std::vector<std::string> texts;
   std::vector<const char *> reasons;
   for (plan::CallId call : execution->choices) {
     texts.push_back(outputs[call]);
-    reasons.push_back(reasonName(execution->stream->result(call), false));
+    reasons.push_back(finishReasonName(execution->stream->result(call)));
   }
   response.set_content(spnlWholeAnswer(execution->answer,
                                        readsAsCompletion(httpBody), texts,
@@ -597,47 +255,6 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
 }
 
 namespace {
-
-/// Each path and the one method it answers (a GET's HEAD too, and
-/// OPTIONS everywhere).
-struct Route {
-  const char *path;
-  const char *method;
-
-  /// The Allow header's value.
-  std::string allowed() const {
-    return std::string(method) +
-           (std::string(method) == "GET" ? ", HEAD" : "") + ", OPTIONS";
-  }
-};
-constexpr Route kRoutes[] = {
-    {"/health", "GET"},
-    {"/v1/models", "GET"},
-    {"/metrics", "GET"},
-    {"/v1/chat/completions", "POST"},
-    {"/v1/completions", "POST"},
-    {"/v1/query", "POST"},
-    {"/v1/query/execute", "POST"},
-};
-
-const Route *findRoute(const std::string &path) {
-  for (const Route &route : kRoutes)
-    if (path == route.path)
-      return &route;
-  return nullptr;
-}
-
-bool isChunked(const httplib::Request &request) {
-  return strcasecmp(request.get_header_value("Transfer-Encoding").c_str(),
-                    "chunked") == 0;
-}
-
-/// Whether bytes of a body may follow the head.
-bool mayHaveBody(const httplib::Request &request) {
-  return request.has_header("Transfer-Encoding") ||
-         (request.has_header("Content-Length") &&
-          request.get_header_value("Content-Length") != "0");
-}
 
 /// Answers before the body was read: a connection with a body still in it
 /// cannot carry another request, so it closes after this answer.
@@ -648,48 +265,6 @@ void refuseUnread(const httplib::Request &request, httplib::Response &response,
     response.set_header("Connection", "close");
     ConnectionServer::closeAfterResponse();
   }
-}
-
-/// Why `Authorization` does not carry `key`, or nothing when it does. The
-/// scheme is case-insensitive and may be followed by several spaces (RFC
-/// 7235, 2.1); the key itself is compared exactly.
-std::optional<std::string> checkAuthorization(const httplib::Request &request,
-                                              const std::string &key) {
-  if (!request.has_header("Authorization"))
-    return std::string("missing API key: send 'Authorization: Bearer KEY'");
-  if (request.get_header_value_count("Authorization") != 1)
-    return std::string("more than one Authorization header");
-  const std::string header = request.get_header_value("Authorization");
-  llvm::StringRef given = llvm::StringRef(header).trim(" \t");
-  auto [scheme, credentials] = given.split(' ');
-  if (!scheme.equals_insensitive("Bearer")) {
-    // One word is the credentials without a scheme: never repeated.
-    if (credentials.trim(' ').empty())
-      return std::string("the Authorization header has no scheme: send "
-                         "'Authorization: Bearer KEY'");
-    // The scheme, not the credentials after it, is safe to repeat.
-    std::string shown = scheme.take_front(32).str();
-    for (char &c : shown)
-      if (!std::isprint(static_cast<unsigned char>(c)))
-        c = '?';
-    return "the Authorization scheme '" + shown +
-           "' is not supported: send 'Authorization: Bearer KEY'";
-  }
-  if (!sameKey(credentials.ltrim(' ').str(), key))
-    return std::string("invalid API key");
-  return std::nullopt;
-}
-
-/// The Content-Length header as a number: digits only, one value.
-std::optional<uint64_t> contentLength(const httplib::Request &request) {
-  if (request.get_header_value_count("Content-Length") != 1)
-    return std::nullopt;
-  const std::string text = request.get_header_value("Content-Length");
-  if (text.empty() || text.size() > 18 ||
-      !std::all_of(text.begin(), text.end(),
-                   [](char c) { return std::isdigit((unsigned char)c); }))
-    return std::nullopt;
-  return std::stoull(text);
 }
 
 } // namespace
@@ -837,7 +412,7 @@ void HttpServer::routes() {
                   {"owned_by", "spanc"},
                   {"max_model_len", options.promptLimits.contextLength}};
     json body = {{"object", "list"}, {"data", json::array({model})}};
-    response.set_content(dump(body), "application/json");
+    response.set_content(dumpJson(body), "application/json");
   });
   http.Get("/metrics",
            [this](const httplib::Request &, httplib::Response &response) {

@@ -1,12 +1,14 @@
 //===- HttpServer.h - spanc serve's HTTP front: routes, limits, streaming -===//
 //
 // The HTTP threads of spanc serve (docs/ARCHITECTURE.md, "Serving"), on
-// cpp-httplib's thread pool. Each request is checked (API key, body size,
-// method, JSON, limits) and answered with an OpenAI-style error when it
-// fails; a completion request is turned into calls (PromptBuilder) and
-// submitted to the Engine, whose ResponseStream the thread then waits on:
-// the whole answer, or server-sent events ending in `data: [DONE]`. A
-// client that goes away mid-stream cancels its calls. /metrics renders
+// cpp-httplib's thread pool: the routes and their handlers. Each request is
+// checked (API key, body size, method: RequestHead; JSON, limits) and
+// answered with an OpenAI-style error when it fails; a completion request
+// is turned into calls (PromptBuilder) and submitted to the Engine, whose
+// ResponseStream the thread then follows (AnswerStreaming): the whole
+// answer, or server-sent events ending in `data: [DONE]`. A client that
+// goes away mid-stream cancels its calls. The bodies are written by
+// OpenAiResponse, SpanQueryResponse and SpnlExecute. /metrics renders
 // ServerMetrics; /health and /v1/models answer at once. POST /v1/query
 // compiles a span program (SpanQuery) and submits its whole plan; POST
 // /v1/query/execute does so for spnl's client (SpnlExecute). Connections

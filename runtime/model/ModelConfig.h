@@ -62,7 +62,7 @@ struct ModelConfig {
 /// The context length a file declares (`<arch>.context_length`), without
 /// reading the rest of the configuration: nullopt for a file without an
 /// architecture or that key (a tokenizer-only GGUF) or with a value outside
-/// [1, cpu::kMaxContextLength].
+/// [1, kernels::kMaxContextLength].
 std::optional<uint32_t> declaredContextLength(const GgufFile &file);
 
 const char *modelFamilyName(ModelFamily family);

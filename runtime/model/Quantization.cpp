@@ -2,6 +2,8 @@
 
 #include "runtime/model/Quantization.h"
 
+#include "runtime/kernels/FloatBits.h"
+
 #include "llvm/ADT/Twine.h"
 
 #include <array>
@@ -41,27 +43,14 @@ constexpr TypeEntry typeTable[] = {
     {42, {"Q2_0", 64, 18}},
 };
 
-// f16 -> f32 for all 65536 bit patterns, built once; dequantization then
-// costs one load per scale instead of bit fiddling.
+// f16 -> f32 for all 65536 bit patterns, built once from the runtime's one
+// conversion (runtime/kernels/FloatBits.h); dequantization then costs one
+// load per scale instead of bit fiddling.
 const float *halfTable() {
   static const std::array<float, 65536> table = [] {
     std::array<float, 65536> values{};
-    for (uint32_t bits = 0; bits < 65536; ++bits) {
-      uint32_t sign = (bits >> 15) & 1, exponent = (bits >> 10) & 0x1f,
-               mantissa = bits & 0x3ff;
-      float value;
-      if (exponent == 0) {
-        value = std::ldexp(static_cast<float>(mantissa), -24);
-        values[bits] = sign ? -value : value;
-        continue;
-      }
-      uint32_t word = exponent == 31
-                          ? (0x7f800000u | (mantissa << 13))
-                          : (((exponent + 112) << 23) | (mantissa << 13));
-      word |= sign << 31;
-      std::memcpy(&value, &word, sizeof(value));
-      values[bits] = value;
-    }
+    for (uint32_t bits = 0; bits < 65536; ++bits)
+      values[bits] = kernels::halfToFloat(uint16_t(bits));
     return values;
   }();
   return table.data();
@@ -279,6 +268,8 @@ void convertRowToBf16(GgmlType type, const void *src, uint16_t *dst,
 
 float halfToFloat(uint16_t bits) { return halfTable()[bits]; }
 
+// Not kernels::floatToHalf, which quiets a NaN to one pattern: a GGUF
+// writer keeps a NaN's payload, so every half survives a round trip.
 uint16_t floatToHalf(float value) {
   uint32_t word;
   std::memcpy(&word, &value, sizeof(word));

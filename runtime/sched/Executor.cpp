@@ -3,7 +3,7 @@
 #include "runtime/sched/Executor.h"
 
 #include "runtime/backend/BackendFactory.h"
-#include "runtime/kernels/cpu/Limits.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/model/ModelIdentity.h"
 #include "runtime/sched/ModelRunner.h"
 #include "runtime/sched/Scheduler.h"
@@ -21,12 +21,12 @@ llvm::Expected<std::unique_ptr<Executor>>
 Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
                  const ExecutorOptions &options) {
   // The block size is bounded by the kernels' fixed arrays
-  // (runtime/kernels/cpu/Limits.h); KvStorage::create checks it again.
+  // (runtime/kernels/Limits.h); KvStorage::create checks it again.
   if (options.blockSize == 0 ||
-      options.blockSize > unsigned(cpu::kMaxBlockSize))
+      options.blockSize > unsigned(kernels::kMaxBlockSize))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "block size must be in [1, %d], not %u",
-                                   cpu::kMaxBlockSize, options.blockSize);
+                                   kernels::kMaxBlockSize, options.blockSize);
   if (options.stepTokenBudget < options.blockSize)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

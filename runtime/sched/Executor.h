@@ -52,8 +52,8 @@ struct ExecutorOptions {
   /// What spans attend to and whether their heads are recomputed
   /// (--span-context, --span-recompute).
   kv::SpanOptions spanOptions;
-  /// Tokens per KV block, in [1, cpu::kMaxBlockSize]
-  /// (runtime/kernels/cpu/Limits.h).
+  /// Tokens per KV block, in [1, kernels::kMaxBlockSize]
+  /// (runtime/kernels/Limits.h).
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
   int64_t cacheTokens = 65536;

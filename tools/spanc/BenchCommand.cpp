@@ -15,9 +15,9 @@
 #include "tools/spanc/ThreadsOption.h"
 
 #include "bench/common/Bench.h"
+#include "bench/engine/EngineBench.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Gemm.h"
-#include "runtime/model/EngineBench.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -68,7 +68,7 @@ int runEngineBenchmark(const po::variables_map &values) {
                                 "GPU run 'spanc bench device --device=cuda'");
   if (!values.count("model"))
     return reportError("bench", "engine: --model FILE is required");
-  model::EngineBenchOptions options;
+  bench::EngineBenchOptions options;
   options.modelPath = values["model"].as<std::string>();
   options.promptTokens = values["prompt-tokens"].as<int>();
   options.generateTokens = values["gen-tokens"].as<int>();
@@ -95,16 +95,16 @@ int runEngineBenchmark(const po::variables_map &values) {
       options.repetitions < 1)
     return reportError("bench", "engine: token counts must be >= 0 and "
                                 "repetitions >= 1");
-  auto result = model::runEngineBench(options);
+  auto result = bench::runEngineBench(options);
   if (!result)
     return reportError("bench", llvm::toString(result.takeError()));
   const int threads = omp_get_max_threads();
   llvm::raw_ostream &out = llvm::outs();
-  double prefill = model::median(result->prefillTokensPerSecond);
-  double decode = model::median(result->decodeTokensPerSecond);
+  double prefill = bench::median(result->prefillTokensPerSecond);
+  double decode = bench::median(result->decodeTokensPerSecond);
   double prefillSpread =
-      model::standardDeviation(result->prefillTokensPerSecond);
-  double decodeSpread = model::standardDeviation(result->decodeTokensPerSecond);
+      bench::standardDeviation(result->prefillTokensPerSecond);
+  double decodeSpread = bench::standardDeviation(result->decodeTokensPerSecond);
   if (values.count("json")) {
     auto list = [](const std::vector<double> &samples) {
       std::string text = "[";

@@ -6,7 +6,7 @@
 #include "frontend/SyntaxTree.h"
 #include "ir/Printer.h"
 #include "plan/PlanPrinter.h"
-#include "runtime/kernels/cpu/Limits.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kv/KvCacheManager.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
@@ -38,8 +38,8 @@ int emitPlan(const po::variables_map &values, const ir::Module &module,
              codegen::LoweringLimits limits) {
   plan::PlanPrintOptions printOptions;
   // The layout shown is the runtime's, so the block size is bounded alike.
-  std::optional<int64_t> blockSize =
-      readBoundedInt("compile", values, "block-size", 1, cpu::kMaxBlockSize);
+  std::optional<int64_t> blockSize = readBoundedInt(
+      "compile", values, "block-size", 1, kernels::kMaxBlockSize);
   if (!blockSize)
     return 1;
   printOptions.blockSize = unsigned(*blockSize);
@@ -97,7 +97,7 @@ int runCompile(const std::vector<std::string> &args) {
   po::options_description options("Options");
   const std::string blockSizeHelp =
       "with --emit=plan: tokens per KV cache block, in [1, " +
-      std::to_string(cpu::kMaxBlockSize) + "] as for 'spanc run'";
+      std::to_string(kernels::kMaxBlockSize) + "] as for 'spanc run'";
   options.add_options()                                                    //
       ("input", po::value<std::string>()->required(),                      //
        "a .span program, an spnl .json query or a .ir file")               //

@@ -19,9 +19,9 @@
 #include "runtime/backend/BackendFactory.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
-#include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
+#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Tokenizer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -43,10 +43,122 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-} // namespace
+/// --temperature, --top-k, --top-p and --seed, in the ranges of a gen's
+/// options (ir/IR.cpp); nothing (reported) when one is outside.
+std::optional<model::SamplingParams>
+readSampling(const po::variables_map &values) {
+  model::SamplingParams sampling;
+  sampling.temperature = values["temperature"].as<float>();
+  sampling.topK = values["top-k"].as<int>();
+  sampling.topP = values["top-p"].as<float>();
+  sampling.seed = values["seed"].as<uint64_t>();
+  // The ranges of a gen's options (ir/IR.cpp); written so that NaN fails.
+  auto shown = [](float value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  };
+  if (!(sampling.temperature >= 0 && sampling.temperature <= 2)) {
+    reportError("generate", "--temperature " + shown(sampling.temperature) +
+                                ": must be in [0, 2]");
+    return std::nullopt;
+  }
+  if (!(sampling.topP > 0 && sampling.topP <= 1)) {
+    reportError("generate",
+                "--top-p " + shown(sampling.topP) + ": must be in (0, 1]");
+    return std::nullopt;
+  }
+  if (sampling.topK < 0) {
+    reportError("generate", "--top-k " + std::to_string(sampling.topK) +
+                                ": must not be negative");
+    return std::nullopt;
+  }
+  return sampling;
+}
 
-int runGenerate(const std::vector<std::string> &args) {
-  po::options_description options("Options");
+/// A prompt's tokens, and the tokens besides end-of-generation that stop
+/// it (the chat template's).
+struct EncodedPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> stopTokens;
+};
+
+/// PROMPT as it is, or (--chat) as the chat template's user message after
+/// its default system prompt, ready for the assistant's answer.
+llvm::Expected<EncodedPrompt> encodePrompt(const po::variables_map &values,
+                                           const model::Model &model,
+                                           const model::Tokenizer &tokenizer) {
+  const std::string prompt = values["input"].as<std::string>();
+  EncodedPrompt encoded;
+  std::vector<int32_t> &promptTokens = encoded.tokens;
+  if (values.count("chat")) {
+    auto chat = model::ChatTemplate::fromGguf(model.file(), tokenizer);
+    if (!chat)
+      return chat.takeError();
+    promptTokens = chat->sequencePrefix();
+    auto append = [&](llvm::StringRef role,
+                      llvm::StringRef content) -> llvm::Error {
+      auto ids = chat->encodeMessage(role, content);
+      if (!ids)
+        return ids.takeError();
+      promptTokens.insert(promptTokens.end(), ids->begin(), ids->end());
+      return llvm::Error::success();
+    };
+    if (chat->defaultSystemPrompt())
+      if (llvm::Error error = append("system", *chat->defaultSystemPrompt()))
+        return error;
+    if (llvm::Error error = append("user", prompt))
+      return error;
+    std::vector<int32_t> header = chat->assistantHeader();
+    promptTokens.insert(promptTokens.end(), header.begin(), header.end());
+    encoded.stopTokens = chat->stopTokens();
+  } else {
+    if (tokenizer.addBosByDefault() && tokenizer.bosId() >= 0)
+      promptTokens.push_back(tokenizer.bosId());
+    std::vector<int32_t> ids = tokenizer.encode(prompt, true);
+    promptTokens.insert(promptTokens.end(), ids.begin(), ids.end());
+  }
+  if (promptTokens.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the prompt has no tokens");
+  return encoded;
+}
+
+/// Why a prompt of `promptTokens` and `maxTokens` more do not fit the
+/// context, or nothing when they do: the prompt and every token generated
+/// take a position of the model's context, as they do for a call of
+/// 'spanc run'.
+std::optional<std::string> contextExcess(size_t promptTokens, int maxTokens,
+                                         int64_t context) {
+  if (int64_t(promptTokens) + maxTokens <= context)
+    return std::nullopt;
+  return "the prompt (" + std::to_string(promptTokens) +
+         " tokens) and --max-tokens " + std::to_string(maxTokens) +
+         " exceed the model's context of " + std::to_string(context) +
+         " tokens" +
+         (int64_t(promptTokens) < context
+              ? " (at most " + std::to_string(context - int64_t(promptTokens)) +
+                    " tokens can be generated after this prompt)"
+              : "");
+}
+
+/// A device's backend for one sequence: its blocks 0, 1, ... in the
+/// device's pool, K stored rotated as the CPU runner stores it.
+llvm::Expected<std::unique_ptr<backend::Backend>>
+sequenceBackend(model::Model &model, backend::Device device,
+                int64_t sequenceTokens, int blockSize) {
+  backend::BackendOptions backendOptions;
+  backendOptions.device = device;
+  backendOptions.numBlocks =
+      std::max<int64_t>(1, (sequenceTokens + blockSize - 1) / blockSize);
+  backendOptions.blockSize = blockSize;
+  backendOptions.keysRotated = true;
+  return backend::createBackend(model, backendOptions);
+}
+
+/// spanc generate's own options (threads, ISA and device are added by
+/// their shared helpers).
+void addGenerateOptions(po::options_description &options) {
   options.add_options()                                                   //
       ("input", po::value<std::string>()->required(), "the prompt")       //
       ("model,m", po::value<std::string>()->required(), "GGUF model")     //
@@ -70,6 +182,58 @@ int runGenerate(const std::vector<std::string> &args) {
       ("numerics", po::value<std::string>()->default_value("default"),    //
        "default, or llama: llama.cpp's CPU arithmetic bit for bit (Q4_1/" //
        "Q8_0 models, AVX-512; slower prefill)");
+}
+
+/// The line on stderr after the text: prompt, time to first token, decode
+/// rate (the steps after the first token), GEMM precision and threads.
+void reportSpeed(size_t promptTokens, double timeToFirstToken, int emitted,
+                 double decodeSeconds, const model::Model &model,
+                 const cpu::AdaptiveThreads &adaptiveThreads) {
+  int decodeSteps = std::max(0, emitted - 1);
+  llvm::errs() << llvm::format(
+      "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "
+      "%.1f tok/s; %s GEMMs, %d threads",
+      promptTokens, timeToFirstToken * 1e3, emitted,
+      decodeSteps > 0 ? decodeSteps / std::max(decodeSeconds, 1e-9) : 0.0,
+      cpu::gemmPrecisionName(model.gemmPrecision()),
+      adaptiveThreads.maxThreads());
+  if (adaptiveThreads.shrinks() > 0)
+    llvm::errs() << llvm::format(
+        " (%d at the end: fewer %u time(s) while other processes took cores)",
+        adaptiveThreads.threads(), adaptiveThreads.shrinks());
+  llvm::errs() << "\n";
+}
+
+/// The model of --model, for `device`, with the GEMMs (--f32) and
+/// numerics (--numerics) asked for.
+llvm::Expected<std::unique_ptr<model::Model>>
+loadModel(const po::variables_map &values, backend::Device device) {
+  model::ModelOptions modelOptions;
+  modelOptions.forceF32 = values.count("f32") > 0;
+  // The CUDA backend uploads the file's tensors itself.
+  modelOptions.hostWeights = device == backend::Device::Cpu;
+  std::optional<model::Numerics> numerics =
+      model::parseNumerics(values["numerics"].as<std::string>());
+  if (!numerics)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--numerics must be default or llama");
+  modelOptions.numerics = *numerics;
+  return model::Model::load(values["model"].as<std::string>(), modelOptions);
+}
+
+/// Why `path` cannot be written (its folder is missing), or nothing.
+std::optional<std::string> unwritable(const std::string &path) {
+  llvm::StringRef folder = llvm::sys::path::parent_path(path);
+  if (!folder.empty() && !llvm::sys::fs::is_directory(folder))
+    return "cannot write '" + path + "': no folder '" + folder.str() + "'";
+  return std::nullopt;
+}
+
+} // namespace
+
+int runGenerate(const std::vector<std::string> &args) {
+  po::options_description options("Options");
+  addGenerateOptions(options);
   addThreadsOption(options);
   addIsaOption(options);
   addDeviceOption(options);
@@ -92,27 +256,9 @@ int runGenerate(const std::vector<std::string> &args) {
   const int maxTokens = values["max-tokens"].as<int>();
   if (maxTokens < 0)
     return reportError("generate", "--max-tokens must be >= 0");
-  model::SamplingParams sampling;
-  sampling.temperature = values["temperature"].as<float>();
-  sampling.topK = values["top-k"].as<int>();
-  sampling.topP = values["top-p"].as<float>();
-  sampling.seed = values["seed"].as<uint64_t>();
-  // The ranges of a gen's options (ir/IR.cpp); written so that NaN fails.
-  auto shown = [](float value) {
-    std::ostringstream text;
-    text << value;
-    return text.str();
-  };
-  if (!(sampling.temperature >= 0 && sampling.temperature <= 2))
-    return reportError("generate", "--temperature " +
-                                       shown(sampling.temperature) +
-                                       ": must be in [0, 2]");
-  if (!(sampling.topP > 0 && sampling.topP <= 1))
-    return reportError("generate", "--top-p " + shown(sampling.topP) +
-                                       ": must be in (0, 1]");
-  if (sampling.topK < 0)
-    return reportError("generate", "--top-k " + std::to_string(sampling.topK) +
-                                       ": must not be negative");
+  std::optional<model::SamplingParams> sampling = readSampling(values);
+  if (!sampling)
+    return 1;
   if (!applyIsaOption("generate", values))
     return 1;
   if (!applyThreadsOption("generate", values))
@@ -121,17 +267,7 @@ int runGenerate(const std::vector<std::string> &args) {
   std::optional<backend::Device> device = readDeviceOption("generate", values);
   if (!device)
     return 1;
-  model::ModelOptions modelOptions;
-  modelOptions.forceF32 = values.count("f32") > 0;
-  // The CUDA backend uploads the file's tensors itself.
-  modelOptions.hostWeights = *device == backend::Device::Cpu;
-  std::optional<model::Numerics> numerics =
-      model::parseNumerics(values["numerics"].as<std::string>());
-  if (!numerics)
-    return reportError("generate", "--numerics must be default or llama");
-  modelOptions.numerics = *numerics;
-  auto loaded =
-      model::Model::load(values["model"].as<std::string>(), modelOptions);
+  auto loaded = loadModel(values, *device);
   if (!loaded)
     return reportError("generate", llvm::toString(loaded.takeError()));
   model::Model &engineModel = **loaded;
@@ -139,53 +275,14 @@ int runGenerate(const std::vector<std::string> &args) {
   if (!tokenizer)
     return reportError("generate", llvm::toString(tokenizer.takeError()));
 
-  const std::string prompt = values["input"].as<std::string>();
-  std::vector<int32_t> promptTokens;
-  std::vector<int32_t> stopTokens;
-  if (values.count("chat")) {
-    auto chat = model::ChatTemplate::fromGguf(engineModel.file(), **tokenizer);
-    if (!chat)
-      return reportError("generate", llvm::toString(chat.takeError()));
-    promptTokens = chat->sequencePrefix();
-    auto append = [&](llvm::StringRef role,
-                      llvm::StringRef content) -> llvm::Error {
-      auto ids = chat->encodeMessage(role, content);
-      if (!ids)
-        return ids.takeError();
-      promptTokens.insert(promptTokens.end(), ids->begin(), ids->end());
-      return llvm::Error::success();
-    };
-    if (chat->defaultSystemPrompt())
-      if (llvm::Error error = append("system", *chat->defaultSystemPrompt()))
-        return reportError("generate", llvm::toString(std::move(error)));
-    if (llvm::Error error = append("user", prompt))
-      return reportError("generate", llvm::toString(std::move(error)));
-    std::vector<int32_t> header = chat->assistantHeader();
-    promptTokens.insert(promptTokens.end(), header.begin(), header.end());
-    stopTokens = chat->stopTokens();
-  } else {
-    if ((*tokenizer)->addBosByDefault() && (*tokenizer)->bosId() >= 0)
-      promptTokens.push_back((*tokenizer)->bosId());
-    std::vector<int32_t> ids = (*tokenizer)->encode(prompt, true);
-    promptTokens.insert(promptTokens.end(), ids.begin(), ids.end());
-  }
-  if (promptTokens.empty())
-    return reportError("generate", "the prompt has no tokens");
-  // The prompt and every token generated take a position of the model's
-  // context, as they do for a call of 'spanc run'.
-  const int64_t context = engineModel.config().contextLength;
-  if (int64_t(promptTokens.size()) + maxTokens > context)
-    return reportError(
-        "generate",
-        "the prompt (" + std::to_string(promptTokens.size()) +
-            " tokens) and --max-tokens " + std::to_string(maxTokens) +
-            " exceed the model's context of " + std::to_string(context) +
-            " tokens" +
-            (int64_t(promptTokens.size()) < context
-                 ? " (at most " +
-                       std::to_string(context - int64_t(promptTokens.size())) +
-                       " tokens can be generated after this prompt)"
-                 : ""));
+  auto prompt = encodePrompt(values, engineModel, **tokenizer);
+  if (!prompt)
+    return reportError("generate", llvm::toString(prompt.takeError()));
+  const std::vector<int32_t> &promptTokens = prompt->tokens;
+  const std::vector<int32_t> &stopTokens = prompt->stopTokens;
+  if (std::optional<std::string> excess = contextExcess(
+          promptTokens.size(), maxTokens, engineModel.config().contextLength))
+    return reportError("generate", *excess);
   auto isStop = [&](int32_t id) {
     return (*tokenizer)->isEndOfGeneration(id) ||
            std::find(stopTokens.begin(), stopTokens.end(), id) !=
@@ -200,15 +297,8 @@ int runGenerate(const std::vector<std::string> &args) {
   std::unique_ptr<backend::Backend> deviceBackend;
   model::SequenceRunner::ForwardFunction deviceForward;
   if (*device != backend::Device::Cpu) {
-    // The sequence's blocks 0, 1, ... in the device's pool, K stored
-    // rotated as the CPU runner stores it.
-    backend::BackendOptions backendOptions;
-    backendOptions.device = *device;
-    backendOptions.numBlocks =
-        std::max<int64_t>(1, (sequenceTokens + kBlockSize - 1) / kBlockSize);
-    backendOptions.blockSize = kBlockSize;
-    backendOptions.keysRotated = true;
-    auto made = backend::createBackend(engineModel, backendOptions);
+    auto made =
+        sequenceBackend(engineModel, *device, sequenceTokens, kBlockSize);
     if (!made)
       return reportError("generate", llvm::toString(made.takeError()));
     deviceBackend = std::move(*made);
@@ -221,17 +311,13 @@ int runGenerate(const std::vector<std::string> &args) {
                                               kBlockSize, deviceForward);
   if (!runner)
     return reportError("generate", llvm::toString(runner.takeError()));
-  model::Sampler sampler(sampling);
+  model::Sampler sampler(*sampling);
   const bool toFile = values.count("output") != 0;
-  if (toFile) {
-    // Found out before generating, not after.
-    llvm::StringRef folder =
-        llvm::sys::path::parent_path(values["output"].as<std::string>());
-    if (!folder.empty() && !llvm::sys::fs::is_directory(folder))
-      return reportError("generate", "cannot write '" +
-                                         values["output"].as<std::string>() +
-                                         "': no folder '" + folder.str() + "'");
-  }
+  // Found out before generating, not after.
+  if (toFile)
+    if (std::optional<std::string> why =
+            unwritable(values["output"].as<std::string>()))
+      return reportError("generate", *why);
   std::string completion;
   llvm::raw_string_ostream completionStream(completion);
   llvm::raw_ostream &out =
@@ -290,19 +376,8 @@ int runGenerate(const std::vector<std::string> &args) {
     if (int code = writeFileAtomically(
             "generate", values["output"].as<std::string>(), completion))
       return code;
-  int decodeSteps = std::max(0, emitted - 1);
-  llvm::errs() << llvm::format(
-      "spanc generate: %zu prompt tokens, TTFT %.1f ms; %d tokens, decode "
-      "%.1f tok/s; %s GEMMs, %d threads",
-      promptTokens.size(), timeToFirstToken * 1e3, emitted,
-      decodeSteps > 0 ? decodeSteps / std::max(decodeSeconds, 1e-9) : 0.0,
-      cpu::gemmPrecisionName(engineModel.gemmPrecision()),
-      adaptiveThreads.maxThreads());
-  if (adaptiveThreads.shrinks() > 0)
-    llvm::errs() << llvm::format(
-        " (%d at the end: fewer %u time(s) while other processes took cores)",
-        adaptiveThreads.threads(), adaptiveThreads.shrinks());
-  llvm::errs() << "\n";
+  reportSpeed(promptTokens.size(), timeToFirstToken, emitted, decodeSeconds,
+              engineModel, adaptiveThreads);
   return 0;
 }
 

@@ -10,9 +10,9 @@
 
 #include "codegen/CompilePipeline.h"
 #include "codegen/Lowering.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
@@ -26,6 +26,7 @@
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
+#include "tools/spanc/KvCacheCapacity.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -255,13 +256,13 @@ loadBulk(llvm::StringRef directory, ir::DiagnosticEngine &diagnostics,
   return bulk;
 }
 
-} // namespace
-
-int runRun(const std::vector<std::string> &args) {
-  po::options_description options("Options");
-  // The range Executor::create accepts (runtime/kernels/cpu/Limits.h).
+/// spanc run's own options (span modes, device, --max-calls, threads, ISA
+/// and file access are added by their shared helpers).
+void addRunOptions(po::options_description &options) {
+  // The range Executor::create accepts (runtime/kernels/Limits.h).
   const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
-                                    std::to_string(cpu::kMaxBlockSize) + "]";
+                                    std::to_string(kernels::kMaxBlockSize) +
+                                    "]";
   options.add_options()                                                     //
       ("input", po::value<std::string>(),                                   //
        "a .span program, an spnl .json query or a .ir file")                //
@@ -316,6 +317,201 @@ int runRun(const std::vector<std::string> &args) {
       ("progress-after", po::value<double>()->default_value(1.0),           //
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
        "seconds) once a run has taken this many seconds; 0: at once");
+}
+
+/// The program of FILE or --bulk DIR, optimized; null after reporting
+/// (diagnostics, a program with no query, an interrupt), with the exit
+/// code in `exitCode`.
+std::unique_ptr<ir::Module>
+compileProgram(const po::variables_map &values,
+               codegen::CompileOptions &compileOptions,
+               ir::DiagnosticEngine &diagnostics, int &exitCode) {
+  // Every failure below has been reported; most exit 1.
+  exitCode = 1;
+  if (values.count("input") == values.count("bulk")) {
+    reportError("run", "give either a program FILE or --bulk DIR");
+    return nullptr;
+  }
+  if (!readCompileOptions(
+          "run", values,
+          values[values.count("bulk") ? "bulk" : "input"].as<std::string>(),
+          compileOptions))
+    return nullptr;
+  deferInterrupts();
+  compileOptions.passes.stopRequested = interruptRequested;
+  std::unique_ptr<ir::Module> module;
+  if (values.count("bulk")) {
+    auto bulk =
+        loadBulk(values["bulk"].as<std::string>(), diagnostics, compileOptions);
+    if (!bulk) {
+      reportError("run", llvm::toString(bulk.takeError()));
+      return nullptr;
+    }
+    module = std::move(*bulk);
+  } else {
+    module = codegen::loadSource(values["input"].as<std::string>(), diagnostics,
+                                 compileOptions);
+  }
+  if (!module)
+    return nullptr;
+  // A .span program without a query is an error of the frontend; IR may
+  // hold none.
+  if (module->getQueries().empty()) {
+    reportError("run", "the program has no query, so there is nothing "
+                       "to run");
+    return nullptr;
+  }
+  auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
+  if (!optimizer) {
+    reportError("run", llvm::toString(optimizer.takeError()));
+    return nullptr;
+  }
+  if (llvm::Error error = (*optimizer)->run(*module)) {
+    if (interruptRequested()) {
+      llvm::consumeError(std::move(error));
+      exitCode =
+          reportInterrupted("run", "stopped while compiling; nothing ran");
+      return nullptr;
+    }
+    reportError("run", llvm::toString(std::move(error)));
+    return nullptr;
+  }
+  return module;
+}
+
+/// The call whose answer is streamed live: the only answer of the plan,
+/// when it is a call.
+std::optional<plan::CallId> streamedCall(const plan::Plan &plan) {
+  std::optional<plan::CallId> streamed;
+  size_t numAnswers = 0;
+  for (const plan::QueryPlan &query : plan.queries)
+    for (const plan::ResultItem &item : query.results) {
+      ++numAnswers;
+      if (item.call)
+        streamed = *item.call;
+    }
+  if (numAnswers != 1)
+    return std::nullopt;
+  return streamed;
+}
+
+/// Each query's answers on stdout, under its name.
+void printAnswers(const plan::Plan &plan,
+                  llvm::ArrayRef<sched::CallOutcome> outcomes) {
+  for (const plan::QueryPlan &query : plan.queries) {
+    llvm::outs() << "== " << query.name << "\n";
+    for (const plan::ResultItem &item : query.results) {
+      if (!item.call) {
+        llvm::outs() << item.text << "\n";
+        continue;
+      }
+      const sched::CallOutcome &outcome = outcomes[*item.call];
+      llvm::outs() << (outcome.succeeded ? outcome.text
+                                         : "[failed: " + outcome.error + "]")
+                   << "\n";
+    }
+  }
+}
+
+/// Runs `plan` `repeat` times (the first cold, the rest on the cache it
+/// left), the first streaming through `onToken`, with a progress line and
+/// adaptive threads; each run's statistics go to stderr (--stats) or into
+/// `runs` (--json). The exit code when an interrupt stopped it (reported),
+/// else nothing, `outcomes` holding the last run's.
+std::optional<int>
+runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
+              const po::variables_map &values, unsigned repeat,
+              const sched::TokenCallback &onToken, bool streamed,
+              std::vector<sched::CallOutcome> &outcomes, nlohmann::json &runs) {
+  // After omp_set_num_threads: --threads is its ceiling. Adapted after
+  // every scheduler step (the progress callback).
+  cpu::AdaptiveThreads adaptiveThreads;
+  const bool adaptThreads = values.count("fixed-threads") == 0;
+  const bool json = values.count("json") != 0;
+  // A streamed answer on the same terminal is progress enough (and the
+  // two would overwrite each other).
+  const bool showProgress =
+      llvm::sys::Process::StandardErrIsDisplayed() &&
+      !(streamed && llvm::sys::Process::StandardOutIsDisplayed());
+  for (unsigned iteration = 0; iteration < repeat; ++iteration) {
+    auto start = std::chrono::steady_clock::now();
+    ProgressLine progressLine(showProgress,
+                              values["progress-after"].as<double>());
+    outcomes = executor.run(
+        plan, iteration == 0 ? onToken : nullptr,
+        [&](const sched::ExecutorProgress &progress) {
+          progressLine.update(progress);
+          if (adaptThreads)
+            adaptiveThreads.afterStep();
+        },
+        interruptRequested);
+    progressLine.clear();
+    if (streamed && iteration == 0) {
+      // End the streamed answer's line before any statistics follow.
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+    }
+    if (interruptRequested()) {
+      size_t finished =
+          llvm::count_if(outcomes, [](const sched::CallOutcome &outcome) {
+            return outcome.succeeded;
+          });
+      return reportInterrupted(
+          "run", "stopped between two steps of run " +
+                     std::to_string(iteration + 1) + " of " +
+                     std::to_string(repeat) + ", " + std::to_string(finished) +
+                     " of " + std::to_string(plan.calls.size()) +
+                     " calls finished; no results printed");
+    }
+    double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (json)
+      runs.push_back(toJson(plan, outcomes, wall));
+    if (values.count("stats")) {
+      llvm::errs() << "-- run " << iteration + 1 << " of " << repeat << " ("
+                   << (iteration == 0 ? "cold" : "warm")
+                   << " cache, --cache=" << values["cache"].as<std::string>()
+                   << ")\n";
+      printStats(plan, outcomes, wall, llvm::errs());
+    }
+  }
+  return std::nullopt;
+}
+
+/// --json: every run's results and statistics as one document on stdout.
+void printJsonDocument(const std::string &modelPath,
+                       const po::variables_map &values,
+                       const nlohmann::json &runs) {
+  nlohmann::json document = {
+      {"model", modelPath},
+      {"cache", values["cache"].as<std::string>()},
+      {"relocation", values["relocation"].as<std::string>()},
+      {"runs", runs}};
+  // Answers are model bytes: one may end inside a UTF-8 character (cut by
+  // max_tokens) and a fragment may hold invalid UTF-8. Valid JSON with
+  // U+FFFD, as the server writes, rather than an exception.
+  llvm::outs() << document.dump(2, ' ', false,
+                                nlohmann::json::error_handler_t::replace)
+               << "\n";
+}
+
+/// Each call that failed, on stderr, with where it is in the program.
+void reportFailedCalls(const plan::Plan &plan,
+                       llvm::ArrayRef<sched::CallOutcome> outcomes) {
+  for (const plan::Call &call : plan.calls)
+    if (!outcomes[call.id].succeeded)
+      llvm::errs() << "spanc run: error: call #" << call.id << " of query @"
+                   << call.query
+                   << (call.location.empty() ? "" : " (" + call.location + ")")
+                   << " failed: " << outcomes[call.id].error << "\n";
+}
+
+} // namespace
+
+int runRun(const std::vector<std::string> &args) {
+  po::options_description options("Options");
+  addRunOptions(options);
   addSpanModeOptions(options);
   addDeviceOption(options);
   addMaxCallsOption(options);
@@ -349,7 +545,7 @@ int runRun(const std::vector<std::string> &args) {
   // The range Executor::create accepts, checked here to report the value
   // as it was given.
   std::optional<int64_t> blockSize =
-      readBoundedInt("run", values, "block-size", 1, cpu::kMaxBlockSize);
+      readBoundedInt("run", values, "block-size", 1, kernels::kMaxBlockSize);
   if (!blockSize)
     return 1;
   executorOptions.blockSize = unsigned(*blockSize);
@@ -363,47 +559,14 @@ int runRun(const std::vector<std::string> &args) {
   if (!applyThreadsOption("run", values))
     return 1;
 
-  // Compile.
-  if (values.count("input") == values.count("bulk"))
-    return reportError("run", "give either a program FILE or --bulk DIR");
-  codegen::CompileOptions compileOptions;
-  if (!readCompileOptions(
-          "run", values,
-          values[values.count("bulk") ? "bulk" : "input"].as<std::string>(),
-          compileOptions))
-    return 1;
-  deferInterrupts();
-  compileOptions.passes.stopRequested = interruptRequested;
   llvm::SourceMgr sourceMgr;
   ir::DiagnosticEngine diagnostics(sourceMgr);
-  std::unique_ptr<ir::Module> module;
-  if (values.count("bulk")) {
-    auto bulk =
-        loadBulk(values["bulk"].as<std::string>(), diagnostics, compileOptions);
-    if (!bulk)
-      return reportError("run", llvm::toString(bulk.takeError()));
-    module = std::move(*bulk);
-  } else {
-    module = codegen::loadSource(values["input"].as<std::string>(), diagnostics,
-                                 compileOptions);
-  }
+  codegen::CompileOptions compileOptions;
+  int exitCode = 0;
+  std::unique_ptr<ir::Module> module =
+      compileProgram(values, compileOptions, diagnostics, exitCode);
   if (!module)
-    return 1;
-  // A .span program without a query is an error of the frontend; IR may
-  // hold none.
-  if (module->getQueries().empty())
-    return reportError("run", "the program has no query, so there is nothing "
-                              "to run");
-  auto optimizer = codegen::Optimizer::create(diagnostics, compileOptions);
-  if (!optimizer)
-    return reportError("run", llvm::toString(optimizer.takeError()));
-  if (llvm::Error error = (*optimizer)->run(*module)) {
-    if (interruptRequested()) {
-      llvm::consumeError(std::move(error));
-      return reportInterrupted("run", "stopped while compiling; nothing ran");
-    }
-    return reportError("run", llvm::toString(std::move(error)));
-  }
+    return exitCode;
 
   // Lower through the model's chat template before its weights load, so
   // that a plan past a limit is reported in a moment: only the tokenizer
@@ -448,22 +611,13 @@ int runRun(const std::vector<std::string> &args) {
                                   "': " + llvm::toString(model.takeError()) +
                                   " (tools/setup.sh installs the default)");
 
-  // K and V of every layer, at the storage precision (f16 by default).
-  const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
-  const uint64_t bytesPerBlock =
-      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
-      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
-      executorOptions.blockSize;
-  // The library's parser (units, overflow checks); its errors name the
-  // option and the text. A bad --block-size is the executor's to report.
+  // A bad --block-size is the executor's to report.
   if (executorOptions.blockSize != 0) {
-    auto blocks =
-        kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
-                                 executorOptions.blockSize, bytesPerBlock);
-    if (!blocks)
-      return reportError("run", llvm::toString(blocks.takeError()));
-    executorOptions.cacheTokens =
-        int64_t(*blocks) * int64_t(executorOptions.blockSize);
+    auto cacheTokens = kvCacheTokens(values["kv-cache"].as<std::string>(),
+                                     **model, executorOptions.blockSize);
+    if (!cacheTokens)
+      return reportError("run", llvm::toString(cacheTokens.takeError()));
+    executorOptions.cacheTokens = *cacheTokens;
   }
   auto executor =
       sched::Executor::create(**model, **tokenizer, executorOptions);
@@ -473,18 +627,9 @@ int runRun(const std::vector<std::string> &args) {
     return reportInterrupted("run", "stopped before the first call; nothing "
                                     "ran");
 
-  // Stream the answer live when there is exactly one.
-  std::optional<plan::CallId> streamed;
-  size_t numAnswers = 0;
-  for (const plan::QueryPlan &query : plan->queries)
-    for (const plan::ResultItem &item : query.results) {
-      ++numAnswers;
-      if (item.call)
-        streamed = *item.call;
-    }
   const bool json = values.count("json") != 0;
-  if (numAnswers != 1 || json)
-    streamed.reset();
+  std::optional<plan::CallId> streamed =
+      json ? std::nullopt : streamedCall(*plan);
   sched::TokenCallback onToken;
   if (streamed)
     onToken = [&](plan::CallId call, llvm::StringRef piece) {
@@ -494,99 +639,23 @@ int runRun(const std::vector<std::string> &args) {
       }
     };
 
-  // After omp_set_num_threads: --threads is its ceiling. Adapted after
-  // every scheduler step (the progress callback).
-  cpu::AdaptiveThreads adaptiveThreads;
-  const bool adaptThreads = values.count("fixed-threads") == 0;
-  const unsigned repeat = unsigned(*repeatCount);
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
-  // A streamed answer on the same terminal is progress enough (and the
-  // two would overwrite each other).
-  const bool showProgress =
-      llvm::sys::Process::StandardErrIsDisplayed() &&
-      !(streamed && llvm::sys::Process::StandardOutIsDisplayed());
-  for (unsigned iteration = 0; iteration < repeat; ++iteration) {
-    auto start = std::chrono::steady_clock::now();
-    ProgressLine progressLine(showProgress,
-                              values["progress-after"].as<double>());
-    outcomes = (*executor)->run(
-        *plan, iteration == 0 ? onToken : nullptr,
-        [&](const sched::ExecutorProgress &progress) {
-          progressLine.update(progress);
-          if (adaptThreads)
-            adaptiveThreads.afterStep();
-        },
-        interruptRequested);
-    progressLine.clear();
-    if (streamed && iteration == 0) {
-      // End the streamed answer's line before any statistics follow.
-      llvm::outs() << "\n";
-      llvm::outs().flush();
-    }
-    if (interruptRequested()) {
-      size_t finished =
-          llvm::count_if(outcomes, [](const sched::CallOutcome &outcome) {
-            return outcome.succeeded;
-          });
-      return reportInterrupted(
-          "run", "stopped between two steps of run " +
-                     std::to_string(iteration + 1) + " of " +
-                     std::to_string(repeat) + ", " + std::to_string(finished) +
-                     " of " + std::to_string(plan->calls.size()) +
-                     " calls finished; no results printed");
-    }
-    double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (json)
-      runs.push_back(toJson(*plan, outcomes, wall));
-    if (values.count("stats")) {
-      llvm::errs() << "-- run " << iteration + 1 << " of " << repeat << " ("
-                   << (iteration == 0 ? "cold" : "warm")
-                   << " cache, --cache=" << values["cache"].as<std::string>()
-                   << ")\n";
-      printStats(*plan, outcomes, wall, llvm::errs());
-    }
-  }
+  if (std::optional<int> stopped =
+          runRepeatedly(**executor, *plan, values, unsigned(*repeatCount),
+                        onToken, streamed.has_value(), outcomes, runs))
+    return *stopped;
 
   bool allSucceeded =
       llvm::all_of(outcomes, [](const sched::CallOutcome &outcome) {
         return outcome.succeeded;
       });
   if (json) {
-    nlohmann::json document = {
-        {"model", modelPath},
-        {"cache", values["cache"].as<std::string>()},
-        {"relocation", values["relocation"].as<std::string>()},
-        {"runs", runs}};
-    // Answers are model bytes: one may end inside a UTF-8 character (cut by
-    // max_tokens) and a fragment may hold invalid UTF-8. Valid JSON with
-    // U+FFFD, as the server writes, rather than an exception.
-    llvm::outs() << document.dump(2, ' ', false,
-                                  nlohmann::json::error_handler_t::replace)
-                 << "\n";
+    printJsonDocument(modelPath, values, runs);
   } else if (!streamed) {
-    for (const plan::QueryPlan &query : plan->queries) {
-      llvm::outs() << "== " << query.name << "\n";
-      for (const plan::ResultItem &item : query.results) {
-        if (!item.call) {
-          llvm::outs() << item.text << "\n";
-          continue;
-        }
-        const sched::CallOutcome &outcome = outcomes[*item.call];
-        llvm::outs() << (outcome.succeeded ? outcome.text
-                                           : "[failed: " + outcome.error + "]")
-                     << "\n";
-      }
-    }
+    printAnswers(*plan, outcomes);
   }
-  for (const plan::Call &call : plan->calls)
-    if (!outcomes[call.id].succeeded)
-      llvm::errs() << "spanc run: error: call #" << call.id << " of query @"
-                   << call.query
-                   << (call.location.empty() ? "" : " (" + call.location + ")")
-                   << " failed: " << outcomes[call.id].error << "\n";
+  reportFailedCalls(*plan, outcomes);
   return allSucceeded ? 0 : 1;
 }
 

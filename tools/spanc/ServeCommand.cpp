@@ -9,9 +9,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "retrieval/CorpusCatalog.h"
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/ChatTemplateEncoder.h"
 #include "runtime/model/Gguf.h"
@@ -26,6 +26,7 @@
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
+#include "tools/spanc/KvCacheCapacity.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -52,12 +53,12 @@ constexpr int64_t kMaxTimeoutSeconds = 3600;
 constexpr int64_t kMaxQueryCalls = 10000;
 constexpr int64_t kMaxQueuedCallsBound = 1000000;
 
-} // namespace
-
-int runServe(const std::vector<std::string> &args) {
-  po::options_description options("Options");
+/// spanc serve's own options (the span modes, device, threads and ISA are
+/// added by their shared helpers).
+void addServeOptions(po::options_description &options) {
   const std::string blockSizeHelp = "tokens per KV cache block, in [1, " +
-                                    std::to_string(cpu::kMaxBlockSize) + "]";
+                                    std::to_string(kernels::kMaxBlockSize) +
+                                    "]";
   options.add_options()                                                     //
       ("model,m", po::value<std::string>(),                                 //
        "GGUF model to serve (default: $SPANC_MODEL, else the "              //
@@ -146,10 +147,11 @@ int runServe(const std::vector<std::string> &args) {
        "f32 GEMMs and attention products everywhere (slower prefill)")    //
       ("fixed-threads", "-t is a ceiling: fewer threads run while other " //
                         "processes take cores; with this, always -t threads");
-  addSpanModeOptions(options);
-  addDeviceOption(options);
-  addThreadsOption(options);
-  addIsaOption(options);
+}
+
+/// What --help says besides the options: the endpoints, the errors and the
+/// signals.
+std::string serveDescription() {
   const std::string about =
       "Serves the model over HTTP with one scheduler and one KV cache for\n"
       "every request: requests that arrive while others run join the next\n"
@@ -223,6 +225,222 @@ int runServe(const std::vector<std::string> &args) {
       "SIGINT or SIGTERM: stop accepting, cancel the requests in flight, "
       "exit 0.\n\n" +
       limitsHelp(ThreadsLimit);
+  return about;
+}
+
+/// The server's sizes and limits, each read within the bounds its help
+/// states.
+struct ServeLimits {
+  int64_t port = 0;
+  int64_t maxBody = 0;
+  int64_t maxQueue = 0;
+  int64_t maxTokensLimit = 0;
+  int64_t defaultMaxTokens = 0;
+  int64_t maxPromptTokens = 0;
+  int64_t maxQueryCalls = 0;
+  int64_t maxQueuedCalls = 0;
+  int64_t httpThreads = 0;
+  int64_t maxConnections = 0;
+  int64_t headerTimeout = 0;
+  int64_t bodyTimeout = 0;
+};
+
+/// Reads the limits, and the scheduler's block size, step budget and
+/// per-request caps into `executorOptions`; nothing (reported) when one is
+/// out of range.
+std::optional<ServeLimits>
+readServeLimits(const po::variables_map &values,
+                sched::ExecutorOptions &executorOptions) {
+  std::optional<int64_t> blockSize =
+      readBoundedInt("serve", values, "block-size", 1, kernels::kMaxBlockSize);
+  std::optional<int64_t> port =
+      readBoundedInt("serve", values, "port", 0, 65535);
+  std::optional<int64_t> maxBody =
+      readBoundedInt("serve", values, "max-body", 1, kMaxBodyBound);
+  std::optional<int64_t> maxQueue =
+      readBoundedInt("serve", values, "max-queue", 1, kMaxQueueBound);
+  std::optional<int64_t> maxTokensLimit = readBoundedInt(
+      "serve", values, "max-tokens-limit", 1, kernels::kMaxContextLength);
+  std::optional<int64_t> defaultMaxTokens = readBoundedInt(
+      "serve", values, "default-max-tokens", 1, kernels::kMaxContextLength);
+  std::optional<int64_t> maxPromptTokens = readBoundedInt(
+      "serve", values, "max-prompt-tokens", 0, kernels::kMaxContextLength);
+  std::optional<int64_t> maxQueryCalls =
+      readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
+  std::optional<int64_t> maxQueuedCalls = readBoundedInt(
+      "serve", values, "max-queued-calls", 1, kMaxQueuedCallsBound);
+  std::optional<int64_t> maxRunningPerRequest = readBoundedInt(
+      "serve", values, "max-running-per-request", 0, kMaxQueuedCallsBound);
+  std::optional<int64_t> maxPrefillPerRequest =
+      readBoundedInt("serve", values, "max-prefill-per-request", 0,
+                     kernels::kMaxContextLength);
+  std::optional<int64_t> httpThreads =
+      readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
+  std::optional<int64_t> maxConnections = readBoundedInt(
+      "serve", values, "max-connections", 1, kMaxConnectionsBound);
+  std::optional<int64_t> headerTimeout =
+      readBoundedInt("serve", values, "header-timeout", 1, kMaxTimeoutSeconds);
+  std::optional<int64_t> bodyTimeout =
+      readBoundedInt("serve", values, "body-timeout", 1, kMaxTimeoutSeconds);
+  if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
+      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads ||
+      !maxConnections || !headerTimeout || !bodyTimeout || !maxQueuedCalls ||
+      !maxRunningPerRequest || !maxPrefillPerRequest)
+    return std::nullopt;
+  // A span query within its limit must fit, or it could never be taken.
+  if (*maxQueuedCalls < *maxQueryCalls) {
+    reportError("serve", "--max-queued-calls " +
+                             std::to_string(*maxQueuedCalls) +
+                             " is below --max-query-calls (" +
+                             std::to_string(*maxQueryCalls) +
+                             "): such a query could never be taken");
+    return std::nullopt;
+  }
+  executorOptions.fairness.maxRunningPerRequest =
+      uint32_t(*maxRunningPerRequest);
+  executorOptions.fairness.maxPrefillTokensPerRequest = *maxPrefillPerRequest;
+  executorOptions.blockSize = unsigned(*blockSize);
+  executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  ServeLimits limits;
+  limits.port = *port;
+  limits.maxBody = *maxBody;
+  limits.maxQueue = *maxQueue;
+  limits.maxTokensLimit = *maxTokensLimit;
+  limits.defaultMaxTokens = *defaultMaxTokens;
+  limits.maxPromptTokens = *maxPromptTokens;
+  limits.maxQueryCalls = *maxQueryCalls;
+  limits.maxQueuedCalls = *maxQueuedCalls;
+  limits.httpThreads = *httpThreads;
+  limits.maxConnections = *maxConnections;
+  limits.headerTimeout = *headerTimeout;
+  limits.bodyTimeout = *bodyTimeout;
+  return limits;
+}
+
+/// The corpora of --corpus, indexed before the model loads so that a wrong
+/// folder is reported first.
+llvm::Expected<std::unique_ptr<retrieval::CorpusCatalog>>
+openCorpora(const po::variables_map &values) {
+  std::vector<std::pair<std::string, std::string>> corpora;
+  if (values.count("corpus"))
+    for (const std::string &flag :
+         values["corpus"].as<std::vector<std::string>>()) {
+      auto corpus = retrieval::parseCorpusFlag(flag);
+      if (!corpus)
+        return corpus.takeError();
+      corpora.push_back(std::move(*corpus));
+    }
+  retrieval::IndexOptions indexOptions;
+  if (values.count("index-dir"))
+    indexOptions.indexDirectory = values["index-dir"].as<std::string>();
+  deferInterrupts();
+  auto catalog =
+      retrieval::CorpusCatalog::open(corpora, indexOptions, interruptRequested);
+  if (!catalog)
+    return catalog.takeError();
+  for (const auto &entry : (*catalog)->entries())
+    llvm::errs() << "spanc serve: corpus " << entry->name << " = "
+                 << entry->directory << " (" << entry->stats.fragmentsTotal
+                 << " fragments)\n";
+  return std::move(*catalog);
+}
+
+/// The model served, with its tokenizer and chat template.
+struct ServedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::ChatTemplate> chatTemplate;
+};
+
+/// Loads the model for `device` (K/V precision, batch invariance); nothing
+/// (reported) when it cannot be.
+std::optional<ServedModel> loadServedModel(const po::variables_map &values,
+                                           backend::Device device,
+                                           const std::string &modelPath) {
+  model::ModelOptions modelOptions;
+  modelOptions.forceF32 = values.count("batch-invariant") != 0;
+  const std::string kvPrecision = values["kv-precision"].as<std::string>();
+  if (kvPrecision != "f16" && kvPrecision != "f32") {
+    reportError("serve",
+                "--kv-precision '" + kvPrecision + "': expected f16 or f32");
+    return std::nullopt;
+  }
+  modelOptions.halfPrecisionKv = kvPrecision == "f16";
+  // The CUDA backend uploads the file's tensors itself.
+  modelOptions.hostWeights = device == backend::Device::Cpu;
+  auto model = model::Model::load(modelPath, modelOptions);
+  if (!model) {
+    reportError("serve", "cannot load model '" + modelPath +
+                             "': " + llvm::toString(model.takeError()) +
+                             " (tools/setup.sh installs the default)");
+    return std::nullopt;
+  }
+  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
+  if (!tokenizer) {
+    reportError("serve", llvm::toString(tokenizer.takeError()));
+    return std::nullopt;
+  }
+  auto chatTemplate =
+      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
+  if (!chatTemplate) {
+    reportError("serve", llvm::toString(chatTemplate.takeError()));
+    return std::nullopt;
+  }
+  ServedModel served;
+  served.model = std::move(*model);
+  served.tokenizer = std::move(*tokenizer);
+  served.chatTemplate =
+      std::make_unique<model::ChatTemplate>(std::move(*chatTemplate));
+  return served;
+}
+
+/// What the HTTP front needs to check and answer requests.
+server::HttpOptions httpOptionsFor(const po::variables_map &values,
+                                   const ServeLimits &limits,
+                                   const model::Model &model,
+                                   int64_t cacheTokens,
+                                   const std::string &modelName,
+                                   const retrieval::CorpusCatalog *corpora) {
+  const int64_t contextLength = model.config().contextLength;
+  server::HttpOptions httpOptions;
+  if (values.count("api-key"))
+    httpOptions.apiKey = values["api-key"].as<std::string>();
+  else if (const char *key = std::getenv("SPANC_API_KEY"))
+    httpOptions.apiKey = key;
+  httpOptions.maxBodyBytes = size_t(limits.maxBody);
+  httpOptions.httpThreads = size_t(limits.httpThreads);
+  httpOptions.maxConnections = size_t(limits.maxConnections);
+  httpOptions.headerTimeout = std::chrono::seconds(limits.headerTimeout);
+  httpOptions.bodyTimeout = std::chrono::seconds(limits.bodyTimeout);
+  httpOptions.requestLimits.modelName = modelName;
+  httpOptions.requestLimits.maxTokensLimit = limits.maxTokensLimit;
+  httpOptions.requestLimits.defaultMaxTokens = limits.defaultMaxTokens;
+  httpOptions.requestLimits.vocabSize = model.config().vocabSize;
+  httpOptions.promptLimits.contextLength = contextLength;
+  // Unset (0), the context bounds a prompt, and errors name the context.
+  httpOptions.promptLimits.maxPromptTokens = limits.maxPromptTokens;
+  httpOptions.promptLimits.kvCacheTokens = cacheTokens;
+  httpOptions.spanQueryLimits.maxCalls = limits.maxQueryCalls;
+  httpOptions.spanQueryLimits.maxTokensLimit = limits.maxTokensLimit;
+  httpOptions.spanQueryLimits.maxPromptTokens =
+      httpOptions.promptLimits.maxPromptTokens;
+  httpOptions.spanQueryLimits.contextLength = contextLength;
+  httpOptions.spanQueryLimits.kvCacheTokens = cacheTokens;
+  httpOptions.spanQueryLimits.modelName = modelName;
+  httpOptions.spanQueryLimits.corpora = corpora;
+  return httpOptions;
+}
+
+} // namespace
+
+int runServe(const std::vector<std::string> &args) {
+  po::options_description options("Options");
+  addServeOptions(options);
+  addSpanModeOptions(options);
+  addDeviceOption(options);
+  addThreadsOption(options);
+  addIsaOption(options);
+  const std::string about = serveDescription();
   ParsedCommandLine parsed = parseCommandLine(
       "serve", "spanc serve [--model M] [options]", about.c_str(), options,
       po::positional_options_description(), args);
@@ -239,53 +457,9 @@ int runServe(const std::vector<std::string> &args) {
           values, executorOptions.cacheMode, executorOptions.relocationMode,
           executorOptions.spanOptions))
     return reportError("serve", llvm::toString(std::move(error)));
-  std::optional<int64_t> blockSize =
-      readBoundedInt("serve", values, "block-size", 1, cpu::kMaxBlockSize);
-  std::optional<int64_t> port =
-      readBoundedInt("serve", values, "port", 0, 65535);
-  std::optional<int64_t> maxBody =
-      readBoundedInt("serve", values, "max-body", 1, kMaxBodyBound);
-  std::optional<int64_t> maxQueue =
-      readBoundedInt("serve", values, "max-queue", 1, kMaxQueueBound);
-  std::optional<int64_t> maxTokensLimit = readBoundedInt(
-      "serve", values, "max-tokens-limit", 1, cpu::kMaxContextLength);
-  std::optional<int64_t> defaultMaxTokens = readBoundedInt(
-      "serve", values, "default-max-tokens", 1, cpu::kMaxContextLength);
-  std::optional<int64_t> maxPromptTokens = readBoundedInt(
-      "serve", values, "max-prompt-tokens", 0, cpu::kMaxContextLength);
-  std::optional<int64_t> maxQueryCalls =
-      readBoundedInt("serve", values, "max-query-calls", 1, kMaxQueryCalls);
-  std::optional<int64_t> maxQueuedCalls = readBoundedInt(
-      "serve", values, "max-queued-calls", 1, kMaxQueuedCallsBound);
-  std::optional<int64_t> maxRunningPerRequest = readBoundedInt(
-      "serve", values, "max-running-per-request", 0, kMaxQueuedCallsBound);
-  std::optional<int64_t> maxPrefillPerRequest = readBoundedInt(
-      "serve", values, "max-prefill-per-request", 0, cpu::kMaxContextLength);
-  std::optional<int64_t> httpThreads =
-      readBoundedInt("serve", values, "http-threads", 1, kMaxHttpThreads);
-  std::optional<int64_t> maxConnections = readBoundedInt(
-      "serve", values, "max-connections", 1, kMaxConnectionsBound);
-  std::optional<int64_t> headerTimeout =
-      readBoundedInt("serve", values, "header-timeout", 1, kMaxTimeoutSeconds);
-  std::optional<int64_t> bodyTimeout =
-      readBoundedInt("serve", values, "body-timeout", 1, kMaxTimeoutSeconds);
-  if (!blockSize || !port || !maxBody || !maxQueue || !maxTokensLimit ||
-      !defaultMaxTokens || !maxPromptTokens || !maxQueryCalls || !httpThreads ||
-      !maxConnections || !headerTimeout || !bodyTimeout || !maxQueuedCalls ||
-      !maxRunningPerRequest || !maxPrefillPerRequest)
+  std::optional<ServeLimits> limits = readServeLimits(values, executorOptions);
+  if (!limits)
     return 1;
-  // A span query within its limit must fit, or it could never be taken.
-  if (*maxQueuedCalls < *maxQueryCalls)
-    return reportError("serve", "--max-queued-calls " +
-                                    std::to_string(*maxQueuedCalls) +
-                                    " is below --max-query-calls (" +
-                                    std::to_string(*maxQueryCalls) +
-                                    "): such a query could never be taken");
-  executorOptions.fairness.maxRunningPerRequest =
-      uint32_t(*maxRunningPerRequest);
-  executorOptions.fairness.maxPrefillTokensPerRequest = *maxPrefillPerRequest;
-  executorOptions.blockSize = unsigned(*blockSize);
-  executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
   if (!applyIsaOption("serve", values))
     return 1;
   if (!applyThreadsOption("serve", values))
@@ -294,102 +468,33 @@ int runServe(const std::vector<std::string> &args) {
   // is per thread, so it is handed over.
   const int threads = omp_get_max_threads();
 
-  // The corpora first: a wrong folder is reported before the model loads.
-  std::vector<std::pair<std::string, std::string>> corpora;
-  if (values.count("corpus"))
-    for (const std::string &flag :
-         values["corpus"].as<std::vector<std::string>>()) {
-      auto corpus = retrieval::parseCorpusFlag(flag);
-      if (!corpus)
-        return reportError("serve", llvm::toString(corpus.takeError()));
-      corpora.push_back(std::move(*corpus));
-    }
-  retrieval::IndexOptions indexOptions;
-  if (values.count("index-dir"))
-    indexOptions.indexDirectory = values["index-dir"].as<std::string>();
-  deferInterrupts();
-  auto catalog =
-      retrieval::CorpusCatalog::open(corpora, indexOptions, interruptRequested);
+  auto catalog = openCorpora(values);
   if (!catalog)
     return reportError("serve", llvm::toString(catalog.takeError()));
-  for (const auto &entry : (*catalog)->entries())
-    llvm::errs() << "spanc serve: corpus " << entry->name << " = "
-                 << entry->directory << " (" << entry->stats.fragmentsTotal
-                 << " fragments)\n";
-
-  std::string modelPath = values.count("model")
-                              ? values["model"].as<std::string>()
-                              : defaultModelPath();
-  model::ModelOptions modelOptions;
-  modelOptions.forceF32 = values.count("batch-invariant") != 0;
-  const std::string kvPrecision = values["kv-precision"].as<std::string>();
-  if (kvPrecision != "f16" && kvPrecision != "f32")
-    return reportError("serve", "--kv-precision '" + kvPrecision +
-                                    "': expected f16 or f32");
-  modelOptions.halfPrecisionKv = kvPrecision == "f16";
-  // The CUDA backend uploads the file's tensors itself.
-  modelOptions.hostWeights = *device == backend::Device::Cpu;
-  auto model = model::Model::load(modelPath, modelOptions);
-  if (!model)
-    return reportError("serve", "cannot load model '" + modelPath +
-                                    "': " + llvm::toString(model.takeError()) +
-                                    " (tools/setup.sh installs the default)");
-  auto tokenizer = model::Tokenizer::fromGguf((*model)->file());
-  if (!tokenizer)
-    return reportError("serve", llvm::toString(tokenizer.takeError()));
-  auto chatTemplate =
-      model::ChatTemplate::fromGguf((*model)->file(), **tokenizer);
-  if (!chatTemplate)
-    return reportError("serve", llvm::toString(chatTemplate.takeError()));
-  model::ChatTemplateEncoder encoder(*chatTemplate, **tokenizer);
-
-  const kv::KvStorageConfig storageConfig = (*model)->kvStorageConfig(1);
-  const uint64_t bytesPerBlock =
-      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
-      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
-      executorOptions.blockSize;
-  auto blocks =
-      kv::parseKvCacheCapacity(values["kv-cache"].as<std::string>(),
-                               executorOptions.blockSize, bytesPerBlock);
-  if (!blocks)
-    return reportError("serve", llvm::toString(blocks.takeError()));
-  executorOptions.cacheTokens =
-      int64_t(*blocks) * int64_t(executorOptions.blockSize);
-  auto executor =
-      sched::Executor::create(**model, **tokenizer, executorOptions);
+  const std::string modelPath = values.count("model")
+                                    ? values["model"].as<std::string>()
+                                    : defaultModelPath();
+  std::optional<ServedModel> served =
+      loadServedModel(values, *device, modelPath);
+  if (!served)
+    return 1;
+  model::ChatTemplateEncoder encoder(*served->chatTemplate, *served->tokenizer);
+  auto cacheTokens = kvCacheTokens(values["kv-cache"].as<std::string>(),
+                                   *served->model, executorOptions.blockSize);
+  if (!cacheTokens)
+    return reportError("serve", llvm::toString(cacheTokens.takeError()));
+  executorOptions.cacheTokens = *cacheTokens;
+  auto executor = sched::Executor::create(*served->model, *served->tokenizer,
+                                          executorOptions);
   if (!executor)
     return reportError("serve", llvm::toString(executor.takeError()));
 
-  std::string modelName = values.count("served-model-name")
-                              ? values["served-model-name"].as<std::string>()
-                              : llvm::sys::path::stem(modelPath).str();
-  const int64_t contextLength = (*model)->config().contextLength;
-  server::HttpOptions httpOptions;
-  if (values.count("api-key"))
-    httpOptions.apiKey = values["api-key"].as<std::string>();
-  else if (const char *key = std::getenv("SPANC_API_KEY"))
-    httpOptions.apiKey = key;
-  httpOptions.maxBodyBytes = size_t(*maxBody);
-  httpOptions.httpThreads = size_t(*httpThreads);
-  httpOptions.maxConnections = size_t(*maxConnections);
-  httpOptions.headerTimeout = std::chrono::seconds(*headerTimeout);
-  httpOptions.bodyTimeout = std::chrono::seconds(*bodyTimeout);
-  httpOptions.requestLimits.modelName = modelName;
-  httpOptions.requestLimits.maxTokensLimit = *maxTokensLimit;
-  httpOptions.requestLimits.defaultMaxTokens = *defaultMaxTokens;
-  httpOptions.requestLimits.vocabSize = (*model)->config().vocabSize;
-  httpOptions.promptLimits.contextLength = contextLength;
-  // Unset (0), the context bounds a prompt, and errors name the context.
-  httpOptions.promptLimits.maxPromptTokens = *maxPromptTokens;
-  httpOptions.promptLimits.kvCacheTokens = executorOptions.cacheTokens;
-  httpOptions.spanQueryLimits.maxCalls = *maxQueryCalls;
-  httpOptions.spanQueryLimits.maxTokensLimit = *maxTokensLimit;
-  httpOptions.spanQueryLimits.maxPromptTokens =
-      httpOptions.promptLimits.maxPromptTokens;
-  httpOptions.spanQueryLimits.contextLength = contextLength;
-  httpOptions.spanQueryLimits.kvCacheTokens = executorOptions.cacheTokens;
-  httpOptions.spanQueryLimits.modelName = modelName;
-  httpOptions.spanQueryLimits.corpora = catalog->get();
+  const std::string modelName =
+      values.count("served-model-name")
+          ? values["served-model-name"].as<std::string>()
+          : llvm::sys::path::stem(modelPath).str();
+  const server::HttpOptions httpOptions = httpOptionsFor(
+      values, *limits, *served->model, *cacheTokens, modelName, catalog->get());
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());
@@ -405,11 +510,13 @@ int runServe(const std::vector<std::string> &args) {
     if (adaptiveThreads)
       adaptiveThreads->afterStep();
   };
-  server::Engine engine(**executor, metrics, size_t(*maxQueue), hooks,
-                        /*maxSessionCalls=*/65536, size_t(*maxQueuedCalls));
-  server::HttpServer http(engine, metrics, encoder, **tokenizer, httpOptions);
+  server::Engine engine(**executor, metrics, size_t(limits->maxQueue), hooks,
+                        /*maxSessionCalls=*/65536,
+                        size_t(limits->maxQueuedCalls));
+  server::HttpServer http(engine, metrics, encoder, *served->tokenizer,
+                          httpOptions);
   const std::string host = values["host"].as<std::string>();
-  auto bound = http.bind(host, int(*port));
+  auto bound = http.bind(host, int(limits->port));
   if (!bound)
     return reportError("serve", llvm::toString(bound.takeError()));
   engine.start();

@@ -201,8 +201,8 @@ void mergeScaledGroup(const CallContext &context,
   const AttentionWorkItem &first = splits[0];
   const int32_t firstQueryRow = context.batch->queryOffsets[first.sequence];
   const float massScale = context.batch->spanScaling[first.sequence].massScale;
-  alignas(64) float spanValues[kMaxHeadDim];
-  alignas(64) float otherValues[kMaxHeadDim];
+  alignas(64) float spanValues[kernels::kMaxHeadDim];
+  alignas(64) float otherValues[kernels::kMaxHeadDim];
   for (int row = 0; row < first.numRows; ++row) {
     float spanMass = combineSplits(splits, first.numSplits, true, partials, row,
                                    headDim, spanValues);

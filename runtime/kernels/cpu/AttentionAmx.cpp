@@ -319,7 +319,7 @@ foldPairAmx(const CallContext &context, TileState &tile,
 
   // P.V in groups of four 16-dim chunks (four accumulator tiles), both
   // halves into each; then P x ones, the row sums.
-  alignas(64) float products[kMaxRows * kMaxHeadDim];
+  alignas(64) float products[kMaxRows * kernels::kMaxHeadDim];
   const int chunks = headDim / 16;
   for (int group = 0; group < chunks; group += 4) {
     const int count = std::min(4, chunks - group);
@@ -373,12 +373,12 @@ void foldPagesAmx(const CallContext &context, const AttentionWorkItem &item,
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
   const int64_t blockElements = int64_t(headDim) * 16;
-  alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
-  alignas(64) uint16_t queries[2 * kMaxRows * kMaxHeadDim];
+  alignas(64) float rotatedKeys[kernels::kMaxHeadDim * kernels::kMaxBlockSize];
+  alignas(64) uint16_t queries[2 * kMaxRows * kernels::kMaxHeadDim];
   packQueries(tile, headDim, queries);
   const int64_t lastLimit = tile.limit[tile.rows - 1];
-  alignas(64) uint16_t keyPairs[2][2 * kMaxHeadDim * 16];
-  alignas(64) uint16_t valuePairs[2][2 * kMaxHeadDim * 16];
+  alignas(64) uint16_t keyPairs[2][2 * kernels::kMaxHeadDim * 16];
+  alignas(64) uint16_t valuePairs[2][2 * kernels::kMaxHeadDim * 16];
   configureAttentionTiles();
   for (int32_t first = item.pageBegin; first < item.pageEnd; first += 2) {
     if (context.pageStarts[first] > lastLimit)

@@ -354,9 +354,9 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
   const int64_t lastLimit = tile.limit[tile.rows - 1];
-  alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
-  alignas(64) float widenedKeys[kMaxHeadDim * 16];
-  alignas(64) float widenedValues[kMaxHeadDim * 16];
+  alignas(64) float rotatedKeys[kernels::kMaxHeadDim * kernels::kMaxBlockSize];
+  alignas(64) float widenedKeys[kernels::kMaxHeadDim * 16];
+  alignas(64) float widenedValues[kernels::kMaxHeadDim * 16];
   for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
     int valid = batch.validTokens[page];
     int64_t logicalStart = context.pageStarts[page];

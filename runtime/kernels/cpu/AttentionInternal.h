@@ -9,8 +9,8 @@
 #ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H
 #define SPANC_RUNTIME_KERNELS_CPU_ATTENTIONINTERNAL_H
 
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/Attention.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <algorithm>
@@ -20,8 +20,8 @@
 namespace spanc::cpu::attention {
 
 constexpr int kMaxRows = 16;
-using cpu::kMaxBlockSize;
-using cpu::kMaxHeadDim;
+using kernels::kMaxBlockSize;
+using kernels::kMaxHeadDim;
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
 /// What every tile of one call shares.
@@ -42,11 +42,11 @@ struct TileState {
   /// fast path can treat the 16 maxima as one vector.
   alignas(64) float maxScore[kMaxRows];
   alignas(64) float sum[kMaxRows]; ///< running sum of exp(score - max)
-  alignas(64) float query[kMaxRows * kMaxHeadDim];
+  alignas(64) float query[kMaxRows * kernels::kMaxHeadDim];
   /// The same queries dimension-major (the 16 rows of one dim are one
   /// vector; rows past `rows` zero) for foldBlockByDim.
-  alignas(64) float queryByDim[kMaxHeadDim * kMaxRows];
-  alignas(64) float accumulator[kMaxRows * kMaxHeadDim];
+  alignas(64) float queryByDim[kernels::kMaxHeadDim * kMaxRows];
+  alignas(64) float accumulator[kMaxRows * kernels::kMaxHeadDim];
 };
 
 /// Tiles of more rows than this widen f16 blocks to f32 once per block.

@@ -38,7 +38,7 @@ void foldBlockScalar(const CallContext &context, TileState &tile,
                      int valid, int64_t logicalStart) {
   const int headDim = context.shape->headDim;
   const int blockSize = context.kv->blockSize;
-  float scores[kMaxBlockSize];
+  float scores[kernels::kMaxBlockSize];
   for (int row = 0; row < tile.rows; ++row) {
     int64_t count =
         std::min<int64_t>(valid, tile.limit[row] - logicalStart + 1);
@@ -79,7 +79,7 @@ void foldPagesScalar(const CallContext &context, const AttentionWorkItem &item,
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
   const int64_t lastLimit = tile.limit[tile.rows - 1];
-  alignas(64) float rotatedKeys[kMaxHeadDim * kMaxBlockSize];
+  alignas(64) float rotatedKeys[kernels::kMaxHeadDim * kernels::kMaxBlockSize];
   for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
     int valid = batch.validTokens[page];
     int64_t logicalStart = context.pageStarts[page];

@@ -10,9 +10,9 @@
 
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kernels/cpu/Limits.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
@@ -74,7 +74,7 @@ void attendRowScalar(const PagedAttentionShape &shape,
                      int sequence, int kvHead, const float *query,
                      int64_t lastKey, float *out) {
   const int headDim = shape.headDim;
-  float queryHalf[kMaxHeadDim], accumulator[kMaxHeadDim];
+  float queryHalf[kernels::kMaxHeadDim], accumulator[kernels::kMaxHeadDim];
   for (int d = 0; d < headDim; ++d) {
     queryHalf[d] = roundToHalf(query[d]);
     accumulator[d] = 0.0f;
@@ -87,7 +87,7 @@ void attendRowScalar(const PagedAttentionShape &shape,
     PageAccess access = pageOf(kv, batch.blockIds[page], kvHead);
     for (int32_t slot = 0; slot < batch.validTokens[page] && logical <= lastKey;
          ++slot, ++logical) {
-      float key[kMaxHeadDim], value[kMaxHeadDim];
+      float key[kernels::kMaxHeadDim], value[kernels::kMaxHeadDim];
       access.key(slot, headDim, key);
       access.value(slot, headDim, value);
       // The dot product: per lane j of register r, fma over the steps.
@@ -134,15 +134,15 @@ SPANC_AVX512 void attendRowAvx512(const PagedAttentionShape &shape,
                                   int64_t lastKey, float *out) {
   const int headDim = shape.headDim;
   const int registers = headDim / kLanes;
-  __m512 queryHalf[kMaxHeadDim / kLanes];
-  __m256i accumulator[kMaxHeadDim / kLanes]; // f16 lanes
+  __m512 queryHalf[kernels::kMaxHeadDim / kLanes];
+  __m256i accumulator[kernels::kMaxHeadDim / kLanes]; // f16 lanes
   for (int r = 0; r < registers; ++r) {
     queryHalf[r] = _mm512_cvtph_ps(_mm512_cvtps_ph(
         _mm512_loadu_ps(query + r * kLanes), _MM_FROUND_TO_NEAREST_INT));
     accumulator[r] = _mm256_setzero_si256();
   }
   // Dimension-major K: gather the slot's column once per key.
-  alignas(64) float key[kMaxHeadDim], value[kMaxHeadDim];
+  alignas(64) float key[kernels::kMaxHeadDim], value[kernels::kMaxHeadDim];
   float maximum = -std::numeric_limits<float>::infinity(), sum = 0.0f;
   int64_t logical = 0;
   for (int32_t page = batch.pageOffsets[sequence];
@@ -204,7 +204,7 @@ void halfAccumulatingAttention(const PagedAttentionShape &shape,
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
   const bool vector = !forceScalar && hasHalfAccumulatingAttention() &&
                       shape.headDim % kStep == 0 &&
-                      shape.headDim <= kMaxHeadDim;
+                      shape.headDim <= kernels::kMaxHeadDim;
   const int64_t numRows = numTokens * shape.numQueryHeads;
 #pragma omp parallel for schedule(dynamic, 4) if (numRows > 1)
   for (int64_t row = 0; row < numRows; ++row) {

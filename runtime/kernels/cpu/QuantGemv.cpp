@@ -2,6 +2,7 @@
 
 #include "runtime/kernels/cpu/QuantGemv.h"
 
+#include "runtime/kernels/FloatBits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
@@ -41,33 +42,6 @@ inline int64_t scalesOffset(QuantFormat format, int64_t blocks, int64_t group,
              ? valuesOffset(format, blocks, group, block) + kQ41Scales
              : valuesOffset(format, blocks, group, blocks) +
                    block * kQ80ScaleBytes;
-}
-
-float halfToFloatScalar(uint16_t bits) {
-  uint32_t sign = uint32_t(bits & 0x8000) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1f;
-  uint32_t mantissa = bits & 0x3ff;
-  uint32_t word;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      word = sign;
-    } else { // subnormal: renormalize
-      int shift = 0;
-      while (!(mantissa & 0x400)) {
-        mantissa <<= 1;
-        ++shift;
-      }
-      word = sign | uint32_t(127 - 15 - shift + 1) << 23 |
-             (mantissa & 0x3ff) << 13;
-    }
-  } else if (exponent == 31) {
-    word = sign | 0x7f800000 | mantissa << 13;
-  } else {
-    word = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
-  }
-  float value;
-  std::memcpy(&value, &word, sizeof(value));
-  return value;
 }
 
 uint16_t readHalf(const uint8_t *bytes) {
@@ -117,9 +91,10 @@ void gemvScalarRows(const PackedQuantMatrix &weights,
                    int32_t(int8_t(a[index]));
         }
         const size_t index = size_t(r * x.blocks + block);
-        scale = halfToFloatScalar(readHalf(scales + 2 * lane));
+        scale = kernels::halfToFloat(readHalf(scales + 2 * lane));
         if (q41)
-          offset = halfToFloatScalar(readHalf(tile + kQ41Minimums + 2 * lane));
+          offset =
+              kernels::halfToFloat(readHalf(tile + kQ41Minimums + 2 * lane));
         else // the weights were stored + 128
           dot -= 128 * x.sums[index];
         accumulator =

@@ -86,13 +86,13 @@ Status buildAttentionPlan(const PagedAttentionShape &shape,
     return planError(std::to_string(shape.numQueryHeads) +
                      " query heads are not a multiple of " +
                      std::to_string(shape.numKvHeads) + " KV heads");
-  if (shape.headDim <= 0 || shape.headDim > kAttentionMaxHeadDim)
+  if (shape.headDim <= 0 || shape.headDim > kernels::kMaxHeadDim)
     return planError("head dim " + std::to_string(shape.headDim) +
-                     " outside [1, " + std::to_string(kAttentionMaxHeadDim) +
+                     " outside [1, " + std::to_string(kernels::kMaxHeadDim) +
                      "]");
-  if (blockSize <= 0 || blockSize > kAttentionMaxBlockSize)
+  if (blockSize <= 0 || blockSize > kernels::kMaxBlockSize)
     return planError("block size " + std::to_string(blockSize) +
-                     " outside [1, " + std::to_string(kAttentionMaxBlockSize) +
+                     " outside [1, " + std::to_string(kernels::kMaxBlockSize) +
                      "]");
   if (batch.numSequences < 0)
     return planError("a negative number of sequences");

@@ -23,6 +23,7 @@
 #ifndef SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
 #define SPANC_RUNTIME_KERNELS_CUDA_ATTENTIONPLAN_H
 
+#include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cuda/HostDevice.h"
 #include "runtime/kernels/cuda/Status.h"
 
@@ -43,9 +44,6 @@ constexpr int kAttentionMaxRanges = 64;
 /// Split tiles only while their range states stay this few (their memory
 /// is rows x (2 + headDim) floats each).
 constexpr int64_t kAttentionMaxPartialStates = 4096;
-/// The head dims and block sizes the kernel's shared memory is sized for.
-constexpr int kAttentionMaxHeadDim = 256;
-constexpr int kAttentionMaxBlockSize = 64;
 
 struct PagedAttentionShape {
   int numQueryHeads = 0;

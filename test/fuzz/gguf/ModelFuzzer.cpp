@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
+#include "runtime/model/SequenceRunner.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -198,9 +198,8 @@ TEST(CudaAttentionPlan, EverySupportedShapeFitsHopperSharedMemory) {
   // sm_90 lets a block opt in to 227 KiB (sm_80 163 KiB); SmolLM2 at
   // 16-token blocks needs no opt-in, Llama-3-8B 52 KiB.
   int64_t largest = 0;
-  for (int headDim = 8; headDim <= cuda::kAttentionMaxHeadDim; headDim += 8)
-    for (int blockSize = 1; blockSize <= cuda::kAttentionMaxBlockSize;
-         ++blockSize)
+  for (int headDim = 8; headDim <= kernels::kMaxHeadDim; headDim += 8)
+    for (int blockSize = 1; blockSize <= kernels::kMaxBlockSize; ++blockSize)
       largest = std::max(
           largest, cuda::attentionSharedBytes(
                        headDim, blockSize, cuda::attentionTileRows(headDim)));

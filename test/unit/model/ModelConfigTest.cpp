@@ -122,7 +122,7 @@ TEST(ModelConfig, ErrorsNameTheKey) {
 }
 
 TEST(ModelConfig, ShapesOutsideTheKernelsLimitsAreRefusedByName) {
-  // runtime/kernels/cpu/Limits.h: the attention and KV storage arrays.
+  // runtime/kernels/Limits.h: the attention and KV storage arrays.
   GgufWriter wideHeads = decoder("llama");
   wideHeads.addUInt32("llama.attention.key_length", 512);
   auto config = configOf(wideHeads);

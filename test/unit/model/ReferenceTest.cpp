@@ -22,9 +22,9 @@
 
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
-#include "runtime/model/Engine.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
+#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Tokenizer.h"
 
 #include "llvm/Support/FileSystem.h"

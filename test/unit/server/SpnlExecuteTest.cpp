@@ -75,7 +75,7 @@ TEST(SpnlExecute, AChunkReadsAsACompletionAndAsAChatChunk) {
 
 TEST(SpnlExecute, TheWholeAnswerIsACompletionOrAChatCompletion) {
   SpnlAnswer answer{"cmpl-2", "smol", 1};
-  SpnlUsage usage{10, 4, 6};
+  TokenUsage usage{10, 4, 6};
   json chat = json::parse(
       spnlWholeAnswer(answer, false, {"a", "b"}, {"stop", "length"}, usage));
   EXPECT_EQ(chat["object"], "chat.completion");

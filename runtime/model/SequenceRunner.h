@@ -1,5 +1,4 @@
-//===- Engine.h - One sequence on the CPU engine: prefill, decode, scoring
-//-===//
+//===- SequenceRunner.h - One sequence: prefill, decode, scoring ----------===//
 //
 // The smallest user of Model::forward: a single sequence over a contiguous
 // page list in its own KvStorage. It prefills a prompt in chunks, decodes
@@ -8,8 +7,8 @@
 // drives Model::forward directly with many sequences and the shared cache.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_MODEL_ENGINE_H
-#define SPANC_RUNTIME_MODEL_ENGINE_H
+#ifndef SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H
+#define SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H
 
 #include "runtime/kv/KvStorage.h"
 #include "runtime/model/Model.h"
@@ -85,4 +84,4 @@ computePerplexity(SequenceRunner &runner, llvm::ArrayRef<int32_t> tokens,
 
 } // namespace spanc::model
 
-#endif // SPANC_RUNTIME_MODEL_ENGINE_H
+#endif // SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H

@@ -1,6 +1,6 @@
-//===- Engine.cpp - One sequence on the CPU engine ------------------------===//
+//===- SequenceRunner.cpp - One sequence: prefill, decode, scoring --------===//
 
-#include "runtime/model/Engine.h"
+#include "runtime/model/SequenceRunner.h"
 
 #include <cmath>
 

@@ -1,8 +1,8 @@
 //===- EngineBench.cpp - Prefill and decode throughput --------------------===//
 
-#include "runtime/model/EngineBench.h"
+#include "bench/engine/EngineBench.h"
 
-#include "runtime/model/Engine.h"
+#include "runtime/model/SequenceRunner.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
@@ -13,7 +13,7 @@
 #include <cmath>
 #include <random>
 
-namespace spanc::model {
+namespace spanc::bench {
 
 namespace {
 
@@ -50,17 +50,17 @@ llvm::Expected<EngineBenchResult>
 runEngineBench(const EngineBenchOptions &options) {
   EngineBenchResult result;
   auto loadStart = std::chrono::steady_clock::now();
-  ModelOptions modelOptions;
+  model::ModelOptions modelOptions;
   modelOptions.forceF32 = options.forceF32;
   modelOptions.gemmKernel = options.gemmKernel;
   modelOptions.numerics = options.numerics;
-  auto model = Model::load(options.modelPath, modelOptions);
+  auto model = model::Model::load(options.modelPath, modelOptions);
   if (!model)
     return model.takeError();
   result.loadSeconds = secondsSince(loadStart);
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
-  auto runner = SequenceRunner::create(
+  auto runner = model::SequenceRunner::create(
       **model, std::max(options.promptTokens, options.generateTokens));
   if (!runner)
     return runner.takeError();
@@ -80,7 +80,7 @@ runEngineBench(const EngineBenchOptions &options) {
   // the last-level cache.
   auto timeSeries = [&](int64_t tokens, llvm::function_ref<llvm::Error()> run,
                         std::vector<double> &tokensPerSecond,
-                        ForwardProfile &profile) -> llvm::Error {
+                        model::ForwardProfile &profile) -> llvm::Error {
     for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
       bool measured = repetition > 0;
       (*model)->enableProfile(options.profile && measured);
@@ -127,4 +127,4 @@ runEngineBench(const EngineBenchOptions &options) {
   return result;
 }
 
-} // namespace spanc::model
+} // namespace spanc::bench

@@ -6,8 +6,8 @@
 // them, plus peak RSS and an optional per-op profile.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_MODEL_ENGINEBENCH_H
-#define SPANC_RUNTIME_MODEL_ENGINEBENCH_H
+#ifndef SPANC_BENCH_ENGINE_ENGINEBENCH_H
+#define SPANC_BENCH_ENGINE_ENGINEBENCH_H
 
 #include "runtime/model/Model.h"
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace spanc::model {
+namespace spanc::bench {
 
 struct EngineBenchOptions {
   std::string modelPath;
@@ -25,7 +25,7 @@ struct EngineBenchOptions {
   int repetitions = 5;
   bool forceF32 = false;
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
-  Numerics numerics = Numerics::Default;
+  model::Numerics numerics = model::Numerics::Default;
   bool profile = false;
 };
 
@@ -35,9 +35,10 @@ struct EngineBenchResult {
   double loadSeconds = 0;
   int64_t peakRssBytes = 0;
   std::string precision;
-  std::string gemmKernel;        ///< "amx" or "onednn"
-  ForwardProfile prefillProfile; ///< summed over repetitions (if profiled)
-  ForwardProfile decodeProfile;
+  std::string gemmKernel; ///< "amx" or "onednn"
+  model::ForwardProfile
+      prefillProfile; ///< summed over repetitions (if profiled)
+  model::ForwardProfile decodeProfile;
 };
 
 llvm::Expected<EngineBenchResult>
@@ -47,6 +48,6 @@ runEngineBench(const EngineBenchOptions &options);
 double median(std::vector<double> values);
 double standardDeviation(const std::vector<double> &values);
 
-} // namespace spanc::model
+} // namespace spanc::bench
 
-#endif // SPANC_RUNTIME_MODEL_ENGINEBENCH_H
+#endif // SPANC_BENCH_ENGINE_ENGINEBENCH_H

@@ -117,7 +117,9 @@ def main():
         header += " pooled Δ [95%] | b / c | rep. |"
         rule += "---|---:|---:|"
         lines += [header, rule]
-        for mode in ["full"] + modes:
+        present = {m for docs in counts for q in cell[docs].values()
+                   for m in q}
+        for mode in [m for m in ["full"] + modes if m in present]:
             row = f"| {mode} |"
             pooled_b = pooled_c = pooled_n = 0
             rep_weighted = rep_n = 0.0
@@ -151,7 +153,7 @@ def main():
             row += f" {rep:.1f} |" if rep else " — |"
             lines.append(row)
         probes = []
-        for mode in modes:
+        for mode in [m for m in modes if m in present]:
             ms = [weighted(probe, (task, length, docs), mode)
                   for docs in counts]
             if any(ms):

@@ -57,8 +57,12 @@ def check_rag(rows, md):
         if row["config"] == "span-hit-rerope":
             check(int(row["relocated"]) > 0, "rag: rerope relocated nothing on a shuffle")
     check("## Headline ratios" in md and "stock / hit" in md, "rag.md has no ratio table")
-    check("## Span accuracy modes" in md and "stock / isolated hit" in md,
-          "rag.md has no per-mode table")
+    check("## Span accuracy modes" in md and
+          "| docs | mode | miss | hit | stock / hit |" in md and
+          "| 4 | isolated |" in md and "| 4 | prefix+end1 |" in md,
+          "rag.md has no per-mode table (with the default's row)")
+    check(all("repaired" in row and "probe_ms" in row for row in rows),
+          "rag.tsv has no repaired / probe_ms columns")
 
 
 def check_nested(rows, md):

@@ -534,14 +534,8 @@ int runRun(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
-  std::optional<backend::Device> device = readDeviceOption("run", values);
-  if (!device)
+  if (!readExecutorChoices("run", values, executorOptions))
     return 1;
-  executorOptions.device = *device;
-  if (llvm::Error error = readCacheModeOptions(
-          values, executorOptions.cacheMode, executorOptions.relocationMode,
-          executorOptions.spanOptions))
-    return reportError("run", llvm::toString(std::move(error)));
   // The range Executor::create accepts, checked here to report the value
   // as it was given.
   std::optional<int64_t> blockSize =
@@ -582,7 +576,7 @@ int runRun(const std::vector<std::string> &args) {
                                   "': expected f16 or f32");
   modelOptions.halfPrecisionKv = kvPrecision == "f16";
   // The CUDA backend uploads the file's tensors itself.
-  modelOptions.hostWeights = *device == backend::Device::Cpu;
+  modelOptions.hostWeights = executorOptions.device == backend::Device::Cpu;
   auto modelFile = model::GgufFile::open(modelPath);
   if (!modelFile)
     return reportError("run", "cannot load model '" + modelPath + "': " +

@@ -449,14 +449,8 @@ int runServe(const std::vector<std::string> &args) {
   const po::variables_map &values = parsed.values;
 
   sched::ExecutorOptions executorOptions;
-  std::optional<backend::Device> device = readDeviceOption("serve", values);
-  if (!device)
+  if (!readExecutorChoices("serve", values, executorOptions))
     return 1;
-  executorOptions.device = *device;
-  if (llvm::Error error = readCacheModeOptions(
-          values, executorOptions.cacheMode, executorOptions.relocationMode,
-          executorOptions.spanOptions))
-    return reportError("serve", llvm::toString(std::move(error)));
   std::optional<ServeLimits> limits = readServeLimits(values, executorOptions);
   if (!limits)
     return 1;
@@ -475,7 +469,7 @@ int runServe(const std::vector<std::string> &args) {
                                     ? values["model"].as<std::string>()
                                     : defaultModelPath();
   std::optional<ServedModel> served =
-      loadServedModel(values, *device, modelPath);
+      loadServedModel(values, executorOptions.device, modelPath);
   if (!served)
     return 1;
   model::ChatTemplateEncoder encoder(*served->chatTemplate, *served->tokenizer);

@@ -2,6 +2,9 @@
 
 #include "tools/spanc/SpanModeOptions.h"
 
+#include "tools/spanc/CommandLine.h"
+#include "tools/spanc/DeviceOption.h"
+
 #include <string>
 
 namespace spanc::cli {
@@ -160,6 +163,21 @@ llvm::Error readCacheModeOptions(const po::variables_map &values,
   relocation = *parsedRelocation;
   spanOptions = *parsedSpan;
   return llvm::Error::success();
+}
+
+bool readExecutorChoices(const char *command, const po::variables_map &values,
+                         sched::ExecutorOptions &options) {
+  std::optional<backend::Device> device = readDeviceOption(command, values);
+  if (!device)
+    return false;
+  options.device = *device;
+  if (llvm::Error error =
+          readCacheModeOptions(values, options.cacheMode,
+                               options.relocationMode, options.spanOptions)) {
+    reportError(command, llvm::toString(std::move(error)));
+    return false;
+  }
+  return true;
 }
 
 } // namespace spanc::cli

@@ -8,6 +8,7 @@
 #define SPANC_TOOLS_SPANC_SPANMODEOPTIONS_H
 
 #include "runtime/kv/SpanLayout.h"
+#include "runtime/sched/Executor.h"
 
 #include "llvm/Support/Error.h"
 
@@ -28,6 +29,13 @@ llvm::Error
 readCacheModeOptions(const boost::program_options::variables_map &values,
                      kv::CacheMode &cacheMode, kv::RelocationMode &relocation,
                      kv::SpanOptions &spanOptions);
+
+/// Reads --device, --cache, --relocation and the span modes into
+/// `options`, as `run` and `serve` take them; false after reporting the
+/// first bad value as "spanc COMMAND: error: ...".
+bool readExecutorChoices(const char *command,
+                         const boost::program_options::variables_map &values,
+                         sched::ExecutorOptions &options);
 
 } // namespace spanc::cli
 

@@ -12,6 +12,9 @@ difference (y, with its interval) against its repaired % (x), one panel per
 task and length: the closer to the top-left, the better the trade-off.
 
 Usage: grid.py FOLDER... [--out PREFIX] [--title TEXT]
+Runs must share a seed (`spanc bench accuracy`'s default, 1): a question is
+its task, length, document count, context index and position, and the
+modes of different runs are paired on it.
 Default --out: bench/results/accuracy-grid (.md and .png).
 
 The paired interval: with b questions only the mode answered and c only
@@ -66,7 +69,9 @@ def main():
     for folder in args.folders:
         for row in read_tsv(os.path.join(folder, "accuracy.tsv")):
             cell = (row["task"], row["doc_tokens"])
-            key = (folder, row["context"], row["position"])
+            # A question is its cell, context index and position: runs with
+            # the same seed ask the same one, so their modes pair up.
+            key = (row["context"], row["position"])
             answers[cell][int(row["docs"])][key][row["mode"]] = \
                 row["correct"] == "1"
             if row["mode"] not in mode_order:

@@ -238,22 +238,13 @@ bool JsonSource::reportDuplicateKeys(llvm::StringRef text) {
 /// strings is the n-th object of a pre-order walk.
 void JsonSource::locateNodes(llvm::StringRef text) {
   std::vector<uint32_t> objectOffsets, arrayOffsets;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '{') {
-      objectOffsets.push_back(static_cast<uint32_t>(i));
-    } else if (c == '[') {
-      arrayOffsets.push_back(static_cast<uint32_t>(i));
-    }
-  }
+  support::forEachJsonBracket(text, [&](size_t offset, char bracket) {
+    if (bracket == '{')
+      objectOffsets.push_back(static_cast<uint32_t>(offset));
+    else if (bracket == '[')
+      arrayOffsets.push_back(static_cast<uint32_t>(offset));
+    return true;
+  });
   size_t nextObject = 0, nextArray = 0;
   // Iterative pre-order walk (children pushed in reverse).
   std::vector<const Json *> stack = {&document};

@@ -66,6 +66,23 @@ std::optional<size_t> findJsonDepthExcess(llvm::StringRef text,
   // The parser accepted every byte up to the bracket past the limit, so a
   // scan that skips strings meets the same brackets in the same order.
   unsigned depth = 0;
+  size_t excess = text.size();
+  forEachJsonBracket(text, [&](size_t offset, char bracket) {
+    if (bracket == '{' || bracket == '[') {
+      if (++depth > maxDepth) {
+        excess = offset;
+        return false;
+      }
+    } else {
+      --depth;
+    }
+    return true;
+  });
+  return excess;
+}
+
+void forEachJsonBracket(llvm::StringRef text,
+                        llvm::function_ref<bool(size_t, char)> visit) {
   bool inString = false;
   for (size_t index = 0; index < text.size(); ++index) {
     char c = text[index];
@@ -76,14 +93,11 @@ std::optional<size_t> findJsonDepthExcess(llvm::StringRef text,
         inString = false;
     } else if (c == '"') {
       inString = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > maxDepth)
-        return index;
-    } else if (c == '}' || c == ']') {
-      --depth;
+    } else if (c == '{' || c == '}' || c == '[' || c == ']') {
+      if (!visit(index, c))
+        return;
     }
   }
-  return text.size();
 }
 
 std::string jsonLineAndColumn(llvm::StringRef text, size_t offset) {

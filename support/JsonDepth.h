@@ -13,6 +13,7 @@
 #ifndef SPANC_SUPPORT_JSONDEPTH_H
 #define SPANC_SUPPORT_JSONDEPTH_H
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstddef>
@@ -30,6 +31,13 @@ constexpr unsigned kMaxJsonDepth = 256;
 /// caller's parse reports that).
 std::optional<size_t> findJsonDepthExcess(llvm::StringRef text,
                                           unsigned maxDepth = kMaxJsonDepth);
+
+/// Calls `visit(offset, bracket)` for each '{', '}', '[' and ']' of `text`
+/// outside strings, in order, until it returns false. On text a JSON
+/// parser accepted (up to where it stopped), the n-th '{' met is the n-th
+/// object of a pre-order walk.
+void forEachJsonBracket(llvm::StringRef text,
+                        llvm::function_ref<bool(size_t, char)> visit);
 
 /// "line L, column C" of byte `offset` of `text` (both 1-based), as
 /// nlohmann's messages say it.

@@ -3,6 +3,7 @@
 #include "frontend/JsonSource.h"
 
 #include "support/JsonDepth.h"
+#include "support/JsonSax.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/Twine.h"
@@ -16,20 +17,8 @@ namespace spanc::frontend {
 namespace {
 
 /// Ignores every SAX event but the error, whose position it records.
-struct ErrorLocator : nlohmann::json_sax<Json> {
+struct ErrorLocator : support::AcceptingJsonSax<Json> {
   size_t offset = 0;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t &) override { return true; }
-  bool string(string_t &) override { return true; }
-  bool binary(binary_t &) override { return true; }
-  bool start_object(size_t) override { return true; }
-  bool key(string_t &) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(size_t) override { return true; }
-  bool end_array() override { return true; }
   bool parse_error(size_t position, const std::string &lastToken,
                    const nlohmann::detail::exception &) override {
     // `position` counts the bytes read, the offending token included.

@@ -2,6 +2,8 @@
 
 #include "support/JsonDepth.h"
 
+#include "support/JsonSax.h"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -14,7 +16,7 @@ using Json = nlohmann::json;
 
 /// Counts open objects and arrays and stops the parser at the first one
 /// past the limit; every other event is accepted and dropped.
-struct DepthCounter : nlohmann::json_sax<Json> {
+struct DepthCounter : AcceptingJsonSax<Json> {
   explicit DepthCounter(unsigned maxDepth) : maxDepth(maxDepth) {}
 
   unsigned maxDepth;
@@ -27,15 +29,7 @@ struct DepthCounter : nlohmann::json_sax<Json> {
     exceeded = true;
     return false;
   }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t &) override { return true; }
-  bool string(string_t &) override { return true; }
-  bool binary(binary_t &) override { return true; }
   bool start_object(size_t) override { return open(); }
-  bool key(string_t &) override { return true; }
   bool end_object() override {
     --depth;
     return true;
@@ -44,10 +38,6 @@ struct DepthCounter : nlohmann::json_sax<Json> {
   bool end_array() override {
     --depth;
     return true;
-  }
-  bool parse_error(size_t, const std::string &,
-                   const nlohmann::detail::exception &) override {
-    return false;
   }
 };
 

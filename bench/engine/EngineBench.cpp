@@ -2,7 +2,7 @@
 
 #include "bench/engine/EngineBench.h"
 
-#include "runtime/model/SequenceRunner.h"
+#include "runtime/backend/SequenceRunner.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
@@ -60,7 +60,7 @@ runEngineBench(const EngineBenchOptions &options) {
   result.loadSeconds = secondsSince(loadStart);
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
-  auto runner = model::SequenceRunner::create(
+  auto runner = backend::SequenceRunner::create(
       **model, std::max(options.promptTokens, options.generateTokens));
   if (!runner)
     return runner.takeError();
@@ -80,19 +80,20 @@ runEngineBench(const EngineBenchOptions &options) {
   // the last-level cache.
   auto timeSeries = [&](int64_t tokens, llvm::function_ref<llvm::Error()> run,
                         std::vector<double> &tokensPerSecond,
-                        model::ForwardProfile &profile) -> llvm::Error {
+                        backend::ForwardProfile &profile) -> llvm::Error {
     for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
       bool measured = repetition > 0;
-      (*model)->enableProfile(options.profile && measured);
+      backend::CpuForwardPass &pass = *(*runner)->cpuPass();
+      pass.enableProfile(options.profile && measured);
       (*runner)->reset();
-      (*model)->resetProfile();
+      pass.resetProfile();
       auto start = std::chrono::steady_clock::now();
       if (llvm::Error error = run())
         return error;
       double seconds = secondsSince(start);
       if (measured) {
         tokensPerSecond.push_back(double(tokens) / seconds);
-        profile += (*model)->profile();
+        profile += pass.profile();
       }
     }
     return llvm::Error::success();

@@ -9,6 +9,7 @@
 #ifndef SPANC_BENCH_ENGINE_ENGINEBENCH_H
 #define SPANC_BENCH_ENGINE_ENGINEBENCH_H
 
+#include "runtime/backend/cpu/ForwardPass.h"
 #include "runtime/model/Model.h"
 
 #include "llvm/Support/Error.h"
@@ -36,9 +37,9 @@ struct EngineBenchResult {
   int64_t peakRssBytes = 0;
   std::string precision;
   std::string gemmKernel; ///< "amx" or "onednn"
-  model::ForwardProfile
+  backend::ForwardProfile
       prefillProfile; ///< summed over repetitions (if profiled)
-  model::ForwardProfile decodeProfile;
+  backend::ForwardProfile decodeProfile;
 };
 
 llvm::Expected<EngineBenchResult>

@@ -18,10 +18,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
-#include "runtime/kv/KvStorage.h"
 
 #include <omp.h>
 
@@ -67,7 +67,7 @@ struct Variant {
   const char *name;
   cpu::KvPrecision precision;
   bool ropeInKernel;
-  std::unique_ptr<kv::KvStorage> storage;
+  std::unique_ptr<backend::KvStorage> storage;
 };
 
 } // namespace
@@ -119,14 +119,14 @@ int main(int argc, char **argv) {
       slotIndices.push_back(slot);
     }
   for (Variant &variant : variants) {
-    kv::KvStorageConfig config{1,
-                               NumKvHeads,
-                               HeadDim,
-                               BlockSize,
-                               maxBlocks,
-                               !variant.ropeInKernel,
-                               variant.precision};
-    auto storage = kv::KvStorage::create(config);
+    backend::KvStorageConfig config{1,
+                                    NumKvHeads,
+                                    HeadDim,
+                                    BlockSize,
+                                    maxBlocks,
+                                    !variant.ropeInKernel,
+                                    variant.precision};
+    auto storage = backend::KvStorage::create(config);
     if (!storage) {
       std::fprintf(stderr, "%s\n", llvm::toString(storage.takeError()).c_str());
       return 1;
@@ -211,13 +211,13 @@ int main(int argc, char **argv) {
   {
     const int64_t count = 512;
     const int64_t rowStride = 2 * kvWidth;
-    kv::KvStorageConfig config{
+    backend::KvStorageConfig config{
         1,    NumKvHeads,           HeadDim, BlockSize, count / BlockSize,
         true, cpu::KvPrecision::F16};
-    auto half = kv::KvStorage::create(config);
+    auto half = backend::KvStorage::create(config);
     config.precision = cpu::KvPrecision::F32;
-    auto full = kv::KvStorage::create(config);
-    auto previous = kv::KvStorage::create(config);
+    auto full = backend::KvStorage::create(config);
+    auto previous = backend::KvStorage::create(config);
     if (!half || !full || !previous) {
       std::fprintf(stderr, "cannot create the K/V write storages\n");
       return 1;

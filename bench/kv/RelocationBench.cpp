@@ -17,9 +17,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 #include "runtime/kv/KvCacheManager.h"
-#include "runtime/kv/KvStorage.h"
-#include "runtime/kv/RelocationExecutor.h"
 
 #include <omp.h>
 
@@ -34,6 +34,7 @@
 
 using namespace spanc;
 using namespace spanc::kv;
+using namespace spanc::backend;
 
 namespace {
 
@@ -172,11 +173,16 @@ struct Bench {
     StepPlan plan = consume(manager.planStep());
     double planned = nowMs();
     for (const auto &batch : plan.relocation.batches) {
-      if (scalar)
-        relocateBlocksScalar(executor->layout(), executor->rotation(),
-                             keyLayers().data(), valueLayers().data(), batch);
-      else
+      if (scalar) {
+        std::vector<cpu::RelocationOp> ops;
+        for (const RelocationOp &op : batch)
+          ops.push_back({op.source, op.destination, op.delta});
+        cpu::relocateBlocksScalar(executor->layout(), executor->rotation(),
+                                  keyLayers().data(), valueLayers().data(),
+                                  ops);
+      } else {
         executor->apply(batch);
+      }
     }
     double done = nowMs();
     sample.cpuMs = cpuMs() - cpuStart;

@@ -11,6 +11,7 @@
 #ifndef SPANC_RUNTIME_BACKEND_BACKEND_H
 #define SPANC_RUNTIME_BACKEND_BACKEND_H
 
+#include "runtime/backend/StepLayout.h"
 #include "runtime/kv/RelocationPlanner.h"
 #include "runtime/model/Forward.h"
 
@@ -19,11 +20,9 @@
 
 #include <vector>
 
-namespace spanc::kv {
-class KvStorage;
-} // namespace spanc::kv
-
 namespace spanc::backend {
+
+class KvStorage;
 
 class Backend {
 public:
@@ -32,15 +31,16 @@ public:
   /// Runs one step: decode sequences (model::RowKind::Decode) come first.
   /// Each sequence's new tokens are the last ones of its page list; their
   /// K/V are written into those slots. Fails, naming the sequence, before
-  /// touching the cache when a sequence is malformed.
-  virtual llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
-                              model::ForwardOutput &output) = 0;
+  /// touching the cache when a sequence is malformed. The step is checked
+  /// and laid out here, once (StepLayout); the backend runs the layout.
+  llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
+                      model::ForwardOutput &output);
 
   /// Runs only layers [0, numLayers) of a step, writing their K/V; no
   /// sequence may ask for logits (a blend's selection pass).
-  virtual llvm::Error
-  forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                uint32_t numLayers) = 0;
+  llvm::Error forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
+                            uint32_t numLayers);
+
   /// Per token of the first validTokens[i] slots of blocks a[i] and b[i]:
   /// the squared distance of their K and V rows at `layer`, appended to
   /// `distances` in block order.
@@ -60,9 +60,24 @@ public:
   /// is done when its calls return.
   virtual llvm::Error synchronize() { return llvm::Error::success(); }
 
-  /// The K/V memory when it lives in host memory as a kv::KvStorage (tests
+  /// The K/V memory when it lives in host memory as a KvStorage (tests
   /// compare what relocation left there); nullptr on a device.
-  virtual const kv::KvStorage *hostStorage() const { return nullptr; }
+  virtual const KvStorage *hostStorage() const { return nullptr; }
+
+protected:
+  /// What this backend checks a step against (its storage's size, its RoPE
+  /// table, what it refuses).
+  virtual StepLimits stepLimits() const = 0;
+  /// The model's layer count.
+  virtual uint32_t numLayers() const = 0;
+  /// Runs layers [0, numLayers) of a checked step; with `output` (and every
+  /// layer run) the logits rows the step asks for.
+  virtual llvm::Error runStep(const StepLayout &step,
+                              model::ForwardOutput *output,
+                              uint32_t numLayers) = 0;
+
+private:
+  StepLayout step; ///< reused from step to step (its arrays' capacity)
 };
 
 } // namespace spanc::backend

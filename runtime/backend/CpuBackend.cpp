@@ -1,4 +1,4 @@
-//===- CpuBackend.cpp - The CPU backend: Model::forward over KvStorage ----===//
+//===- CpuBackend.cpp - The CPU backend: the CPU pass over a KvStorage ----===//
 
 #include "runtime/backend/CpuBackend.h"
 
@@ -7,28 +7,28 @@ namespace spanc::backend {
 llvm::Expected<std::unique_ptr<CpuBackend>>
 CpuBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
                    bool keysRotated) {
-  auto storage = kv::KvStorage::create(
-      model.kvStorageConfig(numBlocks, int(blockSize), keysRotated));
+  auto storage = KvStorage::create(
+      kvStorageConfigFor(model, numBlocks, int(blockSize), keysRotated));
   if (!storage)
     return storage.takeError();
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(model, std::move(*storage)));
 }
 
-CpuBackend::CpuBackend(model::Model &model,
-                       std::unique_ptr<kv::KvStorage> storage)
+CpuBackend::CpuBackend(model::Model &model, std::unique_ptr<KvStorage> storage)
     : cpuModel(model), kvStorage(std::move(storage)),
-      relocation(*kvStorage, model.ropeConfig()) {}
+      relocation(*kvStorage, model.ropeConfig()), forwardPass(model) {}
 
-llvm::Error CpuBackend::forward(llvm::ArrayRef<model::ForwardSequence> batch,
-                                model::ForwardOutput &output) {
-  return cpuModel.forward(batch, *kvStorage, output);
+StepLimits CpuBackend::stepLimits() const {
+  return cpuStepLimits(cpuModel, *kvStorage);
 }
 
-llvm::Error
-CpuBackend::forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                          uint32_t numLayers) {
-  return cpuModel.forwardLayers(batch, *kvStorage, numLayers);
+uint32_t CpuBackend::numLayers() const { return cpuModel.config().numLayers; }
+
+llvm::Error CpuBackend::runStep(const StepLayout &step,
+                                model::ForwardOutput *output,
+                                uint32_t numLayers) {
+  return forwardPass.run(step, *kvStorage, output, numLayers);
 }
 
 void CpuBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,

@@ -1,17 +1,18 @@
-//===- CpuBackend.h - The CPU backend: Model::forward over KvStorage ------===//
+//===- CpuBackend.h - The CPU backend: the CPU pass over a KvStorage ------===//
 //
-// The first Backend: the K/V memory is a kv::KvStorage in host memory, the
-// forward pass is model::Model::forward (the CPU kernels, every numerics
-// rule of docs/ARCHITECTURE.md, "Numerics"), and relocations and copies run
-// through kv::RelocationExecutor with the model's exact RoPE.
+// The first Backend: the K/V memory is a KvStorage in host memory, the
+// forward pass is CpuForwardPass (the CPU kernels, every numerics rule of
+// docs/ARCHITECTURE.md, "Numerics"), and relocations and copies run through
+// RelocationExecutor with the model's exact RoPE.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_BACKEND_CPUBACKEND_H
 #define SPANC_RUNTIME_BACKEND_CPUBACKEND_H
 
 #include "runtime/backend/Backend.h"
-#include "runtime/kv/KvStorage.h"
-#include "runtime/kv/RelocationExecutor.h"
+#include "runtime/backend/cpu/ForwardPass.h"
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 #include "runtime/model/Model.h"
 
 #include <cstdint>
@@ -28,27 +29,30 @@ public:
                                                             unsigned blockSize,
                                                             bool keysRotated);
 
-  llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
-                      model::ForwardOutput &output) override;
-  llvm::Error forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                            uint32_t numLayers) override;
   void tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
                       llvm::ArrayRef<int32_t> b,
                       llvm::ArrayRef<int32_t> validTokens,
                       std::vector<float> &distances) override;
   void relocate(const kv::RelocationPlan &plan) override;
   void copyBlock(const kv::RelocationOp &copy) override;
-  const kv::KvStorage *hostStorage() const override { return kvStorage.get(); }
+  const KvStorage *hostStorage() const override { return kvStorage.get(); }
 
   /// The K/V memory (tests compare what relocation left there).
-  const kv::KvStorage &storage() const { return *kvStorage; }
+  const KvStorage &storage() const { return *kvStorage; }
+  /// The forward pass (its per-op profile).
+  CpuForwardPass &pass() { return forwardPass; }
 
 private:
-  CpuBackend(model::Model &model, std::unique_ptr<kv::KvStorage> storage);
+  CpuBackend(model::Model &model, std::unique_ptr<KvStorage> storage);
+  StepLimits stepLimits() const override;
+  uint32_t numLayers() const override;
+  llvm::Error runStep(const StepLayout &step, model::ForwardOutput *output,
+                      uint32_t numLayers) override;
 
   model::Model &cpuModel;
-  std::unique_ptr<kv::KvStorage> kvStorage;
-  kv::RelocationExecutor relocation;
+  std::unique_ptr<KvStorage> kvStorage;
+  RelocationExecutor relocation;
+  CpuForwardPass forwardPass;
 };
 
 } // namespace spanc::backend

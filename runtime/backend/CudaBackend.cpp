@@ -4,6 +4,7 @@
 
 #include "runtime/backend/CudaRelocationLayout.h"
 #include "runtime/backend/CudaStepLayout.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 #include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "runtime/kernels/cuda/AddRows.h"
@@ -22,7 +23,6 @@
 #include "runtime/kernels/cuda/Sampling.h"
 #include "runtime/kernels/cuda/StatusError.h"
 #include "runtime/kernels/cuda/SwiGlu.h"
-#include "runtime/kv/RelocationExecutor.h"
 #include "runtime/model/Quantization.h"
 
 #include <cmath>
@@ -107,7 +107,7 @@ struct CudaBackend::State {
   std::vector<double> frequencies;
 
   // One step.
-  CudaStepLayout step;
+  CudaStepArrays hostStep;
   cuda::DeviceBuffer stepArrays;
   cuda::AttentionWorkspace attention;
   int64_t capacity = 0; ///< tokens the activations below hold
@@ -262,22 +262,19 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
     return weights.takeError();
   state->weights = std::move(*weights);
 
-  // The K/V pool: kv::KvStorage's layout, K and V of a layer one after the
-  // other, at the precision the model asks for.
-  const kv::KvStorageConfig storage =
-      model.kvStorageConfig(numBlocks, int(blockSize), keysRotated);
+  // The K/V pool: the CPU's KvStorage layout, K and V of a layer one after
+  // the other, at the precision the model asks for.
   cuda::KvPoolView &pool = state->poolView;
-  pool.numLayers = storage.numLayers;
-  pool.numKvHeads = storage.numKvHeads;
-  pool.headDim = storage.headDim;
-  pool.blockSize = storage.blockSize;
-  pool.numBlocks = storage.numBlocks;
-  pool.precision = storage.precision == cpu::KvPrecision::F16
-                       ? cuda::KvPrecision::F16
-                       : cuda::KvPrecision::F32;
-  pool.headStride = int64_t(storage.headDim) * storage.blockSize;
-  pool.blockStride = pool.headStride * storage.numKvHeads;
-  const int64_t layerElements = pool.blockStride * storage.numBlocks;
+  pool.numLayers = int(config.numLayers);
+  pool.numKvHeads = int(config.numKvHeads);
+  pool.headDim = int(config.headDim);
+  pool.blockSize = int(blockSize);
+  pool.numBlocks = numBlocks;
+  pool.precision =
+      model.halfPrecisionKv() ? cuda::KvPrecision::F16 : cuda::KvPrecision::F32;
+  pool.headStride = int64_t(pool.headDim) * pool.blockSize;
+  pool.blockStride = pool.headStride * pool.numKvHeads;
+  const int64_t layerElements = pool.blockStride * pool.numBlocks;
   pool.layerStride = 2 * layerElements;
   const int elementBytes = cuda::kvElementBytes(pool.precision);
   const size_t poolBytes =
@@ -303,7 +300,7 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
   state->ropeTable.order = rope.config().order == cpu::RopeOrder::NeoX
                                ? cuda::RopeOrder::NeoX
                                : cuda::RopeOrder::Normal;
-  state->frequencies = kv::relocationFrequencies(rope.config());
+  state->frequencies = backend::relocationFrequencies(rope.config());
   SPANC_CUDA_CHECK(cuda::synchronize(state->stream));
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(state)));
 }
@@ -329,26 +326,24 @@ llvm::Error CudaBackend::synchronize() {
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::forward(llvm::ArrayRef<model::ForwardSequence> batch,
-                                 model::ForwardOutput &output) {
-  return runLayers(batch, &output, state->model->config().numLayers);
+StepLimits CudaBackend::stepLimits() const {
+  const State &s = *state;
+  StepLimits limits;
+  limits.numBlocks = s.poolView.numBlocks;
+  limits.blockSize = s.poolView.blockSize;
+  limits.vocabSize = s.model->config().vocabSize;
+  limits.numPositions = s.ropeTable.numPositions;
+  limits.ropeInKernel = s.ropeInKernel;
+  return withCudaRefusals(limits);
 }
 
-llvm::Error
-CudaBackend::forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                           uint32_t numLayers) {
-  for (size_t index = 0; index < batch.size(); ++index)
-    if (batch[index].logits != model::LogitsRequest::None)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "forwardLayers: sequence %zu asks for logits", index);
-  return runLayers(batch, nullptr,
-                   std::min(numLayers, state->model->config().numLayers));
+uint32_t CudaBackend::numLayers() const {
+  return state->model->config().numLayers;
 }
 
-llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                                   model::ForwardOutput *output,
-                                   uint32_t numLayers) {
+llvm::Error CudaBackend::runStep(const StepLayout &step,
+                                 model::ForwardOutput *output,
+                                 uint32_t numLayers) {
   State &s = *state;
   if (!s.pendingError.empty()) {
     std::string message = std::move(s.pendingError);
@@ -360,15 +355,7 @@ llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
   // that made the backend).
   SPANC_CUDA_CHECK(cuda::setDevice(s.deviceInfo.ordinal));
   const model::ModelConfig &config = s.model->config();
-  StepLimits limits;
-  limits.numBlocks = s.poolView.numBlocks;
-  limits.blockSize = s.poolView.blockSize;
-  limits.vocabSize = config.vocabSize;
-  limits.numPositions = s.ropeTable.numPositions;
-  limits.ropeInKernel = s.ropeInKernel;
-  CudaStepLayout &step = s.step;
-  if (llvm::Error error = buildCudaStepLayout(batch, limits, step))
-    return error;
+  packCudaStep(step, s.hostStep);
   if (output) {
     output->rowOffsets.assign(step.rowOffsets.begin(), step.rowOffsets.end());
     output->vocabSize = config.vocabSize;
@@ -381,16 +368,17 @@ llvm::Error CudaBackend::runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
     return error;
 
   // The step's arrays in one copy; the attention plan in another.
-  SPANC_CUDA_CHECK(s.stepArrays.reserve(step.packed.size() * sizeof(int32_t)));
-  SPANC_CUDA_CHECK(cuda::copyToDevice(s.stepArrays.data(), step.packed.data(),
-                                      step.packed.size() * sizeof(int32_t),
+  const std::vector<int32_t> &packed = s.hostStep.packed;
+  SPANC_CUDA_CHECK(s.stepArrays.reserve(packed.size() * sizeof(int32_t)));
+  SPANC_CUDA_CHECK(cuda::copyToDevice(s.stepArrays.data(), packed.data(),
+                                      packed.size() * sizeof(int32_t),
                                       s.stream));
   const int32_t *arrays = s.stepArrays.as<int32_t>();
-  const int32_t *tokenIds = arrays + step.offsets.tokenIds;
-  const int32_t *positions = arrays + step.offsets.positions;
-  const int32_t *slotBlocks = arrays + step.offsets.slotBlocks;
-  const int32_t *slotIndices = arrays + step.offsets.slotIndices;
-  const int32_t *logitTokens = arrays + step.offsets.logitTokens;
+  const int32_t *tokenIds = arrays + s.hostStep.offsets.tokenIds;
+  const int32_t *positions = arrays + s.hostStep.offsets.positions;
+  const int32_t *slotBlocks = arrays + s.hostStep.offsets.slotBlocks;
+  const int32_t *slotIndices = arrays + s.hostStep.offsets.slotIndices;
+  const int32_t *logitTokens = arrays + s.hostStep.offsets.logitTokens;
 
   const int64_t dim = config.embeddingDim;
   const int64_t headDim = config.headDim;

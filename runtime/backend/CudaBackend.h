@@ -1,8 +1,8 @@
 //===- CudaBackend.h - The CUDA backend: the forward pass on one GPU ------===//
 //
 // The second Backend (docs/ARCHITECTURE.md, "Devices"): the K/V pool lives
-// in GPU memory with kv::KvStorage's block layout, the weights are uploaded
-// at load in their GGUF blocks and dequantized to bf16 there
+// in GPU memory with backend::KvStorage's block layout, the weights are
+// uploaded at load in their GGUF blocks and dequantized to bf16 there
 // (CudaWeightLayout), and a step runs on one stream: the embedding, per
 // layer RMSNorm, the fused Q|K|V GEMM (cuBLASLt, bf16 in, f32 out, one
 // algorithm per shape whatever its rows, so rows round alike in any step),
@@ -43,10 +43,6 @@ public:
          bool keysRotated, int deviceOrdinal = 0);
   ~CudaBackend() override;
 
-  llvm::Error forward(llvm::ArrayRef<model::ForwardSequence> batch,
-                      model::ForwardOutput &output) override;
-  llvm::Error forwardLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                            uint32_t numLayers) override;
   void tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
                       llvm::ArrayRef<int32_t> b,
                       llvm::ArrayRef<int32_t> validTokens,
@@ -66,8 +62,10 @@ public:
 
 private:
   explicit CudaBackend(std::unique_ptr<State> state);
-  llvm::Error runLayers(llvm::ArrayRef<model::ForwardSequence> batch,
-                        model::ForwardOutput *output, uint32_t numLayers);
+  StepLimits stepLimits() const override;
+  uint32_t numLayers() const override;
+  llvm::Error runStep(const StepLayout &step, model::ForwardOutput *output,
+                      uint32_t numLayers) override;
 
   std::unique_ptr<State> state;
 };

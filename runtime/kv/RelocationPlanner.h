@@ -22,7 +22,6 @@
 #define SPANC_RUNTIME_KV_RELOCATIONPLANNER_H
 
 #include "runtime/kv/BlockPool.h"
-#include "runtime/kv/Rerope.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseSet.h"
@@ -34,6 +33,16 @@
 namespace spanc::kv {
 
 using RequestId = uint64_t;
+
+/// One relocation: destination's K = source's K turned by `delta`
+/// positions; when destination != source, V is copied too (a duplicate).
+/// A backend runs it (on the CPU cpu::relocateBlocks, runtime/kernels/cpu/
+/// Rerope.h); a delta of 0 is a copy-on-write copy.
+struct RelocationOp {
+  uint32_t source = 0;
+  uint32_t destination = 0;
+  int64_t delta = 0;
+};
 
 /// Request `request` reuses `block` (holding one reference to it) and needs
 /// its first token at `wantedPosition`. `tag` is the caller's name for this

@@ -3,7 +3,7 @@
 // A forward step runs a batch of sequences, each with its new tokens, their
 // positions and its page list over the KV storage (docs/ARCHITECTURE.md,
 // "The plan", page lists). These value types are what a scheduler hands a
-// backend (runtime/backend/Backend.h) and what Model::forward takes; they
+// backend (runtime/backend/Backend.h) takes and lays out (StepLayout); they
 // carry no kernel or storage type, so a backend of another device uses them
 // as they are.
 //

@@ -1,26 +1,19 @@
-//===- Model.h - A Llama-family decoder and its batched CPU forward pass --===//
+//===- Model.h - A Llama-family decoder: its file, shape and weights
+//-------===//
 //
-// Model::load opens a GGUF file, reads its configuration and packs its
-// weights; Model::forward runs one step for a batch of sequences. Each
-// sequence brings its new tokens, their RoPE positions and its page list
-// (block ids + valid tokens per block) over a KvStorage: the new tokens are
-// the last tokens.size() logical tokens of that page list, their K/V are
-// written into those slots, and they attend causally to everything before
-// them in the list. So one call serves chunked prefill (many tokens of one
-// sequence), batched decode (one token each of several sequences) and span
-// queries (page lists that skip other spans' blocks).
+// Model::load opens a GGUF file, reads its configuration, packs its weights
+// for the CPU's GEMMs (or, for a device backend, only maps the file) and
+// builds the RoPE table. It describes the model and how its arithmetic
+// rounds (Numerics, ModelOptions); the backends run it: the CPU pass in
+// runtime/backend/cpu/ForwardPass.h, the CUDA backend on a GPU.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_MODEL_MODEL_H
 #define SPANC_RUNTIME_MODEL_MODEL_H
 
-#include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Gemm.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
-#include "runtime/kernels/cpu/QuantGemv.h"
 #include "runtime/kernels/cpu/Rope.h"
-#include "runtime/kv/KvStorage.h"
-#include "runtime/model/Forward.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/ModelConfig.h"
 #include "runtime/model/Weights.h"
@@ -67,7 +60,7 @@ struct ModelOptions {
   /// through the packed GEMMs too. Ignored with forceF32.
   bool quantizedDecode = true;
   /// Store K and V as f16, as llama.cpp's default KV cache does
-  /// (kvStorageConfig's precision); false keeps them exact in f32.
+  /// (backend::kvStorageConfigFor); false keeps them exact in f32.
   bool halfPrecisionKv = true;
   /// Numerics::LlamaCpp overrides forceF32, quantizedDecode and
   /// halfPrecisionKv.
@@ -75,39 +68,8 @@ struct ModelOptions {
   /// Pack the weights for the CPU forward pass. false loads only the
   /// configuration, the mapped file and the RoPE table, for a backend that
   /// uploads the file's tensors to a device itself (the CUDA backend): an
-  /// 8B model then costs no host copy. forward() then fails.
+  /// 8B model then costs no host copy. The CPU pass then refuses to run.
   bool hostWeights = true;
-};
-
-/// Wall time per kind of op, summed over forward() calls (for profiles).
-struct ForwardProfile {
-  double embeddingSeconds = 0, normSeconds = 0, qkvSeconds = 0, ropeSeconds = 0,
-         kvWriteSeconds = 0, attentionSeconds = 0, attentionOutputSeconds = 0,
-         gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
-         residualSeconds = 0, outputHeadSeconds = 0;
-  int64_t tokens = 0;
-  ForwardProfile &operator+=(const ForwardProfile &other) {
-    embeddingSeconds += other.embeddingSeconds;
-    normSeconds += other.normSeconds;
-    qkvSeconds += other.qkvSeconds;
-    ropeSeconds += other.ropeSeconds;
-    kvWriteSeconds += other.kvWriteSeconds;
-    attentionSeconds += other.attentionSeconds;
-    attentionOutputSeconds += other.attentionOutputSeconds;
-    gateUpSeconds += other.gateUpSeconds;
-    swiGluSeconds += other.swiGluSeconds;
-    downSeconds += other.downSeconds;
-    residualSeconds += other.residualSeconds;
-    outputHeadSeconds += other.outputHeadSeconds;
-    tokens += other.tokens;
-    return *this;
-  }
-  double total() const {
-    return embeddingSeconds + normSeconds + qkvSeconds + ropeSeconds +
-           kvWriteSeconds + attentionSeconds + attentionOutputSeconds +
-           gateUpSeconds + swiGluSeconds + downSeconds + residualSeconds +
-           outputHeadSeconds;
-  }
 };
 
 class Model {
@@ -130,66 +92,29 @@ public:
   /// its rows, so both devices rotate by the very same values).
   const cpu::RopeTable &rope() const { return ropeTable; }
 
-  /// The KV storage shape this model needs (callers pick numBlocks,
-  /// blockSize and whether K is stored rotated).
-  kv::KvStorageConfig kvStorageConfig(int64_t numBlocks, int blockSize = 16,
-                                      bool keysRotated = true) const;
-
-  /// Runs one step. Decode sequences (RowKind) come before prompt
-  /// sequences in `batch`. Checks every sequence (token ids, positions within
-  /// the RoPE table, block ids within the storage, enough valid slots) and
-  /// fails with the sequence index before touching the cache. With
-  /// rope-in-kernel storage (keys unrotated) queries are rotated at their
-  /// logical index and `positions` are ignored.
-  llvm::Error forward(llvm::ArrayRef<ForwardSequence> batch,
-                      kv::KvStorage &storage, ForwardOutput &output);
-  /// Runs only layers [0, numLayers) of a step, writing their K/V, and
-  /// returns no logits (every sequence must ask for none): a blend's
-  /// selection pass (sched::BlendTask).
-  llvm::Error forwardLayers(llvm::ArrayRef<ForwardSequence> batch,
-                            kv::KvStorage &storage, uint32_t numLayers);
-
-  /// Turns the per-op timers on (a small cost per op) and reads them.
-  void enableProfile(bool enabled) { profiling = enabled; }
-  const ForwardProfile &profile() const { return opProfile; }
-  void resetProfile() { opProfile = ForwardProfile(); }
+  /// Whether decode rows multiply the 4/8-bit weights in place
+  /// (ModelOptions::quantizedDecode, where the CPU has the kernel).
+  bool quantizedDecodeRows() const { return quantizedDecode; }
+  /// Whether K/V are stored as f16 (ModelOptions::halfPrecisionKv).
+  bool halfPrecisionKv() const { return halfKv; }
+  /// llama.cpp's RoPE shape (Numerics::LlamaCpp).
+  const cpu::LlamaCppRopeShape &llamaRopeShape() const { return llamaRope; }
+  /// The GEMM engine the weights were packed for (the CPU pass multiplies
+  /// with it).
+  cpu::GemmEngine &gemmEngine() const { return *gemm; }
 
 private:
   Model() = default;
-  void reserve(int64_t numTokens);
-  llvm::Error runLayers(llvm::ArrayRef<ForwardSequence> batch,
-                        kv::KvStorage &storage, ForwardOutput &output,
-                        uint32_t numLayers);
-  /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
-  /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
-  llvm::Error feedForwardFused(const LayerWeights &layer, int64_t numTokens);
 
   std::unique_ptr<GgufFile> gguf;
   ModelConfig modelConfig;
   std::unique_ptr<cpu::GemmEngine> gemm;
   bool quantizedDecode = false;
-  bool halfPrecisionKv = true;
+  bool halfKv = true;
   Numerics modelNumerics = Numerics::Default;
   cpu::LlamaCppRopeShape llamaRope; ///< for Numerics::LlamaCpp
-  cpu::QuantizedActivations quantizedActivations, feedForwardActivations;
   std::unique_ptr<ModelWeights> modelWeights;
   cpu::RopeTable ropeTable;
-  cpu::AttentionWorkspace attentionWorkspace;
-  std::vector<float> massScores, massQueries; ///< accumulateKeyMass scratch
-
-  // Activations, sized for the largest step so far.
-  int64_t capacity = 0;
-  std::vector<float> hidden, normed, queryKeyValue, attention, projected,
-      gateUp, feedForward, selected;
-  std::vector<int32_t> tokenIds, ropePositions, queryOffsets, pageOffsets,
-      blockIds, validTokens;
-  std::vector<uint8_t> decodeSequences;
-  std::vector<uint8_t> spanPages; ///< per page, for the attention kernel
-  std::vector<cpu::SpanScaling> spanScalings;   ///< per sequence
-  std::vector<int32_t> slotBlocks, slotIndices; ///< where each new token goes
-
-  bool profiling = false;
-  ForwardProfile opProfile;
 };
 
 } // namespace spanc::model

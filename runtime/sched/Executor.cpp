@@ -84,8 +84,8 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   return executor;
 }
 
-const kv::KvStorage &Executor::kvStorage() const {
-  const kv::KvStorage *storage = device->hostStorage();
+const backend::KvStorage &Executor::kvStorage() const {
+  const backend::KvStorage *storage = device->hostStorage();
   assert(storage && "kvStorage() of a backend whose K/V is not in host memory");
   return *storage;
 }

@@ -13,9 +13,9 @@
 
 #include "plan/Plan.h"
 #include "runtime/backend/Device.h"
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
-#include "runtime/kv/KvStorage.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/CallOutcome.h"
@@ -117,7 +117,7 @@ public:
   kv::BlockPool &pool() { return *blockPool; }
   /// The K/V memory (tests compare what relocation left there); only for
   /// a backend whose K/V lives in host memory (the CPU's).
-  const kv::KvStorage &kvStorage() const;
+  const backend::KvStorage &kvStorage() const;
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
 

@@ -386,7 +386,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
 
   int64_t budget = options.stepTokenBudget;
   // Decode first: one token for every generating call, so long prefills
-  // never stall running decodes (and Model::forward wants them first).
+  // never stall running decodes (and a backend wants them first).
   for (const auto &owned : running) {
     Request &request = *owned;
     if (!request.decoding)

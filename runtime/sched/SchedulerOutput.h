@@ -73,7 +73,7 @@ struct SchedulerOutput {
   /// CIDRA's plan for this step (kv::KvCacheManager::planStep): run it
   /// before the forward pass.
   kv::StepPlan stepPlan;
-  /// Decode sequences first, then prefill chunks (Model::forward's order).
+  /// Decode sequences first, then prefill chunks (a backend's order, StepLayout.h).
   std::vector<ScheduledSequence> sequences;
   std::vector<int32_t> tokens, positions;
   std::vector<int32_t> blockIds, validTokens;

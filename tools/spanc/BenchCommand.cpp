@@ -33,7 +33,7 @@ namespace spanc::cli {
 namespace {
 
 void printProfile(llvm::raw_ostream &out, const char *title,
-                  const model::ForwardProfile &profile) {
+                  const backend::ForwardProfile &profile) {
   double total = profile.total();
   if (total <= 0)
     return;

@@ -17,11 +17,11 @@
 #include "tools/spanc/ThreadsOption.h"
 
 #include "runtime/backend/BackendFactory.h"
+#include "runtime/backend/SequenceRunner.h"
 #include "runtime/kernels/cpu/AdaptiveThreads.h"
 #include "runtime/model/ChatTemplate.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
-#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Tokenizer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -295,20 +295,15 @@ int runGenerate(const std::vector<std::string> &args) {
   const int64_t sequenceTokens = int64_t(promptTokens.size()) + maxTokens;
   constexpr int kBlockSize = 16;
   std::unique_ptr<backend::Backend> deviceBackend;
-  model::SequenceRunner::ForwardFunction deviceForward;
   if (*device != backend::Device::Cpu) {
     auto made =
         sequenceBackend(engineModel, *device, sequenceTokens, kBlockSize);
     if (!made)
       return reportError("generate", llvm::toString(made.takeError()));
     deviceBackend = std::move(*made);
-    deviceForward = [&](llvm::ArrayRef<model::ForwardSequence> batch,
-                        model::ForwardOutput &out) {
-      return deviceBackend->forward(batch, out);
-    };
   }
-  auto runner = model::SequenceRunner::create(engineModel, sequenceTokens,
-                                              kBlockSize, deviceForward);
+  auto runner = backend::SequenceRunner::create(
+      engineModel, sequenceTokens, kBlockSize, std::move(deviceBackend));
   if (!runner)
     return reportError("generate", llvm::toString(runner.takeError()));
   model::Sampler sampler(*sampling);

@@ -10,11 +10,12 @@ namespace spanc::cli {
 llvm::Expected<int64_t> kvCacheTokens(llvm::StringRef capacity,
                                       const model::Model &model,
                                       unsigned blockSize) {
-  const kv::KvStorageConfig storageConfig = model.kvStorageConfig(1);
-  const uint64_t bytesPerBlock =
-      uint64_t(2) * storageConfig.numLayers * storageConfig.numKvHeads *
-      storageConfig.headDim * cpu::kvElementBytes(storageConfig.precision) *
-      blockSize;
+  const model::ModelConfig &config = model.config();
+  const cpu::KvPrecision precision =
+      model.halfPrecisionKv() ? cpu::KvPrecision::F16 : cpu::KvPrecision::F32;
+  const uint64_t bytesPerBlock = uint64_t(2) * config.numLayers *
+                                 config.numKvHeads * config.headDim *
+                                 cpu::kvElementBytes(precision) * blockSize;
   auto blocks = kv::parseKvCacheCapacity(capacity, blockSize, bytesPerBlock);
   if (!blocks)
     return blocks.takeError();

@@ -1,6 +1,6 @@
 //===- CopyBlock.h - Copy-on-write of one KV block on the device ----------===//
 //
-// kv::KvStorage::copyBlock on the device: every layer's K and V of one
+// backend::KvStorage::copyBlock on the device: every layer's K and V of one
 // block into another (a decode slot's copy of a shared block before its
 // first write). Two strided copies (K, then V), no kernel.
 //

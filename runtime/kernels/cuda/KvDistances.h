@@ -1,6 +1,6 @@
 //===- KvDistances.h - How far two blocks' K/V rows lie apart -------------===//
 //
-// kv::KvStorage::tokenDistances on the device, for a blend's selection
+// backend::KvStorage::tokenDistances on the device, for a blend's selection
 // pass (Backend::tokenDistances): per slot of two blocks of one layer, the
 // squared distance of their K and V rows over every KV head, summed in
 // double as the CPU sums.

@@ -1,6 +1,6 @@
 //===- KvMath.h - Where a K or V element lies in the paged pool -----------===//
 //
-// kv::KvStorage's layout as SPANC_HOST_DEVICE offsets, the one place the
+// backend::KvStorage's layout as SPANC_HOST_DEVICE offsets, the one place the
 // write, attention and relocation kernels (and their host tests) take it
 // from: K of (block, head) dimension-major, V slot-major.
 //

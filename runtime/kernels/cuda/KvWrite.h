@@ -1,6 +1,6 @@
 //===- KvWrite.h - Storing a step's K and V into the paged pool -----------===//
 //
-// kv::KvStorage::writeTokens on the device: each new token's K and V rows
+// backend::KvStorage::writeTokens on the device: each new token's K and V rows
 // (f32, straight from the Q|K|V GEMM and RoPE) go to their slot of their
 // block, rounded to the pool's precision (f16 round to nearest even, as
 // the CPU rounds) and with K transposed into the dimension-major layout.

@@ -2,7 +2,7 @@
 //
 // cpu::pagedAttention on the GPU, for prefill and decode alike: every
 // sequence is a page list over the K/V pool (Types.h: PagedKvView, the
-// layout of kv::KvStorage), its queries are the last logical tokens of
+// layout of backend::KvStorage), its queries are the last logical tokens of
 // that list, padding slots take no logical index, heads are grouped (GQA).
 // Two variants, as on the CPU: K stored rotated (ReRoPE relocation moves
 // it), or stored unrotated and rotated inside the kernel at its logical

@@ -1,7 +1,7 @@
 //===- Relocation.h - ReRoPE relocation of KV blocks on CUDA devices ------===//
 //
-// kv::RelocationExecutor on the GPU: one CIDRA batch (RelocationBatch.h) in
-// ONE launch over every op, layer and KV head; K turned by each op's delta
+// backend::RelocationExecutor on the GPU: one CIDRA batch (RelocationBatch.h)
+// in ONE launch over every op, layer and KV head; K turned by each op's delta
 // in f32 from the stored f16/f32 values and rounded back (the CPU's
 // arithmetic, RelocationMath.h), V copied for a duplicate. A plan's batches
 // run in order on one stream, so a later batch sees an earlier one's

@@ -56,7 +56,7 @@ Status buildRelocationBatch(const KvPoolView &pool,
                         ", which the batch writes");
 
   // One table per distinct nonzero delta, in double as the CPU fills its
-  // tables (kv::relocateBlocks), then rounded to f32.
+  // tables (cpu::relocateBlocks), then rounded to f32.
   const int half = rotation.rotaryDim / 2;
   std::vector<int64_t> deltas;
   batch.records.reserve(numOps);

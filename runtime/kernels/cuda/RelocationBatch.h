@@ -4,8 +4,8 @@
 // kv::RelocationPlan (independent ops: copy or duplicate a block, turn its
 // K by a position delta) becomes one launch: the ops as plain records and
 // one cos/sin table per distinct delta, computed here in double from the
-// exact per-pair frequencies (kv::relocationFrequencies) as the CPU's
-// kv::relocateBlocks computes them, so both devices turn by the same f32
+// exact per-pair frequencies (backend::relocationFrequencies) as the CPU's
+// cpu::relocateBlocks computes them, so both devices turn by the same f32
 // values. An op with delta 0 copies bits (no table, nothing rounded).
 //
 //===----------------------------------------------------------------------===//
@@ -28,7 +28,7 @@ struct RelocationOp {
   int64_t delta = 0;
 };
 
-/// The rotation RoPE applies per position step (kv::RopeRotation): pair i
+/// The rotation RoPE applies per position step (cpu::RopeRotation): pair i
 /// turns by frequencies[i] radians per position.
 struct RelocationRotation {
   RopeOrder order = RopeOrder::Normal;

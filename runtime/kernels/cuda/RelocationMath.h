@@ -6,7 +6,7 @@
 // non-rotating K dims and V (copied, for a duplicate only). relocateUnit is
 // SPANC_HOST_DEVICE: the kernel runs it for every unit of every item, and
 // a host test runs the same units over host memory against
-// kv::relocateBlocksScalar.
+// cpu::relocateBlocksScalar.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CUDA_RELOCATIONMATH_H

@@ -31,7 +31,7 @@ inline int kvElementBytes(KvPrecision precision) {
   return precision == KvPrecision::F16 ? 2 : 4;
 }
 
-/// The paged K/V pool of every layer, laid out as kv::KvStorage lays out
+/// The paged K/V pool of every layer, laid out as backend::KvStorage lays out
 /// one: per layer a K array [block][kvHead][headDim][slot] (dimension-major
 /// inside a block) and a V array [block][kvHead][slot][headDim]. Layer l's
 /// K starts at keys + l * layerStride elements, its V at values + l *

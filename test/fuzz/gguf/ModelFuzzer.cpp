@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/SequenceRunner.h"
 #include "runtime/model/Model.h"
-#include "runtime/model/SequenceRunner.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -24,6 +24,7 @@
 #include <string>
 
 using namespace spanc::model;
+using spanc::backend::SequenceRunner;
 
 namespace {
 

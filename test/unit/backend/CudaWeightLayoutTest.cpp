@@ -8,7 +8,7 @@
 
 #include "runtime/backend/CudaWeightLayout.h"
 
-#include "runtime/kv/KvStorage.h"
+#include "runtime/backend/CpuBackend.h"
 #include "runtime/model/Gguf.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/ModelConfig.h"
@@ -209,13 +209,13 @@ TEST(ModelWithoutHostWeights, KeepsItsConfigurationAndRopeButRefusesForward) {
   EXPECT_FALSE((*model)->hasHostWeights());
   EXPECT_EQ((*model)->rope().numPositions(),
             int64_t((*model)->config().contextLength));
-  auto storage =
-      spanc::kv::KvStorage::create((*model)->kvStorageConfig(4, 16, false));
-  ASSERT_TRUE(bool(storage));
+  auto cpu = spanc::backend::CpuBackend::create(**model, 4, 16,
+                                                /*keysRotated=*/false);
+  ASSERT_TRUE(bool(cpu));
   std::vector<int32_t> tokens = {1}, blocks = {0}, valid = {1};
   spanc::model::ForwardSequence sequence{tokens, tokens, blocks, valid};
   spanc::model::ForwardOutput output;
-  llvm::Error error = (*model)->forward(sequence, **storage, output);
+  llvm::Error error = (*cpu)->forward(sequence, output);
   ASSERT_TRUE(bool(error));
   EXPECT_NE(llvm::toString(std::move(error)).find("without host weights"),
             std::string::npos);

@@ -19,8 +19,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/Attention.h"
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
-#include "runtime/kv/KvStorage.h"
 
 #include <gtest/gtest.h>
 
@@ -114,7 +114,7 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   SCOPED_TRACE(precision == KvPrecision::F16 ? "f16 storage" : "f32 storage");
   SCOPED_TRACE(allowAmx ? "amx allowed" : "f32 products");
   double largestRatio = 0;
-  kv::KvStorageConfig config;
+  backend::KvStorageConfig config;
   config.precision = precision;
   config.numLayers = 2;
   config.numKvHeads = testCase.numKvHeads;
@@ -122,12 +122,12 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   config.blockSize = testCase.blockSize;
   config.numBlocks = testCase.numBlocks;
   config.keysRotated = !testCase.ropeInKernel;
-  auto storageOrError = kv::KvStorage::create(config);
+  auto storageOrError = backend::KvStorage::create(config);
   if (!storageOrError) {
     ADD_FAILURE() << llvm::toString(storageOrError.takeError());
     return 0;
   }
-  kv::KvStorage &storage = **storageOrError;
+  backend::KvStorage &storage = **storageOrError;
   const int layer = 1;
   const int kvWidth = testCase.numKvHeads * testCase.headDim;
   std::mt19937 rng(1234);
@@ -563,7 +563,7 @@ std::vector<std::vector<float>> runTails(KvPrecision precision, bool allowAmx,
                                          const std::vector<int> &numQueries) {
   const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
   const int64_t numBlocks = 40;
-  kv::KvStorageConfig config;
+  backend::KvStorageConfig config;
   config.precision = precision;
   config.numLayers = 1;
   config.numKvHeads = numKvHeads;
@@ -571,7 +571,7 @@ std::vector<std::vector<float>> runTails(KvPrecision precision, bool allowAmx,
   config.blockSize = blockSize;
   config.numBlocks = numBlocks;
   config.keysRotated = !ropeInKernel;
-  auto storage = kv::KvStorage::create(config);
+  auto storage = backend::KvStorage::create(config);
   EXPECT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
   std::mt19937 rng(99);
   std::normal_distribution<float> normal(0.0f, 1.0f);

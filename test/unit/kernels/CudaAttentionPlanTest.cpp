@@ -12,12 +12,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cuda/AttentionMath.h"
 #include "runtime/kernels/cuda/AttentionPlan.h"
 #include "runtime/kernels/cuda/ElementwiseMath.h"
 #include "runtime/kernels/cuda/KvMath.h"
-#include "runtime/kv/KvStorage.h"
 
 #include <gtest/gtest.h>
 
@@ -441,7 +441,7 @@ class CudaAttentionReplay : public testing::TestWithParam<ReplayCase> {};
 TEST_P(CudaAttentionReplay, MatchesTheCpuKernelOverTheSamePageLists) {
   const ReplayCase param = GetParam();
   const int queryHeads = 6, kvHeads = 2, headDim = 64, blockSize = 16;
-  kv::KvStorageConfig config;
+  backend::KvStorageConfig config;
   config.numLayers = 1;
   config.numKvHeads = kvHeads;
   config.headDim = headDim;
@@ -449,7 +449,7 @@ TEST_P(CudaAttentionReplay, MatchesTheCpuKernelOverTheSamePageLists) {
   config.numBlocks = 80;
   config.keysRotated = !param.ropeInKernel;
   config.precision = param.precision;
-  auto storage = kv::KvStorage::create(config);
+  auto storage = backend::KvStorage::create(config);
   ASSERT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
   std::mt19937 rng(21);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -537,20 +537,20 @@ INSTANTIATE_TEST_SUITE_P(
 /// replays the kernel over `batch` planned with `options`.
 struct ReplayBench {
   static constexpr int queryHeads = 6, kvHeads = 2, headDim = 64;
-  std::unique_ptr<kv::KvStorage> storage;
+  std::unique_ptr<backend::KvStorage> storage;
   cpu::RopeTable ropeTable;
   bool ropeInKernel = false;
 
   explicit ReplayBench(const ReplayCase &param)
       : ropeInKernel(param.ropeInKernel) {
-    kv::KvStorageConfig config;
+    backend::KvStorageConfig config;
     config.numLayers = 1;
     config.numKvHeads = kvHeads;
     config.headDim = headDim;
     config.numBlocks = 80;
     config.keysRotated = !param.ropeInKernel;
     config.precision = param.precision;
-    auto created = kv::KvStorage::create(config);
+    auto created = backend::KvStorage::create(config);
     EXPECT_TRUE(bool(created));
     storage = std::move(*created);
     std::mt19937 rng(5);

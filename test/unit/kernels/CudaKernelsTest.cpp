@@ -17,6 +17,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Elementwise.h"
 #include "runtime/kernels/cpu/Half.h"
@@ -36,8 +38,6 @@
 #include "runtime/kernels/cuda/Rows.h"
 #include "runtime/kernels/cuda/Sampling.h"
 #include "runtime/kernels/cuda/SwiGlu.h"
-#include "runtime/kv/KvStorage.h"
-#include "runtime/kv/RelocationExecutor.h"
 #include "runtime/model/Quantization.h"
 #include "runtime/model/Sampler.h"
 #include "test/unit/kernels/KvStorageTestUtils.h"
@@ -124,18 +124,18 @@ struct DevicePool {
   cuda::KvPoolView pool;
 };
 
-cuda::Status uploadStorage(kv::KvStorage &storage, DevicePool &device) {
+cuda::Status uploadStorage(backend::KvStorage &storage, DevicePool &device) {
   SPANC_CUDA_TRY(device.memory.reserve(size_t(storage.sizeInBytes())));
   SPANC_CUDA_TRY(cuda::copyToDevice(device.memory.data(),
                                     storage.keyData(0, 0, 0),
                                     size_t(storage.sizeInBytes()), nullptr));
-  device.pool = kv::poolViewAt(storage, device.memory.data());
+  device.pool = backend::poolViewAt(storage, device.memory.data());
   return cuda::Status::success();
 }
 
-std::unique_ptr<kv::KvStorage> makeStorage(cpu::KvPrecision precision,
-                                           bool keysRotated = true) {
-  kv::KvStorageConfig config;
+std::unique_ptr<backend::KvStorage> makeStorage(cpu::KvPrecision precision,
+                                                bool keysRotated = true) {
+  backend::KvStorageConfig config;
   config.numLayers = 2;
   config.numKvHeads = 2;
   config.headDim = 64;
@@ -143,21 +143,20 @@ std::unique_ptr<kv::KvStorage> makeStorage(cpu::KvPrecision precision,
   config.numBlocks = 64;
   config.keysRotated = keysRotated;
   config.precision = precision;
-  auto storage = kv::KvStorage::create(config);
+  auto storage = backend::KvStorage::create(config);
   return storage ? std::move(*storage) : nullptr;
 }
 
 /// makeStorage's storage filled with random K/V, and its copy in `device`;
 /// nullptr (and a test failure) when either fails.
-std::unique_ptr<kv::KvStorage> randomStorageOnDevice(DevicePool &device,
-                                                     std::mt19937 &rng,
-                                                     cpu::KvPrecision precision,
-                                                     bool keysRotated = true) {
+std::unique_ptr<backend::KvStorage>
+randomStorageOnDevice(DevicePool &device, std::mt19937 &rng,
+                      cpu::KvPrecision precision, bool keysRotated = true) {
   auto storage = makeStorage(precision, keysRotated);
   EXPECT_TRUE(storage);
   if (!storage)
     return nullptr;
-  kv::fillRandom(*storage, rng);
+  backend::fillRandom(*storage, rng);
   const cuda::Status status = uploadStorage(*storage, device);
   EXPECT_TRUE(status.ok()) << status.message();
   return status.ok() ? std::move(storage) : nullptr;
@@ -493,7 +492,7 @@ protected:
   /// What keys rotate by under rope-in-kernel.
   cpu::RopeTable ropeTable{ropeConfig64(), 2048};
   DevicePool device;
-  std::unique_ptr<kv::KvStorage> storage;
+  std::unique_ptr<backend::KvStorage> storage;
 };
 
 TEST_P(CudaAttention, MatchesTheCpuKernel) {
@@ -652,8 +651,9 @@ TEST_F(CudaKernels, RelocationTurnsBlocksAsTheCpuExecutor) {
     rope.order = order;
     const std::vector<kv::RelocationOp> cpuOps = {
         {2, 2, 37}, {4, 10, 37}, {5, 11, -300}, {6, 12, 0}, {7, 7, 100000}};
-    kv::RelocationExecutor executor(*storage, rope);
-    const std::vector<double> frequencies = kv::relocationFrequencies(rope);
+    backend::RelocationExecutor executor(*storage, rope);
+    const std::vector<double> frequencies =
+        backend::relocationFrequencies(rope);
     cuda::RelocationRotation rotation;
     rotation.order = order == cpu::RopeOrder::NeoX ? cuda::RopeOrder::NeoX
                                                    : cuda::RopeOrder::Normal;

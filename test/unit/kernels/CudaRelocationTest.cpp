@@ -4,20 +4,20 @@
 // What the K/V write and ReRoPE relocation kernels do to the pool, replayed
 // on the host with their own code (KvMath.h offsets, relocateUnit over
 // every unit of every (op, layer, head) item of a RelocationBatch) over a
-// kv::KvStorage's memory, and compared with what the CPU does to an
-// identical storage (writeTokens; kv::relocateBlocksScalar through the
-// layout kv::RelocationExecutor derives). The batch layout itself (tables
+// backend::KvStorage's memory, and compared with what the CPU does to an
+// identical storage (writeTokens; cpu::relocateBlocksScalar through the
+// layout backend::RelocationExecutor derives). The batch layout itself (tables
 // per distinct delta, refused batches, the grid) is checked directly.
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
+#include "runtime/kernels/cpu/Rerope.h"
 #include "runtime/kernels/cuda/HostDevice.h"
 #include "runtime/kernels/cuda/KvMath.h"
 #include "runtime/kernels/cuda/RelocationBatch.h"
 #include "runtime/kernels/cuda/RelocationMath.h"
-#include "runtime/kv/KvStorage.h"
-#include "runtime/kv/RelocationExecutor.h"
-#include "runtime/kv/Rerope.h"
 #include "test/unit/kernels/KvStorageTestUtils.h"
 
 #include <gtest/gtest.h>
@@ -31,31 +31,31 @@ namespace {
 
 using namespace spanc;
 
-std::unique_ptr<kv::KvStorage> makeStorage(cpu::KvPrecision precision,
-                                           int numLayers = 3) {
-  kv::KvStorageConfig config;
+std::unique_ptr<backend::KvStorage> makeStorage(cpu::KvPrecision precision,
+                                                int numLayers = 3) {
+  backend::KvStorageConfig config;
   config.numLayers = numLayers;
   config.numKvHeads = 2;
   config.headDim = 64;
   config.blockSize = 16;
   config.numBlocks = 24;
   config.precision = precision;
-  auto storage = kv::KvStorage::create(config);
+  auto storage = backend::KvStorage::create(config);
   EXPECT_TRUE(bool(storage));
   return storage ? std::move(*storage) : nullptr;
 }
 
 /// The pool view the backend would hand the kernels for `storage`.
-cuda::KvPoolView poolOf(kv::KvStorage &storage) {
-  return kv::poolViewAt(storage, storage.keyData(0, 0, 0));
+cuda::KvPoolView poolOf(backend::KvStorage &storage) {
+  return backend::poolViewAt(storage, storage.keyData(0, 0, 0));
 }
 
-void fillRandom(kv::KvStorage &storage, uint32_t seed) {
+void fillRandom(backend::KvStorage &storage, uint32_t seed) {
   std::mt19937 rng(seed);
-  kv::fillRandom(storage, rng);
+  backend::fillRandom(storage, rng);
 }
 
-bool sameBytes(kv::KvStorage &a, kv::KvStorage &b) {
+bool sameBytes(backend::KvStorage &a, backend::KvStorage &b) {
   return std::memcmp(a.keyData(0, 0, 0), b.keyData(0, 0, 0),
                      size_t(a.sizeInBytes())) == 0;
 }
@@ -148,21 +148,21 @@ TEST_P(CudaRelocationReplay, TurnsAndCopiesBlocksAsTheCpuExecutor) {
   rope.theta = 10000.0f;
   // In place, duplicates with shared and distinct deltas, negative delta,
   // a delta-0 copy.
-  const std::vector<kv::RelocationOp> cpuOps = {
+  const std::vector<cpu::RelocationOp> cpuOps = {
       {2, 2, 37}, {4, 10, 37}, {5, 11, -300}, {6, 12, 0}, {7, 7, 1000000}};
-  kv::RelocationExecutor executor(*cpuStorage, rope);
-  kv::relocateBlocksScalar(executor.layout(), executor.rotation(),
-                           std::vector<void *>{cpuStorage->keyData(0, 0, 0),
-                                               cpuStorage->keyData(1, 0, 0),
-                                               cpuStorage->keyData(2, 0, 0)}
-                               .data(),
-                           std::vector<void *>{cpuStorage->valueData(0, 0, 0),
-                                               cpuStorage->valueData(1, 0, 0),
-                                               cpuStorage->valueData(2, 0, 0)}
-                               .data(),
-                           cpuOps);
+  backend::RelocationExecutor executor(*cpuStorage, rope);
+  cpu::relocateBlocksScalar(executor.layout(), executor.rotation(),
+                            std::vector<void *>{cpuStorage->keyData(0, 0, 0),
+                                                cpuStorage->keyData(1, 0, 0),
+                                                cpuStorage->keyData(2, 0, 0)}
+                                .data(),
+                            std::vector<void *>{cpuStorage->valueData(0, 0, 0),
+                                                cpuStorage->valueData(1, 0, 0),
+                                                cpuStorage->valueData(2, 0, 0)}
+                                .data(),
+                            cpuOps);
 
-  const std::vector<double> frequencies = kv::relocationFrequencies(rope);
+  const std::vector<double> frequencies = backend::relocationFrequencies(rope);
   cuda::RelocationRotation rotation;
   rotation.order = param.order == cpu::RopeOrder::NeoX
                        ? cuda::RopeOrder::NeoX
@@ -170,7 +170,7 @@ TEST_P(CudaRelocationReplay, TurnsAndCopiesBlocksAsTheCpuExecutor) {
   rotation.rotaryDim = rope.rotaryDim;
   rotation.frequencies = frequencies.data();
   std::vector<cuda::RelocationOp> ops;
-  for (const kv::RelocationOp &op : cpuOps)
+  for (const cpu::RelocationOp &op : cpuOps)
     ops.push_back({op.source, op.destination, op.delta});
   const cuda::KvPoolView pool = poolOf(*gpuStorage);
   cuda::RelocationBatch batch;

@@ -9,9 +9,9 @@
 
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
-#include "runtime/kv/KvStorage.h"
 #include "test/unit/kernels/ErrorBounds.h"
 
 #include <gtest/gtest.h>
@@ -98,7 +98,7 @@ constexpr int kHeads = 4, kKvHeads = 2, kHeadDim = 64;
 constexpr int64_t kQueryDim = kHeads * kHeadDim, kKvDim = kKvHeads * kHeadDim;
 
 struct Fixture {
-  std::unique_ptr<kv::KvStorage> storage;
+  std::unique_ptr<backend::KvStorage> storage;
   std::vector<float> keys, values; ///< [token][kvDim], f16-rounded
   std::vector<int32_t> blockIds, validTokens;
 };
@@ -107,13 +107,13 @@ struct Fixture {
 /// counts are `valid` (a partial page in the middle leaves padding).
 Fixture makeFixture(const std::vector<int32_t> &valid, unsigned seed) {
   Fixture fixture;
-  kv::KvStorageConfig config;
+  backend::KvStorageConfig config;
   config.numLayers = 1;
   config.numKvHeads = kKvHeads;
   config.headDim = kHeadDim;
   config.blockSize = 16;
   config.numBlocks = int64_t(valid.size()) + 2;
-  auto storage = kv::KvStorage::create(config);
+  auto storage = backend::KvStorage::create(config);
   EXPECT_TRUE(bool(storage));
   fixture.storage = std::move(*storage);
   std::mt19937 rng(seed);

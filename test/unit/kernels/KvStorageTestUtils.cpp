@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 void fillRandom(KvStorage &storage, std::mt19937 &rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -49,4 +49,4 @@ cuda::KvPoolView poolViewAt(KvStorage &storage, void *base) {
   return pool;
 }
 
-} // namespace spanc::kv
+} // namespace spanc::backend

@@ -1,19 +1,19 @@
 //===- KvStorageTestUtils.h - A KV storage as the CUDA kernel tests use it ===//
 //
 // What the CUDA kernel tests (CudaKernelsTest on a device, CudaRelocationTest
-// replaying the kernels on the host) share: a kv::KvStorage filled with
+// replaying the kernels on the host) share: a backend::KvStorage filled with
 // random K/V, and the cuda::KvPoolView of its layout at another address.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_TEST_UNIT_KERNELS_KVSTORAGETESTUTILS_H
 #define SPANC_TEST_UNIT_KERNELS_KVSTORAGETESTUTILS_H
 
+#include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cuda/Types.h"
-#include "runtime/kv/KvStorage.h"
 
 #include <random>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 /// Writes normal(0, 1) K and V into every slot of every block and layer.
 void fillRandom(KvStorage &storage, std::mt19937 &rng);
@@ -22,6 +22,6 @@ void fillRandom(KvStorage &storage, std::mt19937 &rng);
 /// memory, or a device copy of it).
 cuda::KvPoolView poolViewAt(KvStorage &storage, void *base);
 
-} // namespace spanc::kv
+} // namespace spanc::backend
 
 #endif // SPANC_TEST_UNIT_KERNELS_KVSTORAGETESTUTILS_H

@@ -7,12 +7,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kv/RelocationPlanner.h"
+#include "runtime/kernels/cpu/Rerope.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+using namespace spanc;
 using namespace spanc::kv;
 
 namespace {
@@ -26,11 +28,12 @@ namespace {
 /// K/V for a pool: 2 layers, 1 head, head dim 8, block size 4, token-major.
 struct Storage {
   static constexpr int HeadDim = 8, BlockSize = 4, NumLayers = 2;
-  KvBlockLayout layout{
+  cpu::KvBlockLayout layout{
       NumLayers,          1,       HeadDim, BlockSize, HeadDim *BlockSize,
       HeadDim *BlockSize, HeadDim, 1};
-  std::vector<double> frequencies = ropeFrequencies(10000.0, HeadDim);
-  RopeRotation rotation{RopePairing::Normal, HeadDim, frequencies.data()};
+  std::vector<double> frequencies = cpu::ropeFrequencies(10000.0, HeadDim);
+  cpu::RopeRotation rotation{cpu::RopePairing::Normal, HeadDim,
+                             frequencies.data()};
   std::vector<std::vector<float>> keys, values;
   std::vector<void *> keyPointers, valuePointers;
 
@@ -52,9 +55,13 @@ struct Storage {
   }
 
   void apply(const RelocationPlan &plan) {
-    for (const auto &batch : plan.batches)
-      relocateBlocks(layout, rotation, keyPointers.data(), valuePointers.data(),
-                     batch);
+    for (const auto &batch : plan.batches) {
+      std::vector<cpu::RelocationOp> ops;
+      for (const RelocationOp &op : batch)
+        ops.push_back({op.source, op.destination, op.delta});
+      cpu::relocateBlocks(layout, rotation, keyPointers.data(),
+                          valuePointers.data(), ops);
+    }
   }
 
   /// Max error of block `block` now against `source` in `before` turned by

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/CpuBackend.h"
 #include "runtime/model/Model.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -84,12 +85,13 @@ struct Pages {
   }
 };
 
-std::unique_ptr<kv::KvStorage> makeStorage(const Model &model,
-                                           bool keysRotated = true) {
-  auto storage =
-      kv::KvStorage::create(model.kvStorageConfig(256, 16, keysRotated));
-  EXPECT_TRUE(bool(storage));
-  return std::move(*storage);
+/// A CPU backend with 256 blocks of 16 tokens (the CPU pass over its own
+/// K/V memory).
+std::unique_ptr<backend::CpuBackend> makeStorage(Model &model,
+                                                 bool keysRotated = true) {
+  auto cpu = backend::CpuBackend::create(model, 256, 16, keysRotated);
+  EXPECT_TRUE(bool(cpu));
+  return std::move(*cpu);
 }
 
 float maxDifference(const float *a, const float *b, int64_t count) {
@@ -113,7 +115,7 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOnePrefill) {
   ForwardSequence all{tokens, positions, pages.blockIds, pages.validTokens,
                       LogitsRequest::All};
   ForwardOutput reference;
-  ASSERT_FALSE(bool(model->forward(all, *storage, reference)));
+  ASSERT_FALSE(bool(storage->forward(all, reference)));
   ASSERT_EQ(reference.rowOffsets.back(), length);
   for (int64_t index = 0; index < reference.vocabSize * length; ++index)
     ASSERT_TRUE(std::isfinite(reference.logits[size_t(index)]));
@@ -130,7 +132,7 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOnePrefill) {
     ForwardSequence step{chunkTokens, chunkPositions, prefix.blockIds,
                          prefix.validTokens, LogitsRequest::All};
     ForwardOutput output;
-    ASSERT_FALSE(bool(model->forward(step, *chunked, output)));
+    ASSERT_FALSE(bool(chunked->forward(step, output)));
     for (int row = 0; row < chunk; ++row)
       EXPECT_LT(maxDifference(output.row(row), reference.row(done + row),
                               reference.vocabSize),
@@ -155,7 +157,7 @@ TEST(Forward, OneRowPerSequenceInOneStepMatchesACausalRun) {
     ForwardSequence all{tokens, positions, pages.blockIds, pages.validTokens,
                         LogitsRequest::All};
     ForwardOutput reference;
-    ASSERT_FALSE(bool(model->forward(all, *storage, reference)));
+    ASSERT_FALSE(bool(storage->forward(all, reference)));
 
     auto rows = makeStorage(*model, keysRotated);
     std::vector<std::vector<int32_t>> valid(length);
@@ -177,7 +179,7 @@ TEST(Forward, OneRowPerSequenceInOneStepMatchesACausalRun) {
       batch.push_back(sequence);
     }
     ForwardOutput output;
-    ASSERT_FALSE(bool(model->forward(batch, *rows, output)));
+    ASSERT_FALSE(bool(rows->forward(batch, output)));
     for (int token = 0; token < length; ++token)
       EXPECT_LT(maxDifference(output.row(token), reference.row(token),
                               reference.vocabSize),
@@ -198,12 +200,12 @@ TEST(Forward, BatchedSequencesMatchEachAlone) {
                              {second, secondPositions, secondPages.blockIds,
                               secondPages.validTokens, LogitsRequest::All}};
   ForwardOutput together;
-  ASSERT_FALSE(bool(model->forward(batch, *storage, together)));
+  ASSERT_FALSE(bool(storage->forward(batch, together)));
   ASSERT_EQ(together.rowOffsets.back(), 1 + 5);
   for (int index = 0; index < 2; ++index) {
     auto alone = makeStorage(*model);
     ForwardOutput output;
-    ASSERT_FALSE(bool(model->forward(batch[index], *alone, output)));
+    ASSERT_FALSE(bool(alone->forward(batch[index], output)));
     for (int64_t row = 0; row < output.rowOffsets.back(); ++row)
       EXPECT_LT(
           maxDifference(output.row(row),
@@ -222,10 +224,10 @@ TEST(Forward, BatchedSequencesMatchEachAlone) {
       {nextSecond, secondNextPosition, secondAfter.blockIds,
        secondAfter.validTokens, LogitsRequest::Last}};
   ForwardOutput decoded;
-  ASSERT_FALSE(bool(model->forward(decode, *storage, decoded)));
+  ASSERT_FALSE(bool(storage->forward(decode, decoded)));
   for (int index = 0; index < 2; ++index) {
     ForwardOutput alone;
-    ASSERT_FALSE(bool(model->forward(decode[index], *storage, alone)));
+    ASSERT_FALSE(bool(storage->forward(decode[index], alone)));
     EXPECT_LT(maxDifference(alone.row(0), decoded.row(index), alone.vocabSize),
               kTolerance);
   }
@@ -239,28 +241,28 @@ TEST(Forward, PaddingSlotsTakeNoPosition) {
   auto contiguousStorage = makeStorage(*model);
   Pages contiguous(0, 30);
   ForwardOutput reference;
-  ASSERT_FALSE(bool(model->forward(
+  ASSERT_FALSE(bool(contiguousStorage->forward(
       ForwardSequence{tokens, positions, contiguous.blockIds,
                       contiguous.validTokens, LogitsRequest::All},
-      *contiguousStorage, reference)));
+      reference)));
 
   auto storage = makeStorage(*model);
   std::vector<int32_t> spanTokens(tokens.begin(), tokens.begin() + 10);
   std::vector<int32_t> spanPositions = iota(0, 10);
   std::vector<int32_t> spanBlocks = {37}, spanValid = {10};
   ForwardOutput spanOutput;
-  ASSERT_FALSE(
-      bool(model->forward(ForwardSequence{spanTokens, spanPositions, spanBlocks,
-                                          spanValid, LogitsRequest::All},
-                          *storage, spanOutput)));
+  ASSERT_FALSE(bool(
+      storage->forward(ForwardSequence{spanTokens, spanPositions, spanBlocks,
+                                       spanValid, LogitsRequest::All},
+                       spanOutput)));
   std::vector<int32_t> tailTokens(tokens.begin() + 10, tokens.end());
   std::vector<int32_t> tailPositions = iota(10, 20);
   std::vector<int32_t> blocks = {37, 5, 90}, valid = {10, 16, 4};
   ForwardOutput tailOutput;
   ASSERT_FALSE(
-      bool(model->forward(ForwardSequence{tailTokens, tailPositions, blocks,
-                                          valid, LogitsRequest::All},
-                          *storage, tailOutput)));
+      bool(storage->forward(ForwardSequence{tailTokens, tailPositions, blocks,
+                                            valid, LogitsRequest::All},
+                            tailOutput)));
   for (int row = 0; row < 10; ++row)
     EXPECT_LT(maxDifference(spanOutput.row(row), reference.row(row),
                             reference.vocabSize),
@@ -281,8 +283,8 @@ TEST(Forward, RopeInKernelMatchesRotatedKeys) {
   auto rotated = makeStorage(*model, true);
   auto unrotated = makeStorage(*model, false);
   ForwardOutput reference, output;
-  ASSERT_FALSE(bool(model->forward(sequence, *rotated, reference)));
-  ASSERT_FALSE(bool(model->forward(sequence, *unrotated, output)));
+  ASSERT_FALSE(bool(rotated->forward(sequence, reference)));
+  ASSERT_FALSE(bool(unrotated->forward(sequence, output)));
   for (int row = 0; row < 33; ++row)
     EXPECT_LT(
         maxDifference(output.row(row), reference.row(row), reference.vocabSize),
@@ -296,21 +298,21 @@ TEST(Forward, BadBatchesAreErrorsNotCrashes) {
   std::vector<int32_t> tokens = {1, 2, 3}, positions = iota(0, 3);
   std::vector<int32_t> blocks = {0}, valid = {2};
   ForwardOutput output;
-  llvm::Error tooShort = model->forward(
-      ForwardSequence{tokens, positions, blocks, valid}, *storage, output);
+  llvm::Error tooShort = storage->forward(
+      ForwardSequence{tokens, positions, blocks, valid}, output);
   ASSERT_TRUE(bool(tooShort));
   EXPECT_NE(llvm::toString(std::move(tooShort)).find("fewer than the 3 new"),
             std::string::npos);
   std::vector<int32_t> badTokens = {1, 99999, 3};
   valid = {3};
-  llvm::Error badId = model->forward(
-      ForwardSequence{badTokens, positions, blocks, valid}, *storage, output);
+  llvm::Error badId = storage->forward(
+      ForwardSequence{badTokens, positions, blocks, valid}, output);
   ASSERT_TRUE(bool(badId));
   EXPECT_NE(llvm::toString(std::move(badId)).find("id 99999"),
             std::string::npos);
   std::vector<int32_t> badBlocks = {100000};
-  llvm::Error badBlock = model->forward(
-      ForwardSequence{tokens, positions, badBlocks, valid}, *storage, output);
+  llvm::Error badBlock = storage->forward(
+      ForwardSequence{tokens, positions, badBlocks, valid}, output);
   ASSERT_TRUE(bool(badBlock));
   EXPECT_NE(llvm::toString(std::move(badBlock)).find("block id 100000"),
             std::string::npos);

@@ -20,11 +20,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/SequenceRunner.h"
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
 #include "runtime/model/Model.h"
 #include "runtime/model/Sampler.h"
-#include "runtime/model/SequenceRunner.h"
 #include "runtime/model/Tokenizer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -43,6 +43,8 @@ namespace {
 
 using namespace spanc;
 using namespace spanc::model;
+using spanc::backend::computePerplexity;
+using spanc::backend::SequenceRunner;
 
 // For the default numerics: llama.cpp does not reproduce itself token for
 // token across its own configurations: with flash attention off instead of

@@ -414,8 +414,9 @@ TEST_P(ExecutorTest, ReropeRelocatedKeysEqualKeysComputedAtTheTargetPositions) {
   ASSERT_GT(hit[0].stats.relocatedTokens, 0u);
   auto cold = makeExecutor(kv::CacheMode::Span, kv::RelocationMode::Rerope);
   cold->run(ba);
-  const kv::KvStorage &hitKv = warm->kvStorage(), &missKv = cold->kvStorage();
-  const kv::KvStorageConfig &shape = hitKv.config();
+  const backend::KvStorage &hitKv = warm->kvStorage(),
+                           &missKv = cold->kvStorage();
+  const backend::KvStorageConfig &shape = hitKv.config();
   const cpu::RopeConfig &rope = model->ropeConfig();
   const int half = rope.rotaryDim / 2;
   auto partner = [&](int dim) {

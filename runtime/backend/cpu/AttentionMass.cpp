@@ -1,6 +1,6 @@
 //===- AttentionMass.cpp - How much attention each key receives -----------===//
 
-#include "runtime/model/AttentionMass.h"
+#include "runtime/backend/cpu/AttentionMass.h"
 
 #include "runtime/kernels/cpu/Half.h"
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-namespace spanc::model {
+namespace spanc::backend {
 
 namespace {
 
@@ -164,4 +164,4 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
   }
 }
 
-} // namespace spanc::model
+} // namespace spanc::backend

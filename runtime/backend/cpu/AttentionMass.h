@@ -12,8 +12,8 @@
 // loop (AttentionMassTest checks it bit for bit).
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_MODEL_ATTENTIONMASS_H
-#define SPANC_RUNTIME_MODEL_ATTENTIONMASS_H
+#ifndef SPANC_RUNTIME_BACKEND_CPU_ATTENTIONMASS_H
+#define SPANC_RUNTIME_BACKEND_CPU_ATTENTIONMASS_H
 
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Rope.h"
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace spanc::model {
+namespace spanc::backend {
 
 struct KeyMassShape {
   int numQueryHeads = 0;
@@ -48,6 +48,6 @@ void accumulateKeyMass(const KeyMassShape &shape, const float *queries,
                        std::vector<float> &scores,
                        std::vector<float> &transposed);
 
-} // namespace spanc::model
+} // namespace spanc::backend
 
-#endif // SPANC_RUNTIME_MODEL_ATTENTIONMASS_H
+#endif // SPANC_RUNTIME_BACKEND_CPU_ATTENTIONMASS_H

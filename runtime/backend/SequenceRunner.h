@@ -1,41 +1,38 @@
 //===- SequenceRunner.h - One sequence: prefill, decode, scoring ----------===//
 //
-// The smallest user of Model::forward: a single sequence over a contiguous
-// page list in its own KvStorage. It prefills a prompt in chunks, decodes
-// token by token, and scores text (perplexity). `spanc generate`, `spanc
-// bench engine` and the llama.cpp comparison tests run on it; the scheduler
-// drives Model::forward directly with many sequences and the shared cache.
+// The smallest user of a Backend: a single sequence over a contiguous page
+// list in the backend's own K/V memory (the CPU backend unless a device's is
+// given). It prefills a prompt in chunks, decodes token by token, and scores
+// text (perplexity). `spanc generate`, `spanc bench engine` and the
+// llama.cpp comparison tests run on it; the scheduler drives a backend with
+// many sequences and the shared cache.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H
-#define SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H
+#ifndef SPANC_RUNTIME_BACKEND_SEQUENCERUNNER_H
+#define SPANC_RUNTIME_BACKEND_SEQUENCERUNNER_H
 
-#include "runtime/kv/KvStorage.h"
+#include "runtime/backend/Backend.h"
+#include "runtime/backend/cpu/ForwardPass.h"
 #include "runtime/model/Model.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
-#include <functional>
 #include <memory>
 #include <vector>
 
-namespace spanc::model {
+namespace spanc::backend {
 
 class SequenceRunner {
 public:
-  /// Runs one step of the sequence over block ids [0, maxTokens /
-  /// blockSize] of a K/V memory it owns (another device's backend).
-  using ForwardFunction = std::function<llvm::Error(
-      llvm::ArrayRef<ForwardSequence>, ForwardOutput &)>;
-
-  /// A runner for up to `maxTokens` tokens (KV blocks are reserved for
-  /// that many; pages are touched only when written). With `forward`, the
-  /// steps run through it (`spanc generate --device=cuda`: a backend with
-  /// at least that many blocks, K stored rotated) and no KvStorage is made.
+  /// A runner for up to `maxTokens` tokens over block ids [0, maxTokens /
+  /// blockSize]. With `device` the steps run there (`spanc generate
+  /// --device=cuda`: a backend with at least that many blocks, K stored
+  /// rotated); otherwise on a CPU backend made for that many (its pages
+  /// are touched only when written).
   static llvm::Expected<std::unique_ptr<SequenceRunner>>
-  create(Model &model, int64_t maxTokens, int blockSize = 16,
-         ForwardFunction forward = nullptr);
+  create(model::Model &model, int64_t maxTokens, int blockSize = 16,
+         std::unique_ptr<Backend> device = nullptr);
 
   /// Forgets the sequence (the KV memory is reused).
   void reset();
@@ -50,20 +47,23 @@ public:
                                                int64_t chunkSize = 512,
                                                bool allLogits = false);
 
-  Model &model() { return engineModel; }
+  model::Model &model() { return engineModel; }
+  /// The CPU forward pass when the runner runs on the CPU (its profile),
+  /// else nullptr.
+  CpuForwardPass *cpuPass() { return cpu; }
 
 private:
-  SequenceRunner(Model &model, int64_t maxTokens, int blockSize)
+  SequenceRunner(model::Model &model, int64_t maxTokens, int blockSize)
       : engineModel(model), maxTokens(maxTokens), blockSize(blockSize) {}
 
-  Model &engineModel;
+  model::Model &engineModel;
   int64_t maxTokens;
   int blockSize;
   int64_t numTokens = 0;
-  std::unique_ptr<kv::KvStorage> storage;
-  ForwardFunction deviceForward;
+  std::unique_ptr<Backend> backend;
+  CpuForwardPass *cpu = nullptr;
   std::vector<int32_t> blockIds, validTokens, positions;
-  ForwardOutput output;
+  model::ForwardOutput output;
   std::vector<float> allRows;
 };
 
@@ -82,6 +82,6 @@ llvm::Expected<PerplexityResult>
 computePerplexity(SequenceRunner &runner, llvm::ArrayRef<int32_t> tokens,
                   int64_t contextSize, int32_t bosToken, int64_t maxChunks = 0);
 
-} // namespace spanc::model
+} // namespace spanc::backend
 
-#endif // SPANC_RUNTIME_MODEL_SEQUENCERUNNER_H
+#endif // SPANC_RUNTIME_BACKEND_SEQUENCERUNNER_H

@@ -1,16 +1,16 @@
 //===- Rerope.cpp - ReRoPE relocation of stored K blocks ------------------===//
 
-#include "runtime/kv/Rerope.h"
+#include "runtime/kernels/cpu/Rerope.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
-#include "runtime/kv/HelperThreads.h"
+#include "runtime/kernels/cpu/HelperThreads.h"
 
 #include <cassert>
 #include <cmath>
 #include <cstring>
 
-namespace spanc::kv {
+namespace spanc::cpu {
 
 std::vector<double> ropeFrequencies(double theta, int rotaryDim,
                                     double frequencyScale) {
@@ -398,7 +398,7 @@ void relocate(const KvBlockLayout &layout, const RopeRotation &rotation,
   std::vector<float> tables(deltas.size() * 2 * size_t(rotation.rotaryDim));
   fillTables(rotation, deltas, tables.data());
   const Path path = choosePath(layout, rotation, allowVector);
-  const bool half = layout.precision == cpu::KvPrecision::F16;
+  const bool half = layout.precision == KvPrecision::F16;
   const int64_t elementBytes = cpu::kvElementBytes(layout.precision);
   const int64_t numOps = int64_t(ops.size());
   const int64_t numItems = numOps * layout.numLayers;
@@ -434,4 +434,4 @@ bool relocationUsesAvx512(const KvBlockLayout &layout,
   return choosePath(layout, rotation, true) != Path::Scalar;
 }
 
-} // namespace spanc::kv
+} // namespace spanc::cpu

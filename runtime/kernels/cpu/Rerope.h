@@ -20,8 +20,8 @@
 // An op with delta 0 (a copy-on-write copy) copies bits and rounds nothing.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_KV_REROPE_H
-#define SPANC_RUNTIME_KV_REROPE_H
+#ifndef SPANC_RUNTIME_KERNELS_CPU_REROPE_H
+#define SPANC_RUNTIME_KERNELS_CPU_REROPE_H
 
 #include "runtime/kernels/cpu/Half.h"
 
@@ -30,7 +30,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace spanc::kv {
+namespace spanc::cpu {
 
 /// Which dimensions form a rotating pair: Normal pairs (2i, 2i+1) (Llama),
 /// NeoX pairs (i, i + rotaryDim/2) (Qwen2, GPT-NeoX).
@@ -69,11 +69,13 @@ struct KvBlockLayout {
   int64_t headStride = 0;
   int64_t tokenStride = 0;
   int64_t dimStride = 0;
-  cpu::KvPrecision precision = cpu::KvPrecision::F32;
+  KvPrecision precision = KvPrecision::F32;
 };
 
 /// One relocation: destination's K = source's K turned by `delta`
 /// positions; when destination != source, V is copied too (a duplicate).
+/// (The kernel's own copy of kv::RelocationOp, so the kernels stay below the
+/// cache's bookkeeping.)
 struct RelocationOp {
   uint32_t source = 0;
   uint32_t destination = 0;
@@ -103,6 +105,6 @@ void relocateBlocksScalar(const KvBlockLayout &layout,
 bool relocationUsesAvx512(const KvBlockLayout &layout,
                           const RopeRotation &rotation);
 
-} // namespace spanc::kv
+} // namespace spanc::cpu
 
-#endif // SPANC_RUNTIME_KV_REROPE_H
+#endif // SPANC_RUNTIME_KERNELS_CPU_REROPE_H

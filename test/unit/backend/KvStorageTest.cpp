@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/kv/KvStorage.h"
+#include "runtime/backend/cpu/KvStorage.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 namespace {
 
 using namespace spanc;
-using namespace spanc::kv;
+using namespace spanc::backend;
 
 class Storage : public ::testing::TestWithParam<cpu::KvPrecision> {};
 

@@ -1,6 +1,6 @@
 //===- KvStorage.cpp - Physical K/V memory in fixed-size blocks -----------===//
 
-#include "runtime/kv/KvStorage.h"
+#include "runtime/backend/cpu/KvStorage.h"
 
 #include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 namespace {
 
@@ -248,4 +248,4 @@ cpu::PagedKvView KvStorage::layerView(int layer) const {
   return view;
 }
 
-} // namespace spanc::kv
+} // namespace spanc::backend

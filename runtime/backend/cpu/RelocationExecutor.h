@@ -7,18 +7,18 @@
 // relocation only turns K, it must not scale it again).
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_KV_RELOCATIONEXECUTOR_H
-#define SPANC_RUNTIME_KV_RELOCATIONEXECUTOR_H
+#ifndef SPANC_RUNTIME_BACKEND_CPU_RELOCATIONEXECUTOR_H
+#define SPANC_RUNTIME_BACKEND_CPU_RELOCATIONEXECUTOR_H
 
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/kernels/cpu/Rerope.h"
 #include "runtime/kernels/cpu/Rope.h"
 #include "runtime/kv/KvCacheManager.h"
-#include "runtime/kv/KvStorage.h"
 #include "runtime/kv/RelocationPlanner.h"
-#include "runtime/kv/Rerope.h"
 
 #include <vector>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 /// f_i such that the angle cpu::ropeAngles uses for pair i at position p is
 /// p * f_i (RoPE angles are linear in the position under every scaling).
@@ -29,22 +29,23 @@ public:
   RelocationExecutor(KvStorage &storage, const cpu::RopeConfig &config);
 
   /// Runs every batch of `plan`, in order.
-  void apply(const RelocationPlan &plan);
+  void apply(const kv::RelocationPlan &plan);
   /// Runs one batch (independent ops).
-  void apply(llvm::ArrayRef<RelocationOp> batch);
+  void apply(llvm::ArrayRef<kv::RelocationOp> batch);
   /// Makes the copy a decode slot asks for, if any.
-  void prepare(const DecodeSlot &slot);
+  void prepare(const kv::DecodeSlot &slot);
 
-  const KvBlockLayout &layout() const { return layout_; }
-  const RopeRotation &rotation() const { return rotation_; }
+  const cpu::KvBlockLayout &layout() const { return layout_; }
+  const cpu::RopeRotation &rotation() const { return rotation_; }
 
 private:
-  KvBlockLayout layout_;
+  cpu::KvBlockLayout layout_;
   std::vector<double> frequencies_;
-  RopeRotation rotation_;
+  cpu::RopeRotation rotation_;
+  std::vector<cpu::RelocationOp> ops_; ///< one batch in the kernel's form
   std::vector<void *> keyLayers_, valueLayers_;
 };
 
-} // namespace spanc::kv
+} // namespace spanc::backend
 
-#endif // SPANC_RUNTIME_KV_RELOCATIONEXECUTOR_H
+#endif // SPANC_RUNTIME_BACKEND_CPU_RELOCATIONEXECUTOR_H

@@ -1,11 +1,11 @@
 //===- RelocationExecutor.cpp - Applies relocation plans to KvStorage -----===//
 
-#include "runtime/kv/RelocationExecutor.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 std::vector<double> relocationFrequencies(const cpu::RopeConfig &config) {
   // The same formula as cpu::ropeAngles, with the position factored out.
@@ -58,8 +58,8 @@ RelocationExecutor::RelocationExecutor(KvStorage &storage,
   layout_.dimStride = storage.keyDimStride();
   layout_.precision = storage.precision();
   rotation_.pairing = config.order == cpu::RopeOrder::NeoX
-                          ? RopePairing::NeoX
-                          : RopePairing::Normal;
+                          ? cpu::RopePairing::NeoX
+                          : cpu::RopePairing::Normal;
   rotation_.rotaryDim = config.rotaryDim;
   rotation_.frequencies = frequencies_.data();
   for (int layer = 0; layer < shape.numLayers; ++layer) {
@@ -68,19 +68,22 @@ RelocationExecutor::RelocationExecutor(KvStorage &storage,
   }
 }
 
-void RelocationExecutor::apply(llvm::ArrayRef<RelocationOp> batch) {
-  relocateBlocks(layout_, rotation_, keyLayers_.data(), valueLayers_.data(),
-                 batch);
+void RelocationExecutor::apply(llvm::ArrayRef<kv::RelocationOp> batch) {
+  ops_.clear();
+  for (const kv::RelocationOp &op : batch)
+    ops_.push_back(cpu::RelocationOp{op.source, op.destination, op.delta});
+  cpu::relocateBlocks(layout_, rotation_, keyLayers_.data(),
+                      valueLayers_.data(), ops_);
 }
 
-void RelocationExecutor::apply(const RelocationPlan &plan) {
+void RelocationExecutor::apply(const kv::RelocationPlan &plan) {
   for (const auto &batch : plan.batches)
     apply(batch);
 }
 
-void RelocationExecutor::prepare(const DecodeSlot &slot) {
+void RelocationExecutor::prepare(const kv::DecodeSlot &slot) {
   if (slot.copy)
     apply(*slot.copy);
 }
 
-} // namespace spanc::kv
+} // namespace spanc::backend

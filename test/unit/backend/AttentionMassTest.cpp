@@ -1,6 +1,6 @@
 //===- AttentionMassTest.cpp - The attention each key receives ------------===//
 
-#include "runtime/model/AttentionMass.h"
+#include "runtime/backend/cpu/AttentionMass.h"
 
 #include <gtest/gtest.h>
 
@@ -54,12 +54,12 @@ TEST(AttentionMass, IsTheCausalSoftmaxSummedOverRowsAndHeads) {
   std::vector<float> queries(numQueries * kQueryHeads * kHeadDim);
   for (float &q : queries)
     q = normal(random);
-  model::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
-                            kQueryHeads * kHeadDim};
+  backend::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
+                              kQueryHeads * kHeadDim};
   std::vector<float> mass(length, 1.0f), scratch, transposed;
-  model::accumulateKeyMass(shape, queries.data(), numQueries, cache.blockIds,
-                           cache.valid, cache.view(), nullptr, mass.data(),
-                           scratch, transposed);
+  backend::accumulateKeyMass(shape, queries.data(), numQueries, cache.blockIds,
+                             cache.valid, cache.view(), nullptr, mass.data(),
+                             scratch, transposed);
   // The reference, in double: row r is logical token 5 + r.
   std::vector<double> expected(length, 1.0);
   for (int row = 0; row < numQueries; ++row)
@@ -109,22 +109,22 @@ TEST(AttentionMass, RotatesUnrotatedKeysAtTheirLogicalIndex) {
   std::vector<float> queries(3 * kQueryHeads * kHeadDim);
   for (float &q : queries)
     q = normal(random);
-  model::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
-                            kQueryHeads * kHeadDim};
+  backend::KeyMassShape shape{kQueryHeads, 1, kHeadDim, 0.5f,
+                              kQueryHeads * kHeadDim};
   std::vector<float> inKernel(7, 0.0f), stored(7, 0.0f), scratch, transposed;
-  model::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
-                           unrotated.valid, unrotated.view(), &table,
-                           inKernel.data(), scratch, transposed);
-  model::accumulateKeyMass(shape, queries.data(), 3, rotated.blockIds,
-                           rotated.valid, rotated.view(), nullptr,
-                           stored.data(), scratch, transposed);
+  backend::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
+                             unrotated.valid, unrotated.view(), &table,
+                             inKernel.data(), scratch, transposed);
+  backend::accumulateKeyMass(shape, queries.data(), 3, rotated.blockIds,
+                             rotated.valid, rotated.view(), nullptr,
+                             stored.data(), scratch, transposed);
   for (int key = 0; key < 7; ++key)
     EXPECT_NEAR(inKernel[key], stored[key], 1e-5) << key;
   // Rotation matters: without it the masses differ.
   std::vector<float> plain(7, 0.0f);
-  model::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
-                           unrotated.valid, unrotated.view(), nullptr,
-                           plain.data(), scratch, transposed);
+  backend::accumulateKeyMass(shape, queries.data(), 3, unrotated.blockIds,
+                             unrotated.valid, unrotated.view(), nullptr,
+                             plain.data(), scratch, transposed);
   double difference = 0;
   for (int key = 0; key < 7; ++key)
     difference += std::fabs(plain[key] - inKernel[key]);
@@ -133,7 +133,7 @@ TEST(AttentionMass, RotatesUnrotatedKeysAtTheirLogicalIndex) {
 
 /// The measure one key at a time, in the order its definition reads: a
 /// dot's terms by dimension, a row's exp sum by key, a key's mass by row.
-std::vector<float> keyAtATime(const model::KeyMassShape &shape,
+std::vector<float> keyAtATime(const backend::KeyMassShape &shape,
                               const std::vector<float> &queries,
                               int64_t numQueries,
                               const std::vector<std::vector<float>> &keys) {
@@ -211,12 +211,12 @@ TEST(AttentionMass, EqualsTheKeyAtATimeOrderBitForBit) {
   std::vector<float> queries(size_t(numQueries) * kHeads * kDim);
   for (float &q : queries)
     q = normal(random);
-  model::KeyMassShape shape{kHeads, kKvHeads, kDim, 0.125f, kHeads * kDim};
+  backend::KeyMassShape shape{kHeads, kKvHeads, kDim, 0.125f, kHeads * kDim};
   std::vector<float> expected =
       keyAtATime(shape, queries, numQueries, logicalKeys);
   std::vector<float> mass(expected.size(), 0.0f), scratch, transposed;
-  model::accumulateKeyMass(shape, queries.data(), numQueries, blockIds, valid,
-                           kv, nullptr, mass.data(), scratch, transposed);
+  backend::accumulateKeyMass(shape, queries.data(), numQueries, blockIds, valid,
+                             kv, nullptr, mass.data(), scratch, transposed);
   for (size_t key = 0; key < mass.size(); ++key)
     ASSERT_EQ(mass[key], expected[key]) << key;
 }

@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/kv/Rerope.h"
+#include "runtime/kernels/cpu/Rerope.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Half.h"
 #include "test/unit/kernels/ErrorBounds.h"
@@ -25,7 +25,7 @@
 #include <random>
 #include <vector>
 
-using namespace spanc::kv;
+using namespace spanc::cpu;
 using namespace spanc::test;
 
 namespace {

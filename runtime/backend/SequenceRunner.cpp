@@ -1,26 +1,29 @@
 //===- SequenceRunner.cpp - One sequence: prefill, decode, scoring --------===//
 
-#include "runtime/model/SequenceRunner.h"
+#include "runtime/backend/SequenceRunner.h"
+
+#include "runtime/backend/CpuBackend.h"
 
 #include <cmath>
 
-namespace spanc::model {
+namespace spanc::backend {
 
 llvm::Expected<std::unique_ptr<SequenceRunner>>
-SequenceRunner::create(Model &model, int64_t maxTokens, int blockSize,
-                       ForwardFunction forward) {
+SequenceRunner::create(model::Model &model, int64_t maxTokens, int blockSize,
+                       std::unique_ptr<Backend> device) {
   std::unique_ptr<SequenceRunner> runner(
       new SequenceRunner(model, maxTokens, blockSize));
-  if (forward) {
-    runner->deviceForward = std::move(forward);
+  if (device) {
+    runner->backend = std::move(device);
     return runner;
   }
   int64_t numBlocks = (maxTokens + blockSize - 1) / blockSize;
-  auto storage = kv::KvStorage::create(
-      model.kvStorageConfig(std::max<int64_t>(1, numBlocks), blockSize));
-  if (!storage)
-    return storage.takeError();
-  runner->storage = std::move(*storage);
+  auto cpu = CpuBackend::create(model, std::max<int64_t>(1, numBlocks),
+                                unsigned(blockSize), /*keysRotated=*/true);
+  if (!cpu)
+    return cpu.takeError();
+  runner->cpu = &(*cpu)->pass();
+  runner->backend = std::move(*cpu);
   return runner;
 }
 
@@ -57,15 +60,12 @@ SequenceRunner::append(llvm::ArrayRef<int32_t> tokens, int64_t chunkSize,
       ++validTokens.back();
     }
     bool lastChunk = start + count == tokens.size();
-    ForwardSequence sequence{tokens.slice(start, count), positions, blockIds,
-                             validTokens,
-                             allLogits   ? LogitsRequest::All
-                             : lastChunk ? LogitsRequest::Last
-                                         : LogitsRequest::None};
-    llvm::Error error = deviceForward
-                            ? deviceForward(sequence, output)
-                            : engineModel.forward(sequence, *storage, output);
-    if (error) {
+    model::ForwardSequence sequence{tokens.slice(start, count), positions,
+                                    blockIds, validTokens,
+                                    allLogits   ? model::LogitsRequest::All
+                                    : lastChunk ? model::LogitsRequest::Last
+                                                : model::LogitsRequest::None};
+    if (llvm::Error error = backend->forward(sequence, output)) {
       // Roll the page list back to what the cache holds.
       blockIds.resize(savedPages);
       validTokens.resize(savedPages);
@@ -128,4 +128,4 @@ computePerplexity(SequenceRunner &runner, llvm::ArrayRef<int32_t> tokens,
   return result;
 }
 
-} // namespace spanc::model
+} // namespace spanc::backend

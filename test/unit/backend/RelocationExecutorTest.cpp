@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/kv/RelocationExecutor.h"
+#include "runtime/backend/cpu/RelocationExecutor.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "test/unit/kernels/ErrorBounds.h"
@@ -28,6 +28,7 @@
 
 using namespace spanc;
 using namespace spanc::kv;
+using namespace spanc::backend;
 using namespace spanc::test;
 
 namespace {

@@ -1,6 +1,6 @@
 //===- HelperThreads.cpp - Work sharing that never waits for a late thread ===//
 
-#include "runtime/kv/HelperThreads.h"
+#include "runtime/kernels/cpu/HelperThreads.h"
 
 #include <omp.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace spanc::kv {
+namespace spanc::cpu {
 
 namespace {
 
@@ -139,4 +139,4 @@ void runSharedItems(int64_t numItems, int64_t chunk, ItemRangeFunction body,
   pool().run(numItems, chunk, body, context, maxThreads);
 }
 
-} // namespace spanc::kv
+} // namespace spanc::cpu

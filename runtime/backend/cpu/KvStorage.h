@@ -26,8 +26,8 @@
 // each key's logical index (rope-in-kernel).
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_KV_KVSTORAGE_H
-#define SPANC_RUNTIME_KV_KVSTORAGE_H
+#ifndef SPANC_RUNTIME_BACKEND_CPU_KVSTORAGE_H
+#define SPANC_RUNTIME_BACKEND_CPU_KVSTORAGE_H
 
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Half.h"
@@ -40,7 +40,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace spanc::kv {
+namespace spanc::backend {
 
 struct KvStorageConfig {
   int numLayers = 0;
@@ -170,6 +170,6 @@ private:
   std::vector<int64_t> runStarts_; ///< writeTokens' scratch, reused
 };
 
-} // namespace spanc::kv
+} // namespace spanc::backend
 
-#endif // SPANC_RUNTIME_KV_KVSTORAGE_H
+#endif // SPANC_RUNTIME_BACKEND_CPU_KVSTORAGE_H

@@ -1,5 +1,6 @@
-//===- CudaStepLayoutTest.cpp - A forward step's device arrays, on the host //
+//===- StepLayoutTest.cpp - A forward step, flattened and packed ----------===//
 
+#include "runtime/backend/StepLayout.h"
 #include "runtime/backend/CudaStepLayout.h"
 
 #include <gtest/gtest.h>
@@ -8,8 +9,9 @@
 
 namespace {
 
-using spanc::backend::buildCudaStepLayout;
-using spanc::backend::CudaStepLayout;
+using spanc::backend::buildStepLayout;
+using spanc::backend::CudaStepArrays;
+using spanc::backend::StepLayout;
 using spanc::backend::StepLimits;
 using spanc::model::ForwardSequence;
 using spanc::model::LogitsRequest;
@@ -25,13 +27,13 @@ StepLimits limits(bool ropeInKernel = true) {
   return result;
 }
 
-std::vector<int32_t> slice(const CudaStepLayout &layout, int64_t offset,
+std::vector<int32_t> slice(const CudaStepArrays &arrays, int64_t offset,
                            size_t count) {
-  return std::vector<int32_t>(layout.packed.begin() + offset,
-                              layout.packed.begin() + offset + int64_t(count));
+  return std::vector<int32_t>(arrays.packed.begin() + offset,
+                              arrays.packed.begin() + offset + int64_t(count));
 }
 
-TEST(CudaStepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
+TEST(StepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
   // A span page list: block 3 holds 2 tokens (2 slots of padding), block 7
   // holds 4, block 9 the 3 new tokens' 3 slots. Logical indices run 0..8,
   // the padding takes none.
@@ -42,8 +44,8 @@ TEST(CudaStepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
   sequence.blockIds = blocks;
   sequence.validTokens = valid;
   sequence.logits = LogitsRequest::Last;
-  CudaStepLayout layout;
-  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
   EXPECT_EQ(layout.slotBlocks, (std::vector<int32_t>{9, 9, 9}));
   EXPECT_EQ(layout.slotIndices, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(layout.positions, (std::vector<int32_t>{6, 7, 8}));
@@ -52,7 +54,7 @@ TEST(CudaStepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
   EXPECT_EQ(layout.maxContextLength, 9);
 }
 
-TEST(CudaStepLayout, NewTokensMayStartInsideAPartiallyFilledBlock) {
+TEST(StepLayout, NewTokensMayStartInsideAPartiallyFilledBlock) {
   // Decode after a prompt of 6 tokens in blocks of 4: the new token is
   // slot 2 of the second block (pages report it as valid already).
   std::vector<int32_t> tokens = {42}, blocks = {1, 2}, valid = {4, 3};
@@ -60,14 +62,14 @@ TEST(CudaStepLayout, NewTokensMayStartInsideAPartiallyFilledBlock) {
   sequence.tokens = tokens;
   sequence.blockIds = blocks;
   sequence.validTokens = valid;
-  CudaStepLayout layout;
-  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
   EXPECT_EQ(layout.slotBlocks, (std::vector<int32_t>{2}));
   EXPECT_EQ(layout.slotIndices, (std::vector<int32_t>{2}));
   EXPECT_EQ(layout.positions, (std::vector<int32_t>{6}));
 }
 
-TEST(CudaStepLayout, RotatedKeysKeepTheSequencesOwnPositions) {
+TEST(StepLayout, RotatedKeysKeepTheSequencesOwnPositions) {
   std::vector<int32_t> tokens = {1, 2}, positions = {40, 41}, blocks = {0},
                        valid = {2};
   ForwardSequence sequence;
@@ -75,13 +77,13 @@ TEST(CudaStepLayout, RotatedKeysKeepTheSequencesOwnPositions) {
   sequence.positions = positions;
   sequence.blockIds = blocks;
   sequence.validTokens = valid;
-  CudaStepLayout layout;
+  StepLayout layout;
   ASSERT_FALSE(bool(
-      buildCudaStepLayout({sequence}, limits(/*ropeInKernel=*/false), layout)));
+      buildStepLayout({sequence}, limits(/*ropeInKernel=*/false), layout)));
   EXPECT_EQ(layout.positions, (std::vector<int32_t>{40, 41}));
 }
 
-TEST(CudaStepLayout, SequencesAreFlattenedWithOffsetsAndLogitRows) {
+TEST(StepLayout, SequencesAreFlattenedWithOffsetsAndLogitRows) {
   std::vector<int32_t> decodeToken = {3}, decodeBlocks = {4}, decodeValid = {1};
   std::vector<int32_t> promptTokens = {1, 2, 3, 4, 5}, promptBlocks = {5, 6},
                        promptValid = {4, 1};
@@ -100,9 +102,9 @@ TEST(CudaStepLayout, SequencesAreFlattenedWithOffsetsAndLogitRows) {
   silent.blockIds = silentBlocks;
   silent.validTokens = silentValid;
   silent.logits = LogitsRequest::None;
-  CudaStepLayout layout;
+  StepLayout layout;
   ASSERT_FALSE(
-      bool(buildCudaStepLayout({decode, prompt, silent}, limits(), layout)));
+      bool(buildStepLayout({decode, prompt, silent}, limits(), layout)));
   EXPECT_EQ(layout.queryOffsets, (std::vector<int32_t>{0, 1, 6, 8}));
   EXPECT_EQ(layout.pageOffsets, (std::vector<int32_t>{0, 1, 3, 4}));
   EXPECT_EQ(layout.blockIds, (std::vector<int32_t>{4, 5, 6, 10}));
@@ -111,31 +113,35 @@ TEST(CudaStepLayout, SequencesAreFlattenedWithOffsetsAndLogitRows) {
       std::vector<int64_t>(layout.rowOffsets.begin(), layout.rowOffsets.end()),
       (std::vector<int64_t>{0, 1, 6, 6}));
   EXPECT_EQ(layout.maxQueryLength, 5);
-  // The packed buffer holds every array at an aligned offset.
-  const auto &offsets = layout.offsets;
+  EXPECT_EQ(layout.decodeSequences, (std::vector<uint8_t>{1, 0, 0}));
+  EXPECT_EQ(layout.numDecodeRows, 1);
+  EXPECT_TRUE(layout.anyAllLogits);
+  // The CUDA backend's one upload holds every array at an aligned offset.
+  CudaStepArrays arrays;
+  spanc::backend::packCudaStep(layout, arrays);
+  const auto &offsets = arrays.offsets;
   for (int64_t offset :
        {offsets.tokenIds, offsets.positions, offsets.slotBlocks,
         offsets.slotIndices, offsets.queryOffsets, offsets.pageOffsets,
         offsets.blockIds, offsets.validTokens, offsets.contextLengths,
         offsets.logitTokens})
-    EXPECT_EQ(offset % CudaStepLayout::kPackAlignment, 0);
-  EXPECT_EQ(slice(layout, offsets.tokenIds, 8), layout.tokenIds);
-  EXPECT_EQ(slice(layout, offsets.slotBlocks, 8), layout.slotBlocks);
-  EXPECT_EQ(slice(layout, offsets.blockIds, 4), layout.blockIds);
-  EXPECT_EQ(slice(layout, offsets.logitTokens, 6), layout.logitTokens);
-  EXPECT_EQ(slice(layout, offsets.queryOffsets, 4), layout.queryOffsets);
+    EXPECT_EQ(offset % CudaStepArrays::kPackAlignment, 0);
+  EXPECT_EQ(slice(arrays, offsets.tokenIds, 8), layout.tokenIds);
+  EXPECT_EQ(slice(arrays, offsets.slotBlocks, 8), layout.slotBlocks);
+  EXPECT_EQ(slice(arrays, offsets.blockIds, 4), layout.blockIds);
+  EXPECT_EQ(slice(arrays, offsets.logitTokens, 6), layout.logitTokens);
+  EXPECT_EQ(slice(arrays, offsets.queryOffsets, 4), layout.queryOffsets);
 }
 
-TEST(CudaStepLayout, ReusingALayoutForgetsTheLastStep) {
+TEST(StepLayout, ReusingALayoutForgetsTheLastStep) {
   std::vector<int32_t> tokens = {1, 2, 3}, blocks = {0}, valid = {3};
   ForwardSequence sequence;
   sequence.tokens = tokens;
   sequence.blockIds = blocks;
   sequence.validTokens = valid;
-  CudaStepLayout layout;
-  ASSERT_FALSE(
-      bool(buildCudaStepLayout({sequence, sequence}, limits(), layout)));
-  ASSERT_FALSE(bool(buildCudaStepLayout({sequence}, limits(), layout)));
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({sequence, sequence}, limits(), layout)));
+  ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
   EXPECT_EQ(layout.numTokens(), 3);
   EXPECT_EQ(layout.numSequences(), 1);
   EXPECT_EQ(layout.numPages(), 1);
@@ -144,12 +150,12 @@ TEST(CudaStepLayout, ReusingALayoutForgetsTheLastStep) {
 /// The message of a step that must fail.
 std::string failure(llvm::ArrayRef<ForwardSequence> batch,
                     const StepLimits &stepLimits = limits()) {
-  CudaStepLayout layout;
-  llvm::Error error = buildCudaStepLayout(batch, stepLimits, layout);
+  StepLayout layout;
+  llvm::Error error = buildStepLayout(batch, stepLimits, layout);
   return error ? llvm::toString(std::move(error)) : "";
 }
 
-TEST(CudaStepLayout, MalformedSequencesFailNamingTheSequence) {
+TEST(StepLayout, MalformedSequencesFailNamingTheSequence) {
   std::vector<int32_t> tokens = {1, 2}, blocks = {0}, valid = {2};
   ForwardSequence good;
   good.tokens = tokens;
@@ -188,7 +194,7 @@ TEST(CudaStepLayout, MalformedSequencesFailNamingTheSequence) {
             "(decode sequences come first)");
 }
 
-TEST(CudaStepLayout, SpanScalingIsRefusedWithAClearError) {
+TEST(StepLayout, TheCudaBackendRefusesSpanScalingWithAClearError) {
   std::vector<int32_t> tokens = {1}, blocks = {0, 1}, valid = {4, 1};
   std::vector<uint8_t> spanPages = {1, 0};
   ForwardSequence sequence;
@@ -197,11 +203,17 @@ TEST(CudaStepLayout, SpanScalingIsRefusedWithAClearError) {
   sequence.validTokens = valid;
   sequence.spanPages = spanPages;
   sequence.spanScaling.temperature = 2;
-  EXPECT_NE(failure({sequence}).find("not implemented by the CUDA backend"),
-            std::string::npos);
-  // Identity scaling is the plain kernel: accepted.
+  const StepLimits cuda = spanc::backend::withCudaRefusals(limits());
+  EXPECT_NE(
+      failure({sequence}, cuda).find("not implemented by the CUDA backend"),
+      std::string::npos);
+  // The CPU scales spans; identity scaling is the plain kernel everywhere.
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
+  EXPECT_TRUE(layout.anySpanScaling);
+  EXPECT_EQ(layout.spanPages, (std::vector<uint8_t>{1, 0}));
   sequence.spanScaling.temperature = 1;
-  EXPECT_EQ(failure({sequence}), "");
+  EXPECT_EQ(failure({sequence}, cuda), "");
 }
 
 } // namespace

@@ -16,12 +16,12 @@
 // spinning that would steal a core from other work.
 //
 //===----------------------------------------------------------------------===//
-#ifndef SPANC_RUNTIME_KV_HELPERTHREADS_H
-#define SPANC_RUNTIME_KV_HELPERTHREADS_H
+#ifndef SPANC_RUNTIME_KERNELS_CPU_HELPERTHREADS_H
+#define SPANC_RUNTIME_KERNELS_CPU_HELPERTHREADS_H
 
 #include <cstdint>
 
-namespace spanc::kv {
+namespace spanc::cpu {
 
 /// Processes items [begin, end) of one batch; `context` is the caller's.
 using ItemRangeFunction = void (*)(void *context, int64_t begin, int64_t end);
@@ -34,6 +34,6 @@ using ItemRangeFunction = void (*)(void *context, int64_t begin, int64_t end);
 void runSharedItems(int64_t numItems, int64_t chunk, ItemRangeFunction body,
                     void *context, int maxThreads = 0);
 
-} // namespace spanc::kv
+} // namespace spanc::cpu
 
-#endif // SPANC_RUNTIME_KV_HELPERTHREADS_H
+#endif // SPANC_RUNTIME_KERNELS_CPU_HELPERTHREADS_H

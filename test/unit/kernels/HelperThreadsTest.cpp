@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/kv/HelperThreads.h"
+#include "runtime/kernels/cpu/HelperThreads.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 
 namespace {
 
-using namespace spanc::kv;
+using namespace spanc::cpu;
 
 struct Counts {
   std::vector<std::atomic<int>> hits;

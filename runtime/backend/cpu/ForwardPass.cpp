@@ -1,0 +1,211 @@
+//===- ForwardPass.cpp - The CPU forward pass over a StepLayout -----------===//
+
+#include "runtime/backend/cpu/ForwardPass.h"
+
+#include "runtime/backend/cpu/OpTimer.h"
+#include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/LlamaCppNumerics.h"
+
+#include <cmath>
+
+namespace spanc::backend {
+
+ForwardProfile &ForwardProfile::operator+=(const ForwardProfile &other) {
+  embeddingSeconds += other.embeddingSeconds;
+  normSeconds += other.normSeconds;
+  qkvSeconds += other.qkvSeconds;
+  ropeSeconds += other.ropeSeconds;
+  kvWriteSeconds += other.kvWriteSeconds;
+  attentionSeconds += other.attentionSeconds;
+  attentionOutputSeconds += other.attentionOutputSeconds;
+  gateUpSeconds += other.gateUpSeconds;
+  swiGluSeconds += other.swiGluSeconds;
+  downSeconds += other.downSeconds;
+  residualSeconds += other.residualSeconds;
+  outputHeadSeconds += other.outputHeadSeconds;
+  tokens += other.tokens;
+  return *this;
+}
+
+double ForwardProfile::total() const {
+  return embeddingSeconds + normSeconds + qkvSeconds + ropeSeconds +
+         kvWriteSeconds + attentionSeconds + attentionOutputSeconds +
+         gateUpSeconds + swiGluSeconds + downSeconds + residualSeconds +
+         outputHeadSeconds;
+}
+
+KvStorageConfig kvStorageConfigFor(const model::Model &model, int64_t numBlocks,
+                                   int blockSize, bool keysRotated) {
+  const model::ModelConfig &modelConfig = model.config();
+  KvStorageConfig config;
+  config.numLayers = int(modelConfig.numLayers);
+  config.numKvHeads = int(modelConfig.numKvHeads);
+  config.headDim = int(modelConfig.headDim);
+  config.blockSize = blockSize;
+  config.numBlocks = numBlocks;
+  config.keysRotated = keysRotated;
+  config.precision =
+      model.halfPrecisionKv() ? cpu::KvPrecision::F16 : cpu::KvPrecision::F32;
+  return config;
+}
+
+StepLimits cpuStepLimits(const model::Model &model, const KvStorage &storage) {
+  StepLimits limits;
+  limits.numBlocks = storage.numBlocks();
+  limits.blockSize = storage.blockSize();
+  limits.vocabSize = model.config().vocabSize;
+  limits.numPositions = model.rope().numPositions();
+  limits.ropeInKernel = !storage.keysRotated();
+  if (model.numerics() == model::Numerics::LlamaCpp)
+    limits.spanScalingRefusal =
+        "span scaling needs spanc's attention kernel, not llama.cpp numerics";
+  return limits;
+}
+
+void CpuForwardPass::reserve(int64_t rows) {
+  if (rows <= capacity)
+    return;
+  capacity = rows;
+  const model::ModelConfig &config = model.config();
+  const int64_t dim = config.embeddingDim;
+  const int64_t queryDim = int64_t(config.numHeads) * config.headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * config.headDim;
+  hidden.resize(size_t(rows * dim));
+  normed.resize(size_t(rows * dim));
+  queryKeyValue.resize(size_t(rows * (queryDim + 2 * kvDim)));
+  attention.resize(size_t(rows * queryDim));
+  projected.resize(size_t(rows * dim));
+  gateUp.resize(size_t(rows * 2 * config.feedForwardDim));
+  feedForward.resize(size_t(rows * config.feedForwardDim));
+  selected.resize(size_t(rows * dim));
+}
+
+void CpuForwardPass::normalize(const cpu::RowShape &shape, const float *x,
+                               const float *weight, float *out) {
+  if (model.numerics() == model::Numerics::LlamaCpp)
+    cpu::rmsNormDoubleSum(shape, x, weight, model.config().rmsEpsilon, out);
+  else
+    cpu::rmsNorm(shape, x, weight, model.config().rmsEpsilon, out);
+}
+
+void CpuForwardPass::multiplyQuantized(const cpu::GemmWeights &packed,
+                                       const cpu::PackedQuantMatrix &quantized,
+                                       const float *x, int64_t rows, float *y) {
+  cpu::quantizeActivations(x, rows, packed.columns(), packed.columns(),
+                           quantized.format, quantizedActivations);
+  cpu::quantGemv(quantized, quantizedActivations, y, packed.rows());
+}
+
+llvm::Error CpuForwardPass::project(const cpu::GemmWeights &packed,
+                                    const cpu::PackedQuantMatrix &quantized,
+                                    bool hasQuantized, const float *x, float *y,
+                                    cpu::GemmOutput mode) {
+  const int64_t firstPacked = hasQuantized ? quantizedRows : 0;
+  const int64_t width = packed.rows();
+  if (firstPacked > 0) {
+    if (mode == cpu::GemmOutput::Accumulate) {
+      multiplyQuantized(packed, quantized, x, firstPacked, projected.data());
+      cpu::addInPlace(cpu::RowShape{firstPacked, width, width, width}, y,
+                      projected.data());
+    } else {
+      multiplyQuantized(packed, quantized, x, firstPacked, y);
+    }
+  }
+  if (firstPacked == numTokens)
+    return llvm::Error::success();
+  return model.gemmEngine().multiply(packed, x + firstPacked * packed.columns(),
+                                     numTokens - firstPacked,
+                                     y + firstPacked * width, mode);
+}
+
+llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
+                                model::ForwardOutput *output,
+                                uint32_t numLayers) {
+  if (!model.hasHostWeights())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: the model was loaded without host weights "
+        "(ModelOptions::hostWeights); its backend runs the forward pass");
+  const model::ModelConfig &config = model.config();
+  const KvStorageConfig &kvConfig = storage.config();
+  if (kvConfig.numLayers != int(config.numLayers) ||
+      kvConfig.numKvHeads != int(config.numKvHeads) ||
+      kvConfig.headDim != int(config.headDim))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: KV storage shape (%d layers, %d KV heads, head dim %d) does "
+        "not match the model (%u, %u, %u)",
+        kvConfig.numLayers, kvConfig.numKvHeads, kvConfig.headDim,
+        config.numLayers, config.numKvHeads, config.headDim);
+  ropeInKernel = !storage.keysRotated();
+  const bool llamaNumerics = model.numerics() == model::Numerics::LlamaCpp;
+  if (llamaNumerics && ropeInKernel)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "forward: llama.cpp numerics need K stored rotated (not "
+        "rope-in-kernel)");
+
+  numTokens = step.numTokens();
+  reserve(numTokens);
+  opProfile.tokens += numTokens;
+  // Rows [0, quantizedRows) multiply the 4/8-bit weights in place with
+  // int8 activations (decode rows), the rest the packed bf16/f32 copy
+  // (prompt rows): each row's path is its own (RowKind). llama.cpp
+  // numerics multiply every row on the file's blocks.
+  quantizedRows = llamaNumerics                 ? numTokens
+                  : model.quantizedDecodeRows() ? step.numDecodeRows
+                                                : 0;
+
+  const int64_t headDim = config.headDim;
+  const int64_t queryDim = int64_t(config.numHeads) * headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * headDim;
+  attentionShape.numQueryHeads = int(config.numHeads);
+  attentionShape.numKvHeads = int(config.numKvHeads);
+  attentionShape.headDim = int(headDim);
+  attentionShape.scale = 1.0f / std::sqrt(float(headDim));
+  attentionShape.queryRowStride = queryDim + 2 * kvDim;
+  attentionShape.outputRowStride = queryDim;
+  attentionBatch = cpu::PagedAttentionBatch();
+  attentionBatch.numSequences = step.numSequences();
+  attentionBatch.queryOffsets = step.queryOffsets.data();
+  attentionBatch.pageOffsets = step.pageOffsets.data();
+  attentionBatch.blockIds = step.blockIds.data();
+  attentionBatch.validTokens = step.validTokens.data();
+  attentionBatch.decodeSequences = step.decodeSequences.data();
+  if (step.anySpanScaling) {
+    spanScalings.clear();
+    for (const model::SpanScaling &scaling : step.spanScalings)
+      spanScalings.push_back(
+          cpu::SpanScaling{scaling.temperature, scaling.massScale});
+    attentionBatch.spanPages = step.spanPages.data();
+    attentionBatch.spanScaling = spanScalings.data();
+  }
+  attentionOptions = cpu::PagedAttentionOptions();
+  attentionOptions.keyRope = ropeInKernel ? &model.rope() : nullptr;
+  // f32 GEMMs (--batch-invariant) keep attention's products in f32 too: a
+  // one-token tail then gives the bits its row had inside the prompt.
+  attentionOptions.allowAmx = model.gemmPrecision() == cpu::GemmPrecision::Bf16;
+
+  {
+    OpTimer timer(profiling, opProfile.embeddingSeconds);
+    cpu::embeddingLookup(model.weights().tokenEmbedding(), step.tokenIds.data(),
+                         numTokens, hidden.data(), config.embeddingDim);
+  }
+  for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
+    const model::LayerWeights &layer = model.weights().layers()[layerIndex];
+    if (llvm::Error error = attentionBlock(layer, layerIndex, step, storage))
+      return error;
+    if (llvm::Error error = feedForwardBlock(layer))
+      return error;
+  }
+  if (!output)
+    return llvm::Error::success();
+  output->rowOffsets.assign(step.rowOffsets.begin(), step.rowOffsets.end());
+  output->vocabSize = config.vocabSize;
+  output->logits.resize(size_t(step.numLogitRows() * config.vocabSize));
+  if (step.numLogitRows() == 0 || numLayers < config.numLayers)
+    return llvm::Error::success();
+  return logits(step, *output);
+}
+
+} // namespace spanc::backend

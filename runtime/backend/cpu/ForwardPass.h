@@ -1,0 +1,125 @@
+//===- ForwardPass.h - The CPU forward pass over a StepLayout -------------===//
+//
+// The CPU backend's arithmetic: one step of a Llama-family decoder over a
+// StepLayout (Backend::forward checked and flattened it) and the K/V memory
+// in a KvStorage. Per layer an attention block (norm, QKV, RoPE, the K/V
+// write, paged attention, a repair's key-mass probe, the output projection:
+// ForwardAttention.cpp) and a feed-forward block (ForwardFeedForward.cpp),
+// then the logits of the rows the step asks for (ForwardLogits.cpp). Every
+// numerics rule (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows
+// multiply the 4/8-bit weights in place with int8 activations, prompt rows
+// the packed bf16/f32 weights; llama.cpp numerics take the file's blocks
+// everywhere. The model (runtime/model) only describes and packs weights.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H
+#define SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H
+
+#include "runtime/backend/StepLayout.h"
+#include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/kernels/cpu/Attention.h"
+#include "runtime/kernels/cpu/Gemm.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
+#include "runtime/model/Model.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::backend {
+
+/// Wall time per kind of op, summed over steps (for profiles).
+struct ForwardProfile {
+  double embeddingSeconds = 0, normSeconds = 0, qkvSeconds = 0, ropeSeconds = 0,
+         kvWriteSeconds = 0, attentionSeconds = 0, attentionOutputSeconds = 0,
+         gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
+         residualSeconds = 0, outputHeadSeconds = 0;
+  int64_t tokens = 0;
+  ForwardProfile &operator+=(const ForwardProfile &other);
+  double total() const;
+};
+
+/// The KV storage shape `model` needs: numBlocks blocks of blockSize
+/// tokens, K stored rotated or not, f16 unless the model keeps K/V exact
+/// (ModelOptions::halfPrecisionKv).
+KvStorageConfig kvStorageConfigFor(const model::Model &model, int64_t numBlocks,
+                                   int blockSize = 16, bool keysRotated = true);
+
+/// What the CPU pass checks a step over `storage` against.
+StepLimits cpuStepLimits(const model::Model &model, const KvStorage &storage);
+
+class CpuForwardPass {
+public:
+  explicit CpuForwardPass(model::Model &model) : model(model) {}
+
+  /// Runs layers [0, numLayers) of a checked step over `storage`; with
+  /// `output` and every layer run, the logits rows the step asks for.
+  /// Fails before touching the cache when the model has no host weights
+  /// or `storage` does not fit the model.
+  llvm::Error run(const StepLayout &step, KvStorage &storage,
+                  model::ForwardOutput *output, uint32_t numLayers);
+
+  /// Turns the per-op timers on (a small cost per op) and reads them.
+  void enableProfile(bool enabled) { profiling = enabled; }
+  const ForwardProfile &profile() const { return opProfile; }
+  void resetProfile() { opProfile = ForwardProfile(); }
+
+private:
+  /// Sizes the activations for a step of `numTokens` rows.
+  void reserve(int64_t numTokens);
+  /// RMS norm of `shape` rows with the model's rounding.
+  void normalize(const cpu::RowShape &shape, const float *x,
+                 const float *weight, float *out);
+  /// Rows [0, rows) of x times the 4/8-bit weights, int8 activations.
+  void multiplyQuantized(const cpu::GemmWeights &packed,
+                         const cpu::PackedQuantMatrix &quantized,
+                         const float *x, int64_t rows, float *y);
+  /// A projection of every row of the step: the quantized rows into `y`
+  /// (or, to accumulate, through `projected`), the others through the
+  /// packed GEMM.
+  llvm::Error project(const cpu::GemmWeights &packed,
+                      const cpu::PackedQuantMatrix &quantized,
+                      bool hasQuantized, const float *x, float *y,
+                      cpu::GemmOutput mode);
+
+  /// ForwardAttention.cpp: from `hidden` through attention back into it.
+  llvm::Error attentionBlock(const model::LayerWeights &layer,
+                             uint32_t layerIndex, const StepLayout &step,
+                             KvStorage &storage);
+  /// ForwardFeedForward.cpp: from `hidden` through the MLP back into it.
+  llvm::Error feedForwardBlock(const model::LayerWeights &layer);
+  /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
+  /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
+  llvm::Error feedForwardFused(const model::LayerWeights &layer,
+                               int64_t numRows);
+  /// ForwardLogits.cpp: the output norm and head over the wanted rows.
+  llvm::Error logits(const StepLayout &step, model::ForwardOutput &output);
+
+  model::Model &model;
+
+  // The step being run.
+  int64_t numTokens = 0;
+  /// Rows [0, quantizedRows) multiply the 4/8-bit weights in place.
+  int64_t quantizedRows = 0;
+  bool ropeInKernel = false;
+  cpu::PagedAttentionShape attentionShape;
+  cpu::PagedAttentionBatch attentionBatch;
+  cpu::PagedAttentionOptions attentionOptions;
+  std::vector<cpu::SpanScaling> spanScalings; ///< per sequence
+
+  // Scratch and activations, sized for the largest step so far.
+  cpu::QuantizedActivations quantizedActivations, feedForwardActivations;
+  cpu::AttentionWorkspace attentionWorkspace;
+  std::vector<float> massScores, massQueries; ///< accumulateKeyMass scratch
+  int64_t capacity = 0;
+  std::vector<float> hidden, normed, queryKeyValue, attention, projected,
+      gateUp, feedForward, selected;
+
+  bool profiling = false;
+  ForwardProfile opProfile;
+};
+
+} // namespace spanc::backend
+
+#endif // SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H

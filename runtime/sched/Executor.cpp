@@ -110,10 +110,10 @@ void Executor::endSession() {
 }
 
 bool Executor::step() {
-  scheduler->admit();
-  if (!scheduler->hasRunning())
+  llvm::Error error = scheduler->schedule(*stepOutput);
+  if (!error && !scheduler->hasRunning() && stepOutput->empty())
     return false;
-  runStep();
+  runScheduled(std::move(error));
   return true;
 }
 
@@ -129,20 +129,17 @@ size_t Executor::numRunning() const { return scheduler->numRunning(); }
 
 size_t Executor::numWaiting() const { return scheduler->numWaiting(); }
 
-void Executor::runStep() {
+void Executor::runScheduled(llvm::Error error) {
   SchedulerOutput &step = *stepOutput;
   RunnerOutput &result = *runnerOutput;
-  llvm::Error error = scheduler->schedule(step);
   if (!error)
     error = runner->execute(step, result);
   if (error) {
     // A step failed as a whole (a malformed batch): fail what ran in it.
     scheduler->failStep(step, llvm::toString(std::move(error)));
-  } else {
-    scheduler->update(step, result);
-    // Copy-on-write before anything else may write the source blocks.
-    runner->copyBlocks(scheduler->blockCopies());
+    return;
   }
+  scheduler->update(step, result);
 }
 
 std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
@@ -157,13 +154,13 @@ std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
       scheduler->cancel("interrupted");
       break;
     }
-    bool admittedAny = scheduler->admit();
-    if (!scheduler->hasRunning()) {
-      if (!admittedAny && !scheduler->hasWaiting())
+    llvm::Error error = scheduler->schedule(*stepOutput);
+    if (!error && !scheduler->hasRunning() && stepOutput->empty()) {
+      if (stepOutput->admittedCalls == 0 && !scheduler->hasWaiting())
         break; // nothing can make progress (should not happen)
       continue;
     }
-    runStep();
+    runScheduled(std::move(error));
     if (onProgress)
       onProgress({scheduler->numDone(), numCalls, runner->tokensGenerated()});
   }

@@ -123,8 +123,9 @@ public:
 
 private:
   Executor();
-  /// schedule → run → update for the admitted calls.
-  void runStep();
+  /// Runs the step schedule() laid out in stepOutput, then update(); or,
+  /// when scheduling or the runner failed, fails the step's calls.
+  void runScheduled(llvm::Error error);
 
   ExecutorOptions executorOptions;
   std::unique_ptr<kv::BlockPool> blockPool;

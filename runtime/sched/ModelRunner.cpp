@@ -77,15 +77,14 @@ TokenLogprobs ModelRunner::tokenLogprobs(llvm::ArrayRef<float> logits,
   return result;
 }
 
-void ModelRunner::copyBlocks(llvm::ArrayRef<kv::RelocationOp> copies) {
-  for (const kv::RelocationOp &copy : copies)
-    device.copyBlock(copy);
-}
-
 llvm::Error ModelRunner::execute(const SchedulerOutput &step,
                                  RunnerOutput &result) {
   result.clear();
-  // The moves and duplicates reused blocks need come before any read.
+  // Copy-on-write first (a copy reads a block the relocations or this
+  // step's writes may change), then the moves and duplicates reused blocks
+  // need, before any read.
+  for (const kv::RelocationOp &copy : step.blockCopies)
+    device.copyBlock(copy);
   device.relocate(step.stepPlan.relocation);
   if (llvm::Error error = repair.run(
           step, [&](plan::CallId call) -> auto & {

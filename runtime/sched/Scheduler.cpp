@@ -79,13 +79,7 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
   plan = &newPlan;
   outcomes = &runOutcomes;
   outcomes->clear();
-  missingDependencies.clear();
-  dependents.clear();
-  readyAt.clear();
-  done.clear();
-  requestTags.clear();
-  outputs.clear();
-  trailers.clear();
+  graph.reset(&newPlan);
   waiting.clear();
   parked.clear();
   running.clear();
@@ -93,40 +87,7 @@ void Scheduler::beginRun(const plan::Plan &newPlan,
   copies.clear();
   callsDone = 0;
   admissions = 0;
-  registerCalls(0, 0);
-}
-
-void Scheduler::registerCalls(size_t first, RequestTag request) {
-  const size_t count = plan->calls.size();
-  outcomes->resize(count);
-  missingDependencies.resize(count, 0);
-  dependents.resize(count);
-  readyAt.resize(count, Clock::time_point());
-  done.resize(count, false);
-  requestTags.resize(count, request);
-  outputs.resize(count, std::nullopt);
-  trailers.resize(count, std::nullopt);
-  for (size_t id = first; id < count; ++id)
-    for (const plan::PlanSegment &segment : plan->calls[id].segments)
-      for (const plan::Piece &piece : segment.pieces)
-        if (piece.call && !trailers[*piece.call])
-          trailers[*piece.call] = piece.trailer;
-  for (size_t id = first; id < count; ++id) {
-    const plan::Call &call = plan->calls[id];
-    // A dependency that finished before this call was added counts as met.
-    uint32_t missing = 0;
-    for (plan::CallId dependency : call.dependencies) {
-      if (done[dependency])
-        continue;
-      ++missing;
-      dependents[dependency].push_back(call.id);
-    }
-    missingDependencies[call.id] = missing;
-    if (missing == 0) {
-      waiting.push(call.id, request);
-      readyAt[call.id] = Clock::now();
-    }
-  }
+  addCalls(0);
 }
 
 std::unique_ptr<Scheduler::Request> Scheduler::takeParked(plan::CallId call) {
@@ -139,11 +100,15 @@ std::unique_ptr<Scheduler::Request> Scheduler::takeParked(plan::CallId call) {
 }
 
 void Scheduler::addCalls(RequestTag request) {
-  registerCalls(done.size(), request);
+  outcomes->resize(plan->calls.size());
+  llvm::SmallVector<plan::CallId, 8> ready;
+  graph.addCalls(request, ready);
+  for (plan::CallId call : ready)
+    waiting.push(call, request);
 }
 
 void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
-  if (callId >= done.size() || done[callId])
+  if (callId >= graph.numCalls() || graph.isDone(callId))
     return;
   auto active = llvm::find_if(
       running, [&](const auto &request) { return request->call == callId; });
@@ -153,21 +118,20 @@ void Scheduler::cancelCall(plan::CallId callId, const std::string &reason) {
   }
   // Waiting (or not ready yet): it leaves the queue and fails unrun, as a
   // call whose dependency failed does at admission.
-  waiting.erase(callId, requestTags[callId]);
+  waiting.erase(callId, graph.requestOf(callId));
   std::unique_ptr<Request> request = takeParked(callId);
   if (!request) {
     request = std::make_unique<Request>();
     request->call = callId;
   }
-  if (readyAt[callId] == Clock::time_point())
-    readyAt[callId] = Clock::now();
+  graph.markReadyNow(callId);
   running.push_back(std::move(request));
   finish(*running.back(), false, reason);
 }
 
 void Scheduler::endRun() {
-  for (size_t id = 0; id < done.size(); ++id)
-    if (!done[id] && (*outcomes)[id].error.empty())
+  for (size_t id = 0; id < graph.numCalls(); ++id)
+    if (!graph.isDone(plan::CallId(id)) && (*outcomes)[id].error.empty())
       (*outcomes)[id].error = "not run: the plan could not make progress";
   waiting.clear();
   parked.clear();
@@ -181,7 +145,7 @@ std::optional<WaitingFor> Scheduler::waitingFor(plan::CallId call) const {
   auto found = parked.find(call);
   if (found != parked.end())
     return found->second->waitingFor;
-  if (call < requestTags.size() && waiting.contains(call, requestTags[call]))
+  if (call < graph.numCalls() && waiting.contains(call, graph.requestOf(call)))
     return WaitingFor::Admission;
   return std::nullopt;
 }
@@ -192,28 +156,27 @@ void Scheduler::park(std::unique_ptr<Request> request, WaitingFor reason) {
   parked[call] = std::move(request);
 }
 
-bool Scheduler::admit() {
-  bool admittedAny = false;
+uint32_t Scheduler::admit() {
+  uint32_t admitted = 0;
   // Calls held back for blocks in flight go back to the front, in order,
   // however this returns.
   llvm::SmallVector<plan::CallId, 4> heldBack;
   auto restoreHeldBack = llvm::make_scope_exit([&] {
     for (plan::CallId held : llvm::reverse(heldBack))
-      waiting.pushFront(held, requestTags[held]);
+      waiting.pushFront(held, graph.requestOf(held));
   });
   waiting.beginPass();
   for (const auto &other : running)
-    waiting.countRunning(requestTags[other->call]);
+    waiting.countRunning(graph.requestOf(other->call));
   while (std::optional<FairQueue::Entry> front = waiting.next()) {
     const plan::CallId callId = front->call;
-    const plan::Call &call = plan->calls[callId];
+    const plan::Call &call = graph.call(callId);
 
     std::unique_ptr<Request> request = takeParked(callId);
     if (!request) {
       request = std::make_unique<Request>();
       request->call = callId;
-      std::optional<std::vector<kv::Segment>> segments =
-          plan::resolveCall(call, outputs);
+      std::optional<std::vector<kv::Segment>> segments = graph.resolve(callId);
       if (!segments) {
         waiting.popFront(front->request);
         running.push_back(std::move(request));
@@ -293,7 +256,7 @@ bool Scheduler::admit() {
     request->decoding = false;
     request->movedBeforeRun = UINT32_MAX;
     request->moveSpansAfterStep = false;
-    stats.queuedSeconds = secondsSince(readyAt[callId]);
+    stats.queuedSeconds = secondsSince(graph.readyAt(callId));
     if (stats.preemptions == 0) {
       // (Re-)admission after a deferral counts the final layout only.
       stats.promptTokens = requestPlan.numPromptTokens;
@@ -324,9 +287,9 @@ bool Scheduler::admit() {
     }
     running.push_back(std::move(request));
     waiting.countRunning(front->request);
-    admittedAny = true;
+    ++admitted;
   }
-  return admittedAny;
+  return admitted;
 }
 
 uint64_t Scheduler::growthBlocks(const Request &request) const {
@@ -342,7 +305,7 @@ uint64_t Scheduler::growthBlocks(const Request &request) const {
 void Scheduler::requeue(Request &request, WaitingFor reason) {
   auto found = llvm::find_if(
       running, [&](const auto &other) { return other.get() == &request; });
-  waiting.pushFront(request.call, requestTags[request.call]);
+  waiting.pushFront(request.call, graph.requestOf(request.call));
   park(std::move(*found), reason);
   running.erase(found);
 }
@@ -365,6 +328,16 @@ void Scheduler::appendPages(const kv::RequestPlan &requestPlan,
 llvm::Error Scheduler::schedule(SchedulerOutput &output) {
   output.clear();
   scheduled.clear();
+  // The copies first: the blocks they read may be recycled by this step's
+  // admissions and written by its relocations and forward pass. A request
+  // that left since (cancelled, preempted) released its copy's block.
+  for (const auto &[request, copy] : copies)
+    if (cache.contains(request))
+      output.blockCopies.push_back(copy);
+  copies.clear();
+  output.admittedCalls = admit();
+  if (running.empty())
+    return llvm::Error::success();
   llvm::Expected<kv::StepPlan> stepPlan = cache.planStep();
   if (!stepPlan)
     return stepPlan.takeError();
@@ -418,7 +391,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     prefillTaken.clear();
     for (const auto &owned : running)
       if (!owned->decoding)
-        prefillTaken.try_emplace(requestTags[owned->call], 0);
+        prefillTaken.try_emplace(graph.requestOf(owned->call), 0);
     if (prefillTaken.size() > 1) {
       const int64_t share = std::min(
           cap, std::max<int64_t>(options.blockSize,
@@ -429,7 +402,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
         Request &request = *owned;
         if (request.decoding)
           continue;
-        int64_t &taken = prefillTaken[requestTags[request.call]];
+        int64_t &taken = prefillTaken[graph.requestOf(request.call)];
         int64_t allowance = std::min(budget, share - taken);
         if (allowance <= 0)
           continue;
@@ -621,14 +594,13 @@ void Scheduler::cancel(const std::string &reason) {
   queueSpanMoves();
   while (!running.empty())
     finish(*running.back(), false, reason);
-  for (size_t id = 0; id < done.size(); ++id)
-    if (!done[id] && (*outcomes)[id].error.empty())
+  for (size_t id = 0; id < graph.numCalls(); ++id)
+    if (!graph.isDone(plan::CallId(id)) && (*outcomes)[id].error.empty())
       (*outcomes)[id].error = reason;
 }
 
 void Scheduler::update(const SchedulerOutput &output,
                        const RunnerOutput &result) {
-  copies.clear();
   // After the forward pass, before the next planStep (which applies them).
   queueSpanMoves();
 
@@ -679,7 +651,7 @@ void Scheduler::update(const SchedulerOutput &output,
     CallOutcome &outcome = (*outcomes)[request.call];
     if (token.first) {
       request.firstToken = Clock::now();
-      outcome.stats.ttftSeconds = secondsSince(readyAt[request.call]);
+      outcome.stats.ttftSeconds = secondsSince(graph.readyAt(request.call));
     }
     kv::TokenId next = token.token;
     if (token.stop) {
@@ -688,7 +660,7 @@ void Scheduler::update(const SchedulerOutput &output,
       // fed tokens — the last sampled token unless it ended generation,
       // then the end-of-turn trailer — so their spans find every block of
       // the message in the cache, the partial last one included.
-      const auto &trailer = trailers[request.call];
+      const auto &trailer = graph.trailer(request.call);
       if (!trailer) {
         finished.push_back(&request);
         continue;
@@ -747,10 +719,10 @@ void Scheduler::update(const SchedulerOutput &output,
 void Scheduler::takeSlot(Request &request, const kv::DecodeSlot &slot) {
   // The copy-on-write must run before anything else writes K/V:
   // appendToken released the source block, and the next allocation
-  // (another call's append, an admission) may recycle it. The executor
-  // runs blockCopies() in order right after update().
+  // (another call's append, an admission) may recycle it. The next
+  // schedule() puts it first in its output; nothing writes K/V before.
   if (slot.copy)
-    copies.push_back(*slot.copy);
+    copies.emplace_back(request.request, *slot.copy);
   request.pendingSlot = slot;
   request.pendingSlot.copy.reset();
 }
@@ -794,22 +766,19 @@ void Scheduler::finish(Request &request, bool succeeded, std::string error) {
     cache.release(request.request);
   outcome.succeeded = succeeded;
   outcome.error = std::move(error);
-  outcome.stats.totalSeconds = secondsSince(readyAt[callId]);
+  outcome.stats.totalSeconds = secondsSince(graph.readyAt(callId));
   if (outcome.stats.generatedTokens > 0)
     outcome.stats.decodeSeconds =
         std::chrono::duration<double>(Clock::now() - request.firstToken)
             .count();
-  done[callId] = true;
   ++callsDone;
-  if (succeeded)
-    outputs[callId] = outcome.tokens;
-  for (plan::CallId dependent : dependents[callId]) {
-    // A dependent cancelled before it was ready is done already.
-    if (--missingDependencies[dependent] == 0 && !done[dependent]) {
-      waiting.push(dependent, requestTags[dependent]);
-      readyAt[dependent] = Clock::now();
-    }
-  }
+  llvm::SmallVector<plan::CallId, 4> ready;
+  graph.markDone(callId,
+                 succeeded ? std::optional<CallGraph::Tokens>(outcome.tokens)
+                           : std::nullopt,
+                 ready);
+  for (plan::CallId dependent : ready)
+    waiting.push(dependent, graph.requestOf(dependent));
   auto found = llvm::find_if(running, [&](const auto &candidate) {
     return candidate.get() == &request;
   });

@@ -1,8 +1,8 @@
 //===- Scheduler.h - Decides each step of a run: admission, batch, preemption//
 //
 // The scheduler half of the executor (docs/ARCHITECTURE.md, "Running a
-// plan"). It tracks the plan's calls from ready to done, admits ready calls
-// to the KV cache manager (holding back a call that would miss a block in
+// plan"). Over the run's CallGraph (which calls are ready) it admits ready
+// calls to the KV cache manager (holding back a call that would miss a block in
 // flight, and one the cache cannot hold with room to grow), asks CIDRA for
 // the step's relocations, and fills a SchedulerOutput: a decode token for
 // every generating call first, then prefill chunks of whole blocks under
@@ -10,7 +10,8 @@
 // prefills, appends sampled tokens (preempting the most recently admitted
 // call when the cache is full), flushes trailers after generation and
 // finishes calls. It never touches K/V memory or a model: the block copies
-// its appends need are handed out (blockCopies) for a backend to run.
+// its appends need go into the next step's SchedulerOutput for a backend
+// to run first.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_SCHED_SCHEDULER_H
@@ -19,6 +20,7 @@
 #include "plan/Plan.h"
 #include "runtime/kv/BlockPool.h"
 #include "runtime/kv/KvCacheManager.h"
+#include "runtime/sched/CallGraph.h"
 #include "runtime/sched/CallOutcome.h"
 #include "runtime/sched/Fairness.h"
 #include "runtime/sched/SchedulerOutput.h"
@@ -95,13 +97,13 @@ public:
   /// done stays as it was (a client that went away).
   void cancelCall(plan::CallId call, const std::string &reason);
 
-  /// Admits ready calls, fairly across requests (FairQueue: the request
-  /// with the fewest running calls first, plan order within a request),
-  /// until none can be. Returns whether any was admitted.
-  bool admit();
-  /// Fills `output` with this step's decisions: the CIDRA plan (which may
-  /// defer new calls back to waiting), then the batch. Fails when CIDRA
-  /// cannot plan the step.
+  /// Fills `output` with this step's decisions: the block copies the last
+  /// update()'s appends need; admission of ready calls, fairly across
+  /// requests (FairQueue: the request with the fewest running calls first,
+  /// plan order within a request), until none can be; the CIDRA plan
+  /// (which may defer new calls back to waiting); then the batch. With
+  /// nothing running it stops after admission (`output` then says how many
+  /// calls it admitted). Fails when CIDRA cannot plan the step.
   llvm::Error schedule(SchedulerOutput &output);
   /// Applies the runner's report on the step `output` described.
   void update(const SchedulerOutput &output, const RunnerOutput &result);
@@ -111,15 +113,14 @@ public:
   /// Stops the run between steps: running calls fail with `reason` and
   /// release their blocks; calls never admitted fail with it too.
   void cancel(const std::string &reason);
-  /// The copy-on-write copies the last update()'s appends need, in order:
-  /// run them before anything else writes K/V (kv::DecodeSlot::copy).
-  llvm::ArrayRef<kv::RelocationOp> blockCopies() const { return copies; }
 
   size_t numCalls() const;
   size_t numDone() const { return callsDone; }
-  bool isDone(plan::CallId call) const { return done[call]; }
+  bool isDone(plan::CallId call) const { return graph.isDone(call); }
   /// The request `call` serves.
-  RequestTag requestOf(plan::CallId call) const { return requestTags[call]; }
+  RequestTag requestOf(plan::CallId call) const {
+    return graph.requestOf(call);
+  }
   size_t numRunning() const { return running.size(); }
   size_t numWaiting() const { return waiting.size(); }
   bool hasRunning() const { return !running.empty(); }
@@ -130,6 +131,8 @@ public:
 private:
   struct Request;
 
+  /// Admits ready calls until none can be; returns how many it admitted.
+  uint32_t admit();
   /// Blocks `request` may still need to reach its max_tokens.
   uint64_t growthBlocks(const Request &request) const;
   void park(std::unique_ptr<Request> request, WaitingFor reason);
@@ -139,9 +142,6 @@ private:
   void requeue(Request &request, WaitingFor reason);
   void finish(Request &request, bool succeeded, std::string error);
   bool preemptFor(Request &needy);
-  /// Registers calls [first, plan's end), serving `request`: dependencies,
-  /// trailers, readiness.
-  void registerCalls(size_t first, RequestTag request);
   /// Schedules prompt chunks of `request` within `allowance` tokens (what
   /// it takes is subtracted).
   void schedulePrefill(Request &request, int64_t &allowance,
@@ -167,16 +167,8 @@ private:
   // The run's state.
   const plan::Plan *plan = nullptr;
   std::vector<CallOutcome> *outcomes = nullptr;
-  std::vector<uint32_t> missingDependencies;
-  std::vector<llvm::SmallVector<plan::CallId, 4>> dependents;
-  std::vector<Clock::time_point> readyAt;
-  std::vector<bool> done;
-  /// Per call: the request it serves.
-  std::vector<RequestTag> requestTags;
-  /// Output tokens per call, for splicing into later calls.
-  std::vector<std::optional<std::vector<plan::TokenId>>> outputs;
-  /// Per call: the end-of-turn tokens its consumers put after its output.
-  std::vector<std::optional<std::vector<plan::TokenId>>> trailers;
+  /// Readiness, requests, outputs and trailers of the run's calls.
+  CallGraph graph;
   /// Calls waiting for admission, in the order they are tried.
   FairQueue waiting;
   /// The requests of waiting calls that were laid out already (held back,
@@ -186,7 +178,9 @@ private:
   std::vector<std::unique_ptr<Request>> running;
   /// The running request of each sequence of the last schedule().
   std::vector<Request *> scheduled;
-  std::vector<kv::RelocationOp> copies;
+  /// Copy-on-write copies update() handed out, with the request each
+  /// serves, for the next schedule()'s output.
+  std::vector<std::pair<kv::RequestId, kv::RelocationOp>> copies;
   /// Scratch lists of update(), kept for their capacity.
   std::vector<Request *> finishedScratch, needSlotScratch, unsampledScratch;
   /// Scratch of schedule(): prompt tokens per request this step.

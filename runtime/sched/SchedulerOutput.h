@@ -70,10 +70,17 @@ struct BlendTask {
 };
 
 struct SchedulerOutput {
+  /// Calls admitted when this step was scheduled.
+  uint32_t admittedCalls = 0;
+  /// Copy-on-write copies the last step's appends need
+  /// (kv::DecodeSlot::copy), in order: run them first, before anything
+  /// else writes K/V (the relocations included).
+  std::vector<kv::RelocationOp> blockCopies;
   /// CIDRA's plan for this step (kv::KvCacheManager::planStep): run it
-  /// before the forward pass.
+  /// after the copies, before the forward pass.
   kv::StepPlan stepPlan;
-  /// Decode sequences first, then prefill chunks (a backend's order, StepLayout.h).
+  /// Decode sequences first, then prefill chunks (a backend's order,
+  /// StepLayout.h).
   std::vector<ScheduledSequence> sequences;
   std::vector<int32_t> tokens, positions;
   std::vector<int32_t> blockIds, validTokens;
@@ -114,7 +121,15 @@ struct SchedulerOutput {
                                                     sequence.numPages);
   }
 
+  /// Nothing to run: no copy, relocation, blend or sequence.
+  bool empty() const {
+    return blockCopies.empty() && stepPlan.relocation.empty() &&
+           blends.empty() && sequences.empty();
+  }
+
   void clear() {
+    admittedCalls = 0;
+    blockCopies.clear();
     stepPlan = kv::StepPlan();
     sequences.clear();
     tokens.clear();

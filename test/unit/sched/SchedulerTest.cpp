@@ -82,8 +82,13 @@ struct Harness {
     }
   }
 
+  /// Schedules a step (admission first) and runs it.
   void step(plan::TokenId token = 7) {
     ASSERT_FALSE(bool(scheduler.schedule(output)));
+    run(token);
+  }
+  /// Runs the step scheduled last: samples `token`, updates.
+  void run(plan::TokenId token = 7) {
     sampleAll(token);
     scheduler.update(output, result);
   }
@@ -102,10 +107,11 @@ TEST(SchedulerTest, AOneCallStepIsAPlainValue) {
   addCall(harness.plan)
       .segments.push_back(segment(SegmentKind::Prefix, range(100, 20)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  ASSERT_TRUE(harness.scheduler.admit());
   ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
 
   const SchedulerOutput &output = harness.output;
+  EXPECT_EQ(output.admittedCalls, 1u);
+  EXPECT_TRUE(output.blockCopies.empty());
   ASSERT_EQ(output.sequences.size(), 1u);
   const ScheduledSequence &sequence = output.sequences[0];
   EXPECT_EQ(sequence.call, 0u);
@@ -123,15 +129,15 @@ TEST(SchedulerTest, AOneCallStepIsAPlainValue) {
 
   // The runner's token is fed back as a decode row at the next position.
   // The partial last block was cached with the prefill, so its first write
-  // goes to a copy, which the scheduler hands out for the backend.
+  // goes to a copy, which the next step hands the backend first.
   const int32_t cachedBlock = output.blockIdsOf(sequence)[1];
   harness.sampleAll(42);
   harness.scheduler.update(harness.output, harness.result);
-  ASSERT_EQ(harness.scheduler.blockCopies().size(), 1u);
-  const kv::RelocationOp copy = harness.scheduler.blockCopies()[0];
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  ASSERT_EQ(output.blockCopies.size(), 1u);
+  const kv::RelocationOp copy = output.blockCopies[0];
   EXPECT_EQ(int32_t(copy.source), cachedBlock);
   EXPECT_EQ(copy.delta, 0);
-  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
   ASSERT_EQ(output.sequences.size(), 1u);
   EXPECT_EQ(output.sequences[0].rows, model::RowKind::Decode);
   EXPECT_EQ(output.tokensOf(output.sequences[0]).vec(),
@@ -151,10 +157,10 @@ TEST(SchedulerTest, DecodeComesBeforePrefillWithinTheBudget) {
   addCall(harness.plan, 8)
       .segments.push_back(segment(SegmentKind::Prefix, range(500, 80)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  ASSERT_TRUE(harness.scheduler.admit());
 
   // Step 1: the short prompt, then one block of the long one.
   harness.step();
+  EXPECT_EQ(harness.output.admittedCalls, 2u);
   EXPECT_EQ(harness.output.tokens.size(), 32u);
   // Every later step: call 0's decode token first, then whole blocks of
   // call 1's prompt, never over the budget.
@@ -183,7 +189,6 @@ TEST(SchedulerTest, ARunAfterSpanRelocationWaitsForTheMove) {
   call.segments.push_back(segment(SegmentKind::Span, range(300, 16)));
   call.segments.push_back(segment(SegmentKind::Tail, range(900, 16)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  ASSERT_TRUE(harness.scheduler.admit());
 
   // Step 1 computes the prefix and the spans (the second at the position
   // right after the prefix, like the first) but not the tail: it reads the
@@ -223,7 +228,6 @@ TEST(SchedulerTest, WhatFollowsAPlusReadsItsSpanPagesScaled) {
   call.segments.push_back(segment(SegmentKind::Span, range(300, 32)));
   call.segments.push_back(segment(SegmentKind::Tail, range(900, 16)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  ASSERT_TRUE(harness.scheduler.admit());
 
   std::vector<uint8_t> tailFlags;
   for (int step = 0; step < 4 && tailFlags.empty(); ++step) {
@@ -264,11 +268,13 @@ TEST(SchedulerTest, WaitingCallsSayWhatTheyWaitFor) {
     call.segments.push_back(segment(SegmentKind::Tail, range(700 + i, 1)));
   }
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  ASSERT_TRUE(harness.scheduler.admit());
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  EXPECT_EQ(harness.output.admittedCalls, 1u);
   EXPECT_EQ(harness.scheduler.waitingFor(0), std::nullopt);
   EXPECT_EQ(harness.scheduler.waitingFor(1), WaitingFor::BlocksInFlight);
-  harness.step();
-  ASSERT_TRUE(harness.scheduler.admit());
+  harness.run();
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  EXPECT_EQ(harness.output.admittedCalls, 1u);
   EXPECT_EQ(harness.scheduler.waitingFor(1), std::nullopt);
   EXPECT_EQ(harness.outcomes[1].stats.reusedTokens, 32u);
 
@@ -279,7 +285,8 @@ TEST(SchedulerTest, WaitingCallsSayWhatTheyWaitFor) {
   addCall(small.plan, 16)
       .segments.push_back(segment(SegmentKind::Prefix, range(300, 40)));
   small.scheduler.beginRun(small.plan, small.outcomes);
-  ASSERT_TRUE(small.scheduler.admit());
+  ASSERT_FALSE(bool(small.scheduler.schedule(small.output)));
+  EXPECT_EQ(small.output.admittedCalls, 1u);
   EXPECT_EQ(small.scheduler.waitingFor(1), WaitingFor::CacheRoom);
   EXPECT_STREQ(waitingForName(WaitingFor::CacheRoom), "cache room");
 }
@@ -305,19 +312,17 @@ TEST(SchedulerTest, AShortRequestBesideAHogOf200CallsIsAdmittedAtOnce) {
         .segments.push_back(
             segment(SegmentKind::Prefix, range(1000 + 32 * i, 32)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  for (int step = 0; step < 3; ++step) {
-    harness.scheduler.admit();
+  for (int step = 0; step < 3; ++step)
     harness.step();
-  }
   EXPECT_EQ(harness.scheduler.numRunning(), 8u);
   EXPECT_EQ(harness.scheduler.numWaiting(), 192u);
 
   // In plan order it would wait behind the hog's 192 calls.
   const plan::CallId shortCall = addShortRequest(harness, 1, range(20000, 20));
-  ASSERT_TRUE(harness.scheduler.admit());
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  EXPECT_GE(harness.output.admittedCalls, 1u);
   EXPECT_EQ(harness.scheduler.waitingFor(shortCall), std::nullopt);
   EXPECT_EQ(harness.scheduler.requestOf(shortCall), 1u);
-  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
   auto found = llvm::find_if(harness.output.sequences,
                              [&](const ScheduledSequence &sequence) {
                                return sequence.call == shortCall;
@@ -340,14 +345,13 @@ TEST(SchedulerTest, AnotherRequestsPromptsLeaveAShareOfTheStep) {
         .segments.push_back(
             segment(SegmentKind::Prefix, range(1000 + 480 * i, 480)));
   harness.scheduler.beginRun(harness.plan, harness.outcomes);
-  harness.scheduler.admit();
   // Alone, the hog takes the whole budget.
   harness.step();
   EXPECT_EQ(harness.output.tokens.size(), 128u);
 
   const plan::CallId shortCall = addShortRequest(harness, 1, range(20000, 32));
-  ASSERT_TRUE(harness.scheduler.admit());
   ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  EXPECT_EQ(harness.output.admittedCalls, 1u);
   const SchedulerOutput &output = harness.output;
   int64_t shortTokens = 0, hogTokens = 0;
   for (const ScheduledSequence &sequence : output.sequences)

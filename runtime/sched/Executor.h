@@ -4,8 +4,8 @@
 // public face of the runtime. It owns the pieces — the KV cache manager and
 // block pool, a Backend (K/V memory and the model's forward pass, on the
 // device ExecutorOptions::device names), the Scheduler that decides each
-// step and the ModelRunner that runs it — and loops admit → schedule → run →
-// update until every call of the plan finished or failed.
+// step and the ModelRunner that runs it — and loops schedule (admission
+// included) → run → update until every call of the plan finished or failed.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_SCHED_EXECUTOR_H

@@ -19,7 +19,9 @@ sent). So users reach spanc through `openai/NAME` with OPENAI_API_BASE:
   into chat messages, so the documents of a RAG query shuffled on a repeat
   find only the prefix before the first moved one; the same query sent as
   spnl's spnl/ backend sends it (spnl_client.py) reuses them as spans.
-  The figures are printed (README, "Serving").
+  The email judge is two requests through either route (the candidates
+  come back to the second as text), so both reuse the same prefix. The
+  figures are printed (README, "Serving").
 Each wheel call runs in a child process with a time limit.
 """
 
@@ -205,14 +207,43 @@ def spnl_post(server):
     return post
 
 
-def check_rag_reuse(spanc, smol):
+def replay_judge(server):
+    """The wheel's email judge as spnl's spnl/ backend runs it: the
+    candidates' repeat, then the judge over them (two requests)."""
+    model = "spnl/" + SMOL
+    client = SpnlClient(spnl_post(server))
+    try:
+        client.execute(("g", metadata(model, 24, 0.0), ("seq", [
+            ("system", "You rank candidate introductory emails."),
+            ("plus", [("repeat", 3, metadata(model, 40, 0.7), ("seq", [
+                ("system", "You write a short introductory email for a job "
+                           "application."),
+                ("user", "My name is Shiloh. I am a data scientist applying "
+                         "at IBM Research.")]))]),
+            ("user", "Which email is best? Answer with its number.")])))
+    except ReadError as error:
+        check(False, "the spnl/ replay's judge: %s" % error)
+        return False
+    return len(client.calls) == 2 and bool(client.calls[1].answers[0])
+
+
+def check_cache_reuse(spanc, smol):
     """The figures of README's "Serving": cached tokens of a RAG query
-    cold, repeated and with its documents shuffled, through each route, on
-    a fresh server each."""
+    cold, repeated and with its documents shuffled, and of the email
+    judge, through each route, on a fresh server each."""
     orders = ([0, 1, 2, 3], [0, 1, 2, 3], [2, 0, 3, 1])
-    rows = {}
+    rows, judges = {}, {}
     for route in ("openai/", "spnl/ replay"):
         server = Server(spanc, smol)
+        before = totals(server)
+        if route == "openai/":
+            answer, error = wheel(server, email_judge("openai/" + SMOL))
+            check(answer and not error, "openai/ judge: %r" % error)
+        else:
+            check(replay_judge(server), "the spnl/ replay's judge answers")
+        counts = delta(server, before)
+        judges[route] = (counts["vllm:prefix_cache_hits_total"],
+                         counts["vllm:prompt_tokens_total"])
         rows[route] = []
         for order in orders:
             before = totals(server)
@@ -230,9 +261,9 @@ def check_rag_reuse(spanc, smol):
         server.stop()
     for route, figures in rows.items():
         print("RAG through %-13s cold, repeated, shuffled (cached/prompt "
-              "tokens): %s" % (route, ", ".join("%d/%d" % f
-                                                for f in figures)),
-              flush=True)
+              "tokens): %s; the email judge: %d/%d" %
+              (route, ", ".join("%d/%d" % f for f in figures),
+               judges[route][0], judges[route][1]), flush=True)
     openai_shuffled = rows["openai/"][2]
     spans_shuffled = rows["spnl/ replay"][2]
     check(rows["openai/"][1][0] >= rows["openai/"][1][1] * 3 // 4,
@@ -264,7 +295,7 @@ def main(spanc, _tiny):
     check_judge_and_map(server)
     check_max_completion_tokens(server)
     server.stop()
-    check_rag_reuse(spanc, smol)
+    check_cache_reuse(spanc, smol)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ that environment there, set-up ran: a missing model or wheel fails.
 The wheel routes a query by its model's prefix; it is built with the
 openai/, ollama/ and gemini/ routes only (its `spnl/` route, which posts to
 /v1/query/execute, is a build feature it lacks: "Model not found", nothing
-sent). So users reach spanc through `openai/NAME` with OPENAI_API_BASE:
+sent), without `augment` and with no builtin queries (the email judge
+below is spnl's, written out). So users reach spanc through `openai/NAME`
+with OPENAI_API_BASE:
 - the wheel's email judge (a repeat of candidates in a plus, judged by a
   g), a bulk map and a RAG query (documents in a plus) answer;
 - NAME may be any served name, in any case, with or without .gguf;
@@ -148,6 +150,13 @@ def check_names(server):
     answer, error = wheel(server, g("spnl/" + SMOL, {"user": "hi"}, 8, 0.0))
     check(answer is None and error == "Model not found",
           "the wheel has no spnl/ route: %r %r" % (answer, error))
+    # Nor spnl's rag feature: a RAG query inlines its documents (a plus).
+    answer, error = wheel(server, g("openai/" + SMOL, {"cross": [
+        {"augment": {"embedding_model": "ollama/mxbai-embed-large:335m",
+                     "body": {"user": "q"}, "doc": ["kb", {"Text": "t"}]}},
+        {"user": "q"}]}, 8, 0.0))
+    check(answer is None and "did not match any variant" in (error or ""),
+          "the wheel has no augment: %r %r" % (answer, error))
 
 
 def check_judge_and_map(server):

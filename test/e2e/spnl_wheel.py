@@ -27,6 +27,7 @@ with OPENAI_API_BASE:
 Each wheel call runs in a child process with a time limit.
 """
 
+import glob
 import json
 import os
 import subprocess
@@ -150,6 +151,16 @@ def check_names(server):
     answer, error = wheel(server, g("spnl/" + SMOL, {"user": "hi"}, 8, 0.0))
     check(answer is None and error == "Model not found",
           "the wheel has no spnl/ route: %r %r" % (answer, error))
+    # No setting can turn it on: the route is a cargo feature, and its
+    # fixed URL is not in the wheel's binary at all.
+    import spnl
+    binaries = glob.glob(os.path.join(os.path.dirname(spnl.__file__), "*.so"))
+    holding = [path for path in binaries
+               if b"/v1/query/execute" in open(path, "rb").read()]
+    check(binaries and not holding,
+          "the wheel's binary holds no /v1/query/execute (if it does, a "
+          "newer wheel has the spnl/ route: revisit README's spnl part): "
+          "%r" % holding)
     # Nor spnl's rag feature: a RAG query inlines its documents (a plus).
     answer, error = wheel(server, g("openai/" + SMOL, {"cross": [
         {"augment": {"embedding_model": "ollama/mxbai-embed-large:335m",

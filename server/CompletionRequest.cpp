@@ -324,6 +324,25 @@ llvm::Error readLogprobs(const json &body, CompletionRequest &request,
   return llvm::Error::success();
 }
 
+/// reasoning_effort: read so that a malformed one is named, then ignored
+/// (CompletionRequest.h says why).
+llvm::Error readReasoningEffort(const json &body) {
+  auto found = body.find("reasoning_effort");
+  if (found == body.end() || found->is_null())
+    return llvm::Error::success();
+  static const char *const efforts[] = {"none",   "minimal", "low",
+                                        "medium", "high",    "xhigh"};
+  if (found->is_string())
+    for (const char *effort : efforts)
+      if (found->get_ref<const std::string &>() == effort)
+        return llvm::Error::success();
+  return badField("reasoning_effort",
+                  "must be none, minimal, low, medium, high or xhigh, not " +
+                      found->dump() +
+                      " (it is accepted and ignored: the model served has "
+                      "no reasoning mode)");
+}
+
 } // namespace
 
 llvm::Expected<CompletionRequest>
@@ -348,35 +367,48 @@ parseCompletionRequest(llvm::StringRef text, Endpoint endpoint,
 
   CompletionRequest request;
   request.endpoint = endpoint;
-  request.model = limits.modelName;
+  request.model = limits.models.primary();
   if (auto model = body.find("model");
       model != body.end() && !model->is_null()) {
     if (!model->is_string())
       return badField("model", "must be a string");
-    if (model->get_ref<const std::string &>() != limits.modelName)
+    const std::string *served =
+        limits.models.match(model->get_ref<const std::string &>());
+    if (!served)
       return apiError(404,
                       "The model '" + model->get<std::string>() +
-                          "' does not exist; this server serves '" +
-                          limits.modelName + "'",
+                          "' does not exist; this server serves " +
+                          limits.models.describe() +
+                          " (names match in any case, with or without "
+                          ".gguf; --served-model-name adds others)",
                       "model");
+    request.model = *served;
   }
   if (llvm::Error error = endpoint == Endpoint::ChatCompletions
                               ? readMessages(body, request)
                               : readPrompts(body, request, limits))
     return error;
 
-  std::optional<int64_t> maxTokens;
-  // Chat's newer name first, as OpenAI documents it.
-  const char *maxTokensField = "max_tokens";
-  if (endpoint == Endpoint::ChatCompletions &&
-      body.contains("max_completion_tokens") &&
-      !body["max_completion_tokens"].is_null())
-    maxTokensField = "max_completion_tokens";
-  if (llvm::Error error = readInteger(body, maxTokensField, 1,
-                                      limits.maxTokensLimit, maxTokens))
+  // OpenAI's newer name wins, as vLLM reads `max_completion_tokens or
+  // max_tokens`; both are checked, so a wrong one is never carried along
+  // unseen. The completions endpoint takes it too: it bounds the same
+  // tokens there, and ignoring it would run to the default instead.
+  std::optional<int64_t> maxTokens, maxCompletionTokens;
+  if (llvm::Error error =
+          readInteger(body, "max_tokens", 1, limits.maxTokensLimit, maxTokens))
     return error;
+  if (llvm::Error error =
+          readInteger(body, "max_completion_tokens", 1, limits.maxTokensLimit,
+                      maxCompletionTokens))
+    return error;
+  if (maxCompletionTokens) {
+    maxTokens = maxCompletionTokens;
+    request.maxTokensField = "max_completion_tokens";
+  }
   request.maxTokens = maxTokens.value_or(
       std::min(limits.defaultMaxTokens, limits.maxTokensLimit));
+  if (llvm::Error error = readReasoningEffort(body))
+    return error;
   if (llvm::Error error =
           readNumber(body, "temperature", 0.0, 2.0, request.temperature))
     return error;

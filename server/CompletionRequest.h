@@ -3,17 +3,23 @@
 // The body of POST /v1/chat/completions or /v1/completions as vLLM and
 // llama.cpp accept it, read into plain values and checked against the
 // server's limits: a malformed or out-of-range field is a 400 naming the
-// field (param), an unknown model a 404. A field OpenAI defines that the
-// server does not honour (tools, penalties, json response formats, echo,
-// suffix, best_of, ...) is a 400 naming it unless it asks for the default,
-// as vLLM answers what it lacks; fields it does not know are ignored, as
-// vLLM does.
+// field (param), a model none of the served names matches a 404
+// (server/ModelNames.h). A field OpenAI defines that the server does not
+// honour (tools, penalties, json response formats, echo, suffix, best_of,
+// ...) is a 400 naming it unless it asks for the default, as vLLM answers
+// what it lacks; fields it does not know are ignored, as vLLM does.
+// max_completion_tokens, OpenAI's newer name for max_tokens, is taken on
+// both endpoints and wins over max_tokens (both are checked), as vLLM
+// reads `max_completion_tokens or max_tokens`. reasoning_effort (a string
+// OpenAI defines, or null) is read and ignored: the models served have no
+// reasoning mode to set, and clients such as spnl send it on every chat.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_SERVER_COMPLETIONREQUEST_H
 #define SPANC_SERVER_COMPLETIONREQUEST_H
 
 #include "plan/MessageEncoder.h"
+#include "server/ModelNames.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -35,12 +41,17 @@ struct ChatMessage {
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
+  /// The served name the request's model matched (the primary one when it
+  /// names none): what the answer's `model` says.
   std::string model;
   /// Chat: the conversation, through the model's chat template.
   std::vector<ChatMessage> messages;
   /// Completions: one or more raw prompts (each gets n choices).
   std::vector<std::string> prompts;
   int64_t maxTokens = 0;
+  /// The field maxTokens came from ("max_tokens" or
+  /// "max_completion_tokens"), so that later errors name what was sent.
+  std::string maxTokensField = "max_tokens";
   double temperature = 1.0;
   double topP = 1.0;
   /// vLLM's top_k; 0: no limit.
@@ -60,8 +71,8 @@ struct CompletionRequest {
 
 /// The server's bounds on a request.
 struct RequestLimits {
-  /// The one model served (its id in /v1/models).
-  std::string modelName;
+  /// The names of the one model served (its ids in /v1/models).
+  ModelNames models;
   /// max_tokens above this is refused (--max-tokens-limit).
   int64_t maxTokensLimit = 4096;
   /// max_tokens when the request gives none.

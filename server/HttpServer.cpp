@@ -182,9 +182,9 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
   waitForAll(
       *stream, clientSocketOf(httpRequest),
       [&](size_t call, const std::string &text) { texts[call] += text; });
-  response.set_content(
-      spanQueryAnswer(*plan, texts, *stream, options.requestLimits.modelName),
-      "application/json");
+  response.set_content(spanQueryAnswer(*plan, texts, *stream,
+                                       options.requestLimits.models.primary()),
+                       "application/json");
 }
 
 void HttpServer::queryExecute(const httplib::Request &httpRequest,
@@ -203,7 +203,7 @@ void HttpServer::queryExecute(const httplib::Request &httpRequest,
     return sendError(response, plan.takeError());
   auto execution = std::make_shared<SpnlExecution>();
   execution->answer.id = newId("cmpl-");
-  execution->answer.model = options.requestLimits.modelName;
+  execution->answer.model = options.requestLimits.models.primary();
   execution->answer.created = int64_t(std::time(nullptr));
   execution->choices = spnlChoices(*plan);
   execution->filters.assign(execution->choices.size(), StopStringFilter({}));
@@ -406,12 +406,15 @@ void HttpServer::routes() {
            });
   http.Get("/v1/models", [this](const httplib::Request &,
                                 httplib::Response &response) {
-    json model = {{"id", options.requestLimits.modelName},
-                  {"object", "model"},
-                  {"created", int64_t(std::time(nullptr))},
-                  {"owned_by", "spanc"},
-                  {"max_model_len", options.promptLimits.contextLength}};
-    json body = {{"object", "list"}, {"data", json::array({model})}};
+    // One entry per served name, as vLLM lists its --served-model-name.
+    json models = json::array();
+    for (const std::string &name : options.requestLimits.models.all())
+      models.push_back({{"id", name},
+                        {"object", "model"},
+                        {"created", int64_t(std::time(nullptr))},
+                        {"owned_by", "spanc"},
+                        {"max_model_len", options.promptLimits.contextLength}});
+    json body = {{"object", "list"}, {"data", models}};
     response.set_content(dumpJson(body), "application/json");
   });
   http.Get("/metrics",

@@ -121,11 +121,11 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
         tokens + uint64_t(request.maxTokens) > uint64_t(limits.contextLength))
       return apiError(400,
                       "the prompt's " + std::to_string(tokens) +
-                          " tokens and max_tokens " +
+                          " tokens and " + request.maxTokensField + " " +
                           std::to_string(request.maxTokens) +
                           " exceed the model's context of " +
                           std::to_string(limits.contextLength) + " tokens",
-                      "max_tokens");
+                      request.maxTokensField);
     // The prompt and what is generated must fit in the cache: past it the
     // call would fail mid-answer, its text lost. (A prompt that fills the
     // cache still gets its one token: the last sampled is never stored.)

@@ -45,12 +45,12 @@ compileSpanQuery(llvm::StringRef source, bool isJson,
     // spnl JSON's "model" is required and routes spnl's client
     // ("spnl/NAME", "ollama/NAME"): the query reached the server it was
     // sent to. A .span gen names a model only to choose one.
-    if (!isJson && !limits.modelName.empty() && !call.options.model.empty() &&
-        call.options.model != limits.modelName)
+    if (!isJson && !call.options.model.empty() &&
+        !limits.models.match(call.options.model))
       return apiError(404,
                       where + ": the model '" + call.options.model +
-                          "' does not exist; this server serves '" +
-                          limits.modelName + "'",
+                          "' does not exist; this server serves " +
+                          limits.models.describe(),
                       "model");
     if (call.options.maxTokens > limits.maxTokensLimit)
       return apiError(

@@ -17,6 +17,7 @@
 
 #include "plan/MessageEncoder.h"
 #include "plan/Plan.h"
+#include "server/ModelNames.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -45,10 +46,10 @@ struct SpanQueryLimits {
   /// hold is refused, and a max_tokens past what it holds after the prompt
   /// lowered to that. 0: no bound.
   int64_t kvCacheTokens = 0;
-  /// The model served: a .span gen naming another is refused (404) as a
-  /// chat naming it is (spnl JSON's model routes spnl's client and is
-  /// taken as it is). Empty: any name is taken.
-  std::string modelName;
+  /// The names of the model served: a .span gen naming another is refused
+  /// (404) as a chat naming it is (spnl JSON's model routes spnl's client
+  /// and is taken as it is). Empty: any name is taken.
+  ModelNames models;
   /// The corpora a program may retrieve from (--corpus); null: none.
   const retrieval::CorpusCatalog *corpora = nullptr;
 };

@@ -88,13 +88,15 @@ link="$root/models/$model_name"
 [[ "$(readlink "$link" 2>/dev/null)" == "$model" ]] || ln -sfn "$model" "$link"
 
 # --- The tests' Python clients ----------------------------------------------
-# The official `openai` package and its dependencies, pinned, in a virtual
+# The pinned clients (`openai`, `spnl`) and their dependencies in a virtual
 # environment outside the clone (shared by clones, like the model) and
-# linked from .venv, where the Bazel tests find it through $SPANC_ROOT. The
-# stamp is the requirements file's hash: a changed pin rebuilds it.
+# linked from .venv, where the Bazel tests find it through $SPANC_ROOT. Its
+# folder is named after the requirements file's hash, so clones whose pins
+# differ (branches, worktrees) each keep their own instead of rebuilding
+# one another's under a running test; the stamp inside says it completed.
 requirements="$root/tools/python-requirements.txt"
-venv="$cache/python"
 want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+venv="$cache/python-${want:0:16}"
 if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $venv/bin/python3 ]]; then
   say "creating the test clients' Python environment in $venv"
   rm -rf "$venv"

@@ -19,22 +19,26 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 
 from serve_harness import Server, check, kill_servers, metric, run
+from spnl_client import ReadError, SpnlClient, f32, metadata, serialize
 
 
 class SpnlServer(Server):
     """A `spanc serve` spoken to as spnl's client speaks."""
 
-    def post(self, path, body, content_type="text/plain"):
+    def post(self, path, body, content_type="text/plain", raw=False):
         """Posts as spnl's client (reqwest) does and returns (status,
-        headers, the body's HTTP chunks: one item unless it is chunked)."""
-        if not isinstance(body, str):
-            body = json.dumps(body)
-        data = body.encode()
+        headers, the body's HTTP chunks: one item unless it is chunked;
+        bytes when raw, else text)."""
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
         request = ("POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                    "content-type: %s\r\naccept: */*\r\n"
                    "content-length: %d\r\n\r\n" %
@@ -58,12 +62,19 @@ class SpnlServer(Server):
                     if size == 0:
                         reader.readline()
                         break
-                    chunks.append(reader.read(size).decode())
+                    chunks.append(reader.read(size))
                     reader.readline()
             else:
                 length = int(headers.get("content-length", "0"))
-                chunks.append(reader.read(length).decode())
+                chunks.append(reader.read(length))
+            if not raw:
+                chunks = [chunk.decode() for chunk in chunks]
             return status, headers, chunks
+
+    def spnl_post(self, path, body):
+        """spnl_client.SpnlClient's transport: (status, headers, body)."""
+        status, headers, chunks = self.post(path, body, raw=True)
+        return status, headers, b"".join(chunks)
 
     def execute(self, query, stream):
         return self.post("/v1/query/execute?stream=" +
@@ -288,6 +299,253 @@ def check_errors(server):
           "?stream=maybe: 400 naming stream (got %d %r)" % (status, document))
 
 
+# --- spnl 0.22.1's spnl/ backend, replayed (spnl_client.py) -------------------
+
+TINY = "spnl/tiny"
+
+
+def check_client_bytes():
+    """spnl_client writes what serde_json writes for spnl 0.22.1's IR: the
+    bytes below are derived by hand from its derive attributes (Bulk
+    untagged and lower-case, Repeat's `generate` renamed `g`, metadata
+    flattened before `input`, f32 temperatures printed shortest)."""
+    rag = ("repeat", 1, metadata("tiny", 16, 0.0), ("cross", [
+        ("system", "S"), ("plus", [("user", "d1"), ("user", "d2")]),
+        ("user", "q")]))
+    expected = ('{"repeat":{"n":1,"g":{"model":"tiny","max_tokens":16,'
+                '"temperature":0.0,"input":{"cross":[{"system":"S"},'
+                '{"plus":[{"user":"d1"},{"user":"d2"}]},{"user":"q"}]}}}}')
+    check(serialize(rag) == expected, "a repeat's bytes: %s" % serialize(rag))
+    bulk_map = ("map", metadata("tiny", 1, 0.7), ["a", "b"])
+    expected = ('{"map":{"metadata":{"model":"tiny","max_tokens":1,'
+                '"temperature":0.7},"inputs":["a","b"]}}')
+    check(serialize(bulk_map) == expected,
+          "a map's bytes: %s" % serialize(bulk_map))
+    check([f32(t) for t in (0, 0.1, 0.6, 0.7, 1, 1.5, 2)] ==
+          ["0.0", "0.1", "0.6", "0.7", "1.0", "1.5", "2.0"],
+          "f32 temperatures as serde prints them")
+    text = serialize(("user", 'line\n"q"\t\x01\u00e9/'))
+    check(text == '{"user":"line\\n\\"q\\"\\t\\u0001\u00e9/"}',
+          "strings escaped as serde_json escapes them: %r" % text)
+
+
+def replay(server, query, what):
+    """Runs `query` as spnl's executor does; returns the client, or None
+    (reported) when an answer could not be read as spnl reads it."""
+    client = SpnlClient(server.spnl_post)
+    try:
+        client.result = client.execute(query)
+    except ReadError as error:
+        check(False, "%s: spnl would not read the answer: %s" % (what, error))
+        return None
+    check(all(call.status == 200 for call in client.calls),
+          "%s: every call 200: %r" % (what, [c.status for c in client.calls]))
+    return client
+
+
+def check_replay_bulks(server):
+    """Repeat and map, streamed and not (max_tokens 1): the choices spnl
+    reads, a repeat's whole answer as a chat completion and a map's as a
+    completion."""
+    messages = ("seq", [("system", "Be brief."),
+                        ("user", "Name three colours.")])
+    for max_tokens, stream in ((8, True), (1, False)):
+        what = "repeat, max_tokens %d" % max_tokens
+        client = replay(server, ("repeat", 3, metadata(TINY, max_tokens, 0.0),
+                                 messages), what)
+        if not client:
+            continue
+        call = client.calls[0]
+        check(call.stream == stream and call.body.startswith(
+            b'{"repeat":{"n":3,"g":{"model":"tiny","max_tokens":%d,' %
+            max_tokens), "%s: sent %r" % (what, call.body[:60]))
+        check(len(call.answers) == 3 and all(call.answers) and
+              sorted(call.reasons) == [0, 1, 2],
+              "%s: three answers, each finished: %r %r" %
+              (what, call.answers, call.reasons))
+        check(client.result[0] == "par" and len(client.result[1]) == 3,
+              "%s: the result is a par of three: %r" % (what, client.result))
+        if not stream:
+            check((call.usage or {}).get("prompt_tokens_details", {})
+                  .get("cached_tokens", 0) > 0,
+                  "%s: the warm cache is counted: %r" % (what, call.usage))
+    for max_tokens, stream in ((6, True), (1, False)):
+        what = "map, max_tokens %d" % max_tokens
+        client = replay(server, ("map", metadata(TINY, max_tokens, 0.0),
+                                 ["first input", "second input"]), what)
+        if client:
+            call = client.calls[0]
+            check(call.stream == stream and len(call.answers) == 2 and
+                  all(isinstance(a, str) for a in call.answers) and
+                  call.answers[0],
+                  "%s: an answer per input: %r" % (what, call.answers))
+
+
+def check_replay_judge(server):
+    """spnl's email judge with spnl/ models: the candidates as one repeat,
+    then the judge as a repeat of 1 over seq[system, par[the candidates as
+    assistant messages], user], byte for byte."""
+    judge = ("g", metadata(TINY, 0, 0.0), ("seq", [
+        ("system", "You rank candidate emails."),
+        ("plus", [("repeat", 3, metadata(TINY, 12, 0.7), ("seq", [
+            ("system", "You write short emails."),
+            ("user", "Write an introductory email.")]))]),
+        ("user", "Which email is best?")]))
+    client = replay(server, judge, "the email judge")
+    if not client or not check(len(client.calls) == 2,
+                               "the judge makes two calls: %d" %
+                               len(client.calls)):
+        return
+    candidates = [a for a in client.calls[0].answers if a]
+    expected = ('{"repeat":{"n":1,"g":{"model":"tiny","max_tokens":0,'
+                '"temperature":0.0,"input":{"seq":[{"system":"You rank '
+                'candidate emails."},{"par":[%s]},{"user":"Which email is '
+                'best?"}]}}}}' % ",".join('{"assistant":%s}' %
+                                          json.dumps(c, ensure_ascii=False)
+                                          for c in candidates))
+    check(len(candidates) == 3 and
+          client.calls[1].body.decode() == expected,
+          "the judge's request: %r" % client.calls[1].body[:300])
+    check(client.result[0] == "assistant" and client.result[1],
+          "the judge answers: %r" % (client.result,))
+
+
+RAG_DOCUMENTS = [
+    "Document %d. " % i + " ".join(
+        "The %s block pool holds %d pages for span %d of corpus %s." %
+        (word, i * 7 + j, j, word) for j in range(6))
+    for i, word in enumerate(["red", "green", "blue", "amber"])]
+
+
+def rag_query(model, order, max_tokens=8):
+    return ("g", metadata(model, max_tokens, 0.0), ("cross", [
+        ("system", "Answer from the documents."),
+        ("plus", [("user", RAG_DOCUMENTS[i]) for i in order]),
+        ("user", "Which pool holds the most pages?")]))
+
+
+def cached_tokens(server, run):
+    """The prefix_cache_hits_total and prompt_tokens_total that `run()`
+    added (span reuse is counted among the hits)."""
+    def totals():
+        _, values = server.metrics()
+        return (metric(values, "vllm:prefix_cache_hits_total") or 0,
+                metric(values, "vllm:prompt_tokens_total") or 0)
+    hits, prompt = totals()
+    run()
+    after = totals()
+    return int(after[0] - hits), int(after[1] - prompt)
+
+
+def check_replay_rag(server):
+    """A RAG query whose documents come back shuffled reuses them through
+    /v1/query/execute: spans, not a prefix."""
+    figures = []
+    for order in ([0, 1, 2, 3], [0, 1, 2, 3], [3, 1, 0, 2]):
+        figures.append(cached_tokens(server, lambda: replay(
+            server, rag_query(TINY, order), "RAG %r" % order)))
+    print("spnl/ replay, RAG cold, repeated, shuffled (cached, prompt "
+          "tokens): %r" % figures, flush=True)
+    cold, again, shuffled = figures
+    check(again[0] >= again[1] * 3 // 4,
+          "a repeated RAG query finds its prompt cached: %r" % (again,))
+    check(shuffled[0] >= shuffled[1] // 2,
+          "shuffled documents are reused as spans: %r" % (shuffled,))
+
+
+# --- What spnl's openai/ route sends, raw ---------------------------------------
+
+
+def openai_route_chat(model, **fields):
+    """The chat spnl's openai/ route builds (async-openai 0.33): these
+    fields in this order, reasoning_effort "low" and max_completion_tokens
+    always."""
+    body = {"messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "Name a colour."}],
+            "model": model, "reasoning_effort": "low",
+            "max_completion_tokens": 5, "stream": True, "n": 2,
+            "temperature": 0.0}
+    body.update(fields)
+    return body
+
+
+def check_served_names(spanc, model):
+    """--served-model-name as vLLM takes it, the matching rule, and the
+    fields spnl's openai/ route sends (max_completion_tokens honoured,
+    streamed or not, over max_tokens; reasoning_effort ignored)."""
+    failed = subprocess.run(
+        [spanc, "serve", "--model", model, "--port", "0",
+         "--served-model-name", "a,,b"], capture_output=True, text=True,
+        timeout=60)
+    check(failed.returncode == 1 and "a name is empty" in failed.stderr,
+          "an empty served name is refused at start: %d %r" %
+          (failed.returncode, failed.stderr))
+    server = Server(spanc, model, "--served-model-name", "tiny-llama",
+                    "Org/Tiny", "--served-model-name", "tiny2")
+    _, _, listed = server.json("GET", "/v1/models")
+    ids = [entry["id"] for entry in (listed or {}).get("data", [])]
+    check(ids == ["tiny-llama", "Org/Tiny", "tiny2"],
+          "/v1/models lists every served name in order: %r" % ids)
+    status, events = server.stream("/v1/chat/completions",
+                                   openai_route_chat("ORG/TINY"))
+    chunks = [e for e in events if e != "[DONE]"]
+    counts = {}
+    for chunk in chunks:
+        for choice in chunk.get("choices", []):
+            if choice.get("delta", {}).get("content"):
+                counts[choice["index"]] = counts.get(choice["index"], 0) + 1
+    check(status == 200 and chunks and
+          all(c.get("model") == "Org/Tiny" for c in chunks) and
+          sorted(counts) == [0, 1] and max(counts.values()) <= 5,
+          "spnl's openai/ chat, another case: 200, answered as the name it "
+          "matched, max_completion_tokens 5 bounds each choice: %d %r" %
+          (status, counts))
+    for name in ("TINY-LLAMA", "tiny-llama.gguf", "Tiny2.GGUF"):
+        status, _, answer = server.json(
+            "POST", "/v1/completions",
+            {"model": name, "prompt": ["a", "b"], "max_tokens": 3,
+             "temperature": 0.0})
+        check(status == 200 and answer.get("model") in ("tiny-llama",
+                                                         "tiny2"),
+              "%s names a served model: %d %r" % (name, status, answer))
+    status, _, answer = server.json(
+        "POST", "/v1/completions",
+        {"model": "tiny-lla", "prompt": "a", "max_tokens": 3})
+    check(status == 404 and "'tiny-llama', 'Org/Tiny', 'tiny2'" in
+          answer.get("error", {}).get("message", ""),
+          "another name: 404 listing the served ones: %d %r" %
+          (status, answer))
+    # max_completion_tokens over max_tokens, streamed and not, counted.
+    body = openai_route_chat("tiny2", max_tokens=50, max_completion_tokens=3,
+                             n=1, stream_options={"include_usage": True})
+    status, events = server.stream("/v1/chat/completions", body)
+    usage = [e["usage"] for e in events if e != "[DONE]" and e.get("usage")]
+    reasons = [c.get("finish_reason") for e in events if e != "[DONE]"
+               for c in e.get("choices", []) if c.get("finish_reason")]
+    check(status == 200 and usage and
+          usage[-1]["completion_tokens"] <= 3 and
+          (usage[-1]["completion_tokens"] == 3) == (reasons == ["length"]),
+          "streamed: max_completion_tokens 3 wins over max_tokens 50: "
+          "%r %r" % (usage, reasons))
+    body.update(stream=False)
+    status, _, answer = server.json("POST", "/v1/chat/completions", body)
+    check(status == 200 and
+          answer["usage"]["completion_tokens"] <= 3,
+          "whole: max_completion_tokens 3 wins: %d %r" %
+          (status, answer.get("usage")))
+    for fields, param in (({"max_completion_tokens": 100000},
+                           "max_completion_tokens"),
+                          ({"reasoning_effort": "extreme"},
+                           "reasoning_effort")):
+        status, _, answer = server.json(
+            "POST", "/v1/chat/completions",
+            openai_route_chat("tiny2", stream=False, **fields))
+        check(status == 400 and
+              answer.get("error", {}).get("param") == param,
+              "%r: 400 naming %s: %d %r" % (fields, param, status, answer))
+    server.stop()
+
+
 def main(spanc, model):
     scratch = tempfile.mkdtemp(prefix="spnl-serve-")
     try:
@@ -306,10 +564,15 @@ def main(spanc, model):
         check_judge(server)
         check_augment(server)
         check_errors(server)
+        check_client_bytes()
+        check_replay_bulks(server)
+        check_replay_judge(server)
+        check_replay_rag(server)
         check(server.stop() == 0, "SIGTERM: exit 0")
         # Long answers, so that the client leaves before they end.
         check_disconnect(SpnlServer(spanc, model, "--max-tokens-limit",
                                     "3000"))
+        check_served_names(spanc, model)
     finally:
         # The servers write in scratch: they go first.
         kill_servers()

@@ -22,6 +22,7 @@
 #include "server/Engine.h"
 #include "server/HttpServer.h"
 #include "server/Metrics.h"
+#include "server/ModelNames.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
 #include "tools/spanc/Interrupt.h"
@@ -31,6 +32,7 @@
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -63,9 +65,13 @@ void addServeOptions(po::options_description &options) {
       ("model,m", po::value<std::string>(),                                 //
        "GGUF model to serve (default: $SPANC_MODEL, else the "              //
        "SmolLM2-135M-Instruct that tools/setup.sh installs)")               //
-      ("served-model-name", po::value<std::string>(),                       //
-       "the model's id in /v1/models and the `model` requests must name "   //
-       "(default: the file's name without .gguf)")                          //
+      ("served-model-name",                                                 //
+       po::value<std::vector<std::string>>()->multitoken()->composing(),    //
+       "the model's ids in /v1/models, any of which a request's `model` "   //
+       "may name: repeatable, comma-separated or space-separated as "       //
+       "vLLM's; the first is the primary (metrics, spnl answers). Names "   //
+       "match in any case, with or without .gguf (default: the file's "     //
+       "name without .gguf)")                                               //
       ("host", po::value<std::string>()->default_value("127.0.0.1"),        //
        "address to listen on (loopback by default; 0.0.0.0 for every "      //
        "interface: then set --api-key)")                                    //
@@ -161,8 +167,9 @@ std::string serveDescription() {
       "  POST /v1/chat/completions  messages through the model's chat "
       "template\n"
       "  POST /v1/completions       a prompt or a list of prompts\n"
-      "       both: max_tokens, temperature, top_p, seed, stop (up to 4), n "
-      "(up to 16),\n"
+      "       both: max_tokens (or max_completion_tokens, which wins), "
+      "temperature,\n"
+      "       top_p, seed, stop (up to 4), n (up to 16),\n"
       "       stream (server-sent events ending in 'data: [DONE]'),\n"
       "       stream_options.include_usage, logit_bias (token id -> bias "
       "in\n"
@@ -177,8 +184,13 @@ std::string serveDescription() {
       "none,\n"
       "       response_format other than text, penalties, echo, suffix, "
       "best_of\n"
-      "       other than n) are a 400 naming the field; unknown fields are "
-      "ignored\n"
+      "       other than n) are a 400 naming the field; reasoning_effort "
+      "(none to\n"
+      "       xhigh) is accepted and ignored (the model has no reasoning "
+      "mode);\n"
+      "       unknown fields are ignored. `model` names any "
+      "--served-model-name,\n"
+      "       in any case, with or without .gguf\n"
       "  POST /v1/query             a .span program or spnl JSON as the body\n"
       "       (?set=NAME%3DVALUE, URL-encoded, overrides a param): each\n"
       "       query's answers and per-call statistics; file() is refused,\n"
@@ -195,7 +207,8 @@ std::string serveDescription() {
       "       one (chat) completion, a choice per answer (its \"model\" "
       "routes\n"
       "       spnl's client, so any name is taken)\n"
-      "  GET  /v1/models            the one model served\n"
+      "  GET  /v1/models            the model served, one entry per "
+      "served name\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
       "  GET  /health               200 while serving (no key needed)\n\n"
       "Errors are OpenAI-style JSON ({\"error\": {\"message\", \"type\", "
@@ -399,7 +412,7 @@ server::HttpOptions httpOptionsFor(const po::variables_map &values,
                                    const ServeLimits &limits,
                                    const model::Model &model,
                                    int64_t cacheTokens,
-                                   const std::string &modelName,
+                                   const server::ModelNames &modelNames,
                                    const retrieval::CorpusCatalog *corpora) {
   const int64_t contextLength = model.config().contextLength;
   server::HttpOptions httpOptions;
@@ -412,7 +425,7 @@ server::HttpOptions httpOptionsFor(const po::variables_map &values,
   httpOptions.maxConnections = size_t(limits.maxConnections);
   httpOptions.headerTimeout = std::chrono::seconds(limits.headerTimeout);
   httpOptions.bodyTimeout = std::chrono::seconds(limits.bodyTimeout);
-  httpOptions.requestLimits.modelName = modelName;
+  httpOptions.requestLimits.models = modelNames;
   httpOptions.requestLimits.maxTokensLimit = limits.maxTokensLimit;
   httpOptions.requestLimits.defaultMaxTokens = limits.defaultMaxTokens;
   httpOptions.requestLimits.vocabSize = model.config().vocabSize;
@@ -426,7 +439,7 @@ server::HttpOptions httpOptionsFor(const po::variables_map &values,
       httpOptions.promptLimits.maxPromptTokens;
   httpOptions.spanQueryLimits.contextLength = contextLength;
   httpOptions.spanQueryLimits.kvCacheTokens = cacheTokens;
-  httpOptions.spanQueryLimits.modelName = modelName;
+  httpOptions.spanQueryLimits.models = modelNames;
   httpOptions.spanQueryLimits.corpora = corpora;
   return httpOptions;
 }
@@ -468,6 +481,14 @@ int runServe(const std::vector<std::string> &args) {
   const std::string modelPath = values.count("model")
                                     ? values["model"].as<std::string>()
                                     : defaultModelPath();
+  // Checked before the model loads: a wrong flag is reported at once.
+  auto modelNames = server::ModelNames::fromFlags(
+      values.count("served-model-name")
+          ? values["served-model-name"].as<std::vector<std::string>>()
+          : std::vector<std::string>(),
+      llvm::sys::path::stem(modelPath));
+  if (!modelNames)
+    return reportError("serve", llvm::toString(modelNames.takeError()));
   std::optional<ServedModel> served =
       loadServedModel(values, executorOptions.device, modelPath);
   if (!served)
@@ -483,12 +504,10 @@ int runServe(const std::vector<std::string> &args) {
   if (!executor)
     return reportError("serve", llvm::toString(executor.takeError()));
 
-  const std::string modelName =
-      values.count("served-model-name")
-          ? values["served-model-name"].as<std::string>()
-          : llvm::sys::path::stem(modelPath).str();
-  const server::HttpOptions httpOptions = httpOptionsFor(
-      values, *limits, *served->model, *cacheTokens, modelName, catalog->get());
+  const std::string &modelName = modelNames->primary();
+  const server::HttpOptions httpOptions =
+      httpOptionsFor(values, *limits, *served->model, *cacheTokens, *modelNames,
+                     catalog->get());
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());
@@ -515,9 +534,10 @@ int runServe(const std::vector<std::string> &args) {
     return reportError("serve", llvm::toString(bound.takeError()));
   engine.start();
   std::thread listener([&] { http.serve(); });
-  llvm::errs() << "spanc serve: serving " << modelName << " on http://" << host
-               << ":" << *bound << " (" << (*executor)->pool().numBlocks()
-               << " KV blocks of " << executorOptions.blockSize << " tokens"
+  llvm::errs() << "spanc serve: serving " << llvm::join(modelNames->all(), ", ")
+               << " on http://" << host << ":" << *bound << " ("
+               << (*executor)->pool().numBlocks() << " KV blocks of "
+               << executorOptions.blockSize << " tokens"
                << (httpOptions.apiKey.empty() ? "" : ", API key required")
                << ")\n";
   llvm::errs().flush();

@@ -17,7 +17,7 @@ namespace {
 
 RequestLimits limits() {
   RequestLimits result;
-  result.modelName = "tiny";
+  result.models = ModelNames({"tiny", "tiny-alias"});
   result.maxTokensLimit = 100;
   result.defaultMaxTokens = 16;
   result.maxChoices = 4;
@@ -80,6 +80,88 @@ TEST(CompletionRequest, MaxCompletionTokensIsChatsNewerName) {
       Endpoint::ChatCompletions, limits());
   ASSERT_TRUE(bool(request)) << llvm::toString(request.takeError());
   EXPECT_EQ(request->maxTokens, 9);
+  EXPECT_EQ(request->maxTokensField, "max_completion_tokens");
+}
+
+TEST(CompletionRequest, MaxCompletionTokensWinsOverMaxTokensOnBothEndpoints) {
+  // vLLM reads `max_completion_tokens or max_tokens`; spnl's openai/ route
+  // sends the newer name alone, other clients send both.
+  auto chat = parseCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}],
+          "max_tokens": 50, "max_completion_tokens": 3})",
+      Endpoint::ChatCompletions, limits());
+  ASSERT_TRUE(bool(chat)) << llvm::toString(chat.takeError());
+  EXPECT_EQ(chat->maxTokens, 3);
+  auto completion = parseCompletionRequest(
+      R"({"prompt": "a", "max_tokens": 50, "max_completion_tokens": 4})",
+      Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(completion)) << llvm::toString(completion.takeError());
+  EXPECT_EQ(completion->maxTokens, 4);
+  // A null newer name leaves max_tokens in charge.
+  auto nulled = parseCompletionRequest(
+      R"({"prompt": "a", "max_tokens": 5, "max_completion_tokens": null})",
+      Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(nulled)) << llvm::toString(nulled.takeError());
+  EXPECT_EQ(nulled->maxTokens, 5);
+  EXPECT_EQ(nulled->maxTokensField, "max_tokens");
+}
+
+TEST(CompletionRequest, BothTokenLimitsAreCheckedAndNamed) {
+  ApiError over = refuse(R"({"messages": [{"role": "user", "content": "a"}],
+                             "max_completion_tokens": 101})");
+  EXPECT_EQ(over.status(), 400);
+  EXPECT_EQ(over.param(), "max_completion_tokens");
+  // The one that loses is still checked: a wrong value is never carried
+  // along unseen.
+  ApiError losing = refuse(R"({"messages": [{"role": "user", "content": "a"}],
+                               "max_tokens": "ten",
+                               "max_completion_tokens": 5})");
+  EXPECT_EQ(losing.param(), "max_tokens");
+}
+
+TEST(CompletionRequest, ReasoningEffortIsReadAndIgnored) {
+  // spnl's openai/ route sends "low" with every chat.
+  for (const char *effort : {"\"low\"", "\"high\"", "\"none\"", "null"}) {
+    auto request = parseCompletionRequest(
+        std::string(R"({"messages": [{"role": "user", "content": "a"}],
+                        "reasoning_effort": )") +
+            effort + "}",
+        Endpoint::ChatCompletions, limits());
+    EXPECT_TRUE(bool(request))
+        << effort << ": " << llvm::toString(request.takeError());
+  }
+  for (const char *effort : {"\"extreme\"", "3"}) {
+    ApiError error =
+        refuse(std::string(R"({"messages": [{"role": "user", "content": "a"}],
+                               "reasoning_effort": )") +
+               effort + "}");
+    EXPECT_EQ(error.status(), 400) << effort;
+    EXPECT_EQ(error.param(), "reasoning_effort") << effort;
+  }
+}
+
+TEST(CompletionRequest, AModelMatchesAnyServedNameInAnyCaseWithOrWithoutGguf) {
+  for (const char *model : {"tiny", "TINY", "tiny.gguf", "Tiny.GGUF"}) {
+    auto request = parseCompletionRequest(
+        std::string(R"({"prompt": "a", "model": ")") + model + "\"}",
+        Endpoint::Completions, limits());
+    ASSERT_TRUE(bool(request))
+        << model << ": " << llvm::toString(request.takeError());
+    // Answered under the served name it matched.
+    EXPECT_EQ(request->model, "tiny") << model;
+  }
+  auto alias =
+      parseCompletionRequest(R"({"prompt": "a", "model": "Tiny-Alias"})",
+                             Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(alias)) << llvm::toString(alias.takeError());
+  EXPECT_EQ(alias->model, "tiny-alias");
+  ApiError error =
+      refuse(R"({"prompt": "a", "model": "tin"})", Endpoint::Completions);
+  EXPECT_EQ(error.status(), 404);
+  EXPECT_EQ(error.param(), "model");
+  EXPECT_NE(error.detail().find("serves 'tiny', 'tiny-alias'"),
+            std::string::npos)
+      << error.detail();
 }
 
 TEST(CompletionRequest, MalformedJsonIsA400WithLineAndColumn) {

@@ -133,6 +133,16 @@ TEST_F(PromptBuilderTest, PromptsPastTheLimitsAre400s) {
   error = toApiError(pastContext.takeError());
   EXPECT_EQ(error.status(), 400);
   EXPECT_EQ(error.param(), "max_tokens");
+
+  // Asked as max_completion_tokens, the error names what was sent.
+  request.maxTokensField = "max_completion_tokens";
+  auto newerName = buildCalls(request, *encoder, *tokenizer, limits);
+  ASSERT_FALSE(bool(newerName));
+  error = toApiError(newerName.takeError());
+  EXPECT_EQ(error.param(), "max_completion_tokens");
+  EXPECT_NE(error.detail().find("and max_completion_tokens 16 exceed"),
+            std::string::npos)
+      << error.detail();
 }
 
 TEST_F(PromptBuilderTest, ErrorsNameTheLimitThatApplies) {

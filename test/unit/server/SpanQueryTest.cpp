@@ -121,7 +121,7 @@ TEST_F(SpanQueryTest, AModelOtherThanTheServedOneIsA404AsForAChat) {
   // It ran on the served model, silently (issue 25, point 9).
   SpanQueryLimits limits;
   limits.maxTokensLimit = 100;
-  limits.modelName = "tiny";
+  limits.models = ModelNames({"tiny"});
   ApiError error = refuse(
       "query q { gen(model = \"/etc/passwd\", max_tokens = 2) { user \"x\" "
       "} }",

@@ -22,6 +22,7 @@ packages=(
   libboost-program-options-dev libgtest-dev libgmock-dev libdnnl-dev
   libxxhash-dev libpcre2-dev libsqlite3-dev libcpp-httplib-dev
   nlohmann-json3-dev python3 python3-pip python3-venv python3-matplotlib unzip
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # spanc serve --kv-events (issue 27)
   python3.11-doc  # the corpus of `spanc bench bulk` (issue 7)
 )
 missing=()

@@ -254,6 +254,21 @@ def check_replays_cache(spanc, model):
     check(metric(values, "spanc:blocks_evicted_total") > 0,
           "the load evicted blocks")
 
+    # A token-id prompt (what Dynamo's frontend sends): its full blocks are
+    # stored as one chain from the root, with exactly those tokens, as a
+    # router hashing the request's tokens expects.
+    prompt = [(7 * i + 3) % 200 + 1 for i in range(40)]
+    status, _, _ = server.json("POST", "/v1/completions", {
+        "model": MODEL, "prompt": prompt, "max_tokens": 1,
+        "temperature": 0})
+    check(status == 200, "a token-id prompt answers 200")
+    values = settled(server, early)
+    live, events = early.state()
+    check(any(e[0] == "BlockStored" and e[2] is None and
+              e[3][:32] == prompt[:32] and len(e[1]) >= 2 for e in events),
+          "the token-id prompt's blocks are stored from the root with its "
+          "tokens")
+
     # A subscriber joining now: nothing live arrives, so it asks the
     # replay socket for everything and must reach the same state.
     late = Subscriber(endpoint, replay_endpoint)

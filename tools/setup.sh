@@ -7,7 +7,19 @@
 #
 #   SPANC_CACHE   where downloads live, outside the clone so that fresh
 #                 clones on one machine share them (default ~/.cache/spanc)
+#
+#   --with-dynamo  also NVIDIA Dynamo 1.6.1 in its own environment
+#                  (deploy/dynamo/requirements.txt, linked from .venv-dynamo):
+#                  what deploy/dynamo/ and //test/e2e:dynamo_router_test run
 set -euo pipefail
+
+with_dynamo=0
+for argument in "$@"; do
+  case $argument in
+  --with-dynamo) with_dynamo=1 ;;
+  *) printf 'setup: error: unknown option %s (--with-dynamo)\n' "$argument" >&2; exit 2 ;;
+  esac
+done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${SPANC_CACHE:-$HOME/.cache/spanc}"
@@ -106,3 +118,26 @@ if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $venv
   printf '%s\n' "$want" >"$venv/.requirements.sha256"
 fi
 [[ "$(readlink "$root/.venv" 2>/dev/null)" == "$venv" ]] || ln -sfn "$venv" "$root/.venv"
+
+# --- NVIDIA Dynamo (--with-dynamo) -------------------------------------------
+# Its own environment: Dynamo pins versions the test clients do not share.
+# --no-deps, because every dependency is pinned in the file but one that
+# cannot install offline-free (deploy/dynamo/requirements.txt says which).
+if ((with_dynamo)); then
+  dynamo_requirements="$root/deploy/dynamo/requirements.txt"
+  dynamo_venv="$cache/dynamo"
+  want="$(sha256sum "$dynamo_requirements" | cut -d' ' -f1)"
+  if [[ "$(cat "$dynamo_venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $dynamo_venv/bin/python3 ]]; then
+    say "creating NVIDIA Dynamo's Python environment in $dynamo_venv"
+    rm -rf "$dynamo_venv"
+    python3 -m venv "$dynamo_venv" || die "python3 -m venv failed (Debian: python3-venv)"
+    "$dynamo_venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+      --no-input --no-deps -r "$dynamo_requirements" >&2 \
+      || { rm -rf "$dynamo_venv"; die "pip install -r $dynamo_requirements failed"; }
+    "$dynamo_venv/bin/python3" -c 'import dynamo.frontend, dynamo.common.backend, gguf, tokenizers' \
+      || { rm -rf "$dynamo_venv"; die "Dynamo installed but does not import"; }
+    printf '%s\n' "$want" >"$dynamo_venv/.requirements.sha256"
+  fi
+  [[ "$(readlink "$root/.venv-dynamo" 2>/dev/null)" == "$dynamo_venv" ]] \
+    || ln -sfn "$dynamo_venv" "$root/.venv-dynamo"
+fi

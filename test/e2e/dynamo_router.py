@@ -19,11 +19,9 @@ Run under the Dynamo environment (tools/setup.sh --with-dynamo):
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,67 +29,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import serve_harness  # noqa: E402
-from serve_harness import Server, check, metric, run  # noqa: E402
-
-NAME = "smollm2"
-DOCUMENTS = [
-    "Kitchen rules: the dishwasher runs every evening at six o'clock, the "
-    "fridge is cleared on Fridays, and mugs go back to the shelf by the "
-    "window before the team meeting on Monday mornings.",
-    "Parking: the garage opens at seven, visitors park on level two, bikes "
-    "are locked in the yard behind the main entrance, and the electric "
-    "chargers are kept free for cars that are charging.",
-    "Security: badges are worn at all times, doors to the server room stay "
-    "closed, the alarm code changes every quarter and guests sign in at "
-    "the front desk, where they are met by their host.",
-    "Holidays: requests go to the team lead two weeks ahead, the office "
-    "closes between Christmas and New Year, and unused days carry over to "
-    "the first quarter of the following year only.",
-    "Printing: the printer on the second floor prints in colour, the one "
-    "by the kitchen only in black, toner is in the cupboard by the lift, "
-    "and paper jams are reported to the front desk.",
-    "Meetings: rooms are booked in the calendar, a booking not used for "
-    "ten minutes is released, the large room seats twenty, and the video "
-    "equipment is switched off after every meeting.",
-]
-QUESTIONS = ["When does the dishwasher run?", "Where do visitors park?",
-             "Who meets the guests?", "When does the office close?",
-             "Where is the toner?", "How many seats has the large room?"]
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def chat(documents, question):
-    messages = [{"role": "system",
-                 "content": "Answer in one short sentence from the documents."}]
-    messages += [{"role": "user", "content": DOCUMENTS[d]} for d in documents]
-    messages.append({"role": "user", "content": question})
-    return {"model": NAME, "messages": messages, "max_tokens": 6,
-            "temperature": 0}
-
-
-def post(port, body, timeout=180):
-    """(status, JSON answer); a connection failure is status 0."""
-    request = urllib.request.Request(
-        "http://127.0.0.1:%d/v1/chat/completions" % port,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        data = error.read()
-        try:
-            return error.code, json.loads(data)
-        except ValueError:
-            return error.code, {"unparsed": data.decode("utf-8", "replace")}
-    except (urllib.error.URLError, OSError) as error:
-        return 0, {"error": str(error)}
-
+from router_harness import (NAME, QUESTIONS, chat, check_kill,  # noqa: E402
+                            check_repeats, free_port, system_prompt)
+from serve_harness import Server, check, run  # noqa: E402
 
 class Deployment:
     """The frontend, two replicas and their adapters."""
@@ -166,19 +106,6 @@ class Deployment:
             count, timeout, len(self.instances())))
         return False
 
-    def served(self):
-        """Requests each replica finished so far."""
-        counts = []
-        for replica in self.replicas:
-            if replica.process.poll() is not None:
-                counts.append(None)
-                continue
-            _, values = replica.metrics()
-            counts.append(sum(metric(values, "vllm:request_success_total",
-                                     finished_reason=reason) or 0
-                              for reason in ("stop", "length", "abort")))
-        return counts
-
     def stop(self):
         for process in self.adapters + [self.frontend]:
             if process.poll() is None:
@@ -200,112 +127,22 @@ class Deployment:
 
 def direct(replica, body):
     """Sends `body` to one replica itself, past Dynamo."""
-    status, _, answer = replica.json("POST", "/v1/chat/completions", body,
-                                     timeout=180)
+    status, _, _ = replica.json("POST", "/v1/chat/completions", body,
+                                timeout=180)
     check(status == 200, "a direct request answers 200")
-    return answer
 
 
 def check_routing(deployment):
     """Document sets warmed on each replica directly (Dynamo routed none
-    of them: it knows them from the KV events alone) are then sent through
-    the frontend, repeatedly: each lands on the replica holding it."""
+    of them: it knows them from the KV events alone), then sent through
+    the frontend: each lands on the replica that holds it."""
     sets = {0: [0, 1, 2], 1: [3, 4, 5]}
     for index, documents in sets.items():
-        # A system prompt of each set's own, so neither shares a prefix
-        # with the other (the routers credit prefix chains only).
-        body = chat(documents, QUESTIONS[0])
-        body["messages"][0]["content"] += " (desk %d)" % index
-        direct(deployment.replicas[index], body)
+        direct(deployment.replicas[index],
+               system_prompt(chat(documents, QUESTIONS[0]), index))
     time.sleep(1)  # the events reach the router
-    for round_ in range(3):
-        for index, documents in sets.items():
-            body = chat(documents, QUESTIONS[1 + round_])
-            body["messages"][0]["content"] += " (desk %d)" % index
-            before = deployment.served()
-            status, answer = post(deployment.port, body)
-            after = deployment.served()
-            check(status == 200, "set %d round %d answers 200 (%s)" % (
-                index, round_, str(answer)[:200]))
-            moved = [i for i in range(2) if after[i] != before[i]]
-            check(moved == [index], "set %d round %d lands on replica %d, "
-                  "which holds its blocks (moved: %s)" % (
-                      index, round_, index, moved))
-            if status != 200:
-                continue
-            cached = (answer["usage"].get("prompt_tokens_details") or
-                      {}).get("cached_tokens", 0)
-            prompt = answer["usage"]["prompt_tokens"]
-            # Everything but the question (and the last block) is reused.
-            check(cached >= prompt - 32,
-                  "set %d round %d: %d of %d prompt tokens cached" % (
-                      index, round_, cached, prompt))
-    for index, replica in enumerate(deployment.replicas):
-        _, values = replica.metrics()
-        hits = metric(values, "vllm:prefix_cache_hits_total")
-        print("replica %d: %s prefix cache hits, %s cached blocks" % (
-            index, hits, metric(values, "spanc:kv_cached_blocks")))
-        check(hits and hits > 0, "replica %d hit its cache" % index)
-
-
-def check_kill(deployment):
-    """SIGKILL the busier replica under load; nothing but its in-flight
-    requests may fail, and those fail cleanly."""
-    results, lock = [], threading.Lock()
-    stop = threading.Event()
-
-    def client(number):
-        k = 0
-        while not stop.is_set():
-            documents = [(number + k + j) % len(DOCUMENTS) for j in range(3)]
-            started = time.time()
-            status, answer = post(deployment.port, chat(
-                documents, QUESTIONS[(number * 7 + k) % len(QUESTIONS)]),
-                timeout=240)
-            with lock:
-                results.append((started, time.time(), status, answer))
-            k += 1
-            if status != 200:
-                time.sleep(0.2)  # no busy loop on a broken deployment
-
-    before = deployment.served()
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    time.sleep(3)
-    now = deployment.served()
-    victim = 0 if now[0] - before[0] >= now[1] - before[1] else 1
-    deployment.replicas[victim].process.kill()
-    killed_at = time.time()
-    print("killed replica %d (served %s during the load so far)" % (
-        victim, [a - b for a, b in zip(now, before)]))
-    time.sleep(8)
-    stop.set()
-    for thread in threads:
-        thread.join(300)
-        check(not thread.is_alive(), "every client finished (none hangs)")
-    failures = [r for r in results if r[2] != 200]
-    for _, _, status, answer in failures:
-        check(status >= 400 and isinstance(answer, dict) and
-              ("message" in answer or "error" in answer),
-              "a failed request gets a clean JSON error (%d %s)" % (
-                  status, str(answer)[:200]))
-    in_flight = [r for r in results if r[0] <= killed_at <= r[1]]
-    check(all(r[0] <= killed_at <= r[1] for r in failures),
-          "only requests in flight at the kill failed (%d failed, %d were "
-          "in flight)" % (len(failures), len(in_flight)))
-    started_after = [r for r in results if r[0] > killed_at + 3]
-    check(started_after and all(r[2] == 200 for r in started_after),
-          "every request sent after the replica's adapter left succeeds "
-          "(%d)" % len(started_after))
-    print("kill: %d requests, %d in flight at the kill, %d failed, %d sent "
-          "after it" % (len(results), len(in_flight), len(failures),
-                        len(started_after)))
-    deadline = time.time() + 30
-    while time.time() < deadline and len(deployment.instances()) != 1:
-        time.sleep(0.5)
-    check(len(deployment.instances()) == 1,
-          "the killed replica's worker left Dynamo's discovery")
+    check_repeats(deployment.port, deployment.replicas, sets,
+                  homes={0: 0, 1: 1})
 
 
 DEPLOY = None
@@ -321,7 +158,8 @@ def main(spanc, model):
         deployment = Deployment(spanc, model, work)
         try:
             check_routing(deployment)
-            check_kill(deployment)
+            check_kill(deployment.port, deployment.replicas,
+                       gone=lambda: len(deployment.instances()) == 1)
         finally:
             if serve_harness.failures:
                 deployment.tail()

@@ -69,8 +69,10 @@ class Deployment:
     def spawn(self, name, arguments):
         log = open(os.path.join(self.work, name + ".log"), "w")
         self.logs.append(log.name)
-        return subprocess.Popen([self.python] + arguments, env=self.env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([self.python] + arguments, env=self.env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+        PROCESSES.append(process)
+        return process
 
     def start_adapter(self, index, events):
         return self.spawn("adapter%d" % index, [
@@ -146,6 +148,9 @@ def check_routing(deployment):
 
 
 DEPLOY = None
+# Every Dynamo process started, so that none outlives the test, whatever
+# fails (serve_harness.run kills the replicas).
+PROCESSES = []
 
 
 def main(spanc, model):
@@ -155,15 +160,21 @@ def main(spanc, model):
     if not os.path.isdir(DEPLOY):
         DEPLOY = os.path.join(HERE, "..", "..", "deploy", "dynamo")
     with tempfile.TemporaryDirectory(prefix="spanc-dynamo-") as work:
-        deployment = Deployment(spanc, model, work)
+        deployment = None
         try:
+            deployment = Deployment(spanc, model, work)
             check_routing(deployment)
             check_kill(deployment.port, deployment.replicas,
                        gone=lambda: len(deployment.instances()) == 1)
         finally:
-            if serve_harness.failures:
-                deployment.tail()
-            deployment.stop()
+            if deployment is not None:
+                if serve_harness.failures:
+                    deployment.tail()
+                deployment.stop()
+            for process in PROCESSES:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ events; the load):
   span-aware        the same plus the span blocks a replica holds anywhere
                     in the prompt (span_scorer.py).
 
-    python3 bench/cluster/simulate.py --out bench/results   # table + plot
+    python3 bench/cluster/simulate.py --out bench/results   # cluster-sim.md, cluster.png
 """
 
 import argparse
@@ -298,7 +298,7 @@ def write_results(args, counts, results):
     table = "\n".join(lines)
     settings = ", ".join("%s=%s" % (k, v) for k, v in sorted(vars(args).items())
                          if k != "out")
-    with open(os.path.join(args.out, "cluster.md"), "w") as out:
+    with open(os.path.join(args.out, "cluster-sim.md"), "w") as out:
         out.write("# Routers at scale: SIMULATED (issue 27, point 4)\n\n"
                   "Trace-driven simulation, not a measurement "
                   "(bench/cluster/simulate.py: the model and its limits are "

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <limits>
 
 namespace spanc::server {
 
@@ -118,6 +119,30 @@ llvm::Error readMessages(const json &body, CompletionRequest &request) {
   return llvm::Error::success();
 }
 
+/// A token-id prompt: ids in [0, vocabulary).
+llvm::Error readTokenPrompt(const json &ids, CompletionRequest &request,
+                            const RequestLimits &limits) {
+  std::vector<int32_t> tokens;
+  tokens.reserve(ids.size());
+  for (const json &id : ids) {
+    if (!id.is_number_unsigned() ||
+        id.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()) ||
+        (limits.vocabSize > 0 &&
+         id.get<uint64_t>() >= uint64_t(limits.vocabSize)))
+      return badField("prompt", "token ids must be integers in [0, " +
+                                    (limits.vocabSize > 0
+                                         ? std::to_string(limits.vocabSize - 1)
+                                         : std::string("2^31")) +
+                                    "]");
+    tokens.push_back(int32_t(id.get<uint64_t>()));
+  }
+  if (tokens.empty())
+    return badField("prompt", "a token-id prompt is empty");
+  request.prompts.emplace_back();
+  request.promptTokens.push_back(std::move(tokens));
+  return llvm::Error::success();
+}
+
 llvm::Error readPrompts(const json &body, CompletionRequest &request,
                         const RequestLimits &limits) {
   auto found = body.find("prompt");
@@ -125,20 +150,31 @@ llvm::Error readPrompts(const json &body, CompletionRequest &request,
     return badField("prompt", "is required");
   if (found->is_string()) {
     request.prompts.push_back(found->get<std::string>());
+    request.promptTokens.emplace_back();
     return llvm::Error::success();
   }
   if (!found->is_array() || found->empty())
-    return badField("prompt", "must be a string or a non-empty array of "
-                              "strings");
+    return badField("prompt", "must be a string, a non-empty array of "
+                              "strings, token ids, or arrays of token ids");
+  // OpenAI's shapes: [1, 2, 3] is one prompt of token ids.
+  if (found->front().is_number())
+    return readTokenPrompt(*found, request, limits);
   if (int64_t(found->size()) > limits.maxPrompts)
     return badField("prompt", "holds more than " +
                                   std::to_string(limits.maxPrompts) +
                                   " prompts");
+  const bool ids = found->front().is_array();
   for (const json &prompt : *found) {
-    if (!prompt.is_string())
-      return badField("prompt", "must hold strings (token-id prompts are not "
-                                "supported)");
+    if (ids && prompt.is_array()) {
+      if (auto error = readTokenPrompt(prompt, request, limits))
+        return error;
+      continue;
+    }
+    if (ids || !prompt.is_string())
+      return badField("prompt", "must hold strings or arrays of token ids, "
+                                "not both");
     request.prompts.push_back(prompt.get<std::string>());
+    request.promptTokens.emplace_back();
   }
   return llvm::Error::success();
 }

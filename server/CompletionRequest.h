@@ -48,6 +48,10 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;
   /// Completions: one or more raw prompts (each gets n choices).
   std::vector<std::string> prompts;
+  /// Per prompt: its token ids when it was given as ids (OpenAI's and
+  /// vLLM's token-id prompts: what a router that tokenized already, as
+  /// NVIDIA Dynamo's frontend, sends), else empty and prompts[i] is text.
+  std::vector<std::vector<int32_t>> promptTokens;
   int64_t maxTokens = 0;
   /// The field maxTokens came from ("max_tokens" or
   /// "max_completion_tokens"), so that later errors name what was sent.

@@ -246,6 +246,7 @@ void Engine::publishLoad() {
   load.waiting = executor.numWaiting() + queuedCalls;
   load.kvCacheUsage = usage;
   load.blocksEvicted = pool.numEvictions();
+  load.cachedBlocks = pool.numCachedBlocks();
   metrics.setLoad(load);
 }
 

@@ -131,6 +131,11 @@ void ServerMetrics::recordFinished(const FinishedRequest &request) {
   endToEndLatency.observe(request.e2eSeconds);
 }
 
+void ServerMetrics::setKvEventSource(std::function<KvEventTotals()> source) {
+  std::lock_guard<std::mutex> lock(mutex);
+  kvEventSource = std::move(source);
+}
+
 std::string ServerMetrics::render() const {
   std::lock_guard<std::mutex> lock(mutex);
   std::string out;
@@ -142,6 +147,9 @@ std::string ServerMetrics::render() const {
        "Number of requests waiting to be processed.", double(load.waiting)},
       {"vllm:kv_cache_usage_perc", "gauge",
        "KV-cache usage. 1 means 100 percent usage.", load.kvCacheUsage},
+      {"spanc:kv_cached_blocks", "gauge",
+       "KV blocks in the cache's hash index (reusable by later requests).",
+       double(load.cachedBlocks)},
   };
   const Scalar counters[] = {
       {"vllm:prefix_cache_queries_total", "counter",
@@ -181,6 +189,27 @@ std::string ServerMetrics::render() const {
   for (const Scalar &each : counters) {
     family(out, each.name, each.type, each.help);
     sample(out, each.name, labels, each.value);
+  }
+  if (kvEventSource) {
+    const KvEventTotals totals = kvEventSource();
+    const Scalar events[] = {
+        {"spanc:kv_event_batches_total", "counter",
+         "KV event batches published (--kv-events).", double(totals.batches)},
+        {"spanc:kv_events_total", "counter",
+         "Block stores and removals published (--kv-events).",
+         double(totals.events)},
+        {"spanc:kv_events_dropped_total", "counter",
+         "Block reports dropped past the publisher's queue (each drop "
+         "is followed by AllBlocksCleared).",
+         double(totals.dropped)},
+        {"spanc:kv_event_replays_total", "counter",
+         "Replay requests answered (--kv-events-replay).",
+         double(totals.replays)},
+    };
+    for (const Scalar &each : events) {
+      family(out, each.name, each.type, each.help);
+      sample(out, each.name, labels, each.value);
+    }
   }
   family(out, "vllm:request_success_total", "counter",
          "Count of successfully processed requests.");

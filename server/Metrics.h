@@ -15,6 +15,7 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -73,6 +74,17 @@ struct EngineLoad {
   /// Cached blocks evicted since the server started (kv::BlockPool's
   /// count, which only grows).
   uint64_t blocksEvicted = 0;
+  /// Blocks in the cache's hash index (kv::BlockPool::numCachedBlocks):
+  /// what a KV event subscriber holds for this replica.
+  uint64_t cachedBlocks = 0;
+};
+
+/// --kv-events' figures (server/KvEventPublisher.h), when it is on.
+struct KvEventTotals {
+  uint64_t batches = 0;
+  uint64_t events = 0;
+  uint64_t dropped = 0;
+  uint64_t replays = 0;
 };
 
 class ServerMetrics {
@@ -80,6 +92,9 @@ public:
   ServerMetrics(std::string modelName, unsigned blockSize, uint32_t numBlocks);
 
   void setLoad(const EngineLoad &load);
+  /// Renders the KV event figures `source` gives (called under the
+  /// metrics' lock; it must not call back).
+  void setKvEventSource(std::function<KvEventTotals()> source);
   void recordFinished(const FinishedRequest &request);
   /// The Prometheus text exposition.
   std::string render() const;
@@ -90,6 +105,7 @@ private:
   unsigned blockSize;
   uint32_t numBlocks;
   EngineLoad load;
+  std::function<KvEventTotals()> kvEventSource;
   uint64_t promptTokens = 0, generationTokens = 0;
   uint64_t cacheQueries = 0, cacheHits = 0, preemptions = 0;
   uint64_t spanTokensReused = 0, spanTokensRelocated = 0;

@@ -82,8 +82,19 @@ llvm::Expected<RequestCalls> buildCalls(const CompletionRequest &request,
       return segment.takeError();
     prompts.push_back(std::move(*segment));
   } else {
-    for (const std::string &text : request.prompts)
-      prompts.push_back(completionPrompt(text, tokenizer));
+    for (size_t index = 0; index < request.prompts.size(); ++index) {
+      if (index < request.promptTokens.size() &&
+          !request.promptTokens[index].empty()) {
+        // Token ids are taken as given (no BOS added), as vLLM does.
+        plan::PlanSegment &segment = prompts.emplace_back();
+        segment.kind = plan::SegmentKind::Prefix;
+        plan::Piece &piece = segment.pieces.emplace_back();
+        piece.tokens = request.promptTokens[index];
+        piece.label = "prompt-ids";
+        continue;
+      }
+      prompts.push_back(completionPrompt(request.prompts[index], tokenizer));
+    }
   }
 
   RequestCalls result;

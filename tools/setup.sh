@@ -7,7 +7,28 @@
 #
 #   SPANC_CACHE   where downloads live, outside the clone so that fresh
 #                 clones on one machine share them (default ~/.cache/spanc)
+#
+#   --with-dynamo  also NVIDIA Dynamo 1.6.1 in its own environment
+#                  (deploy/dynamo/requirements.txt, linked from .venv-dynamo):
+#                  what deploy/dynamo/ and //test/e2e:dynamo_router_test run
+#   --with-sglang-router  also sglang-router 0.3.2 in its own environment
+#                  (deploy/sglang/requirements.txt, linked from .venv-sglang):
+#                  what //test/e2e:sglang_router_test runs
 set -euo pipefail
+
+with_dynamo=0
+with_sglang=0
+for argument in "$@"; do
+  case $argument in
+  --with-dynamo) with_dynamo=1 ;;
+  --with-sglang-router) with_sglang=1 ;;
+  *)
+    printf 'setup: error: unknown option %s (--with-dynamo, --with-sglang-router)\n' \
+      "$argument" >&2
+    exit 2
+    ;;
+  esac
+done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${SPANC_CACHE:-$HOME/.cache/spanc}"
@@ -22,6 +43,7 @@ packages=(
   libboost-program-options-dev libgtest-dev libgmock-dev libdnnl-dev
   libxxhash-dev libpcre2-dev libsqlite3-dev libcpp-httplib-dev
   nlohmann-json3-dev python3 python3-pip python3-venv python3-matplotlib unzip
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # spanc serve --kv-events (issue 27)
   python3.11-doc  # the corpus of `spanc bench bulk` (issue 7)
 )
 missing=()
@@ -107,3 +129,33 @@ if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $venv
   printf '%s\n' "$want" >"$venv/.requirements.sha256"
 fi
 [[ "$(readlink "$root/.venv" 2>/dev/null)" == "$venv" ]] || ln -sfn "$venv" "$root/.venv"
+
+# --- Routers (--with-dynamo, --with-sglang-router) -------------------------
+# Each in its own environment: they pin versions the test clients do not
+# share. --no-deps, because every dependency is pinned in the file (for
+# Dynamo, all but one that cannot be installed: the file says which).
+router_environment() { # NAME REQUIREMENTS LINK IMPORTS
+  local name="$1" requirements="$2" link="$3" imports="$4"
+  local venv="$cache/$name" want
+  want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+  if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" || ! -x $venv/bin/python3 ]]; then
+    say "creating the $name Python environment in $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" || die "python3 -m venv failed (Debian: python3-venv)"
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+      --no-input --no-deps -r "$requirements" >&2 \
+      || { rm -rf "$venv"; die "pip install -r $requirements failed"; }
+    "$venv/bin/python3" -c "import $imports" \
+      || { rm -rf "$venv"; die "$name installed but does not import"; }
+    printf '%s\n' "$want" >"$venv/.requirements.sha256"
+  fi
+  [[ "$(readlink "$root/$link" 2>/dev/null)" == "$venv" ]] || ln -sfn "$venv" "$root/$link"
+}
+if ((with_dynamo)); then
+  router_environment dynamo "$root/deploy/dynamo/requirements.txt" .venv-dynamo \
+    "dynamo.frontend, dynamo.common.backend, gguf, tokenizers"
+fi
+if ((with_sglang)); then
+  router_environment sglang-router "$root/deploy/sglang/requirements.txt" .venv-sglang \
+    "sglang_router.launch_router"
+fi

@@ -116,6 +116,8 @@ BlockPool::allocate(uint32_t count) {
     BlockId block = next_[sentinel];
     unlink(block);
     if (cached_[block]) {
+      if (eventSink_)
+        eventSink_->blockRemoved(hashes_[block]);
       index_.erase(hashes_[block]);
       cached_[block] = 0;
       hashes_[block] = BlockHash();
@@ -163,6 +165,8 @@ bool BlockPool::cacheBlock(BlockId block, const BlockHash &hash) {
 void BlockPool::uncache(BlockId block) {
   if (!cached_[block])
     return;
+  if (eventSink_)
+    eventSink_->blockRemoved(hashes_[block]);
   index_.erase(hashes_[block]);
   cached_[block] = 0;
   hashes_[block] = BlockHash();

@@ -12,6 +12,7 @@
 #define SPANC_RUNTIME_KV_BLOCKPOOL_H
 
 #include "runtime/kv/BlockHash.h"
+#include "runtime/kv/KvEventSink.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
@@ -93,6 +94,12 @@ public:
     numTokens_[block] = count;
   }
 
+  /// Reports every hash leaving the index to `sink` (null: none). Blocks
+  /// entering it are reported by their client (KvCacheManager), which
+  /// knows their tokens and context.
+  void setEventSink(KvEventSink *sink) { eventSink_ = sink; }
+  KvEventSink *eventSink() const { return eventSink_; }
+
   /// Checks every invariant (list links, counts, index agreement); for tests.
   llvm::Error verify() const;
 
@@ -113,6 +120,7 @@ private:
   llvm::DenseMap<BlockHash, BlockId> index_;
   uint32_t numFree_ = 0;
   uint64_t numEvictions_ = 0;
+  KvEventSink *eventSink_ = nullptr;
 };
 
 } // namespace spanc::kv

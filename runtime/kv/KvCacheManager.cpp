@@ -294,8 +294,29 @@ void KvCacheManager::cacheBlocks(RequestState &request, uint32_t begin,
     LogicalBlock &block = plan.blocks[index];
     if (block.reused)
       continue; // already cached (or a duplicate of a cached block)
-    pool_.cacheBlock(block.block, block.hash);
+    cacheBlock(plan, index);
   }
+}
+
+void KvCacheManager::cacheBlock(const RequestPlan &plan, uint32_t index) {
+  const LogicalBlock &block = plan.blocks[index];
+  if (pool_.isCached(block.block) || !pool_.cacheBlock(block.block, block.hash))
+    return; // cached already, or another block holds the hash
+  KvEventSink *sink = pool_.eventSink();
+  if (!sink)
+    return;
+  // The parent is the one the hash chained from (currentHash below), so
+  // an observer can check the chain and tell a span's from a prefix's.
+  const SegmentPlan &segment = plan.segments[block.segment];
+  StoredBlock stored;
+  stored.hash = block.hash;
+  stored.parent = index == segment.firstBlock ? segment.parentHash
+                                              : plan.blocks[index - 1].hash;
+  stored.parentIsRoot = stored.parent == hasher_.root();
+  stored.kind = segment.kind;
+  stored.tokens = llvm::ArrayRef<TokenId>(plan.tokens)
+                      .slice(block.firstToken, block.numTokens);
+  sink->blockStored(stored);
 }
 
 void KvCacheManager::commitPrefill(RequestId id) {
@@ -400,7 +421,7 @@ llvm::Expected<DecodeSlot> KvCacheManager::appendToken(RequestId id,
     if (!last.reused) {
       last.hash = currentHash(hasher_, plan, lastIndex);
       if (request.committed && cacheMode_ != CacheMode::Off)
-        pool_.cacheBlock(last.block, last.hash);
+        cacheBlock(plan, lastIndex);
     }
     LogicalBlock block;
     block.block = (*fresh)[0];
@@ -441,7 +462,7 @@ void KvCacheManager::release(RequestId id) {
         continue;
       if (index + 1 >= request.numPromptBlocks)
         block.hash = currentHash(hasher_, plan, index);
-      pool_.cacheBlock(block.block, block.hash);
+      cacheBlock(plan, index);
     }
   }
   forgetInFlight(request);

@@ -16,6 +16,7 @@
 #include "plan/Segment.h"
 #include "runtime/kv/BlockHash.h"
 #include "runtime/kv/BlockPool.h"
+#include "runtime/kv/KvEventSink.h"
 #include "runtime/kv/RelocationPlanner.h"
 #include "runtime/kv/SpanLayout.h"
 
@@ -141,6 +142,9 @@ private:
   RequestState &state(RequestId id);
   const RequestState &state(RequestId id) const;
   void cacheBlocks(RequestState &request, uint32_t begin, uint32_t end);
+  /// Enters plan.blocks[index] into the index and reports it to the pool's
+  /// event sink when it was not cached before.
+  void cacheBlock(const RequestPlan &plan, uint32_t index);
   void dropReferences(RequestState &request);
   void forgetInFlight(RequestState &request);
 

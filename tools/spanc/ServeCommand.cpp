@@ -21,6 +21,7 @@
 #include "runtime/sched/Executor.h"
 #include "server/Engine.h"
 #include "server/HttpServer.h"
+#include "server/KvEventPublisher.h"
 #include "server/Metrics.h"
 #include "server/ModelNames.h"
 #include "tools/spanc/CommandLine.h"
@@ -28,10 +29,12 @@
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/KvCacheCapacity.h"
+#include "tools/spanc/KvEventsOption.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/SpanModeOptions.h"
 #include "tools/spanc/ThreadsOption.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -211,6 +214,15 @@ std::string serveDescription() {
       "served name\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
       "  GET  /health               200 while serving (no key needed)\n\n"
+      "KV events (--kv-events, for KV-aware routers such as NVIDIA Dynamo's):\n"
+      "  every block the cache stores or evicts, in vLLM's format: ZeroMQ "
+      "PUB,\n"
+      "  [topic, 8-byte sequence, msgpack [ts, events, dp_rank]]; the "
+      "first batch is\n"
+      "  AllBlocksCleared; spanc:kv_cached_blocks on /metrics is what they "
+      "add up to.\n"
+      "  /v1/completions takes token-id prompts for routers that "
+      "tokenize.\n\n"
       "Errors are OpenAI-style JSON ({\"error\": {\"message\", \"type\", "
       "\"param\", \"code\"}}):\n"
       "  400 malformed JSON (with line and column) or nested over 256 "
@@ -453,6 +465,7 @@ int runServe(const std::vector<std::string> &args) {
   addDeviceOption(options);
   addThreadsOption(options);
   addIsaOption(options);
+  addKvEventsOptions(options);
   const std::string about = serveDescription();
   ParsedCommandLine parsed = parseCommandLine(
       "serve", "spanc serve [--model M] [options]", about.c_str(), options,
@@ -466,6 +479,11 @@ int runServe(const std::vector<std::string> &args) {
     return 1;
   std::optional<ServeLimits> limits = readServeLimits(values, executorOptions);
   if (!limits)
+    return 1;
+  server::KvEventOptions kvEventOptions;
+  bool kvEvents = false;
+  if (!readKvEventsOptions(values, executorOptions.blockSize, kvEventOptions,
+                           kvEvents))
     return 1;
   if (!applyIsaOption("serve", values))
     return 1;
@@ -511,6 +529,31 @@ int runServe(const std::vector<std::string> &args) {
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());
+  // Before any request, so that subscribers see every block stored.
+  std::unique_ptr<server::KvEventPublisher> publisher;
+  // The publisher goes before the executor and the metrics, which would
+  // still point to it.
+  auto detachPublisher = llvm::make_scope_exit([&] {
+    (*executor)->pool().setEventSink(nullptr);
+    metrics.setKvEventSource(nullptr);
+  });
+  if (kvEvents) {
+    auto created = server::KvEventPublisher::create(kvEventOptions);
+    if (!created)
+      return reportError("serve", llvm::toString(created.takeError()));
+    publisher = std::move(*created);
+    (*executor)->pool().setEventSink(publisher.get());
+    metrics.setKvEventSource([raw = publisher.get()] {
+      server::KvEventCounts counts = raw->counts();
+      return server::KvEventTotals{counts.batches, counts.events,
+                                   counts.dropped, counts.replays};
+    });
+    llvm::errs() << "spanc serve: KV events on " << publisher->endpoint()
+                 << (publisher->replayEndpoint().empty()
+                         ? std::string()
+                         : ", replay on " + publisher->replayEndpoint())
+                 << "\n";
+  }
   std::optional<cpu::AdaptiveThreads> adaptiveThreads;
   const bool adaptThreads = values.count("fixed-threads") == 0;
   server::Engine::ThreadHooks hooks;
@@ -549,6 +592,7 @@ int runServe(const std::vector<std::string> &args) {
   http.stop();
   engine.shutdown("cancelled: the server is shutting down");
   listener.join();
+
   llvm::errs() << "spanc serve: stopped (signal " << interruptExitCode() - 128
                << ")\n";
   return 0;

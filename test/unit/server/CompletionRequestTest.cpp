@@ -324,11 +324,35 @@ TEST(CompletionRequest, BadMessagesAndPromptsAre400s) {
                 .param(),
             "messages[0].content");
   EXPECT_EQ(refuse(R"([1, 2])").status(), 400);
-  EXPECT_EQ(refuse(R"({"prompt": [1, 2]})", Endpoint::Completions).param(),
+  EXPECT_EQ(refuse(R"({"prompt": [1, -2]})", Endpoint::Completions).param(),
+            "prompt");
+  EXPECT_EQ(refuse(R"({"prompt": [[1], "a"]})", Endpoint::Completions).param(),
+            "prompt");
+  EXPECT_EQ(refuse(R"({"prompt": [[]]})", Endpoint::Completions).param(),
             "prompt");
   EXPECT_EQ(refuse(R"({"prompt": ["a", "b", "c", "d"]})", Endpoint::Completions)
                 .param(),
             "prompt");
+}
+
+TEST(CompletionRequest, TokenIdPromptsAreTakenAsGiven) {
+  auto one = parseCompletionRequest(R"({"prompt": [5, 0, 7]})",
+                                    Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(one)) << llvm::toString(one.takeError());
+  ASSERT_EQ(one->promptTokens.size(), 1u);
+  EXPECT_EQ(one->promptTokens[0], (std::vector<int32_t>{5, 0, 7}));
+  auto two = parseCompletionRequest(R"({"prompt": [[1, 2], [3]]})",
+                                    Endpoint::Completions, limits());
+  ASSERT_TRUE(bool(two)) << llvm::toString(two.takeError());
+  ASSERT_EQ(two->promptTokens.size(), 2u);
+  EXPECT_EQ(two->prompts.size(), 2u);
+  EXPECT_EQ(two->promptTokens[1], (std::vector<int32_t>{3}));
+  RequestLimits small = limits();
+  small.vocabSize = 10;
+  auto outside = parseCompletionRequest(R"({"prompt": [3, 10]})",
+                                        Endpoint::Completions, small);
+  ASSERT_FALSE(bool(outside));
+  EXPECT_EQ(toApiError(outside.takeError()).param(), "prompt");
 }
 
 TEST(ApiError, BodyIsOpenAisShape) {

@@ -152,7 +152,28 @@ TEST(ServerMetrics, EveryFamilyHasOneHelpAndOneTypeLine) {
   std::vector<std::string> unique = types;
   std::sort(unique.begin(), unique.end());
   EXPECT_EQ(std::unique(unique.begin(), unique.end()), unique.end());
-  EXPECT_EQ(types.size(), 16u);
+  EXPECT_EQ(types.size(), 17u);
+}
+
+TEST(ServerMetrics, KvEventFamiliesOnlyWithAPublisher) {
+  ServerMetrics metrics("m", 16, 64);
+  EngineLoad load;
+  load.cachedBlocks = 12;
+  metrics.setLoad(load);
+  std::string off = metrics.render();
+  EXPECT_NE(off.find("spanc:kv_cached_blocks{model_name=\"m\"} 12"),
+            std::string::npos);
+  EXPECT_EQ(off.find("spanc:kv_events_total"), std::string::npos);
+  metrics.setKvEventSource([] { return KvEventTotals{3, 40, 5, 1}; });
+  std::string on = metrics.render();
+  EXPECT_NE(on.find("spanc:kv_event_batches_total{model_name=\"m\"} 3"),
+            std::string::npos);
+  EXPECT_NE(on.find("spanc:kv_events_total{model_name=\"m\"} 40"),
+            std::string::npos);
+  EXPECT_NE(on.find("spanc:kv_events_dropped_total{model_name=\"m\"} 5"),
+            std::string::npos);
+  EXPECT_NE(on.find("spanc:kv_event_replays_total{model_name=\"m\"} 1"),
+            std::string::npos);
 }
 
 TEST(Histogram, ABoundaryValueFallsInItsOwnBucket) {

@@ -1,7 +1,7 @@
 //===- AnswerStreaming.h - Following a request's answer to its end --------===//
 //
 // Once a request is submitted, its HTTP thread follows the ResponseStream
-// the engine fills (docs/ARCHITECTURE.md, "Serving"): it waits for every
+// the engine fills (docs/SERVING.md): it waits for every
 // choice (a whole answer), or writes each piece as a server-sent event as it
 // comes (OpenAI's chunks or spnl's). Meanwhile it polls the client's socket:
 // a client that goes away cancels the request, and its calls then finish

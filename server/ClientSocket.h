@@ -1,7 +1,7 @@
 //===- ClientSocket.h - Whether the client of an HTTP thread went away ----===//
 //
 // A request whose client disconnects must be cancelled, not computed to the
-// end for nobody (docs/ARCHITECTURE.md, "Serving"). cpp-httplib 0.11 (the
+// end for nobody (docs/SERVING.md). cpp-httplib 0.11 (the
 // Debian package) has no disconnect hook, and while a non-streaming answer
 // is computed nothing is written that could fail. So the HTTP thread polls
 // its connection's socket (ConnectionServer::currentSocket) while it

@@ -7,7 +7,7 @@
 // stream, so requests sent back to back were lost with the first one's
 // buffer. ConnectionServer keeps httplib's request parsing, routing and
 // responses (Server::process_request) and owns the connections itself
-// (docs/ARCHITECTURE.md, "Serving"):
+// (docs/SERVING.md):
 //
 // - One poller thread accepts and reads every connection that has no whole
 //   request head (request line and headers) yet: a head must arrive within

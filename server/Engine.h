@@ -1,6 +1,6 @@
 //===- Engine.h - The engine thread: one scheduler and cache for all ------===//
 //
-// spanc serve's one engine thread (docs/ARCHITECTURE.md, "Serving") owns
+// spanc serve's one engine thread (docs/SERVING.md) owns
 // the Executor (scheduler, model runner, KV cache) and runs one session
 // whose plan grows with the requests: HTTP threads submit a request's
 // calls to a queue; between steps the engine appends them to the plan

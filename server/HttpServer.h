@@ -1,6 +1,6 @@
 //===- HttpServer.h - spanc serve's HTTP front: routes, limits, streaming -===//
 //
-// The HTTP threads of spanc serve (docs/ARCHITECTURE.md, "Serving"), on
+// The HTTP threads of spanc serve (docs/SERVING.md), on
 // cpp-httplib's thread pool: the routes and their handlers. Each request is
 // checked (API key, body size, method: RequestHead; JSON, limits) and
 // answered with an OpenAI-style error when it fails; a completion request

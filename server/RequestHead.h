@@ -1,7 +1,7 @@
 //===- RequestHead.h - What a request's head alone decides ----------------===//
 //
 // The checks spanc serve makes before it reads any of a body
-// (docs/ARCHITECTURE.md, "Serving"): the routes and the one method each
+// (docs/SERVING.md): the routes and the one method each
 // answers, the framing (Content-Length digits only, chunked or nothing) and
 // the API key. Answering them is HttpServer's; these only read headers.
 //

@@ -1,7 +1,7 @@
 //===- ResponseStream.h - One request's results, engine to HTTP thread ----===//
 //
 // What passes between the engine thread and the HTTP thread serving one
-// request (docs/ARCHITECTURE.md, "Serving"): the engine appends each
+// request (docs/SERVING.md): the engine appends each
 // choice's generated text as it is sampled and finally its result; the
 // HTTP thread waits for news and takes it, and cancels the request when
 // its client goes away. Guarded by one mutex; the HTTP thread never

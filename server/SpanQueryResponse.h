@@ -1,6 +1,6 @@
 //===- SpanQueryResponse.h - The answer to POST /v1/query -----------------===//
 //
-// A span program's answer (docs/ARCHITECTURE.md, "Serving"): each query's
+// A span program's answer (docs/SERVING.md): each query's
 // results in order (a call's text, or literal text), each call's statistics
 // and the usage, as one `span.query` object. Plain values in, JSON text
 // out: no network, no engine.

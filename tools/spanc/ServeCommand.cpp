@@ -2,7 +2,7 @@
 //
 // Loads the model once, sizes one KV cache and starts the server library:
 // the engine thread (one Executor session shared by every request) and the
-// HTTP threads (docs/ARCHITECTURE.md, "Serving"). SIGINT and SIGTERM stop
+// HTTP threads (docs/SERVING.md). SIGINT and SIGTERM stop
 // it: the listening socket closes, requests in flight are cancelled (their
 // clients get an error), the engine thread ends, exit 0.
 //

@@ -35,6 +35,7 @@
 // Each phase is one executor run per mode, so decoding is batched.
 //
 //===----------------------------------------------------------------------===//
+#include "bench/accuracy/AccuracySettings.h"
 #include "bench/accuracy/AccuracyTasks.h"
 #include "bench/common/Bench.h"
 #include "bench/common/ModelSession.h"
@@ -61,55 +62,6 @@
 
 namespace spanc::bench {
 namespace {
-
-llvm::Error failure(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 message.str().c_str());
-}
-
-/// One configuration measured: full attention or a span mode.
-struct Mode {
-  std::string name;
-  bool full = false;
-  kv::SpanOptions span;
-};
-
-/// "full", "isolated", "prefix", "isolated+recompute2", ...
-llvm::Expected<Mode> parseMode(llvm::StringRef text) {
-  Mode mode;
-  mode.name = text.str();
-  if (text == "full") {
-    mode.full = true;
-    return mode;
-  }
-  auto span = kv::parseSpanMode(text);
-  if (!span)
-    return failure("modes: " + llvm::toString(span.takeError()) + " (or full)");
-  mode.span = *span;
-  return mode;
-}
-
-/// The modes of `--set modes=...`, full first (every other mode is
-/// compared with it, so it is added when left out).
-llvm::Expected<std::vector<Mode>> parseModes(llvm::StringRef text) {
-  std::vector<Mode> modes;
-  llvm::SmallVector<llvm::StringRef, 8> names;
-  text.split(names, ',', -1, false);
-  for (llvm::StringRef name : names) {
-    auto mode = parseMode(name.trim());
-    if (!mode)
-      return mode.takeError();
-    if (llvm::any_of(modes,
-                     [&](const Mode &m) { return m.name == mode->name; }))
-      continue;
-    modes.push_back(*mode);
-  }
-  if (!llvm::any_of(modes, [](const Mode &m) { return m.full; }))
-    modes.insert(modes.begin(), *parseMode("full"));
-  std::stable_partition(modes.begin(), modes.end(),
-                        [](const Mode &m) { return m.full; });
-  return modes;
-}
 
 /// A program asking each (context, position) of `questions` over the
 /// context's documents, queries named cCpP.
@@ -198,107 +150,32 @@ std::string lengthLabel(const Cell &cell, double proseTokens) {
                                  : printed("prose (~%.0f)", proseTokens);
 }
 
-llvm::Error runAccuracy(const BenchArgs &args) {
-  auto docCounts = args.intListSetting(
-      "docs", args.quick ? llvm::ArrayRef<int64_t>{4}
-                         : llvm::ArrayRef<int64_t>{4, 8, 16});
-  if (!docCounts)
-    return docCounts.takeError();
-  auto docTokenList = args.intListSetting(
-      "doc_tokens", args.quick ? llvm::ArrayRef<int64_t>{32}
-                               : llvm::ArrayRef<int64_t>{32, 256});
-  if (!docTokenList)
-    return docTokenList.takeError();
-  // Contexts per document count, one value per doc_tokens entry (the last
-  // repeats): fewer at 256 tokens, where a context of 16 documents is 4.3k
-  // tokens per mode and five modes cost ~1 s per question on two loaded
-  // cores (32 tokens: ~0.15 s); prose answers are twice as long.
-  auto contextList = args.intListSetting(
-      "contexts", args.quick ? llvm::ArrayRef<int64_t>{4}
-                             : llvm::ArrayRef<int64_t>{40, 12});
-  if (!contextList)
-    return contextList.takeError();
-  auto proseContexts = args.intSetting("prose_contexts", args.quick ? 4 : 24);
-  if (!proseContexts)
-    return proseContexts.takeError();
-  // Prose answers need more room: the model tends to restate the question
-  // ("The Ridgeback Climbing Gym is led by ... Leila") before the answer.
-  int64_t maxTokens = 0, proseMaxTokens = 0, groupSize = 0, stepTokens = 0,
-          recompute = 0;
-  for (auto [key, target, fallback] :
-       {std::make_tuple("max_tokens", &maxTokens, int64_t(16)),
-        std::make_tuple("prose_max_tokens", &proseMaxTokens, int64_t(32)),
-        std::make_tuple("group", &groupSize, int64_t(20)),
-        std::make_tuple("step_tokens", &stepTokens, int64_t(2048)),
-        std::make_tuple("recompute", &recompute, int64_t(1))}) {
-    auto value = args.intSetting(key, fallback);
-    if (!value)
-      return value.takeError();
-    *target = *value;
-  }
-  std::string recomputeSuffix = "+recompute" + std::to_string(recompute);
-  auto modes = parseModes(args.setting(
-      "modes", "full,isolated,prefix,isolated" + recomputeSuffix + ",prefix" +
-                   recomputeSuffix + ",prefix+end" + std::to_string(recompute) +
-                   ",prefix" + recomputeSuffix + "+end" +
-                   std::to_string(recompute)));
-  if (!modes)
-    return modes.takeError();
-  std::vector<std::string> tasks;
-  {
-    // The setting outlives the names split from it.
-    const std::string setting = args.setting("task", "codes,prose,multihop");
-    llvm::SmallVector<llvm::StringRef, 3> names;
-    llvm::StringRef(setting).split(names, ',', -1, false);
-    for (llvm::StringRef name : names) {
-      if (!isTask(name.trim()))
-        return failure("task: expected codes, prose and/or multihop, got '" +
-                       name + "'");
-      if (!llvm::is_contained(tasks, name.trim().str()))
-        tasks.push_back(name.trim().str());
-    }
-    if (tasks.empty())
-      return failure("task: name at least one of codes, prose, multihop");
-  }
-  for (int64_t docs : *docCounts)
-    if (docs < 1 || docs > int64_t(maxDistinctNames()))
-      return failure("docs: each count must be in 1.." +
-                     llvm::Twine(maxDistinctNames()) + ", got " +
-                     llvm::Twine(docs));
-  for (int64_t tokens : *docTokenList)
-    if (tokens < 16 || tokens > 1024)
-      return failure("doc_tokens: each length must be in 16..1024");
-  for (int64_t contexts : *contextList)
-    if (contexts < 1)
-      return failure("contexts: each count must be >= 1");
-  if (maxTokens < 1 || proseMaxTokens < 1 || groupSize < 1 || stepTokens < 64 ||
-      recompute < 1 || *proseContexts < 1)
-    return failure("max_tokens, prose_max_tokens, group, recompute and "
-                   "prose_contexts must be "
-                   ">= 1, step_tokens >= 64");
-  auto contextsFor = [&](size_t lengthIndex) {
-    if (args.repetitions > 0)
-      return int64_t(args.repetitions);
-    return (*contextList)[std::min(lengthIndex, contextList->size() - 1)];
-  };
-
+/// What the prose and multihop tasks draw their documents from (empty for
+/// a task that does not run).
+struct Corpora {
   std::vector<ProseDocument> prose;
+  std::vector<std::string> passages;
+};
+
+/// Loads the corpora of the tasks that run, and checks each has enough
+/// documents for every document count.
+llvm::Expected<Corpora> loadCorpora(const BenchArgs &args,
+                                    const AccuracySettings &settings) {
+  Corpora corpora;
   llvm::SmallString<256> prosePath(args.repoRoot);
   llvm::sys::path::append(prosePath, "bench", "accuracy", "prose.json");
-  if (llvm::is_contained(tasks, "prose")) {
+  if (settings.runs("prose")) {
     auto loaded = loadProse(prosePath);
     if (!loaded)
       return loaded.takeError();
-    prose = std::move(*loaded);
-    for (int64_t docs : *docCounts)
-      if (size_t(docs) > prose.size())
+    corpora.prose = std::move(*loaded);
+    for (int64_t docs : settings.docCounts)
+      if (size_t(docs) > corpora.prose.size())
         return failure("docs: " + llvm::Twine(docs) + " > the " +
-                       llvm::Twine(prose.size()) + " prose documents");
+                       llvm::Twine(corpora.prose.size()) + " prose documents");
   }
-
-  std::vector<std::string> passages;
-  if (llvm::is_contained(tasks, "multihop")) {
-    for (int64_t docs : *docCounts)
+  if (settings.runs("multihop")) {
+    for (int64_t docs : settings.docCounts)
       if (docs < 2)
         return failure("docs: multihop asks about two documents, got " +
                        llvm::Twine(docs));
@@ -306,202 +183,270 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         "multihop_corpus", "/usr/share/doc/python3.11/html/_sources/library"));
     if (!loaded)
       return loaded.takeError();
-    passages = std::move(*loaded);
+    corpora.passages = std::move(*loaded);
   }
+  return corpora;
+}
 
-  LoadSampler load;
-  auto session = ModelSession::load(args.modelPath, args.device);
-  if (!session)
-    return session.takeError();
-  const model::Tokenizer &tokenizer = (*session)->tokenizer();
-  double proseTokens = 0;
-  for (const ProseDocument &document : prose)
-    proseTokens += double(tokenizer.encode(document.text, false).size()) /
-                   double(prose.size());
+/// A cache of 16k tokens per executor (five executors stay well under a
+/// gigabyte each); groups shrink so one phase's documents fit in it.
+constexpr int64_t CacheTokens = 16384;
 
-  // A cache of 16k tokens per executor (five executors stay well under a
-  // gigabyte each); groups shrink so one phase's documents fit in it.
-  const int64_t cacheTokens = 16384;
+/// One executor per mode, in the order of `settings.modes`.
+llvm::Expected<std::vector<std::unique_ptr<sched::Executor>>>
+makeModeExecutors(const ModelSession &session,
+                  const AccuracySettings &settings) {
   std::vector<std::unique_ptr<sched::Executor>> executors;
-  for (const Mode &mode : *modes) {
+  for (const Mode &mode : settings.modes) {
     sched::ExecutorOptions options;
     options.cacheMode = mode.full ? kv::CacheMode::Prefix : kv::CacheMode::Span;
     options.spanOptions = mode.span;
-    options.cacheTokens = cacheTokens;
-    options.stepTokenBudget = stepTokens;
-    auto executor = (*session)->makeExecutor(options);
+    options.cacheTokens = CacheTokens;
+    options.stepTokenBudget = settings.stepTokens;
+    auto executor = session.makeExecutor(options);
     if (!executor)
       return executor.takeError();
     executors.push_back(std::move(*executor));
   }
+  return executors;
+}
 
+/// Everything the runs measured: the raw rows and the tallies the tables
+/// are made of.
+struct AccuracyResults {
   std::string tsv = "task\tdoc_tokens\tdocs\tcontext\tposition\tmode\tcorrect"
                     "\tother\texpected\tanswer\n";
   std::map<std::pair<Cell, std::string>, Tally> tallies;
-  // (cell, position, mode) → questions, correct: the per-position table.
+  /// (cell, position, mode) → questions, correct: the per-position table.
   std::map<std::tuple<Cell, int64_t, std::string>, std::pair<size_t, size_t>>
       positions;
-  std::map<Cell, int64_t> contextsRun;
   std::vector<Cell> cells;
-  std::mt19937_64 random(args.seed);
-  uint64_t contextSeed = args.seed * 1000003;
-  for (const std::string &task : tasks) {
-    size_t lengths = hasDocTokens(task) ? docTokenList->size() : 1;
-    for (size_t lengthIndex = 0; lengthIndex < lengths; ++lengthIndex)
-      for (int64_t docs : *docCounts) {
-        Cell cell{task, hasDocTokens(task) ? (*docTokenList)[lengthIndex] : 0,
-                  docs};
-        cells.push_back(cell);
-        int64_t contextCount =
-            hasDocTokens(task) ? contextsFor(lengthIndex) : *proseContexts;
-        if (task == "prose" && args.repetitions > 0)
-          contextCount = args.repetitions;
-        contextsRun[cell] = contextCount;
-        std::vector<Context> contexts;
-        for (int64_t c = 0; c < contextCount; ++c)
-          contexts.push_back(
-              task == "codes"
-                  ? makeCodesContext(tokenizer, docs, cell.docTokens,
-                                     ++contextSeed, random)
-              : task == "multihop"
-                  ? makeMultihopContext(tokenizer, passages, docs,
-                                        cell.docTokens, random)
-                  : makeProseContext(prose, docs, random));
-        double tokensPerDoc =
-            hasDocTokens(task) ? double(cell.docTokens) + 12 : proseTokens + 8;
-        size_t perGroup = size_t(std::clamp<int64_t>(
-            int64_t(12000 / (double(docs) * tokensPerDoc + 64)), 1, groupSize));
-        // (context, mode) → answer key → count, for the diagnostic.
-        std::map<std::pair<size_t, std::string>, std::map<std::string, size_t>>
-            answerCounts;
-        for (size_t begin = 0; begin < contexts.size(); begin += perGroup) {
-          size_t end = std::min(contexts.size(), begin + perGroup);
-          // Phase 1 asks about a random position per context (it computes
-          // the documents); phase 2 asks the rest.
-          std::vector<std::pair<size_t, size_t>> first, rest;
-          for (size_t c = begin; c < end; ++c) {
-            size_t warm = random() % size_t(docs);
-            first.push_back({c, warm});
-            for (size_t p = 0; p < size_t(docs); ++p)
-              if (p != warm)
-                rest.push_back({c, p});
-          }
-          for (const auto &questions : {first, rest}) {
-            if (questions.empty())
-              continue;
-            auto plan = (*session)->compile(
-                programFor(contexts, questions,
-                           task == "codes"      ? maxTokens
-                           : task == "multihop" ? 2 * maxTokens
-                                                : proseMaxTokens),
-                "accuracy.span");
-            if (!plan)
-              return plan.takeError();
-            // Full's verdict per question, for the paired counts.
-            std::map<std::pair<size_t, size_t>, bool> fullCorrect;
-            for (size_t m = 0; m < modes->size(); ++m) {
-              const Mode &mode = (*modes)[m];
-              Tally &tally = tallies[{cell, mode.name}];
-              auto answers =
-                  (*session)->answers(*executors[m], *plan, &tally.run);
-              if (!answers)
-                return answers.takeError();
-              for (auto [c, p] : questions) {
-                std::string query =
-                    "c" + std::to_string(c) + "p" + std::to_string(p);
-                auto found = answers->find(query);
-                if (found == answers->end())
-                  return failure("no answer for query " + query);
-                const std::string &answer = found->second;
-                const Context &context = contexts[c];
-                auto holds = [&](const Question &question) {
-                  auto found = [&](const std::string &accepted) {
-                    return containsIgnoringCase(answer, accepted);
-                  };
-                  return question.needsAll
-                             ? llvm::all_of(question.accepted, found)
-                             : llvm::any_of(question.accepted, found);
-                };
-                bool correct = holds(context.questions[p]);
-                bool other = false;
-                for (size_t d = 0; d < context.questions.size() && !correct;
-                     ++d)
-                  other |= d != p && holds(context.questions[d]);
-                if (mode.full)
-                  fullCorrect[{c, p}] = correct;
-                else {
-                  bool full = fullCorrect[{c, p}];
-                  tally.fullOnly += full && !correct;
-                  tally.modeOnly += !full && correct;
-                }
-                ++tally.questions;
-                tally.correct += correct;
-                tally.other += other;
-                auto &position = positions[{cell, int64_t(p), mode.name}];
-                ++position.first;
-                position.second += correct;
-                ++answerCounts[{c, mode.name}][answerKey(task, answer)];
-                tsv += task + "\t" + std::to_string(cell.docTokens) + "\t" +
-                       std::to_string(docs) + "\t" + std::to_string(c) + "\t" +
-                       std::to_string(p) + "\t" + mode.name + "\t" +
-                       (correct ? "1" : "0") + "\t" + (other ? "1" : "0") +
-                       "\t" +
-                       escapeTsv(llvm::join(
-                           context.questions[p].accepted,
+};
+
+/// What one measurement run shares: the model, its executors, the corpora
+/// and the seeded streams every context and question is drawn from (their
+/// order of use decides the workload).
+struct AccuracyRun {
+  const AccuracySettings &settings;
+  const ModelSession &session;
+  llvm::ArrayRef<std::unique_ptr<sched::Executor>> executors;
+  const Corpora &corpora;
+  double proseTokens = 0;
+  std::mt19937_64 random;
+  uint64_t contextSeed = 0;
+  AccuracyResults results;
+};
+
+/// The contexts of one cell, drawn from the run's streams.
+std::vector<Context> makeContexts(AccuracyRun &run, const Cell &cell,
+                                  int64_t contextCount) {
+  const model::Tokenizer &tokenizer = run.session.tokenizer();
+  std::vector<Context> contexts;
+  for (int64_t c = 0; c < contextCount; ++c)
+    contexts.push_back(
+        cell.task == "codes"
+            ? makeCodesContext(tokenizer, cell.docs, cell.docTokens,
+                               ++run.contextSeed, run.random)
+        : cell.task == "multihop"
+            ? makeMultihopContext(tokenizer, run.corpora.passages, cell.docs,
+                                  cell.docTokens, run.random)
+            : makeProseContext(run.corpora.prose, cell.docs, run.random));
+  return contexts;
+}
+
+/// (context, mode) → answer key → count, for the binding diagnostic.
+using AnswerCounts =
+    std::map<std::pair<size_t, std::string>, std::map<std::string, size_t>>;
+
+/// Whether `answer` holds what `question` accepts.
+bool answerHolds(llvm::StringRef answer, const Question &question) {
+  auto found = [&](const std::string &accepted) {
+    return containsIgnoringCase(answer, accepted);
+  };
+  return question.needsAll ? llvm::all_of(question.accepted, found)
+                           : llvm::any_of(question.accepted, found);
+}
+
+/// Scores one mode's answer to question (c, p) into the tallies, the
+/// position table, the answer counts and the raw rows. `fullCorrect` holds
+/// full's verdicts of this phase (full runs first), for the paired counts.
+void scoreAnswer(AccuracyResults &results, const Cell &cell, const Mode &mode,
+                 const Context &context, size_t c, size_t p,
+                 const std::string &answer,
+                 std::map<std::pair<size_t, size_t>, bool> &fullCorrect,
+                 AnswerCounts &answerCounts) {
+  Tally &tally = results.tallies[{cell, mode.name}];
+  bool correct = answerHolds(answer, context.questions[p]);
+  bool other = false;
+  for (size_t d = 0; d < context.questions.size() && !correct; ++d)
+    other |= d != p && answerHolds(answer, context.questions[d]);
+  if (mode.full)
+    fullCorrect[{c, p}] = correct;
+  else {
+    bool full = fullCorrect[{c, p}];
+    tally.fullOnly += full && !correct;
+    tally.modeOnly += !full && correct;
+  }
+  ++tally.questions;
+  tally.correct += correct;
+  tally.other += other;
+  auto &position = results.positions[{cell, int64_t(p), mode.name}];
+  ++position.first;
+  position.second += correct;
+  ++answerCounts[{c, mode.name}][answerKey(cell.task, answer)];
+  results.tsv +=
+      cell.task + "\t" + std::to_string(cell.docTokens) + "\t" +
+      std::to_string(cell.docs) + "\t" + std::to_string(c) + "\t" +
+      std::to_string(p) + "\t" + mode.name + "\t" + (correct ? "1" : "0") +
+      "\t" + (other ? "1" : "0") + "\t" +
+      escapeTsv(llvm::join(context.questions[p].accepted,
                            context.questions[p].needsAll ? " & " : " | ")) +
-                       "\t" + escapeTsv(answer) + "\n";
-              }
-            }
-          }
-          llvm::errs() << llvm::format(
-              "accuracy: %s, %s tokens, %lld docs, contexts %zu-%zu done "
-              "(load %.1f)\n",
-              task.c_str(), lengthLabel(cell, proseTokens).c_str(),
-              (long long)docs, begin, end - 1, loadAverageNow());
-        }
-        for (const auto &[key, counts] : answerCounts) {
-          size_t top = 0, all = 0;
-          for (const auto &[answer, count] : counts) {
-            top = std::max(top, count);
-            all += count;
-          }
-          Tally &tally = tallies[{cell, key.second}];
-          tally.topShareSum += double(top) / double(all);
-          ++tally.contexts;
-        }
-        for (const Mode &mode : *modes) {
-          const Tally &tally = tallies[{cell, mode.name}];
-          llvm::errs() << llvm::format(
-              "accuracy: %s %lld docs %-22s %zu/%zu correct, top-answer "
-              "share %.2f, %llu tokens computed, %.1f s, repaired %.1f%%, "
-              "probe %.1f ms/call\n",
-              task.c_str(), (long long)docs, mode.name.c_str(), tally.correct,
-              tally.questions, tally.topShareSum / double(tally.contexts),
-              (unsigned long long)tally.run.computedTokens, tally.run.seconds,
-              100.0 * double(tally.run.repairedTokens) /
-                  double(std::max<uint64_t>(1, tally.run.spanTokens)),
-              tally.run.probes
-                  ? 1e3 * tally.run.probeSeconds / double(tally.run.probes)
-                  : 0.0);
-        }
+      "\t" + escapeTsv(answer) + "\n";
+}
+
+/// One phase: `questions` as one program, one batched executor run per
+/// mode, every answer scored.
+llvm::Error askPhase(AccuracyRun &run, const Cell &cell,
+                     const std::vector<Context> &contexts,
+                     const std::vector<std::pair<size_t, size_t>> &questions,
+                     AnswerCounts &answerCounts) {
+  auto plan = run.session.compile(
+      programFor(contexts, questions, run.settings.maxTokensFor(cell.task)),
+      "accuracy.span");
+  if (!plan)
+    return plan.takeError();
+  std::map<std::pair<size_t, size_t>, bool> fullCorrect;
+  for (size_t m = 0; m < run.settings.modes.size(); ++m) {
+    const Mode &mode = run.settings.modes[m];
+    Tally &tally = run.results.tallies[{cell, mode.name}];
+    auto answers = run.session.answers(*run.executors[m], *plan, &tally.run);
+    if (!answers)
+      return answers.takeError();
+    for (auto [c, p] : questions) {
+      std::string query = "c" + std::to_string(c) + "p" + std::to_string(p);
+      auto found = answers->find(query);
+      if (found == answers->end())
+        return failure("no answer for query " + query);
+      scoreAnswer(run.results, cell, mode, contexts[c], c, p, found->second,
+                  fullCorrect, answerCounts);
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// The binding diagnostic: per context and mode, the share of the most
+/// common answer, summed into the mode's tally.
+void addTopShares(AccuracyResults &results, const Cell &cell,
+                  const AnswerCounts &answerCounts) {
+  for (const auto &[key, counts] : answerCounts) {
+    size_t top = 0, all = 0;
+    for (const auto &[answer, count] : counts) {
+      top = std::max(top, count);
+      all += count;
+    }
+    Tally &tally = results.tallies[{cell, key.second}];
+    tally.topShareSum += double(top) / double(all);
+    ++tally.contexts;
+  }
+}
+
+/// A line per mode on stderr once a cell is done (a long run shows where
+/// it is).
+void logCell(AccuracyRun &run, const Cell &cell) {
+  for (const Mode &mode : run.settings.modes) {
+    const Tally &tally = run.results.tallies[{cell, mode.name}];
+    llvm::errs() << llvm::format(
+        "accuracy: %s %lld docs %-22s %zu/%zu correct, top-answer "
+        "share %.2f, %llu tokens computed, %.1f s, repaired %.1f%%, "
+        "probe %.1f ms/call\n",
+        cell.task.c_str(), (long long)cell.docs, mode.name.c_str(),
+        tally.correct, tally.questions,
+        tally.topShareSum / double(tally.contexts),
+        (unsigned long long)tally.run.computedTokens, tally.run.seconds,
+        100.0 * double(tally.run.repairedTokens) /
+            double(std::max<uint64_t>(1, tally.run.spanTokens)),
+        tally.run.probes
+            ? 1e3 * tally.run.probeSeconds / double(tally.run.probes)
+            : 0.0);
+  }
+}
+
+/// One measurement point: a cell's contexts, asked in groups of two phases
+/// (a random question per context computes its documents; the rest find
+/// them in the cache), so no document is computed twice by concurrent
+/// calls.
+llvm::Error measureCell(AccuracyRun &run, const Cell &cell,
+                        int64_t contextCount) {
+  std::vector<Context> contexts = makeContexts(run, cell, contextCount);
+  const int64_t docs = cell.docs;
+  double tokensPerDoc = hasDocTokens(cell.task) ? double(cell.docTokens) + 12
+                                                : run.proseTokens + 8;
+  size_t perGroup = size_t(
+      std::clamp<int64_t>(int64_t(12000 / (double(docs) * tokensPerDoc + 64)),
+                          1, run.settings.groupSize));
+  AnswerCounts answerCounts;
+  for (size_t begin = 0; begin < contexts.size(); begin += perGroup) {
+    size_t end = std::min(contexts.size(), begin + perGroup);
+    std::vector<std::pair<size_t, size_t>> first, rest;
+    for (size_t c = begin; c < end; ++c) {
+      size_t warm = run.random() % size_t(docs);
+      first.push_back({c, warm});
+      for (size_t p = 0; p < size_t(docs); ++p)
+        if (p != warm)
+          rest.push_back({c, p});
+    }
+    for (const auto &questions : {first, rest}) {
+      if (questions.empty())
+        continue;
+      if (llvm::Error error =
+              askPhase(run, cell, contexts, questions, answerCounts))
+        return error;
+    }
+    llvm::errs() << llvm::format(
+        "accuracy: %s, %s tokens, %lld docs, contexts %zu-%zu done "
+        "(load %.1f)\n",
+        cell.task.c_str(), lengthLabel(cell, run.proseTokens).c_str(),
+        (long long)docs, begin, end - 1, loadAverageNow());
+  }
+  addTopShares(run.results, cell, answerCounts);
+  logCell(run, cell);
+  return llvm::Error::success();
+}
+
+/// Every cell: per task, per document length (codes, multihop), per
+/// document count.
+llvm::Error measureAll(AccuracyRun &run) {
+  const AccuracySettings &settings = run.settings;
+  for (const std::string &task : settings.tasks) {
+    size_t lengths = hasDocTokens(task) ? settings.docTokenList.size() : 1;
+    for (size_t lengthIndex = 0; lengthIndex < lengths; ++lengthIndex)
+      for (int64_t docs : settings.docCounts) {
+        Cell cell{task,
+                  hasDocTokens(task) ? settings.docTokenList[lengthIndex] : 0,
+                  docs};
+        run.results.cells.push_back(cell);
+        int64_t contextCount = hasDocTokens(task)
+                                   ? settings.contextsFor(lengthIndex)
+                                   : settings.proseContextCount();
+        if (llvm::Error error = measureCell(run, cell, contextCount))
+          return error;
       }
   }
-  std::string loadLine = load.stopAndDescribe();
+  return llvm::Error::success();
+}
 
-  // accuracy-modes.tsv: one row per (cell, mode), what pareto.py joins.
-  std::string modesTsv = "task\tdoc_tokens\tdocs\tmode\tquestions\tcorrect\t"
-                         "accuracy\tci_low\tci_high\tdiff_full_points\t"
-                         "top_answer_share\trepaired_fraction\t"
-                         "probe_ms_per_call\n";
-  std::string md;
-  llvm::raw_string_ostream os(md);
+/// accuracy.md's title and setup: the modes, the prompt and each task.
+void writeAccuracySetup(llvm::raw_ostream &os, const BenchArgs &args,
+                        const AccuracySettings &settings,
+                        const ModelSession &session, const AccuracyRun &run,
+                        llvm::StringRef loadLine) {
   os << "# Accuracy audit: full attention vs span attention modes\n\n"
      << "Measured " << timestampNow() << " by `spanc bench accuracy"
      << commandLine(args) << "` (seed " << args.seed << ").\n\n"
      << "- Machine: " << describeMachine() << "; " << loadLine << ".\n"
-     << "- Model: " << (*session)->describeModel()
-     << ", greedy, `max_tokens = " << maxTokens
-     << "` (prose: " << proseMaxTokens << ").\n"
+     << "- Model: " << session.describeModel()
+     << ", greedy, `max_tokens = " << settings.maxTokens
+     << "` (prose: " << settings.proseMaxTokens << ").\n"
      << "- Modes, the same plans on one executor each (rope-in-kernel): "
         "**full** (`--cache=prefix`: one causal chain, the reference); "
         "**isolated** (`--cache=span --span-context=isolated`: a span "
@@ -522,38 +467,39 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         "layer, over all span tokens of the mode's calls (head and end "
         "recompute not included); **probe ms**: a guided repair's first "
         "pass per call that ran one. Ran: ";
-  for (const Mode &mode : *modes)
-    os << (&mode == &modes->front() ? "" : ", ") << "`" << mode.name << "`";
+  for (const Mode &mode : settings.modes)
+    os << (&mode == &settings.modes.front() ? "" : ", ") << "`" << mode.name
+       << "`";
   os << ".\n"
      << "- Prompt: system \"You answer questions about the documents.\", "
         "the N documents under a `plus`, the question as the user turn. One "
         "question per document of a context.\n";
-  if (llvm::is_contained(tasks, "codes")) {
+  if (settings.runs("codes")) {
     os << "- **codes**: documents of seeded random English words (the "
           "length column: tokens of hay), each with one planted fact \"The "
           "code of FIRST LAST is NNNN.\" at a random sentence boundary (real "
           "names, 4-digit codes, distinct within a context); \"What is the "
           "code of FIRST LAST? Reply with the code only.\"; correct = the "
           "answer contains the code. Contexts per document count: ";
-    for (size_t i = 0; i < docTokenList->size(); ++i)
-      os << (i ? ", " : "") << contextsFor(i) << " at " << (*docTokenList)[i]
-         << " tokens";
+    for (size_t i = 0; i < settings.docTokenList.size(); ++i)
+      os << (i ? ", " : "") << settings.contextsFor(i) << " at "
+         << settings.docTokenList[i] << " tokens";
     os << ".\n";
   }
-  if (llvm::is_contained(tasks, "prose"))
-    os << "- **prose**: N documents drawn (seeded) from the " << prose.size()
+  if (settings.runs("prose"))
+    os << "- **prose**: N documents drawn (seeded) from the "
+       << run.corpora.prose.size()
        << " short real-prose documents of bench/accuracy/prose.json "
           "(notices, memos, product notes, announcements; "
-       << llvm::format("%.0f", proseTokens)
+       << llvm::format("%.0f", run.proseTokens)
        << " tokens on average), a natural question about one of them + "
           "\" Answer briefly.\"; correct = the answer contains one of its "
           "accepted answers, ignoring case. "
-       << (args.repetitions > 0 ? int64_t(args.repetitions) : *proseContexts)
-       << " contexts per document count.\n";
-  if (llvm::is_contained(tasks, "multihop"))
+       << settings.proseContextCount() << " contexts per document count.\n";
+  if (settings.runs("multihop"))
     os << "- **multihop**: N passages of the Python documentation (Debian "
           "python3.11-doc's reST sources of the library reference, "
-       << passages.size()
+       << run.corpora.passages.size()
        << " prose paragraphs; markup stripped), each cut to the length "
           "column's tokens at a sentence end, with a planted \"The code of "
           "FIRST LAST is NNNN.\"; question d asks \"What are the codes of "
@@ -574,24 +520,42 @@ llvm::Error runAccuracy(const BenchArgs &args) {
         "model; contexts run in groups (one phase computes each context's "
         "documents with one question, the next asks the rest from the "
         "cache), each phase one batched executor run per mode.\n\n";
+}
 
+/// The share of questions a tally got right (0 without questions).
+double rateOf(const Tally &tally) {
+  return double(tally.correct) / double(std::max<size_t>(1, tally.questions));
+}
+
+/// The per-mode table of accuracy.md and its rows in accuracy-modes.tsv
+/// (what pareto.py joins); returns the tsv.
+std::string writeModeTable(llvm::raw_ostream &os, AccuracyRun &run) {
+  const std::vector<Mode> &modes = run.settings.modes;
+  auto &tallies = run.results.tallies;
+  std::string modesTsv = "task\tdoc_tokens\tdocs\tmode\tquestions\tcorrect\t"
+                         "accuracy\tci_low\tci_high\tdiff_full_points\t"
+                         "top_answer_share\trepaired_fraction\t"
+                         "probe_ms_per_call\n";
   os << "## Accuracy per mode\n\n| task | doc tokens | documents | mode | "
         "questions | correct | rate [95% CI] | − full (points) | full only / "
         "mode only | other | top share | tokens computed / s | repaired % | "
         "probe ms |\n"
         "|---|---|---:|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|\n";
-  for (const Cell &cell : cells) {
-    const Tally &full = tallies[{cell, modes->front().name}];
-    double fullRate =
-        double(full.correct) / double(std::max<size_t>(1, full.questions));
-    for (const Mode &mode : *modes) {
+  for (const Cell &cell : run.results.cells) {
+    double fullRate = rateOf(tallies[{cell, modes.front().name}]);
+    for (const Mode &mode : modes) {
       const Tally &tally = tallies[{cell, mode.name}];
-      double rate =
-          double(tally.correct) / double(std::max<size_t>(1, tally.questions));
+      double rate = rateOf(tally);
       double topShare =
           tally.contexts ? tally.topShareSum / double(tally.contexts) : 0;
       auto [low, high] = wilsonInterval(tally.correct, tally.questions);
-      os << "| " << cell.task << " | " << lengthLabel(cell, proseTokens)
+      double repairedFraction =
+          double(tally.run.repairedTokens) /
+          double(std::max<uint64_t>(1, tally.run.spanTokens));
+      double probeMs = tally.run.probes ? 1e3 * tally.run.probeSeconds /
+                                              double(tally.run.probes)
+                                        : 0.0;
+      os << "| " << cell.task << " | " << lengthLabel(cell, run.proseTokens)
          << " | " << cell.docs << " | " << mode.name << " | " << tally.questions
          << " | " << tally.correct << " | "
          << llvm::format("%.3f [%.3f, %.3f]", rate, low, high) << " | "
@@ -609,9 +573,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
                                            1, tally.run.spanTokens)))
                  : std::string("—"))
          << " | "
-         << (tally.run.probes ? printed("%.1f", 1e3 * tally.run.probeSeconds /
-                                                    double(tally.run.probes))
-                              : std::string("—"))
+         << (tally.run.probes ? printed("%.1f", probeMs) : std::string("—"))
          << " |\n";
       modesTsv +=
           cell.task + "\t" + std::to_string(cell.docTokens) + "\t" +
@@ -619,29 +581,30 @@ llvm::Error runAccuracy(const BenchArgs &args) {
           std::to_string(tally.questions) + "\t" +
           std::to_string(tally.correct) + "\t" +
           printed("%.4f\t%.4f\t%.4f\t%.2f\t%.4f\t%.4f\t%.2f\n", rate, low, high,
-                  100 * (rate - fullRate), topShare,
-                  double(tally.run.repairedTokens) /
-                      double(std::max<uint64_t>(1, tally.run.spanTokens)),
-                  tally.run.probes
-                      ? 1e3 * tally.run.probeSeconds / double(tally.run.probes)
-                      : 0.0);
+                  100 * (rate - fullRate), topShare, repairedFraction, probeMs);
     }
   }
+  return modesTsv;
+}
 
+/// Accuracy per position of the asked document: where in the plus a mode
+/// loses answers.
+void writePositionTable(llvm::raw_ostream &os, AccuracyRun &run) {
+  const std::vector<Mode> &modes = run.settings.modes;
   os << "\n## Accuracy per position of the asked document\n\n| task | doc "
         "tokens | documents | position |";
-  for (const Mode &mode : *modes)
+  for (const Mode &mode : modes)
     os << " " << mode.name << " |";
   os << "\n|---|---|---:|---:|";
-  for (size_t m = 0; m < modes->size(); ++m)
+  for (size_t m = 0; m < modes.size(); ++m)
     os << "---:|";
   os << "\n";
-  for (const Cell &cell : cells)
+  for (const Cell &cell : run.results.cells)
     for (int64_t p = 0; p < cell.docs; ++p) {
-      os << "| " << cell.task << " | " << lengthLabel(cell, proseTokens)
+      os << "| " << cell.task << " | " << lengthLabel(cell, run.proseTokens)
          << " | " << cell.docs << " | " << p << " |";
-      for (const Mode &mode : *modes) {
-        auto [questions, correct] = positions[{cell, p, mode.name}];
+      for (const Mode &mode : modes) {
+        auto [questions, correct] = run.results.positions[{cell, p, mode.name}];
         os << " "
            << llvm::format("%.2f", double(correct) /
                                        double(std::max<size_t>(1, questions)))
@@ -649,38 +612,77 @@ llvm::Error runAccuracy(const BenchArgs &args) {
       }
       os << "\n";
     }
+}
 
-  // The headline: the largest document count of the first task and length,
-  // best span mode against full.
-  if (!cells.empty()) {
-    Cell cell = cells.front();
-    for (const Cell &other : cells)
-      if (other.task == cell.task && other.docTokens == cell.docTokens)
-        cell = other;
-    const Tally &full = tallies[{cell, modes->front().name}];
-    double fullRate =
-        double(full.correct) / double(std::max<size_t>(1, full.questions));
-    os << "\n**Headline** (" << cell.task << ", "
-       << lengthLabel(cell, proseTokens) << " tokens, " << cell.docs
-       << " documents, " << full.questions << " questions per mode): full "
-       << "attention answers " << llvm::format("%.1f%%", 100 * fullRate);
-    for (const Mode &mode : *modes) {
-      if (mode.full)
-        continue;
-      const Tally &tally = tallies[{cell, mode.name}];
-      double rate =
-          double(tally.correct) / double(std::max<size_t>(1, tally.questions));
-      os << ", " << mode.name << " " << llvm::format("%.1f%%", 100 * rate)
-         << " (" << llvm::format("%+.1f", 100 * (rate - fullRate)) << ")";
-    }
-    os << ".\n";
+/// The headline: the largest document count of the first task and length,
+/// each span mode against full.
+void writeHeadline(llvm::raw_ostream &os, AccuracyRun &run) {
+  const std::vector<Cell> &cells = run.results.cells;
+  if (cells.empty())
+    return;
+  const std::vector<Mode> &modes = run.settings.modes;
+  auto &tallies = run.results.tallies;
+  Cell cell = cells.front();
+  for (const Cell &other : cells)
+    if (other.task == cell.task && other.docTokens == cell.docTokens)
+      cell = other;
+  const Tally &full = tallies[{cell, modes.front().name}];
+  double fullRate = rateOf(full);
+  os << "\n**Headline** (" << cell.task << ", "
+     << lengthLabel(cell, run.proseTokens) << " tokens, " << cell.docs
+     << " documents, " << full.questions << " questions per mode): full "
+     << "attention answers " << llvm::format("%.1f%%", 100 * fullRate);
+  for (const Mode &mode : modes) {
+    if (mode.full)
+      continue;
+    double rate = rateOf(tallies[{cell, mode.name}]);
+    os << ", " << mode.name << " " << llvm::format("%.1f%%", 100 * rate) << " ("
+       << llvm::format("%+.1f", 100 * (rate - fullRate)) << ")";
   }
+  os << ".\n";
+}
+
+llvm::Error runAccuracy(const BenchArgs &args) {
+  auto settings = readAccuracySettings(args);
+  if (!settings)
+    return settings.takeError();
+  auto corpora = loadCorpora(args, *settings);
+  if (!corpora)
+    return corpora.takeError();
+
+  LoadSampler load;
+  auto session = ModelSession::load(args.modelPath, args.device);
+  if (!session)
+    return session.takeError();
+  double proseTokens = 0;
+  for (const ProseDocument &document : corpora->prose)
+    proseTokens +=
+        double((*session)->tokenizer().encode(document.text, false).size()) /
+        double(corpora->prose.size());
+  auto executors = makeModeExecutors(**session, *settings);
+  if (!executors)
+    return executors.takeError();
+  AccuracyRun run{*settings,           **session,
+                  *executors,          *corpora,
+                  proseTokens,         std::mt19937_64(args.seed),
+                  args.seed * 1000003, {}};
+  if (llvm::Error error = measureAll(run))
+    return error;
+  std::string loadLine = load.stopAndDescribe();
+
+  std::string md;
+  llvm::raw_string_ostream os(md);
+  writeAccuracySetup(os, args, *settings, **session, run, loadLine);
+  std::string modesTsv = writeModeTable(os, run);
+  writePositionTable(os, run);
+  writeHeadline(os, run);
   os << "\nRaw rows, with every answer: `" << args.name << ".tsv`; per mode: `"
      << args.name
      << "-modes.tsv` (what bench/accuracy/pareto.py joins with rag.tsv).\n";
   os.flush();
 
-  if (llvm::Error error = writeTextFile(resultPath(args, ".tsv"), tsv))
+  if (llvm::Error error =
+          writeTextFile(resultPath(args, ".tsv"), run.results.tsv))
     return error;
   if (llvm::Error error =
           writeTextFile(resultPath(args, "-modes.tsv"), modesTsv))

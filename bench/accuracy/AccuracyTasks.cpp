@@ -18,14 +18,10 @@
 
 namespace spanc::bench {
 
-namespace {
-
 llvm::Error failure(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  message.str().c_str());
 }
-
-} // namespace
 
 bool isTask(llvm::StringRef name) {
   return name == "codes" || name == "prose" || name == "multihop";

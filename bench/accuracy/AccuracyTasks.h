@@ -31,6 +31,9 @@ struct Question {
   bool needsAll = false;
 };
 
+/// An error saying `message` (a setting or an input of the benchmark).
+llvm::Error failure(const llvm::Twine &message);
+
 /// A task's name and whether its documents have a length setting.
 bool isTask(llvm::StringRef name);
 bool hasDocTokens(llvm::StringRef task);

@@ -131,153 +131,190 @@ const Row *firstRow(llvm::ArrayRef<Row> rows, unsigned docs,
   return nullptr;
 }
 
-llvm::Error runRag(const BenchArgs &args) {
-  auto documentCounts = args.intListSetting(
-      "docs", args.quick ? llvm::ArrayRef<int64_t>{1, 4}
-                         : llvm::ArrayRef<int64_t>{1, 2, 4, 8, 15});
-  if (!documentCounts)
-    return documentCounts.takeError();
-  auto documentTokens = args.intSetting("doc-tokens", args.quick ? 128 : 512);
-  if (!documentTokens)
-    return documentTokens.takeError();
-  // Repetitions per document count (the last value repeats); -r N sets
-  // every count to N.
-  auto repetitionList =
-      args.intListSetting("reps", args.quick ? llvm::ArrayRef<int64_t>{1}
-                                             : llvm::ArrayRef<int64_t>{10});
-  if (!repetitionList)
-    return repetitionList.takeError();
-  // The peer's own repetitions per count: llama-server prefills a long
-  // prompt 2-3x slower than our stock path on two cores (~50 s at 15
-  // documents, twice per repetition), so it runs the first few only.
-  auto peerRepetitionList = args.intListSetting(
-      "peer-reps", args.quick ? llvm::ArrayRef<int64_t>{1}
-                              : llvm::ArrayRef<int64_t>{3, 3, 3, 2, 1});
-  if (!peerRepetitionList)
-    return peerRepetitionList.takeError();
-  // No new repetition starts after this many seconds (a shared machine's
-  // load decides how many fit; rag.md says how many ran).
-  auto budgetSeconds = args.intSetting("budget-s", args.quick ? 0 : 1200);
-  if (!budgetSeconds)
-    return budgetSeconds.takeError();
-  // The defaults hold two 8k contexts; the paper's scale (32 documents of
-  // 2857 tokens on a GPU, bench/gpu.sh) needs more of both.
-  auto cacheSetting = args.intSetting("cache-tokens", 20480);
-  if (!cacheSetting)
-    return cacheSetting.takeError();
-  auto stepSetting = args.intSetting("step-tokens", 512);
-  if (!stepSetting)
-    return stepSetting.takeError();
-  auto relocations = parseRelocations(args.setting(
-      "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
-  if (!relocations)
-    return relocations.takeError();
-  // The span accuracy modes beside stock (issue 14): each its own executor,
-  // rope-in-kernel only, to keep the run's time.
+/// The settings of `spanc bench rag`, read and checked.
+struct RagSettings {
+  std::vector<int64_t> documentCounts;
+  int64_t documentTokens = 0;
+  /// Repetitions per document count (the last value repeats); -r N sets
+  /// every count to N.
+  std::vector<int64_t> repetitionList;
+  /// The peer's own repetitions per count: llama-server prefills a long
+  /// prompt 2-3x slower than our stock path on two cores (~50 s at 15
+  /// documents, twice per repetition), so it runs the first few only.
+  std::vector<int64_t> peerRepetitionList;
+  /// No new repetition starts after this many seconds (a shared machine's
+  /// load decides how many fit; rag.md says how many ran).
+  int64_t budgetSeconds = 0;
+  /// The defaults hold two 8k contexts; the paper's scale (32 documents of
+  /// 2857 tokens on a GPU, bench/gpu.sh) needs more of both.
+  int64_t cacheTokens = 0, stepTokens = 0;
+  std::vector<kv::RelocationMode> relocations;
+  /// The span accuracy modes beside stock (issue 14): each its own
+  /// executor, rope-in-kernel only, to keep the run's time.
   std::vector<kv::SpanOptions> spanModes;
-  {
-    std::string text = args.setting(
-        "modes", "prefix,isolated,prefix+recompute1,isolated+recompute1");
-    llvm::SmallVector<llvm::StringRef, 4> names;
-    if (text != "none")
-      llvm::StringRef(text).split(names, ',', -1, false);
-    for (llvm::StringRef name : names) {
-      auto mode = kv::parseSpanMode(name.trim());
-      if (!mode)
-        return mode.takeError();
-      spanModes.push_back(*mode);
-    }
+  std::string peer;
+  /// -r N, or 0.
+  int repetitionsOverride = 0;
+  /// The default span options with rope-in-kernel are what the
+  /// span-*-rope-in-kernel rows measure already.
+  kv::SpanOptions defaultSpan;
+
+  int valueFor(llvm::ArrayRef<int64_t> list, int64_t docs) const {
+    size_t index =
+        size_t(llvm::find(documentCounts, docs) - documentCounts.begin());
+    return int(list[std::min(index, list.size() - 1)]);
   }
-  std::string peerSetting = args.setting("peer", "auto");
-  if (peerSetting != "auto" && peerSetting != "on" && peerSetting != "off")
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--set peer=%s: expected auto, on or off",
-                                   peerSetting.c_str());
-  for (int64_t docs : *documentCounts)
+  int repetitionsFor(int64_t docs) const {
+    return repetitionsOverride > 0 ? repetitionsOverride
+                                   : valueFor(repetitionList, docs);
+  }
+  int peerRepetitionsFor(int64_t docs) const {
+    return std::min(repetitionsFor(docs), valueFor(peerRepetitionList, docs));
+  }
+  /// Whether `mode` is the default one, measured by the
+  /// span-*-rope-in-kernel rows: such a mode reads those rows instead of
+  /// running the same executor twice. A mode's name spells every setting
+  /// (blend and scaling included), so equal names are the same mode.
+  bool isAlias(const kv::SpanOptions &mode) const {
+    return llvm::is_contained(relocations, kv::RelocationMode::RopeInKernel) &&
+           kv::spanModeName(mode) == kv::spanModeName(defaultSpan);
+  }
+  /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
+  /// for the default mode.
+  std::string modeConfig(const char *kind, const kv::SpanOptions &mode) const {
+    return std::string("span-") + kind + "-" +
+           (isAlias(mode) ? std::string("rope-in-kernel")
+                          : kv::spanModeName(mode));
+  }
+};
+
+llvm::Error settingError(const char *message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// The ranges of the settings readRagSettings read.
+llvm::Error checkRagSettings(const RagSettings &settings) {
+  for (int64_t docs : settings.documentCounts)
     if (docs < 1 || docs > 64)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "--set docs: %lld is not in 1..64",
                                      (long long)docs);
-  if (*documentTokens < 16 || *documentTokens > 4096)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--set doc-tokens: expected 16..4096");
-  for (int64_t value : *repetitionList)
+  if (settings.documentTokens < 16 || settings.documentTokens > 4096)
+    return settingError("--set doc-tokens: expected 16..4096");
+  for (int64_t value : settings.repetitionList)
     if (value < 1)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "--set reps: repetitions must be >= 1");
-  for (int64_t value : *peerRepetitionList)
+      return settingError("--set reps: repetitions must be >= 1");
+  for (int64_t value : settings.peerRepetitionList)
     if (value < 0)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--set peer-reps: repetitions must be >= 0");
-  auto valueFor = [&](llvm::ArrayRef<int64_t> list, int64_t docs) {
-    size_t index =
-        size_t(llvm::find(*documentCounts, docs) - documentCounts->begin());
-    return int(list[std::min(index, list.size() - 1)]);
-  };
-  auto repetitionsFor = [&](int64_t docs) {
-    return args.repetitions > 0 ? args.repetitions
-                                : valueFor(*repetitionList, docs);
-  };
-  auto peerRepetitionsFor = [&](int64_t docs) {
-    return std::min(repetitionsFor(docs), valueFor(*peerRepetitionList, docs));
-  };
+      return settingError("--set peer-reps: repetitions must be >= 0");
+  return llvm::Error::success();
+}
 
-  auto session = ModelSession::load(args.modelPath, args.device);
-  if (!session)
-    return session.takeError();
-  ModelSession &model = **session;
-  const model::Tokenizer &tokenizer = model.tokenizer();
+/// Reads every setting first (so a typo fails before the model loads),
+/// then checks their ranges.
+llvm::Expected<RagSettings> readRagSettings(const BenchArgs &args) {
+  RagSettings settings;
+  auto readList = [&](const char *key, llvm::ArrayRef<int64_t> quick,
+                      llvm::ArrayRef<int64_t> full,
+                      std::vector<int64_t> &target) -> llvm::Error {
+    auto value = args.intListSetting(key, args.quick ? quick : full);
+    if (!value)
+      return value.takeError();
+    target = std::move(*value);
+    return llvm::Error::success();
+  };
+  auto readInt = [&](const char *key, int64_t fallback,
+                     int64_t &target) -> llvm::Error {
+    auto value = args.intSetting(key, fallback);
+    if (!value)
+      return value.takeError();
+    target = *value;
+    return llvm::Error::success();
+  };
+  if (auto error =
+          readList("docs", {1, 4}, {1, 2, 4, 8, 15}, settings.documentCounts))
+    return error;
+  if (auto error = readInt("doc-tokens", args.quick ? 128 : 512,
+                           settings.documentTokens))
+    return error;
+  if (auto error = readList("reps", {1}, {10}, settings.repetitionList))
+    return error;
+  if (auto error = readList("peer-reps", {1}, {3, 3, 3, 2, 1},
+                            settings.peerRepetitionList))
+    return error;
+  if (auto error =
+          readInt("budget-s", args.quick ? 0 : 1200, settings.budgetSeconds))
+    return error;
+  if (auto error = readInt("cache-tokens", 20480, settings.cacheTokens))
+    return error;
+  if (auto error = readInt("step-tokens", 512, settings.stepTokens))
+    return error;
+  auto relocations = parseRelocations(args.setting(
+      "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
+  if (!relocations)
+    return relocations.takeError();
+  settings.relocations = std::move(*relocations);
+  std::string text = args.setting(
+      "modes", "prefix,isolated,prefix+recompute1,isolated+recompute1");
+  llvm::SmallVector<llvm::StringRef, 4> names;
+  if (text != "none")
+    llvm::StringRef(text).split(names, ',', -1, false);
+  for (llvm::StringRef name : names) {
+    auto mode = kv::parseSpanMode(name.trim());
+    if (!mode)
+      return mode.takeError();
+    settings.spanModes.push_back(*mode);
+  }
+  settings.peer = args.setting("peer", "auto");
+  if (settings.peer != "auto" && settings.peer != "on" &&
+      settings.peer != "off")
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--set peer=%s: expected auto, on or off",
+                                   settings.peer.c_str());
+  settings.repetitionsOverride = args.repetitions;
+  if (auto error = checkRagSettings(settings))
+    return error;
+  return settings;
+}
 
-  // One executor per configuration. The cache holds two 8k contexts by
-  // default, so the warm run of a repetition always finds what its cold
-  // run left.
-  const int64_t cacheTokens = *cacheSetting;
-  const int64_t stepTokens = *stepSetting;
+/// One executor per configuration: stock prefix caching, span caching per
+/// relocation strategy, and per span mode (null where the mode is the
+/// default one, which the relocation rows measure).
+struct RagExecutors {
+  std::unique_ptr<sched::Executor> prefix;
+  std::vector<std::unique_ptr<sched::Executor>> span;
+  std::vector<std::unique_ptr<sched::Executor>> modes;
+};
+
+/// The cache holds two 8k contexts by default, so the warm run of a
+/// repetition always finds what its cold run left.
+llvm::Expected<RagExecutors> makeRagExecutors(const ModelSession &model,
+                                              const RagSettings &settings) {
   auto executorOptions = [&](kv::CacheMode cacheMode,
                              kv::RelocationMode relocation) {
     sched::ExecutorOptions options;
     options.cacheMode = cacheMode;
     options.relocationMode = relocation;
-    options.cacheTokens = cacheTokens;
-    options.stepTokenBudget = stepTokens;
+    options.cacheTokens = settings.cacheTokens;
+    options.stepTokenBudget = settings.stepTokens;
     return options;
   };
+  RagExecutors executors;
   auto prefix = model.makeExecutor(
       executorOptions(kv::CacheMode::Prefix, kv::RelocationMode::RopeInKernel));
   if (!prefix)
     return prefix.takeError();
-  std::vector<std::unique_ptr<sched::Executor>> span;
-  for (kv::RelocationMode mode : *relocations) {
+  executors.prefix = std::move(*prefix);
+  for (kv::RelocationMode mode : settings.relocations) {
     auto executor =
         model.makeExecutor(executorOptions(kv::CacheMode::Span, mode));
     if (!executor)
       return executor.takeError();
-    span.push_back(std::move(*executor));
+    executors.span.push_back(std::move(*executor));
   }
-  // The default span options with rope-in-kernel are what the
-  // span-*-rope-in-kernel rows measure already: such a mode reads those
-  // rows instead of running the same executor twice.
-  const kv::SpanOptions defaultSpan;
-  bool ropeInKernelRuns =
-      llvm::is_contained(*relocations, kv::RelocationMode::RopeInKernel);
-  // A mode's name spells every setting (blend and scaling included), so
-  // equal names are the same mode.
-  auto isAlias = [&](const kv::SpanOptions &mode) {
-    return ropeInKernelRuns &&
-           kv::spanModeName(mode) == kv::spanModeName(defaultSpan);
-  };
-  /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
-  /// for the default mode.
-  auto modeConfig = [&](const char *kind, const kv::SpanOptions &mode) {
-    return std::string("span-") + kind + "-" +
-           (isAlias(mode) ? std::string("rope-in-kernel")
-                          : kv::spanModeName(mode));
-  };
-  std::vector<std::unique_ptr<sched::Executor>> modeExecutors;
-  for (const kv::SpanOptions &mode : spanModes) {
-    if (isAlias(mode)) {
-      modeExecutors.push_back(nullptr);
+  for (const kv::SpanOptions &mode : settings.spanModes) {
+    if (settings.isAlias(mode)) {
+      executors.modes.push_back(nullptr);
       continue;
     }
     sched::ExecutorOptions options =
@@ -286,162 +323,216 @@ llvm::Error runRag(const BenchArgs &args) {
     auto executor = model.makeExecutor(options);
     if (!executor)
       return executor.takeError();
-    modeExecutors.push_back(std::move(*executor));
+    executors.modes.push_back(std::move(*executor));
   }
-  std::unique_ptr<RagPeer> peer;
-  std::string peerNote;
-  if (peerSetting != "off") {
-    auto started = RagPeer::start(args, model);
-    if (!started) {
-      peerNote = llvm::toString(started.takeError());
-      if (peerSetting == "on")
-        return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                       "the llama-server peer: %s",
-                                       peerNote.c_str());
-    } else
-      peer = std::move(*started);
-  }
+  return executors;
+}
 
-  const std::string question = "Which document mentions the river first?";
-  std::vector<Row> rows;
-  auto measure = [&](sched::Executor &executor, const plan::Plan &plan,
-                     unsigned docs, unsigned rep,
-                     std::string config) -> llvm::Error {
-    auto outcomes = model.run(executor, plan);
-    if (!outcomes)
-      return outcomes.takeError();
-    const sched::CallStats &stats = outcomes->back().stats;
+/// The llama-server column: the running peer, or why there is none.
+struct PeerColumn {
+  std::unique_ptr<RagPeer> peer;
+  std::string note;
+};
+
+/// `peer=auto` goes without the column when the peer cannot start;
+/// `peer=on` fails instead.
+llvm::Expected<PeerColumn> startPeerColumn(const BenchArgs &args,
+                                           const ModelSession &model,
+                                           const RagSettings &settings) {
+  PeerColumn column;
+  if (settings.peer == "off")
+    return column;
+  auto started = RagPeer::start(args, model);
+  if (!started) {
+    column.note = llvm::toString(started.takeError());
+    if (settings.peer == "on")
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the llama-server peer: %s",
+                                     column.note.c_str());
+  } else
+    column.peer = std::move(*started);
+  return column;
+}
+
+const char *const RagQuestion = "Which document mentions the river first?";
+
+/// Runs one call of `plan` and records its row.
+llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
+                        const plan::Plan &plan, unsigned docs, unsigned rep,
+                        std::string config, std::vector<Row> &rows) {
+  auto outcomes = model.run(executor, plan);
+  if (!outcomes)
+    return outcomes.takeError();
+  const sched::CallStats &stats = outcomes->back().stats;
+  Row row{docs,
+          rep,
+          std::move(config),
+          1e3 * stats.ttftSeconds,
+          stats.promptTokens,
+          stats.reusedTokens,
+          stats.computedTokens,
+          stats.relocatedTokens,
+          double(stats.blendedTokens),
+          1e3 * stats.probeSeconds};
+  llvm::errs() << llvm::format(
+      "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
+      "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",
+      docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
+      row.computed, row.relocated, row.repairedTokens, row.probeMs);
+  rows.push_back(std::move(row));
+  return llvm::Error::success();
+}
+
+/// The peer's two rows of a repetition: order A cold, then order B.
+llvm::Error measurePeer(RagPeer &peer, const plan::Plan &planA,
+                        const plan::Plan &planB, unsigned docs, unsigned rep,
+                        std::vector<Row> &rows) {
+  for (auto [order, config] : {std::pair{&planA, "llama-server-cold"},
+                               std::pair{&planB, "llama-server-shuffled"}}) {
+    auto completion = peer.complete(*order);
+    if (!completion)
+      return completion.takeError();
     Row row{docs,
             rep,
-            std::move(config),
-            1e3 * stats.ttftSeconds,
-            stats.promptTokens,
-            stats.reusedTokens,
-            stats.computedTokens,
-            stats.relocatedTokens,
-            double(stats.blendedTokens),
-            1e3 * stats.probeSeconds};
+            config,
+            completion->promptMs,
+            uint32_t(completion->promptTokensTotal),
+            uint32_t(completion->promptTokensTotal -
+                     completion->promptTokensComputed),
+            uint32_t(completion->promptTokensComputed),
+            0};
     llvm::errs() << llvm::format(
-        "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
-        "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",
+        "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused "
+        "%5u computed %5u\n",
         docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
-        row.computed, row.relocated, row.repairedTokens, row.probeMs);
+        row.computed);
     rows.push_back(std::move(row));
-    return llvm::Error::success();
-  };
+  }
+  return llvm::Error::success();
+}
 
-  LoadSampler load;
-  auto started = std::chrono::steady_clock::now();
-  // Touch each executor once (page faults of the first KV writes, lazy
-  // weight repacking), so the first repetition is not an outlier.
-  {
-    std::vector<std::string> documents = {
-        makeDocument(tokenizer, args.seed * 7919 + 999999, 64)};
-    auto plan = model.compile(ragSource(documents, {0}, "Warm-up.", question));
-    if (!plan)
-      return plan.takeError();
-    if (auto outcomes = model.run(**prefix, *plan); !outcomes)
+/// Touches each executor once (page faults of the first KV writes, lazy
+/// weight repacking), so the first repetition is not an outlier.
+llvm::Error warmUp(const BenchArgs &args, const ModelSession &model,
+                   RagExecutors &executors) {
+  std::vector<std::string> documents = {
+      makeDocument(model.tokenizer(), args.seed * 7919 + 999999, 64)};
+  auto plan = model.compile(ragSource(documents, {0}, "Warm-up.", RagQuestion));
+  if (!plan)
+    return plan.takeError();
+  if (auto outcomes = model.run(*executors.prefix, *plan); !outcomes)
+    return outcomes.takeError();
+  for (auto &executor : executors.span)
+    if (auto outcomes = model.run(*executor, *plan); !outcomes)
       return outcomes.takeError();
-    for (auto &executor : span)
+  for (auto &executor : executors.modes)
+    if (executor)
       if (auto outcomes = model.run(*executor, *plan); !outcomes)
         return outcomes.takeError();
-    for (auto &executor : modeExecutors)
-      if (executor)
-        if (auto outcomes = model.run(*executor, *plan); !outcomes)
-          return outcomes.takeError();
-  }
+  return llvm::Error::success();
+}
 
-  int rounds = 0;
-  for (int64_t docs : *documentCounts)
-    rounds = std::max(rounds, repetitionsFor(docs));
-  // Round-robin over document counts, so an interrupted run still has a
-  // first repetition of every count and the load drifts over all of them.
+/// One measurement point: new documents and system prompt for (docs, rep),
+/// orders A and B, and every configuration's miss (A) and hit (B).
+llvm::Error measureRepetition(const BenchArgs &args,
+                              const RagSettings &settings,
+                              const ModelSession &model,
+                              RagExecutors &executors, RagPeer *peer,
+                              unsigned docs, int rep, std::vector<Row> &rows) {
+  uint64_t seed = (args.seed * 1000003 + docs) * 1000 + rep;
+  std::vector<std::string> documents;
+  for (unsigned i = 0; i < docs; ++i)
+    documents.push_back(makeDocument(model.tokenizer(), seed * 100 + i,
+                                     size_t(settings.documentTokens)));
+  std::string system = "You answer questions about the documents. "
+                       "Session " +
+                       std::to_string(seed) + ".";
+  std::mt19937_64 random(seed);
+  std::vector<unsigned> orderA = shuffledOrder(docs, random, docs);
+  std::vector<unsigned> orderB = shuffledOrder(docs, random, orderA[0]);
+  auto planA = model.compile(ragSource(documents, orderA, system, RagQuestion));
+  if (!planA)
+    return planA.takeError();
+  auto planB = model.compile(ragSource(documents, orderB, system, RagQuestion));
+  if (!planB)
+    return planB.takeError();
+  auto measure = [&](sched::Executor &executor, const plan::Plan &plan,
+                     std::string config) {
+    return measureCall(model, executor, plan, docs, unsigned(rep),
+                       std::move(config), rows);
+  };
+  if (auto error = measure(*executors.prefix, *planA, "prefix-cold"))
+    return error;
+  if (auto error = measure(*executors.prefix, *planB, "prefix-warm-shuffled"))
+    return error;
+  for (size_t r = 0; r < executors.span.size(); ++r) {
+    std::string name = kv::relocationModeName(settings.relocations[r]);
+    if (auto error = measure(*executors.span[r], *planA, "span-miss-" + name))
+      return error;
+    if (auto error = measure(*executors.span[r], *planB, "span-hit-" + name))
+      return error;
+  }
+  for (size_t m = 0; m < settings.spanModes.size(); ++m) {
+    if (!executors.modes[m])
+      continue;
+    if (auto error =
+            measure(*executors.modes[m], *planA,
+                    settings.modeConfig("miss", settings.spanModes[m])))
+      return error;
+    if (auto error = measure(*executors.modes[m], *planB,
+                             settings.modeConfig("hit", settings.spanModes[m])))
+      return error;
+  }
+  if (peer && rep < settings.peerRepetitionsFor(docs))
+    return measurePeer(*peer, *planA, *planB, docs, unsigned(rep), rows);
+  return llvm::Error::success();
+}
+
+/// What a run measured, and under what conditions.
+struct RagMeasurements {
+  std::vector<Row> rows;
+  double elapsedSeconds = 0;
+  std::string loadLine;
   bool outOfTime = false;
-  for (int rep = 0; rep < rounds && !outOfTime; ++rep)
-    for (int64_t docsValue : *documentCounts) {
-      if (rep >= repetitionsFor(docsValue))
+};
+
+/// Every repetition, round-robin over document counts, so an interrupted
+/// run still has a first repetition of every count and the load drifts
+/// over all of them.
+llvm::Expected<RagMeasurements>
+measureAll(const BenchArgs &args, const RagSettings &settings,
+           const ModelSession &model, RagExecutors &executors, RagPeer *peer) {
+  RagMeasurements measured;
+  LoadSampler load;
+  auto started = std::chrono::steady_clock::now();
+  if (auto error = warmUp(args, model, executors))
+    return error;
+  int rounds = 0;
+  for (int64_t docs : settings.documentCounts)
+    rounds = std::max(rounds, settings.repetitionsFor(docs));
+  for (int rep = 0; rep < rounds && !measured.outOfTime; ++rep)
+    for (int64_t docs : settings.documentCounts) {
+      if (rep >= settings.repetitionsFor(docs))
         continue;
-      if (rep > 0 && *budgetSeconds > 0 &&
+      if (rep > 0 && settings.budgetSeconds > 0 &&
           std::chrono::steady_clock::now() - started >
-              std::chrono::seconds(*budgetSeconds)) {
-        outOfTime = true;
+              std::chrono::seconds(settings.budgetSeconds)) {
+        measured.outOfTime = true;
         break;
       }
-      unsigned docs = unsigned(docsValue);
-      uint64_t seed = (args.seed * 1000003 + docs) * 1000 + rep;
-      std::vector<std::string> documents;
-      for (unsigned i = 0; i < docs; ++i)
-        documents.push_back(
-            makeDocument(tokenizer, seed * 100 + i, size_t(*documentTokens)));
-      std::string system = "You answer questions about the documents. "
-                           "Session " +
-                           std::to_string(seed) + ".";
-      std::mt19937_64 random(seed);
-      std::vector<unsigned> orderA = shuffledOrder(docs, random, docs);
-      std::vector<unsigned> orderB = shuffledOrder(docs, random, orderA[0]);
-      auto planA =
-          model.compile(ragSource(documents, orderA, system, question));
-      if (!planA)
-        return planA.takeError();
-      auto planB =
-          model.compile(ragSource(documents, orderB, system, question));
-      if (!planB)
-        return planB.takeError();
-      if (auto error = measure(**prefix, *planA, docs, rep, "prefix-cold"))
+      if (auto error = measureRepetition(args, settings, model, executors, peer,
+                                         unsigned(docs), rep, measured.rows))
         return error;
-      if (auto error =
-              measure(**prefix, *planB, docs, rep, "prefix-warm-shuffled"))
-        return error;
-      for (size_t r = 0; r < span.size(); ++r) {
-        std::string name = kv::relocationModeName((*relocations)[r]);
-        if (auto error =
-                measure(*span[r], *planA, docs, rep, "span-miss-" + name))
-          return error;
-        if (auto error =
-                measure(*span[r], *planB, docs, rep, "span-hit-" + name))
-          return error;
-      }
-      for (size_t m = 0; m < spanModes.size(); ++m) {
-        if (!modeExecutors[m])
-          continue;
-        if (auto error = measure(*modeExecutors[m], *planA, docs, rep,
-                                 modeConfig("miss", spanModes[m])))
-          return error;
-        if (auto error = measure(*modeExecutors[m], *planB, docs, rep,
-                                 modeConfig("hit", spanModes[m])))
-          return error;
-      }
-      if (peer && rep < peerRepetitionsFor(docsValue)) {
-        for (auto [order, config] :
-             {std::pair{&*planA, "llama-server-cold"},
-              std::pair{&*planB, "llama-server-shuffled"}}) {
-          auto completion = peer->complete(*order);
-          if (!completion)
-            return completion.takeError();
-          Row row{docs,
-                  unsigned(rep),
-                  config,
-                  completion->promptMs,
-                  uint32_t(completion->promptTokensTotal),
-                  uint32_t(completion->promptTokensTotal -
-                           completion->promptTokensComputed),
-                  uint32_t(completion->promptTokensComputed),
-                  0};
-          llvm::errs() << llvm::format(
-              "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused "
-              "%5u computed %5u\n",
-              docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
-              row.computed);
-          rows.push_back(std::move(row));
-        }
-      }
     }
-  double elapsed =
+  measured.elapsedSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
-  std::string loadLine = load.stopAndDescribe();
+  measured.loadLine = load.stopAndDescribe();
+  return measured;
+}
 
-  // --- rag.tsv ---------------------------------------------------------
+/// rag.tsv: every row, what plot.py and pareto.py read.
+std::string ragTsv(llvm::ArrayRef<Row> rows) {
   std::string tsv = "docs\trep\tconfig\tttft_ms\tprompt\treused\tcomputed\t"
                     "relocated\trepaired\tprobe_ms\n";
   for (const Row &row : rows)
@@ -449,38 +540,44 @@ llvm::Error runRag(const BenchArgs &args) {
         printed("%u\t%u\t%s\t%.3f\t%u\t%u\t%u\t%u\t%.0f\t%.3f\n", row.docs,
                 row.rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
                 row.computed, row.relocated, row.repairedTokens, row.probeMs);
-  if (auto error = writeTextFile(resultPath(args, ".tsv"), tsv))
-    return error;
+  return tsv;
+}
 
-  // --- rag.md ----------------------------------------------------------
-  std::vector<std::string> configs = {"prefix-cold", "prefix-warm-shuffled"};
-  for (kv::RelocationMode mode : *relocations)
-    configs.push_back(std::string("span-miss-") + kv::relocationModeName(mode));
-  for (kv::RelocationMode mode : *relocations)
-    configs.push_back(std::string("span-hit-") + kv::relocationModeName(mode));
-  if (peer) {
-    configs.push_back("llama-server-cold");
-    configs.push_back("llama-server-shuffled");
-  }
-  std::string md;
-  llvm::raw_string_ostream out(md);
+/// The median of `field` over the rows of one configuration at one
+/// document count; 0 when there are none.
+double medianOf(llvm::ArrayRef<Row> rows, unsigned docs, llvm::StringRef config,
+                double Row::*field = &Row::ttftMs) {
+  std::vector<double> values;
+  for (const Row &row : rows)
+    if (row.docs == docs && row.config == config)
+      values.push_back(row.*field);
+  return values.empty() ? 0.0 : summarize(values).median;
+}
+
+/// rag.md's title and setup: what ran, where, and how it was scaled.
+void writeRagSetup(llvm::raw_ostream &out, const BenchArgs &args,
+                   const RagSettings &settings, const ModelSession &model,
+                   const PeerColumn &peerColumn,
+                   const RagMeasurements &measured) {
+  const RagPeer *peer = peerColumn.peer.get();
+  const std::vector<int64_t> &documentCounts = settings.documentCounts;
   out << "# RAG microbenchmark: TTFT, stock prefix caching vs span caching"
       << (peer ? " vs llama.cpp" : "") << "\n\n"
       << "Generated by `spanc bench rag" << commandLine(args)
       << "` (bench/rag/RagBench.cpp) on " << timestampNow() << " in "
-      << llvm::format("%.0f", elapsed) << " s.\n\n"
+      << llvm::format("%.0f", measured.elapsedSeconds) << " s.\n\n"
       << "## Setup\n\n"
       << "- Model: " << model.describeModel()
       << ", default GEMMs (bf16 where the CPU has it), greedy, "
          "`max_tokens = 1` (TTFT only), "
       << omp_get_max_threads() << " threads.\n"
       << "- Machine: " << describeMachine() << ".\n"
-      << "- Load: " << loadLine
+      << "- Load: " << measured.loadLine
       << " (a shared machine: compare columns, which ran interleaved, "
          "not runs).\n"
       << "- Query: a short system prompt (new per repetition, so nothing is "
          "warm from before), N documents of random English words of "
-      << *documentTokens
+      << settings.documentTokens
       << " tokens each under a `plus` (new documents per repetition), "
          "the question as the tail; .span text → default passes → "
          "chat-template lowering → executor, one model load.\n"
@@ -492,29 +589,29 @@ llvm::Error runRag(const BenchArgs &args) {
          "then B, warm (relocation: rope-in-kernel rotates K inside "
          "attention, rerope rotates the stored K by the position delta).\n"
       << "- Scaled for a 2-core CPU and an 8 192-token model: documents of "
-      << *documentTokens
+      << settings.documentTokens
       << " tokens (the paper: 2 857), at most 15 documents (15 × 512 "
          "tokens + prompt ≈ 7.7k fits the context); "
       << "repetitions planned per count: ";
-  for (int64_t docs : *documentCounts)
-    out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
-        << repetitionsFor(docs);
+  for (int64_t docs : documentCounts)
+    out << (docs == documentCounts.front() ? "" : ", ") << docs << " docs × "
+        << settings.repetitionsFor(docs);
   if (peer) {
     out << "; the peer's repetitions: ";
-    for (int64_t docs : *documentCounts)
-      out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
-          << peerRepetitionsFor(docs);
+    for (int64_t docs : documentCounts)
+      out << (docs == documentCounts.front() ? "" : ", ") << docs << " docs × "
+          << settings.peerRepetitionsFor(docs);
     out << " (the first ones of each count: llama-server's long prefills "
            "take up to a minute each on two cores)";
   }
-  if (*budgetSeconds > 0)
-    out << "; no repetition starts after " << *budgetSeconds << " s"
-        << (outOfTime ? " — this run hit that budget, so the counts "
-                        "below are what ran"
-                      : "");
-  out << ". Caches of " << cacheTokens << " tokens"
-      << (cacheTokens == 20480 ? " (two full contexts)" : "")
-      << ", block 16, step budget " << stepTokens << ", device "
+  if (settings.budgetSeconds > 0)
+    out << "; no repetition starts after " << settings.budgetSeconds << " s"
+        << (measured.outOfTime ? " — this run hit that budget, so the counts "
+                                 "below are what ran"
+                               : "");
+  out << ". Caches of " << settings.cacheTokens << " tokens"
+      << (settings.cacheTokens == 20480 ? " (two full contexts)" : "")
+      << ", block 16, step budget " << settings.stepTokens << ", device "
       << backend::deviceName(args.device) << ".\n";
   if (peer)
     out << "- Peer: " << peer->describe()
@@ -522,8 +619,16 @@ llvm::Error runRag(const BenchArgs &args) {
            "`llama-server-cold` sends order A, `llama-server-shuffled` then "
            "order B (what `--cache-reuse` recovers); TTFT = the server's "
            "timings.prompt_ms, side by side in the same run.\n";
-  else if (!peerNote.empty())
-    out << "- Peer: no llama-server column (" << peerNote << ").\n";
+  else if (!peerColumn.note.empty())
+    out << "- Peer: no llama-server column (" << peerColumn.note << ").\n";
+}
+
+/// The TTFT table, a column per configuration, and the repetitions that
+/// ran (the budget may have cut them).
+void writeTtftTable(llvm::raw_ostream &out, const RagSettings &settings,
+                    llvm::ArrayRef<Row> rows,
+                    llvm::ArrayRef<std::string> configs, bool withPeer) {
+  const std::vector<int64_t> &documentCounts = settings.documentCounts;
   out << "\n## TTFT (ms, median [min, max])\n\n| docs | prompt tokens |";
   for (const std::string &config : configs)
     out << " " << config << " |";
@@ -531,7 +636,7 @@ llvm::Error runRag(const BenchArgs &args) {
   for (size_t i = 0; i < configs.size(); ++i)
     out << "---:|";
   out << "\n";
-  for (int64_t docsValue : *documentCounts) {
+  for (int64_t docsValue : documentCounts) {
     unsigned docs = unsigned(docsValue);
     const Row *first = firstRow(rows, docs, "prefix-cold");
     out << "| " << docs << " | " << (first ? first->prompt : 0) << " |";
@@ -543,40 +648,44 @@ llvm::Error runRag(const BenchArgs &args) {
     out << "\n";
   }
   out << "\nRepetitions that ran: ";
-  for (int64_t docs : *documentCounts) {
-    out << (docs == documentCounts->front() ? "" : ", ") << docs << " docs × "
+  for (int64_t docs : documentCounts) {
+    out << (docs == documentCounts.front() ? "" : ", ") << docs << " docs × "
         << ttftsOf(rows, unsigned(docs), "prefix-cold").size();
-    if (peer)
+    if (withPeer)
       out << " (peer "
           << ttftsOf(rows, unsigned(docs), "llama-server-cold").size() << ")";
   }
-  out << ".\n\n## Headline ratios (median TTFT)\n\n"
+  out << ".\n";
+}
+
+/// Stock against hit and miss per relocation strategy (and the peer), with
+/// a verdict per goal of issue 7.
+void writeHeadlineRatios(llvm::raw_ostream &out, const RagSettings &settings,
+                         llvm::ArrayRef<Row> rows, bool withPeer) {
+  const std::vector<kv::RelocationMode> &relocations = settings.relocations;
+  out << "\n## Headline ratios (median TTFT)\n\n"
       << "Stock = `prefix-warm-shuffled`. Goals (issue 7): hit ≥ 10× faster "
          "than stock at 8+ documents; miss faster than stock from 4 "
          "documents on.\n\n| docs |";
-  for (kv::RelocationMode mode : *relocations)
+  for (kv::RelocationMode mode : relocations)
     out << " stock / hit (" << kv::relocationModeName(mode) << ") |";
-  for (kv::RelocationMode mode : *relocations)
+  for (kv::RelocationMode mode : relocations)
     out << " stock / miss (" << kv::relocationModeName(mode) << ") |";
-  if (peer)
+  if (withPeer)
     out << " llama-server shuffled / hit (rope-in-kernel) | llama-server "
            "shuffled / stock |";
   out << "\n|---:|";
-  for (size_t i = 0; i < 2 * relocations->size() + (peer ? 2 : 0); ++i)
+  for (size_t i = 0; i < 2 * relocations.size() + (withPeer ? 2 : 0); ++i)
     out << "---:|";
   out << "\n";
-  auto medianOf = [&](unsigned docs, llvm::StringRef config) {
-    std::vector<double> values = ttftsOf(rows, docs, config);
-    return values.empty() ? 0.0 : summarize(values).median;
-  };
   std::vector<std::string> verdicts;
-  for (int64_t docsValue : *documentCounts) {
+  for (int64_t docsValue : settings.documentCounts) {
     unsigned docs = unsigned(docsValue);
-    double stock = medianOf(docs, "prefix-warm-shuffled");
+    double stock = medianOf(rows, docs, "prefix-warm-shuffled");
     out << "| " << docs << " |";
-    for (kv::RelocationMode mode : *relocations) {
-      double hit = medianOf(docs, std::string("span-hit-") +
-                                      kv::relocationModeName(mode));
+    for (kv::RelocationMode mode : relocations) {
+      double hit = medianOf(
+          rows, docs, std::string("span-hit-") + kv::relocationModeName(mode));
       out << " " << formatRatio(stock, hit) << " |";
       if (docs >= 8 && hit > 0)
         verdicts.push_back(
@@ -584,9 +693,9 @@ llvm::Error runRag(const BenchArgs &args) {
                     docs, kv::relocationModeName(mode),
                     stock / hit >= 10 ? "met" : "NOT met", stock / hit));
     }
-    for (kv::RelocationMode mode : *relocations) {
-      double miss = medianOf(docs, std::string("span-miss-") +
-                                       kv::relocationModeName(mode));
+    for (kv::RelocationMode mode : relocations) {
+      double miss = medianOf(
+          rows, docs, std::string("span-miss-") + kv::relocationModeName(mode));
       out << " " << formatRatio(stock, miss) << " |";
       if (docs >= 4 && miss > 0)
         verdicts.push_back(
@@ -594,11 +703,11 @@ llvm::Error runRag(const BenchArgs &args) {
                     kv::relocationModeName(mode),
                     stock / miss > 1 ? "met" : "NOT met", stock / miss));
     }
-    if (peer) {
-      double peerShuffled = medianOf(docs, "llama-server-shuffled");
+    if (withPeer) {
+      double peerShuffled = medianOf(rows, docs, "llama-server-shuffled");
       out << " "
           << formatRatio(peerShuffled,
-                         medianOf(docs, "span-hit-rope-in-kernel"))
+                         medianOf(rows, docs, "span-hit-rope-in-kernel"))
           << " | " << formatRatio(peerShuffled, stock) << " |";
     }
     out << "\n";
@@ -606,64 +715,63 @@ llvm::Error runRag(const BenchArgs &args) {
   out << "\nGoals:\n\n";
   for (const std::string &verdict : verdicts)
     out << "- " << verdict << "\n";
-  if (!spanModes.empty()) {
-    out << "\n## Span accuracy modes (rope-in-kernel): TTFT, ms, median\n\n"
-        << "Each mode of `--set modes` on its own span executor, side by side "
-           "with the rows above (miss: order A cold; hit: order B warm), "
-           "after the default span mode (`"
-        << kv::spanModeName(defaultSpan)
-        << "`: the span-*-rope-in-kernel rows). Accuracy per mode: `spanc "
-           "bench accuracy`; both joined: bench/accuracy/pareto.py. "
-           "**repaired**: span tokens a blend or guided repair recomputed "
-           "through every layer on the hit (median; not in the reuse table's "
-           "`computed`); "
-           "**probe**: a guided repair's first pass, part of the hit's "
-           "TTFT.\n\n"
-        << "| docs | mode | miss | hit | stock / hit | repaired on the hit "
-           "| probe ms |\n|---:|---|---:|---:|---:|---:|---:|\n";
-    auto medianField = [&](unsigned docs, llvm::StringRef config,
-                           double Row::*field) {
-      std::vector<double> values;
-      for (const Row &row : rows)
-        if (row.docs == docs && row.config == config)
-          values.push_back(row.*field);
-      return values.empty() ? 0.0 : summarize(values).median;
-    };
-    // The default mode's row leads, whether or not `modes` names it.
-    std::vector<kv::SpanOptions> tableModes = {defaultSpan};
-    for (const kv::SpanOptions &mode : spanModes)
-      if (!isAlias(mode))
-        tableModes.push_back(mode);
-    for (int64_t docsValue : *documentCounts) {
-      unsigned docs = unsigned(docsValue);
-      double stock = medianOf(docs, "prefix-warm-shuffled");
-      out << "| " << docs << " | stock prefix caching (shuffled repeat) | — | "
-          << printed("%.0f", stock) << " | 1.0× | — | — |\n";
-      for (const kv::SpanOptions &mode : tableModes) {
-        std::string miss = modeConfig("miss", mode),
-                    hit = modeConfig("hit", mode);
-        double missMs = medianOf(docs, miss), hitMs = medianOf(docs, hit);
-        double repaired = medianField(docs, hit, &Row::repairedTokens);
-        double probe = medianField(docs, hit, &Row::probeMs);
-        out << "| " << docs << " | " << kv::spanModeName(mode) << " | "
-            << (missMs > 0 ? printed("%.0f", missMs) : std::string("—"))
-            << " | " << (hitMs > 0 ? printed("%.1f", hitMs) : std::string("—"))
-            << " | " << formatRatio(stock, hitMs) << " | "
-            << (repaired > 0 ? printed("%.0f", repaired) : std::string("—"))
-            << " | " << (probe > 0 ? printed("%.0f", probe) : std::string("—"))
-            << " |\n";
-      }
+}
+
+/// The per-mode table: each span accuracy mode's miss and hit beside stock,
+/// with what its repair recomputed.
+void writeModeTable(llvm::raw_ostream &out, const RagSettings &settings,
+                    llvm::ArrayRef<Row> rows) {
+  out << "\n## Span accuracy modes (rope-in-kernel): TTFT, ms, median\n\n"
+      << "Each mode of `--set modes` on its own span executor, side by side "
+         "with the rows above (miss: order A cold; hit: order B warm), "
+         "after the default span mode (`"
+      << kv::spanModeName(settings.defaultSpan)
+      << "`: the span-*-rope-in-kernel rows). Accuracy per mode: `spanc "
+         "bench accuracy`; both joined: bench/accuracy/pareto.py. "
+         "**repaired**: span tokens a blend or guided repair recomputed "
+         "through every layer on the hit (median; not in the reuse table's "
+         "`computed`); "
+         "**probe**: a guided repair's first pass, part of the hit's "
+         "TTFT.\n\n"
+      << "| docs | mode | miss | hit | stock / hit | repaired on the hit "
+         "| probe ms |\n|---:|---|---:|---:|---:|---:|---:|\n";
+  // The default mode's row leads, whether or not `modes` names it.
+  std::vector<kv::SpanOptions> tableModes = {settings.defaultSpan};
+  for (const kv::SpanOptions &mode : settings.spanModes)
+    if (!settings.isAlias(mode))
+      tableModes.push_back(mode);
+  for (int64_t docsValue : settings.documentCounts) {
+    unsigned docs = unsigned(docsValue);
+    double stock = medianOf(rows, docs, "prefix-warm-shuffled");
+    out << "| " << docs << " | stock prefix caching (shuffled repeat) | — | "
+        << printed("%.0f", stock) << " | 1.0× | — | — |\n";
+    for (const kv::SpanOptions &mode : tableModes) {
+      std::string miss = settings.modeConfig("miss", mode),
+                  hit = settings.modeConfig("hit", mode);
+      double missMs = medianOf(rows, docs, miss),
+             hitMs = medianOf(rows, docs, hit);
+      double repaired = medianOf(rows, docs, hit, &Row::repairedTokens);
+      double probe = medianOf(rows, docs, hit, &Row::probeMs);
+      out << "| " << docs << " | " << kv::spanModeName(mode) << " | "
+          << (missMs > 0 ? printed("%.0f", missMs) : std::string("—")) << " | "
+          << (hitMs > 0 ? printed("%.1f", hitMs) : std::string("—")) << " | "
+          << formatRatio(stock, hitMs) << " | "
+          << (repaired > 0 ? printed("%.0f", repaired) : std::string("—"))
+          << " | " << (probe > 0 ? printed("%.0f", probe) : std::string("—"))
+          << " |\n";
     }
-    for (const kv::SpanOptions &mode : spanModes)
-      if (!isAlias(mode)) {
-        configs.push_back(modeConfig("miss", mode));
-        configs.push_back(modeConfig("hit", mode));
-      }
   }
+}
+
+/// Tokens reused, computed and relocated per configuration, from the first
+/// repetition (they do not vary between repetitions).
+void writeReuseTable(llvm::raw_ostream &out, const BenchArgs &args,
+                     const RagSettings &settings, llvm::ArrayRef<Row> rows,
+                     llvm::ArrayRef<std::string> configs) {
   out << "\n## Reuse per call (tokens, first repetition)\n\n"
       << "| docs | config | prompt | reused | computed | relocated |\n"
       << "|---:|---|---:|---:|---:|---:|\n";
-  for (int64_t docsValue : *documentCounts)
+  for (int64_t docsValue : settings.documentCounts)
     for (const std::string &config : configs)
       if (const Row *row = firstRow(rows, unsigned(docsValue), config))
         out << "| " << row->docs << " | " << config << " | " << row->prompt
@@ -671,9 +779,66 @@ llvm::Error runRag(const BenchArgs &args) {
             << row->relocated << " |\n";
   out << "\nRaw rows: [" << args.name << ".tsv](" << args.name
       << ".tsv); plot: " << args.name << ".png (bench/rag/plot.py).\n";
-  out.flush();
+}
 
-  return finishResults(args, std::move(md));
+/// rag.md: setup, the TTFT table, the headline ratios, the per-mode table
+/// and the reuse table.
+std::string ragMarkdown(const BenchArgs &args, const RagSettings &settings,
+                        const ModelSession &model, const PeerColumn &peerColumn,
+                        const RagMeasurements &measured) {
+  const bool withPeer = peerColumn.peer != nullptr;
+  std::vector<std::string> configs = {"prefix-cold", "prefix-warm-shuffled"};
+  for (kv::RelocationMode mode : settings.relocations)
+    configs.push_back(std::string("span-miss-") + kv::relocationModeName(mode));
+  for (kv::RelocationMode mode : settings.relocations)
+    configs.push_back(std::string("span-hit-") + kv::relocationModeName(mode));
+  if (withPeer) {
+    configs.push_back("llama-server-cold");
+    configs.push_back("llama-server-shuffled");
+  }
+  std::string md;
+  llvm::raw_string_ostream out(md);
+  writeRagSetup(out, args, settings, model, peerColumn, measured);
+  writeTtftTable(out, settings, measured.rows, configs, withPeer);
+  writeHeadlineRatios(out, settings, measured.rows, withPeer);
+  if (!settings.spanModes.empty()) {
+    writeModeTable(out, settings, measured.rows);
+    // The modes' rows join the reuse table (not the TTFT table: the mode
+    // table has them).
+    for (const kv::SpanOptions &mode : settings.spanModes)
+      if (!settings.isAlias(mode)) {
+        configs.push_back(settings.modeConfig("miss", mode));
+        configs.push_back(settings.modeConfig("hit", mode));
+      }
+  }
+  writeReuseTable(out, args, settings, measured.rows, configs);
+  out.flush();
+  return md;
+}
+
+llvm::Error runRag(const BenchArgs &args) {
+  auto settings = readRagSettings(args);
+  if (!settings)
+    return settings.takeError();
+  auto session = ModelSession::load(args.modelPath, args.device);
+  if (!session)
+    return session.takeError();
+  ModelSession &model = **session;
+  auto executors = makeRagExecutors(model, *settings);
+  if (!executors)
+    return executors.takeError();
+  auto peerColumn = startPeerColumn(args, model, *settings);
+  if (!peerColumn)
+    return peerColumn.takeError();
+  auto measured =
+      measureAll(args, *settings, model, *executors, peerColumn->peer.get());
+  if (!measured)
+    return measured.takeError();
+  if (auto error =
+          writeTextFile(resultPath(args, ".tsv"), ragTsv(measured->rows)))
+    return error;
+  return finishResults(
+      args, ragMarkdown(args, *settings, model, *peerColumn, *measured));
 }
 
 BenchRegistration registration{

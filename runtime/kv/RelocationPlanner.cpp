@@ -85,31 +85,31 @@ struct BlockWants {
   int inPlace = -1; // index into positions rotated in place, or -1
 };
 
-} // namespace
-
-llvm::Expected<RelocationPlan>
-planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
-                const llvm::DenseSet<BlockId> &readInPlace,
-                llvm::ArrayRef<RelocationOp> moves,
-                const RelocationPlannerOptions &options) {
-  const uint32_t numBlocks = pool.numBlocks();
-  // 1. Validate and group by block; nothing in the pool changes until every
-  //    check passed and the blocks were obtained.
+/// The requests grouped by block, and where each block's group is.
+struct GroupedWants {
   llvm::SmallVector<BlockWants, 8> wants;
   llvm::DenseMap<BlockId, uint32_t> wantsOf;
+};
+
+/// Phase 1a: checks the requests and groups their wanted positions per
+/// block. Reads the pool only: nothing changes until every check passed.
+llvm::Expected<GroupedWants>
+groupWants(const BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests) {
+  const uint32_t numBlocks = pool.numBlocks();
+  GroupedWants grouped;
   for (uint32_t index = 0; index < requests.size(); ++index) {
     const RelocationRequest &request = requests[index];
     if (request.block >= numBlocks || pool.refCount(request.block) == 0)
       return inputError("request " + llvm::Twine(request.request) +
                         " relocates block " + llvm::Twine(request.block) +
                         ", which it holds no reference to");
-    auto [entry, inserted] =
-        wantsOf.try_emplace(request.block, uint32_t(wants.size()));
+    auto [entry, inserted] = grouped.wantsOf.try_emplace(
+        request.block, uint32_t(grouped.wants.size()));
     if (inserted) {
-      wants.emplace_back();
-      wants.back().block = request.block;
+      grouped.wants.emplace_back();
+      grouped.wants.back().block = request.block;
     }
-    BlockWants &blockWants = wants[entry->second];
+    BlockWants &blockWants = grouped.wants[entry->second];
     auto found = llvm::find(blockWants.positions, request.wantedPosition);
     size_t slot = size_t(found - blockWants.positions.begin());
     if (found == blockWants.positions.end()) {
@@ -118,6 +118,17 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     }
     blockWants.requesters[slot].push_back(index);
   }
+  return grouped;
+}
+
+/// Phase 1b: the explicit moves must write distinct, referenced blocks that
+/// no one reads or relocates in this step, or the plan's ordering (which
+/// only knows the moves' own reads) would be wrong.
+llvm::Error checkMoves(const BlockPool &pool,
+                       llvm::ArrayRef<RelocationOp> moves,
+                       const GroupedWants &grouped,
+                       const llvm::DenseSet<BlockId> &readInPlace) {
+  const uint32_t numBlocks = pool.numBlocks();
   llvm::DenseSet<BlockId> movedTo;
   for (const RelocationOp &move : moves) {
     if (move.source >= numBlocks || move.destination >= numBlocks)
@@ -134,14 +145,21 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     if (!movedTo.insert(move.destination).second)
       return inputError("block " + llvm::Twine(move.destination) +
                         " is the destination of two moves");
-    if (wantsOf.count(move.destination) || readInPlace.count(move.destination))
+    if (grouped.wantsOf.count(move.destination) ||
+        readInPlace.count(move.destination))
       return inputError("block " + llvm::Twine(move.destination) +
                         " is overwritten by a move but read or relocated "
                         "in this step");
   }
+  return llvm::Error::success();
+}
 
-  // 2. Duplication: one wanted position may turn the block in place when
-  //    no one reads it where it is; every other position gets a copy.
+/// Phase 2, duplication: one wanted position may turn the block in place
+/// when no one reads it where it is; every other position gets a copy.
+/// Sets each block's `inPlace`; returns the copies needed.
+unsigned chooseInPlace(const BlockPool &pool,
+                       llvm::MutableArrayRef<BlockWants> wants,
+                       const llvm::DenseSet<BlockId> &readInPlace) {
   unsigned numCopies = 0;
   for (BlockWants &blockWants : wants) {
     const int64_t current = pool.storedPosition(blockWants.block);
@@ -162,10 +180,16 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
           blockWants.positions[slot] != current)
         ++numCopies;
   }
+  return numCopies;
+}
 
-  // 3. Cycles among the explicit moves: move A -> move B when B overwrites
-  //    what A reads. Copies write fresh blocks and in-place turns write
-  //    their own, so only explicit moves can close a cycle.
+/// Phase 3, hazards among the explicit moves: move A -> move B when B
+/// overwrites what A reads. Copies write fresh blocks and in-place turns
+/// write their own, so only explicit moves can close a cycle. Returns the
+/// moves' strongly connected components (Tarjan): one of more than one move
+/// is a cycle to break; leveling orders the rest.
+llvm::SmallVector<llvm::SmallVector<uint32_t, 4>, 8>
+moveComponents(llvm::ArrayRef<RelocationOp> moves) {
   llvm::DenseMap<BlockId, uint32_t> moveWriting;
   for (uint32_t index = 0; index < moves.size(); ++index)
     moveWriting[moves[index].destination] = index;
@@ -175,38 +199,54 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     if (writer != moveWriting.end())
       moveGraph[index].push_back(writer->second);
   }
-  auto components = stronglyConnectedComponents(moveGraph);
+  return stronglyConnectedComponents(moveGraph);
+}
+
+/// The temporaries breaking the cycles of `components` take: one per move
+/// of a short cycle (two passes), one in all for a long one (serial).
+unsigned
+numTemporariesFor(llvm::ArrayRef<llvm::SmallVector<uint32_t, 4>> components,
+                  const RelocationPlannerOptions &options) {
   unsigned numTemporaries = 0;
   for (const auto &component : components)
     if (component.size() > 1)
       numTemporaries += component.size() <= options.maxBatchedCycle
                             ? unsigned(component.size())
                             : 1;
+  return numTemporaries;
+}
 
-  // 4. All the blocks at once, or nothing changes.
-  auto fresh = pool.allocate(numCopies + numTemporaries);
-  if (!fresh)
-    return llvm::createStringError(
-        std::errc::not_enough_memory,
-        "relocation plan needs %u copies and %u temporaries: %s", numCopies,
-        numTemporaries, llvm::toString(fresh.takeError()).c_str());
-  size_t nextFresh = 0;
+/// New metadata of a block the plan writes, computed from the contents
+/// before the plan.
+struct Effect {
+  BlockId block;
+  int64_t storedPosition;
+  unsigned numTokens;
+};
 
-  RelocationPlan plan;
+/// The plan's ops before leveling, and the pool changes it will make once
+/// it stands.
+struct DraftPlan {
   llvm::SmallVector<RelocationOp, 16> ops;
-  // Extra read-after-write orderings (temporaries), as (before, after).
+  /// Extra read-after-write orderings (temporaries), as (before, after).
   llvm::SmallVector<std::pair<uint32_t, uint32_t>, 8> orderings;
   llvm::DenseSet<BlockId> temporaries;
-  // New metadata, computed from the contents before the plan.
-  struct Effect {
-    BlockId block;
-    int64_t storedPosition;
-    unsigned numTokens;
-  };
   llvm::SmallVector<Effect, 16> effects;
   llvm::SmallVector<BlockId, 8> toFree, toTouch;
+  /// The blocks allocated for the plan, handed out in order.
+  llvm::ArrayRef<BlockId> fresh;
+  size_t nextFresh = 0;
 
-  for (BlockWants &blockWants : wants) {
+  BlockId takeFresh() { return fresh[nextFresh++]; }
+};
+
+/// The ops of the requests: an in-place turn or a copy per wanted position,
+/// and the copies' rebindings.
+void draftRelocations(const BlockPool &pool,
+                      llvm::ArrayRef<RelocationRequest> requests,
+                      llvm::ArrayRef<BlockWants> wants, DraftPlan &draft,
+                      RelocationPlan &plan) {
+  for (const BlockWants &blockWants : wants) {
     const BlockId block = blockWants.block;
     const int64_t current = pool.storedPosition(block);
     for (size_t slot = 0; slot < blockWants.positions.size(); ++slot) {
@@ -214,14 +254,14 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
       if (position == current)
         continue; // already where it is wanted
       if (int(slot) == blockWants.inPlace) {
-        ops.push_back({block, block, position - current});
-        effects.push_back({block, position, pool.numTokens(block)});
+        draft.ops.push_back({block, block, position - current});
+        draft.effects.push_back({block, position, pool.numTokens(block)});
         ++plan.numInPlace;
         continue;
       }
-      BlockId copy = (*fresh)[nextFresh++];
-      ops.push_back({block, copy, position - current});
-      effects.push_back({copy, position, pool.numTokens(block)});
+      BlockId copy = draft.takeFresh();
+      draft.ops.push_back({block, copy, position - current});
+      draft.effects.push_back({copy, position, pool.numTokens(block)});
       ++plan.numCopies;
       // The allocation's reference goes to the first requester; each
       // requester's reference on the original is dropped.
@@ -230,19 +270,35 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
         const RelocationRequest &request = requests[requesters[i]];
         plan.rebindings.push_back({request.request, request.tag, block, copy});
         if (i > 0)
-          toTouch.push_back(copy);
-        toFree.push_back(block);
+          draft.toTouch.push_back(copy);
+        draft.toFree.push_back(block);
       }
     }
   }
+}
 
+/// A temporary the plan borrows: leveling must not order by its writes, and
+/// the caller frees it after the batches ran.
+BlockId borrowTemporary(DraftPlan &draft, RelocationPlan &plan) {
+  BlockId temporary = draft.takeFresh();
+  draft.temporaries.insert(temporary);
+  plan.temporaries.push_back(temporary);
+  return temporary;
+}
+
+/// The ops of the explicit moves, component by component, with each cycle
+/// broken through temporaries.
+void draftMoves(const BlockPool &pool, llvm::ArrayRef<RelocationOp> moves,
+                llvm::ArrayRef<llvm::SmallVector<uint32_t, 4>> components,
+                const RelocationPlannerOptions &options, DraftPlan &draft,
+                RelocationPlan &plan) {
   for (const RelocationOp &move : moves)
-    effects.push_back({move.destination,
-                       pool.storedPosition(move.source) + move.delta,
-                       pool.numTokens(move.source)});
+    draft.effects.push_back({move.destination,
+                             pool.storedPosition(move.source) + move.delta,
+                             pool.numTokens(move.source)});
   for (const auto &component : components) {
     if (component.size() == 1) {
-      ops.push_back(moves[component.front()]);
+      draft.ops.push_back(moves[component.front()]);
       continue;
     }
     ++plan.numCycles;
@@ -251,13 +307,11 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
       // two passes for the whole cycle.
       for (uint32_t member : component) {
         const RelocationOp &move = moves[member];
-        BlockId temporary = (*fresh)[nextFresh++];
-        temporaries.insert(temporary);
-        plan.temporaries.push_back(temporary);
-        uint32_t save = uint32_t(ops.size());
-        ops.push_back({move.source, temporary, move.delta});
-        orderings.push_back({save, uint32_t(ops.size())});
-        ops.push_back({temporary, move.destination, 0});
+        BlockId temporary = borrowTemporary(draft, plan);
+        uint32_t save = uint32_t(draft.ops.size());
+        draft.ops.push_back({move.source, temporary, move.delta});
+        draft.orderings.push_back({save, uint32_t(draft.ops.size())});
+        draft.ops.push_back({temporary, move.destination, 0});
       }
       continue;
     }
@@ -265,23 +319,27 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     // dependency order, finish from the parked copy.
     ++plan.numSerialCycles;
     const RelocationOp &first = moves[component.front()];
-    BlockId temporary = (*fresh)[nextFresh++];
-    temporaries.insert(temporary);
-    plan.temporaries.push_back(temporary);
-    uint32_t save = uint32_t(ops.size());
-    ops.push_back({first.source, temporary, 0});
-    orderings.push_back({save, uint32_t(ops.size())});
-    ops.push_back({temporary, first.destination, first.delta});
+    BlockId temporary = borrowTemporary(draft, plan);
+    uint32_t save = uint32_t(draft.ops.size());
+    draft.ops.push_back({first.source, temporary, 0});
+    draft.orderings.push_back({save, uint32_t(draft.ops.size())});
+    draft.ops.push_back({temporary, first.destination, first.delta});
     for (size_t i = 1; i < component.size(); ++i)
-      ops.push_back(moves[component[i]]);
+      draft.ops.push_back(moves[component[i]]);
   }
+}
 
-  // 5. Level the ops: an op that overwrites a block runs after every op
-  //    that reads it (temporaries excepted: their reader follows their
-  //    writer through `orderings`).
+/// Phase 5, leveling: an op that overwrites a block runs after every op
+/// that reads it (temporaries excepted: their reader follows their writer
+/// through `orderings`). Fills `batches`; false when some op could not be
+/// leveled (a cycle survived).
+bool levelIntoBatches(
+    const DraftPlan &draft,
+    llvm::SmallVectorImpl<llvm::SmallVector<RelocationOp, 8>> &batches) {
+  const llvm::ArrayRef<RelocationOp> ops = draft.ops;
   llvm::DenseMap<BlockId, uint32_t> writerOf;
   for (uint32_t index = 0; index < ops.size(); ++index)
-    if (!temporaries.count(ops[index].destination))
+    if (!draft.temporaries.count(ops[index].destination))
       writerOf[ops[index].destination] = index;
   llvm::SmallVector<llvm::SmallVector<uint32_t, 2>, 16> after(ops.size());
   std::vector<uint32_t> numBefore(ops.size(), 0);
@@ -290,13 +348,13 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     ++numBefore[later];
   };
   for (uint32_t index = 0; index < ops.size(); ++index) {
-    if (temporaries.count(ops[index].source))
+    if (draft.temporaries.count(ops[index].source))
       continue;
     auto writer = writerOf.find(ops[index].source);
     if (writer != writerOf.end() && writer->second != index)
       order(index, writer->second);
   }
-  for (auto [before, later] : orderings)
+  for (auto [before, later] : draft.orderings)
     order(before, later);
   std::vector<uint32_t> level(ops.size(), 0), ready;
   for (uint32_t index = 0; index < ops.size(); ++index)
@@ -307,16 +365,67 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
     uint32_t index = ready.back();
     ready.pop_back();
     ++numLeveled;
-    if (plan.batches.size() <= level[index])
-      plan.batches.resize(level[index] + 1);
-    plan.batches[level[index]].push_back(ops[index]);
+    if (batches.size() <= level[index])
+      batches.resize(level[index] + 1);
+    batches[level[index]].push_back(ops[index]);
     for (uint32_t later : after[index]) {
       level[later] = std::max(level[later], level[index] + 1);
       if (--numBefore[later] == 0)
         ready.push_back(later);
     }
   }
-  if (numLeveled != ops.size()) {
+  return numLeveled == ops.size();
+}
+
+/// Phase 6, bookkeeping, once the plan stands: the pool's metadata says
+/// what the blocks will hold after the batches ran.
+void applyBookkeeping(BlockPool &pool, llvm::ArrayRef<RelocationOp> moves,
+                      const DraftPlan &draft) {
+  for (const RelocationOp &move : moves)
+    pool.uncache(move.destination);
+  for (const Effect &effect : draft.effects) {
+    pool.setStoredPosition(effect.block, effect.storedPosition);
+    pool.setNumTokens(effect.block, effect.numTokens);
+  }
+  pool.touch(draft.toTouch);
+  pool.free(draft.toFree);
+}
+
+} // namespace
+
+llvm::Expected<RelocationPlan>
+planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
+                const llvm::DenseSet<BlockId> &readInPlace,
+                llvm::ArrayRef<RelocationOp> moves,
+                const RelocationPlannerOptions &options) {
+  // 1. Validate and group by block; nothing in the pool changes until every
+  //    check passed and the blocks were obtained.
+  auto grouped = groupWants(pool, requests);
+  if (!grouped)
+    return grouped.takeError();
+  if (llvm::Error error = checkMoves(pool, moves, *grouped, readInPlace))
+    return error;
+  // 2. Which wanted position turns each block in place; the rest are copies.
+  unsigned numCopies = chooseInPlace(pool, grouped->wants, readInPlace);
+  // 3. The moves in hazard order, cycles found and counted.
+  auto components = moveComponents(moves);
+  unsigned numTemporaries = numTemporariesFor(components, options);
+
+  // 4. All the blocks at once, or nothing changes.
+  auto fresh = pool.allocate(numCopies + numTemporaries);
+  if (!fresh)
+    return llvm::createStringError(
+        std::errc::not_enough_memory,
+        "relocation plan needs %u copies and %u temporaries: %s", numCopies,
+        numTemporaries, llvm::toString(fresh.takeError()).c_str());
+  RelocationPlan plan;
+  DraftPlan draft;
+  draft.fresh = *fresh;
+  draftRelocations(pool, requests, grouped->wants, draft, plan);
+  draftMoves(pool, moves, components, options, draft, plan);
+
+  // 5. Level the ops into batches.
+  if (!levelIntoBatches(draft, plan.batches)) {
     // Cannot happen after cycle breaking; keep the pool as it was.
     pool.free(*fresh);
     return llvm::createStringError(std::errc::state_not_recoverable,
@@ -324,14 +433,7 @@ planRelocations(BlockPool &pool, llvm::ArrayRef<RelocationRequest> requests,
   }
 
   // 6. Bookkeeping, now that the plan stands.
-  for (const RelocationOp &move : moves)
-    pool.uncache(move.destination);
-  for (const Effect &effect : effects) {
-    pool.setStoredPosition(effect.block, effect.storedPosition);
-    pool.setNumTokens(effect.block, effect.numTokens);
-  }
-  pool.touch(toTouch);
-  pool.free(toFree);
+  applyBookkeeping(pool, moves, draft);
   return plan;
 }
 

@@ -155,17 +155,22 @@ KvEventPublisher::~KvEventPublisher() {
     thread.join();
 }
 
+bool KvEventPublisher::dropQueueIfFull() {
+  if (pending.size() < options.maxPendingEvents)
+    return false;
+  // Dropping one report would leave subscribers wrong for good; start them
+  // over instead (the header says why).
+  figures.dropped += pending.size() + 1;
+  pending.clear();
+  pendingTokens.clear();
+  clearPending = true;
+  return true;
+}
+
 void KvEventPublisher::blockStored(const kv::StoredBlock &block) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (pending.size() >= options.maxPendingEvents) {
-    // Dropping one report would leave subscribers wrong for good; start
-    // them over instead (the header says why).
-    figures.dropped += pending.size() + 1;
-    pending.clear();
-    pendingTokens.clear();
-    clearPending = true;
+  if (dropQueueIfFull())
     return;
-  }
   Pending event;
   event.stored = true;
   event.hash = externalHash(block.hash);
@@ -182,13 +187,8 @@ void KvEventPublisher::blockStored(const kv::StoredBlock &block) {
 
 void KvEventPublisher::blockRemoved(const kv::BlockHash &hash) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (pending.size() >= options.maxPendingEvents) {
-    figures.dropped += pending.size() + 1;
-    pending.clear();
-    pendingTokens.clear();
-    clearPending = true;
+  if (dropQueueIfFull())
     return;
-  }
   Pending event;
   event.hash = externalHash(hash);
   pending.push_back(event);

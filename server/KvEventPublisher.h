@@ -109,6 +109,9 @@ private:
 
   explicit KvEventPublisher(const KvEventOptions &options);
   void run();
+  /// With `mutex` held: past maxPendingEvents, drops the queue (counted)
+  /// and marks the next batch AllBlocksCleared; returns whether it did.
+  bool dropQueueIfFull();
   /// Encodes one batch of `events` (AllBlocksCleared first when `cleared`).
   std::string encode(const std::vector<Pending> &events,
                      const std::vector<int32_t> &tokens, bool cleared) const;

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <limits>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 using llvm::Error;
 using llvm::Expected;
 using llvm::StringRef;
@@ -623,6 +626,19 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::openBuffer(StringRef bytes,
   if (!bytes.empty())
     std::memcpy(buffer->getBufferStart(), bytes.data(), bytes.size());
   return openBuffer(std::unique_ptr<llvm::MemoryBuffer>(std::move(buffer)));
+}
+
+void GgufFile::releaseTensorPages() const {
+  if (buffer->getBufferKind() != llvm::MemoryBuffer::MemoryBuffer_MMap)
+    return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = uintptr_t(buffer->getBufferStart()) + dataStart;
+  const uintptr_t end = uintptr_t(buffer->getBufferEnd());
+  const uintptr_t first = (start + page - 1) / page * page;
+  const uintptr_t last = end / page * page;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  if (first < last)
+    (void)madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
 }
 
 const GgufValue *GgufFile::find(StringRef key) const {

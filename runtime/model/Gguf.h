@@ -183,6 +183,11 @@ public:
   /// or a [columns] vector when rows == 0.
   llvm::Expected<const GgufTensor *>
   getTensorOfShape(llvm::StringRef name, uint64_t columns, uint64_t rows) const;
+  /// Drops the tensor data's resident pages of a mapped file (madvise
+  /// DONTNEED; read-only, so a later read faults the same bytes back from
+  /// the page cache): for after the weights are packed. No-op for an
+  /// in-memory buffer.
+  void releaseTensorPages() const;
   /// "FILE: tensor 'NAME': MESSAGE", the error a loader gives about a tensor.
   llvm::Error tensorError(llvm::StringRef name,
                           const llvm::Twine &message) const;

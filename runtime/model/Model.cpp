@@ -130,6 +130,16 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
             "%s: llama.cpp numerics need Q4_1/Q8_0 projection weights",
             path.str().c_str());
   }
+  // A model whose every logits row takes the GEMM head packs it now, so
+  // its first step costs what later ones do (ModelWeights::output()).
+  if (!model->quantizedDecode && options.numerics != Numerics::LlamaCpp)
+    if (auto head = model->modelWeights->output(); !head)
+      return head.takeError();
+  // The tensors are packed: the mapping's pages go back (the embedding's
+  // rows come back from the page cache as tokens need them), so the file
+  // is not counted twice against the process (docs/ARCHITECTURE.md,
+  // "Memory").
+  model->gguf->releaseTensorPages();
   int64_t positions = options.maxPositions > 0
                           ? options.maxPositions
                           : std::max<int64_t>(modelConfig.contextLength, 4096);

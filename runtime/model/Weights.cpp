@@ -91,6 +91,33 @@ llvm::Error dequantizeInto(const GgufFile &file, const GgufTensor &tensor,
   return nonFiniteError(file, tensor, badRow, column, values[column]);
 }
 
+/// Checks every value of `tensor` is finite, as dequantizeInto does, a row
+/// at a time into a small buffer: for a tensor that is not unpacked whole.
+llvm::Error checkFinite(const GgufFile &file, const GgufTensor &tensor) {
+  const int64_t columns = int64_t(tensor.shape[0]);
+  const int64_t rows = int64_t(tensor.numRows());
+  const uint64_t rowBytes = tensor.rowBytes();
+  int64_t badRow = rows;
+#pragma omp parallel reduction(min : badRow)
+  {
+    std::vector<float> values(static_cast<size_t>(columns));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      dequantizeRow(tensor.type, tensor.data + uint64_t(row) * rowBytes,
+                    values.data(), columns);
+      if (firstNonFinite(values.data(), columns) >= 0)
+        badRow = std::min(badRow, row);
+    }
+  }
+  if (badRow == rows)
+    return llvm::Error::success();
+  std::vector<float> values(static_cast<size_t>(columns));
+  dequantizeRow(tensor.type, tensor.data + uint64_t(badRow) * rowBytes,
+                values.data(), columns);
+  int64_t column = firstNonFinite(values.data(), columns);
+  return nonFiniteError(file, tensor, badRow, column, values[size_t(column)]);
+}
+
 llvm::Expected<std::vector<float>>
 loadVector(const GgufFile &file, llvm::StringRef name, uint64_t size) {
   auto tensor = findChecked(file, name, size, 0);
@@ -340,15 +367,23 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
   if (!finalNorm)
     return finalNorm.takeError();
   weights->finalNorm = std::move(*finalNorm);
-  std::string headName[] = {config.tiedOutput ? "token_embd.weight"
-                                              : "output.weight"};
-  uint64_t headRows[] = {config.vocabSize};
-  auto head = loadStacked(file, engine, headName, headRows, dim);
+  weights->file = &file;
+  weights->engine = &engine;
+  weights->headName = config.tiedOutput ? "token_embd.weight" : "output.weight";
+  weights->headRows = config.vocabSize;
+  auto head = findChecked(file, weights->headName, dim, config.vocabSize);
   if (!head)
     return head.takeError();
-  weights->outputHead = std::move(*head);
   weights->hasQuantizedOutput =
-      packQuantized({file.findTensor(headName[0])}, weights->outputQuantized);
+      packQuantized({*head}, weights->outputQuantized);
+  // The GEMM copy waits for output(); its values are checked now, so a
+  // corrupt head still fails the load.
+  if (weights->hasQuantizedOutput) {
+    if (llvm::Error error = checkFinite(file, **head))
+      return error;
+  } else if (auto packed = weights->output(); !packed) {
+    return packed.takeError();
+  }
 
   auto factors = loadRopeFrequencyFactors(file, config);
   if (!factors)
@@ -379,6 +414,22 @@ llvm::Error checkFiniteVectors(const GgufFile &file) {
       return error;
   }
   return llvm::Error::success();
+}
+
+llvm::Expected<const cpu::GemmWeights *> ModelWeights::output() const {
+  std::call_once(headPacked, [&] {
+    std::string names[] = {headName};
+    uint64_t rows[] = {headRows};
+    auto packed =
+        loadStacked(*file, *engine, names, rows, uint64_t(embedding.dim));
+    if (packed)
+      outputHead = std::move(*packed);
+    else
+      headError = llvm::toString(packed.takeError());
+  });
+  if (!headError.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), headError);
+  return &outputHead;
 }
 
 int64_t ModelWeights::packedBytes() const {

@@ -21,6 +21,8 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 namespace spanc::model {
@@ -60,14 +62,20 @@ public:
   const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }
   const std::vector<float> &outputNorm() const { return finalNorm; }
-  const cpu::GemmWeights &output() const { return outputHead; }
+  /// The output head packed for the GEMM. When the 4/8-bit head exists it
+  /// serves every last-token row, so this copy (SmolLM2: 57 MiB, and twice
+  /// that in f32 while packing) is made at the first call that needs it:
+  /// full-sequence logits, or a model that runs without the 4/8-bit head.
+  /// Thread-safe; an error (out of memory) is returned to every caller.
+  llvm::Expected<const cpu::GemmWeights *> output() const;
   /// The output head in its file blocks, when Q4_1 or Q8_0.
   const cpu::PackedQuantMatrix *quantizedOutput() const {
     return hasQuantizedOutput ? &outputQuantized : nullptr;
   }
   /// Per-pair RoPE frequency divisors (Llama 3.1), or empty.
   const std::vector<float> &ropeFrequencyFactors() const { return ropeFreqs; }
-  /// Bytes of packed weights (not counting the mapped file).
+  /// Bytes of packed weights (not counting the mapped file; the GEMM head
+  /// counts once output() has packed it).
   int64_t packedBytes() const;
 
 private:
@@ -77,7 +85,14 @@ private:
   cpu::EmbeddingTable embedding;
   std::vector<LayerWeights> layerWeights;
   std::vector<float> finalNorm;
-  cpu::GemmWeights outputHead;
+  /// What output() packs from, checked at load.
+  const GgufFile *file = nullptr;
+  cpu::GemmEngine *engine = nullptr;
+  std::string headName;
+  uint64_t headRows = 0;
+  mutable std::once_flag headPacked;
+  mutable cpu::GemmWeights outputHead;
+  mutable std::string headError;
   bool hasQuantizedOutput = false;
   cpu::PackedQuantMatrix outputQuantized;
   std::vector<float> ropeFreqs;

@@ -37,8 +37,11 @@ llvm::Error CpuForwardPass::logits(const StepLayout &step,
                    config.vocabSize);
     return llvm::Error::success();
   }
-  return model.gemmEngine().multiply(model.weights().output(), selected.data(),
-                                     numRows, output.logits.data());
+  auto gemmHead = model.weights().output();
+  if (!gemmHead)
+    return gemmHead.takeError();
+  return model.gemmEngine().multiply(**gemmHead, selected.data(), numRows,
+                                     output.logits.data());
 }
 
 } // namespace spanc::backend

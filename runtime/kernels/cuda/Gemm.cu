@@ -12,6 +12,7 @@
 
 #include "runtime/kernels/cuda/Gemm.h"
 
+#include "runtime/kernels/cuda/CublasLt.cuh"
 #include "runtime/kernels/cuda/CudaCheck.cuh"
 
 #include <map>
@@ -50,10 +51,10 @@ struct ShapePlan {
 
   void destroy() {
     if (operation)
-      cublasLtMatmulDescDestroy(operation);
+      cublasLt().cublasLtMatmulDescDestroy(operation);
     for (cublasLtMatrixLayout_t layout : {a, b, d})
       if (layout)
-        cublasLtMatrixLayoutDestroy(layout);
+        cublasLt().cublasLtMatrixLayoutDestroy(layout);
     operation = nullptr;
     a = b = d = nullptr;
   }
@@ -76,7 +77,7 @@ struct GemmEngine::Impl {
     if (workspace)
       cudaFree(workspace);
     if (handle)
-      cublasLtDestroy(handle);
+      cublasLt().cublasLtDestroy(handle);
   }
 
   Status planFor(const GemmProblem &problem, const ShapeKey &key,
@@ -95,23 +96,23 @@ namespace {
 Status makeDescriptors(const GemmProblem &problem, ShapePlan &plan) {
   const cudaDataType_t outputType =
       problem.outputType == GemmOutputType::Bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  SPANC_BLAS_CALL(cublasLtMatmulDescCreate(&plan.operation, CUBLAS_COMPUTE_32F,
-                                           CUDA_R_32F));
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmulDescCreate(
+      &plan.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  SPANC_BLAS_CALL(cublasLtMatmulDescSetAttribute(
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmulDescSetAttribute(
       plan.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
       sizeof(transpose)));
-  SPANC_BLAS_CALL(cublasLtMatmulDescSetAttribute(
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmulDescSetAttribute(
       plan.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-  SPANC_BLAS_CALL(
-      cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, uint64_t(problem.depth),
-                                 uint64_t(problem.columns), problem.wStride));
-  SPANC_BLAS_CALL(
-      cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, uint64_t(problem.depth),
-                                 uint64_t(problem.rows), problem.xStride));
-  SPANC_BLAS_CALL(
-      cublasLtMatrixLayoutCreate(&plan.d, outputType, uint64_t(problem.columns),
-                                 uint64_t(problem.rows), problem.yStride));
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatrixLayoutCreate(
+      &plan.a, CUDA_R_16BF, uint64_t(problem.depth), uint64_t(problem.columns),
+      problem.wStride));
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatrixLayoutCreate(
+      &plan.b, CUDA_R_16BF, uint64_t(problem.depth), uint64_t(problem.rows),
+      problem.xStride));
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatrixLayoutCreate(
+      &plan.d, outputType, uint64_t(problem.columns), uint64_t(problem.rows),
+      problem.yStride));
   return Status::success();
 }
 
@@ -135,40 +136,40 @@ Status GemmEngine::Impl::heuristic(const ShapePlan &plan, const ShapeKey &key,
                                    bool noReduction,
                                    cublasLtMatmulAlgo_t &algorithm) {
   cublasLtMatmulPreference_t preference = nullptr;
-  SPANC_BLAS_CALL(cublasLtMatmulPreferenceCreate(&preference));
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmulPreferenceCreate(&preference));
   const uint32_t alignA = uint32_t(key.wAlign), alignB = uint32_t(key.xAlign),
                  alignD = uint32_t(key.yAlign);
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+  cublasStatus_t status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
       sizeof(workspaceBytes));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulPreferenceSetAttribute(
+    status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
         sizeof(alignA));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulPreferenceSetAttribute(
+    status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
         sizeof(alignB));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulPreferenceSetAttribute(
+    status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignD,
         sizeof(alignD));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulPreferenceSetAttribute(
+    status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignD,
         sizeof(alignD));
   if (status == CUBLAS_STATUS_SUCCESS && noReduction)
-    status = cublasLtMatmulPreferenceSetAttribute(
+    status = cublasLt().cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
         sizeof(reduction));
   cublasLtMatmulHeuristicResult_t result = {};
   int count = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.a,
-                                            plan.b, plan.d, plan.d, preference,
-                                            1, &result, &count);
-  cublasLtMatmulPreferenceDestroy(preference);
+    status = cublasLt().cublasLtMatmulAlgoGetHeuristic(
+        handle, plan.operation, plan.a, plan.b, plan.d, plan.d, preference, 1,
+        &result, &count);
+  cublasLt().cublasLtMatmulPreferenceDestroy(preference);
   SPANC_CUDA_TRY(blasStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
   if (count == 0)
     return Status::failure(
@@ -195,7 +196,7 @@ Status GemmEngine::Impl::invariantAlgorithm(const GemmProblem &problem,
   SPANC_CUDA_TRY(heuristic(plan, key, /*noReduction=*/true, algorithm));
   // No split of the depth, whatever the heuristic's default.
   const int32_t splits = 1;
-  SPANC_BLAS_CALL(cublasLtMatmulAlgoConfigSetAttribute(
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmulAlgoConfigSetAttribute(
       &algorithm, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)));
   invariantAlgorithms.emplace(shapeKey, algorithm);
   return Status::success();
@@ -214,14 +215,14 @@ Status GemmEngine::Impl::planFor(const GemmProblem &problem,
   if (rowInvariant) {
     SPANC_CUDA_TRY(invariantAlgorithm(problem, key, plan.algorithm));
     cublasLtMatmulHeuristicResult_t check = {};
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoCheck(handle, plan.operation, plan.a, plan.b, plan.d,
-                                plan.d, &plan.algorithm, &check);
+    const cublasStatus_t status = cublasLt().cublasLtMatmulAlgoCheck(
+        handle, plan.operation, plan.a, plan.b, plan.d, plan.d, &plan.algorithm,
+        &check);
     if (status != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspaceBytes)
       return Status::failure(
           "cublasLtMatmulAlgoCheck: the row-invariant algorithm cannot run a " +
-          shapeText(problem) + " bf16 GEMM (" + cublasLtGetStatusName(status) +
-          ")");
+          shapeText(problem) + " bf16 GEMM (" +
+          cublasLt().cublasLtGetStatusName(status) + ")");
   } else {
     SPANC_CUDA_TRY(heuristic(plan, key, /*noReduction=*/false, plan.algorithm));
   }
@@ -242,8 +243,9 @@ Status GemmEngine::create(std::unique_ptr<GemmEngine> &engine,
 
 Status GemmEngine::create(std::unique_ptr<GemmEngine> &engine,
                           const GemmOptions &options) {
+  SPANC_CUDA_TRY(loadCublasLt());
   auto impl = std::make_unique<Impl>();
-  SPANC_BLAS_CALL(cublasLtCreate(&impl->handle));
+  SPANC_BLAS_CALL(cublasLt().cublasLtCreate(&impl->handle));
   SPANC_CUDA_TRY(allocate(&impl->workspace, options.workspaceBytes));
   impl->workspaceBytes = options.workspaceBytes;
   impl->rowInvariant = options.rowInvariant;
@@ -283,7 +285,7 @@ Status GemmEngine::multiply(const GemmProblem &problem, Stream stream) {
   ShapePlan *plan = nullptr;
   SPANC_CUDA_TRY(impl_->planFor(problem, key, plan));
   const float alpha = 1.0f, beta = problem.accumulate ? 1.0f : 0.0f;
-  SPANC_BLAS_CALL(cublasLtMatmul(
+  SPANC_BLAS_CALL(cublasLt().cublasLtMatmul(
       impl_->handle, plan->operation, &alpha, problem.w, plan->a, problem.x,
       plan->b, &beta, problem.y, plan->d, problem.y, plan->d, &plan->algorithm,
       impl_->workspace, impl_->workspaceBytes, stream));

@@ -1,5 +1,6 @@
 //===- Status.cu - CUDA and cuBLASLt error codes as Status ----------------===//
 
+#include "runtime/kernels/cuda/CublasLt.cuh"
 #include "runtime/kernels/cuda/CudaCheck.cuh"
 
 namespace spanc::cuda {
@@ -14,9 +15,13 @@ Status cudaStatus(cudaError_t error, const char *call) {
 Status blasStatus(cublasStatus_t status, const char *call) {
   if (status == CUBLAS_STATUS_SUCCESS)
     return Status::success();
+  const CublasLtApi *api = cublasLtIfLoaded();
+  if (!api)
+    return Status::failure(std::string(call) + ": cuBLAS status " +
+                           std::to_string(int(status)));
   return Status::failure(std::string(call) + ": " +
-                         cublasLtGetStatusName(status) + ": " +
-                         cublasLtGetStatusString(status));
+                         api->cublasLtGetStatusName(status) + ": " +
+                         api->cublasLtGetStatusString(status));
 }
 
 Status launchStatus(const char *kernel) {

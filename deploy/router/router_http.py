@@ -10,6 +10,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 
 ROUTED = ("/v1/query", "/v1/query/execute", "/v1/chat/completions",
           "/v1/completions")
@@ -88,6 +89,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             body = self.read_body()
         except ClientError as error:
+            self.drain()
             self.fail(error.status, str(error), close=True)
             return
         except (socket.timeout, OSError):
@@ -98,6 +100,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         blocks, tokens = self.router.plan(path, body)
         self.forward(path, body, blocks, tokens)
+
+    def drain(self):
+        """Reads and drops what the client still sends (at most 1 MiB, for
+        at most 1 s), so that it reads the error instead of a reset."""
+        deadline = time.monotonic() + 1.0
+        try:
+            left = 1 << 20
+            while left > 0 and time.monotonic() < deadline:
+                self.connection.settimeout(max(0.001, deadline - time.monotonic()))
+                data = self.rfile.read1(min(left, 65536))
+                if not data:
+                    break
+                left -= len(data)
+        except OSError:
+            pass
 
     def read_body(self):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

@@ -65,8 +65,6 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from router_core import Router, RouterError  # noqa: E402
-from router_http import make_server  # noqa: E402
 
 
 def replica_spec(text):
@@ -88,14 +86,21 @@ def positive(kind):
     return parse
 
 
+class Formatter(argparse.RawDescriptionHelpFormatter,
+                argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written; defaults shown where there is one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, []):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def arguments(argv=None):
     parser = argparse.ArgumentParser(
-        prog="span_router.py",
-        description=__doc__.split("\n\n")[0].replace("\n", " "),
-        epilog="The design, and why not Dynamo's or sglang's router: the "
-        "module's docstring (python3 -c 'import span_router; "
-        "help(span_router)') and docs/SERVING.md.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        prog="span_router.py", description=__doc__,
+        epilog="More in docs/SERVING.md (KV events and routers).",
+        formatter_class=Formatter)
     add = parser.add_argument
     add("--replica", type=replica_spec, action="append", required=True,
         metavar="URL[,EVENTS[,REPLAY]]",
@@ -117,7 +122,9 @@ def arguments(argv=None):
         help="an extra argument for spanc compile, for replicas started "
         "with non-default span options (repeatable)")
     add("--block-size", type=positive(int),
-        help="the replicas' KV block size (default: their /metrics)")
+        help="the replicas' KV block size (default: read from their "
+        "/metrics; give it for replicas started with --api-key, whose "
+        "/metrics the router cannot read)")
     add("--load-weight", type=float, default=1.0,
         help="tokens of credit one token still to compute costs")
     add("--plan-jobs", type=positive(int), default=2,
@@ -151,6 +158,13 @@ def arguments(argv=None):
 
 def main(argv=None):
     args = arguments(argv)
+    try:
+        from router_core import Router, RouterError
+        from router_http import make_server
+    except ImportError as error:
+        sys.exit("span_router: error: %s: run it with the tools venv's "
+                 "python (.venv/bin/python3, tools/setup.sh), which has "
+                 "pyzmq and msgpack" % error)
     try:
         router = Router(args)
     except RouterError as error:

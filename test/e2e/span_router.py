@@ -202,6 +202,14 @@ def check_chats(router):
         check(cached >= answer["usage"]["prompt_tokens"] // 2,
               "the repeat reuses the chat's prefix (%d of %d)" % (
                   cached, answer["usage"]["prompt_tokens"]))
+        # Not a tie broken the same way twice: the router's plan of the
+        # chat has the replica's block ids (spanc's hash of the prompt).
+        decision = [d for d in router.stats()["recent"]
+                    if d.get("path") == "/v1/chat/completions"][-1]
+        home = second.get("X-Spanc-Replica")
+        check(decision["reused"].get(home, 0) >= cached - 16,
+              "the router credited the repeat's home with its cached "
+              "prefix (%s, %d cached)" % (decision["reused"], cached))
     body["stream"] = True
     status, headers, text = request(router.port, "POST",
                                     "/v1/chat/completions", body)

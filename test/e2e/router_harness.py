@@ -167,6 +167,10 @@ def check_kill(port, replicas, gone=None):
     now = served(replicas)
     victim = 0 if now[0] - before[0] >= now[1] - before[1] else 1
     replicas[victim].process.kill()
+    # Requests that reach it until the kernel has taken it down are in
+    # flight on it (a connection the kernel accepted into the listening
+    # socket's backlog is reset then): the kill counts once it is dead.
+    replicas[victim].process.wait()
     killed_at = time.time()
     print("killed replica %d (served %s during the load so far)" % (
         victim, [a - b for a, b in zip(now, before)]))
@@ -184,7 +188,10 @@ def check_kill(port, replicas, gone=None):
     in_flight = [r for r in results if r[0] <= killed_at <= r[1]]
     check(all(r[0] <= killed_at <= r[1] for r in failures),
           "only requests in flight at the kill failed (%d failed, %d were "
-          "in flight)" % (len(failures), len(in_flight)))
+          "in flight; failures started and ended at %s s from the kill)" % (
+              len(failures), len(in_flight),
+              ["%+.3f..%+.3f" % (r[0] - killed_at, r[1] - killed_at)
+               for r in failures]))
     started_after = [r for r in results if r[0] > killed_at + 3]
     check(started_after and all(r[2] == 200 for r in started_after),
           "every request sent after the replica's adapter left succeeds "

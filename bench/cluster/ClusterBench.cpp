@@ -91,8 +91,8 @@ llvm::Error runDriver(const std::string &python,
   for (const std::string &argument : arguments)
     argv.push_back(argument);
   std::string message;
-  int status = llvm::sys::ExecuteAndWait(python, argv, llvm::None, {}, 0, 0,
-                                         &message);
+  int status =
+      llvm::sys::ExecuteAndWait(python, argv, llvm::None, {}, 0, 0, &message);
   if (status != 0)
     return failure("bench/cluster/run.py failed (exit status " +
                    llvm::Twine(status) + ")" +
@@ -118,28 +118,34 @@ llvm::Error runCluster(const BenchArgs &args) {
       llvm::sys::fs::getMainExecutable("spanc", (void *)&runCluster);
   if (std::error_code error =
           llvm::sys::fs::create_directories(args.resultsDir))
-    return failure("cannot create " + args.resultsDir + ": " +
-                   error.message());
+    return failure("cannot create " + args.resultsDir + ": " + error.message());
   llvm::Expected<std::vector<std::string>> settings = driverArguments(args);
   if (!settings)
     return settings.takeError();
 
   llvm::SmallString<128> fragment;
-  if (std::error_code error = llvm::sys::fs::createTemporaryFile(
-          "spanc-cluster", "md", fragment))
+  if (std::error_code error =
+          llvm::sys::fs::createTemporaryFile("spanc-cluster", "md", fragment))
     return failure("cannot create a temporary file: " + error.message());
-  std::vector<std::string> arguments = {
-      script,  "--spanc", spanc, "--model", args.modelPath, "--root",
-      args.repoRoot, "--tsv", resultPath(args, ".tsv"), "--markdown",
-      fragment.str().str()};
+  std::vector<std::string> arguments = {script,
+                                        "--spanc",
+                                        spanc,
+                                        "--model",
+                                        args.modelPath,
+                                        "--root",
+                                        args.repoRoot,
+                                        "--tsv",
+                                        resultPath(args, ".tsv"),
+                                        "--markdown",
+                                        fragment.str().str()};
   arguments.insert(arguments.end(), settings->begin(), settings->end());
 
   LoadSampler load;
   auto started = std::chrono::steady_clock::now();
   llvm::Error error = runDriver(python, arguments);
-  double elapsed = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - started)
-                       .count();
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
   std::string loadLine = load.stopAndDescribe();
   if (error) {
     llvm::sys::fs::remove(fragment);
@@ -160,8 +166,7 @@ llvm::Error runCluster(const BenchArgs &args) {
     out << " --set " << key << "=" << value;
   out << "` (bench/cluster/run.py, driven by bench/cluster/ClusterBench.cpp) "
          "on "
-      << timestampNow() << " in " << llvm::format("%.0f", elapsed)
-      << " s.\n\n"
+      << timestampNow() << " in " << llvm::format("%.0f", elapsed) << " s.\n\n"
       << (*tables)->getBuffer() << "\n## Setup\n\n"
       << "- Model: `" << llvm::sys::path::filename(args.modelPath)
       << "`, greedy, one thread per replica.\n"

@@ -6,14 +6,21 @@ exactly as spanc lays them out: the span query's segments (prefix, one
 chain per span of a plus, the tail), each block's 128-bit hash, whose low
 64 bits are the ids the replicas' KV events name. Nothing but spanc knows
 that layout (its tokenizer, chat template, span rules and hash), so the
-router asks spanc: `spanc compile FILE --emit=plan --model GGUF` prints
-every block of every call (runtime/kv/KvPlanPrinter.cpp), with no weights
-loaded. That is one process per request: about 0.1-0.3 s of one core on
-this host for SmolLM2 (most of it reading the GGUF's vocabulary), which
-is why plans are cached by the request's bytes (a repeated request costs
-a dictionary lookup) and at most `jobs` run at once. A replica endpoint
-that returned the plan would save the process start; spanc serve has
-none yet.
+router asks spanc, in one of two ways:
+
+  a replica  POST /v1/query/plan (spanc serve compiles the request on an
+             HTTP thread, runs nothing, and answers the layout as `spanc
+             compile --emit=plan` prints it, with the engine's own hasher,
+             cache mode and span options): a loopback round trip and a
+             compile, 20-50 ms on this host; the default;
+  spanc      `spanc compile FILE --emit=plan --model GGUF` (no weights
+             loaded): a process per request, 0.2 s of one idle core on
+             this host for SmolLM2, most of it reading the GGUF, and 0.8 s
+             beside two busy replicas; the fallback when no replica
+             answers, and for replicas older than the route.
+
+Plans are cached by the request's bytes (a repeated request costs a
+dictionary lookup); at most `jobs` compile processes run at once.
 
 What gets planned:
   /v1/query            the body as it is: a .span program, or spnl JSON
@@ -29,6 +36,7 @@ A body spanc cannot compile gets no plan (the replica answers its error).
 
 import collections
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -114,48 +122,96 @@ def source_of(path, body):
 
 
 class Planner:
-    """Plans requests with `spanc compile --emit=plan`, cached by bytes."""
+    """Plans requests, cached by their bytes: by a replica's POST
+    /v1/query/plan when `replica()` gives one (host, port), else (or when
+    the replica cannot answer) by `spanc compile --emit=plan` when `spanc`
+    and `model` are given."""
 
-    def __init__(self, spanc, model, block_size=16, extra_args=(), jobs=2,
-                 timeout=10.0, cache_size=1024):
-        self.command = [spanc, "compile", None, "--emit=plan", "--model",
-                        model, "--block-size", str(block_size)] + \
-            list(extra_args)
+    def __init__(self, replica=None, spanc=None, model=None, block_size=16,
+                 extra_args=(), jobs=2, timeout=10.0, cache_size=1024):
+        self.replica = replica
+        self.command = None
+        if spanc and model:
+            self.command = [spanc, "compile", None, "--emit=plan", "--model",
+                            model, "--block-size", str(block_size)] + \
+                list(extra_args)
         self.timeout = timeout
         self.slots = threading.BoundedSemaphore(jobs)
         self.cache = collections.OrderedDict()
         self.cache_size = cache_size
         self.lock = threading.Lock()
-        self.planned = self.failed = self.cache_hits = 0
+        self.counts = collections.Counter()
         self.seconds = collections.deque(maxlen=256)
 
     def stats(self):
         recent = sorted(self.seconds)
-        return {"planned": self.planned, "failed": self.failed,
-                "cache_hits": self.cache_hits,
-                "seconds_p50": recent[len(recent) // 2] if recent else None,
-                "seconds_max": recent[-1] if recent else None}
+        with self.lock:
+            counts = dict(self.counts)
+        return dict(counts, seconds_p50=recent[len(recent) // 2]
+                    if recent else None,
+                    seconds_max=recent[-1] if recent else None)
 
-    def plan(self, path, body):
+    def _count(self, what, seconds=None):
+        with self.lock:
+            self.counts[what] += 1
+            if seconds is not None:
+                self.seconds.append(seconds)
+
+    def plan(self, path, body, authorization=None):
         """The request's blocks [(tokens, id, parent)], or None."""
         source = source_of(path, body)
         if source is None:
             return None
-        key = hashlib.sha256(path.encode() + b"\0" + source[1].encode()).digest()
+        key = hashlib.sha256(path.encode() + b"\0" +
+                             source[1].encode()).digest()
         with self.lock:
             if key in self.cache:
                 self.cache.move_to_end(key)
-                self.cache_hits += 1
+                self.counts["cache_hits"] += 1
                 return self.cache[key]
-        blocks = self._compile(*source)
+        started = time.monotonic()
+        text = self._ask_replica(source, authorization)
+        if text is None and self.command is not None:
+            text = self._compile(*source)
+        blocks = parse_plan(text) or None if text else None
+        self._count("planned" if blocks else "failed",
+                    time.monotonic() - started)
         with self.lock:
             self.cache[key] = blocks
             while len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
         return blocks
 
+    def _ask_replica(self, source, authorization):
+        """The plan text a replica lays out, "" when the request does not
+        compile (nothing to plan), None when no replica could answer."""
+        where = self.replica() if self.replica else None
+        if where is None:
+            return None
+        headers = {"Content-Type": "application/json" if source[0] == ".json"
+                   else "text/plain"}
+        if authorization:
+            headers["Authorization"] = authorization
+        connection = http.client.HTTPConnection(*where, timeout=self.timeout)
+        try:
+            connection.request("POST", "/v1/query/plan",
+                               body=source[1].encode(), headers=headers)
+            response = connection.getresponse()
+            data = response.read().decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException):
+            self._count("replica_errors")
+            return None
+        finally:
+            connection.close()
+        if response.status == 200:
+            self._count("by_replica")
+            return data
+        if response.status == 400:
+            return ""  # the replica will answer the same error
+        self._count("replica_errors")  # 404: a replica without the route
+        return None
+
     def _compile(self, suffix, source):
-        started = time.monotonic()
         with self.slots, tempfile.TemporaryDirectory(
                 prefix="span-router-") as folder:
             # The file's stem names the query; spanc reads it, nothing else.
@@ -168,11 +224,6 @@ class Planner:
                 done = subprocess.run(command, capture_output=True, text=True,
                                       timeout=self.timeout)
             except (OSError, subprocess.TimeoutExpired):
-                done = None
-        with self.lock:
-            self.seconds.append(time.monotonic() - started)
-            if done is None or done.returncode != 0:
-                self.failed += 1
                 return None
-            self.planned += 1
-        return parse_plan(done.stdout) or None
+        self._count("by_spanc")
+        return done.stdout if done.returncode == 0 else ""

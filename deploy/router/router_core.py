@@ -84,9 +84,11 @@ class Router:
         self.index = ClusterIndex(len(self.replicas), self.block_size)
         self.planner = None
         if args.policy in ("span", "prefix"):
-            self.planner = Planner(args.spanc, args.model, self.block_size,
-                                   args.plan_arg, args.plan_jobs,
-                                   args.plan_timeout)
+            self.planner = Planner(
+                self._plan_replica if args.planner == "replica" else None,
+                args.spanc if args.model else None, args.model,
+                self.block_size, args.plan_arg, args.plan_jobs,
+                args.plan_timeout)
         for replica in self.replicas:
             if replica.events:
                 replica.subscriber = KvEventSubscriber(
@@ -170,18 +172,29 @@ class Router:
                                        % failures)
             time.sleep(self.args.health_interval)
 
+    def _plan_replica(self):
+        """(host, port) of the replica to ask for a plan: the replicas up,
+        in turn."""
+        with self.lock:
+            up = [r for r in self.replicas if r.up]
+            if not up:
+                return None
+            replica = up[next(self.turn) % len(up)]
+        return replica.host, replica.port
+
     def any_up(self):
         return any(replica.up for replica in self.replicas)
 
     # --- Choosing -------------------------------------------------------------
 
-    def plan(self, path, body):
-        """(blocks or None, tokens or None): what the request is scored on."""
+    def plan(self, path, body, authorization=None):
+        """(blocks or None, tokens or None): what the request is scored on.
+        `authorization` is the client's, for a replica asked for the plan."""
         if self.planner is None:
             return None, None
         if path == "/v1/completions":
             return None, prompt_token_ids(body)
-        return self.planner.plan(path, body), None
+        return self.planner.plan(path, body, authorization), None
 
     def choose(self, path, blocks, tokens, exclude):
         """A Decision among the replicas up and not in `exclude`, with the

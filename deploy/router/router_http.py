@@ -98,7 +98,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path not in ROUTED:
             self.fail(404, "no route for POST %s" % path)
             return
-        blocks, tokens = self.router.plan(path, body)
+        blocks, tokens = self.router.plan(
+            path, body, self.headers.get("Authorization"))
         self.forward(path, body, blocks, tokens)
 
     def drain(self):

@@ -25,9 +25,11 @@ and takes what the others take from them: vLLM-format KV events
 the load it put on each.
 
 Per request (deploy/router/request_plan.py): the request's blocks as spanc
-lays them out, from `spanc compile --emit=plan` (spanc's tokenizer, chat
-template, span rules and hash; a process per new request, cached by the
-request's bytes); span_scorer.ClusterIndex scores every replica: prompt
+lays them out (spanc's tokenizer, chat template, span rules and hash),
+from a replica's POST /v1/query/plan (a loopback round trip, 20-50 ms
+here), or from `spanc compile --emit=plan` (--planner spanc, or when no
+replica answers: a process per request, 0.2-0.8 s here), cached by the
+request's bytes; span_scorer.ClusterIndex scores every replica: prompt
 tokens it holds (--policy span: every block, wherever it sits; prefix:
 the prefix chain only, Dynamo's view) minus --load-weight times the
 tokens it still has to compute for the requests in flight on it (prompt
@@ -114,10 +116,14 @@ def arguments(argv=None):
         choices=("span", "prefix", "round-robin", "least-loaded"),
         help="span: held blocks anywhere in the prompt; prefix: the held "
         "prefix chain only (Dynamo's view); round-robin; least-loaded")
+    add("--planner", default="replica", choices=("replica", "spanc"),
+        help="who lays requests out: a replica (POST /v1/query/plan), with "
+        "spanc compile as the fallback when --model is given; or spanc "
+        "compile only")
     add("--spanc", default="spanc",
         help="the spanc binary that plans requests (compile --emit=plan)")
-    add("--model", help="the replicas' GGUF, for planning (its tokenizer "
-        "and chat template; required unless the policy plans nothing)")
+    add("--model", help="the replicas' GGUF, for spanc compile (its "
+        "tokenizer and chat template; required with --planner spanc)")
     add("--plan-arg", action="append", default=[], metavar="ARG",
         help="an extra argument for spanc compile, for replicas started "
         "with non-default span options (repeatable)")
@@ -150,9 +156,9 @@ def arguments(argv=None):
         help="seconds to wait for a replica's /metrics at start (block "
         "size)")
     args = parser.parse_args(argv)
-    if args.policy in ("span", "prefix") and not args.model:
-        parser.error("--policy %s plans requests: --model is required"
-                     % args.policy)
+    if args.policy in ("span", "prefix") and args.planner == "spanc" and \
+            not args.model:
+        parser.error("--planner spanc needs --model")
     return args
 
 

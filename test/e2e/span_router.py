@@ -15,6 +15,8 @@ point 4), on loopback, on the synthetic tiny model.
   /v1/query/execute and /v1/models pass through.
 - Bounds and errors: a body past --max-body is 413, an unknown path 404,
   both JSON.
+- A replica's POST /v1/query/plan lays a span query out as `spanc compile
+  --emit=plan` does (the router plans with it).
 - Killing one replica under load (router_harness.check_kill): only
   requests in flight on it fail, each with a JSON error; every request
   sent after it is served by the other; the router marks it down.
@@ -28,6 +30,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -231,8 +234,36 @@ def check_chats(router):
           "/v1/models passes through")
     planner = router.stats()["planner"]
     print("planner: %s" % planner)
-    check(planner["planned"] >= 3 and planner["failed"] == 0,
-          "the router planned the span query and the chats: %s" % planner)
+    check(planner.get("planned", 0) >= 3 and not planner.get("failed") and
+          planner.get("by_replica", 0) >= 3 and not planner.get("by_spanc"),
+          "the replicas planned the span query and the chats "
+          "(/v1/query/plan), no plan failed: %s" % planner)
+
+
+def check_plan_route(spanc, model, replica):
+    """POST /v1/query/plan answers the layout `spanc compile --emit=plan`
+    prints, hashes included; a program that does not compile is a 400."""
+    source = query_source([3, 1], "Which one?")
+    with tempfile.TemporaryDirectory(prefix="span-plan-") as folder:
+        path = os.path.join(folder, "q.span")
+        with open(path, "w") as file:
+            file.write(source)
+        local = subprocess.run([spanc, "compile", path, "--emit=plan",
+                                "--model", model], capture_output=True,
+                               text=True, timeout=120).stdout
+    status, _, data = replica.request("POST", "/v1/query/plan", body=source,
+                                      headers={"Content-Type": "text/plain"})
+    layout = [line for line in data.decode().splitlines()
+              if line.startswith("    ")]
+    check(status == 200 and layout and layout == [
+        line for line in local.splitlines() if line.startswith("    ")],
+        "/v1/query/plan lays the query out as spanc compile does (%d)"
+        % status)
+    status, _, answer = replica.json("POST", "/v1/query/plan",
+                                     body="query q {",
+                                     headers={"Content-Type": "text/plain"})
+    check(status == 400 and "error" in answer,
+          "a program that does not compile is a 400 (%d)" % status)
 
 
 def check_bounds(router):
@@ -257,6 +288,7 @@ def main(spanc, model):
                 for _ in range(2)]
     router = Router(spanc, model, replicas)
     try:
+        check_plan_route(spanc, model, replicas[0])
         check_spans_routed(router, replicas)
         check_chats(router)
         check_bounds(router)

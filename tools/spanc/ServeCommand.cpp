@@ -523,9 +523,13 @@ int runServe(const std::vector<std::string> &args) {
     return reportError("serve", llvm::toString(executor.takeError()));
 
   const std::string &modelName = modelNames->primary();
-  const server::HttpOptions httpOptions =
+  server::HttpOptions httpOptions =
       httpOptionsFor(values, *limits, *served->model, *cacheTokens, *modelNames,
                      catalog->get());
+  // POST /v1/query/plan lays requests out as the engine will.
+  httpOptions.planLayout = server::PlanLayout{
+      (*executor)->hasher(), executorOptions.cacheMode,
+      executorOptions.spanOptions, unsigned(executorOptions.blockSize)};
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());

@@ -2,9 +2,11 @@
 front of 2-3 real `spanc serve -t 1` replicas, then the simulation of
 16-256 (simulate.py), as one table.
 
-Each router gets fresh replicas (a KV cache of --kv-cache blocks, about
-half the corpus) and the same requests: the shared-document RAG of `bench
-serve` with shuffled document orders (a system prompt, k of the 12
+Each router gets fresh replicas (a KV cache of --kv-cache tokens: 768,
+48 blocks, holds most of the 12 documents beside the requests in flight;
+less makes the replicas split the corpus) and the same requests: the
+shared-document RAG of `bench serve` with shuffled document orders (a
+system prompt, k of the 12
 documents, a question; max_tokens 1, so a request's latency is its time to
 first token), sent by --clients concurrent clients through the router.
 The span-query routers (routers.py: deploy/router/span_router.py as
@@ -370,7 +372,8 @@ def main(argv=None):
     add("--warmup", type=int, default=8)
     add("--clients", type=int, default=2)
     add("--k", type=int, default=3)
-    add("--kv-cache", type=int, default=768)
+    add("--kv-cache", type=int, default=768,
+        help="KV cache tokens per replica (spanc serve --kv-cache)")
     add("--seed", type=int, default=1)
     add("--repeats", type=int, default=3)
     add("--timeout", type=float, default=300.0)

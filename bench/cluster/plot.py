@@ -35,17 +35,17 @@ def main():
         bars.bar(positions, p50, color=colors, label="TTFT p50")
         bars.scatter(positions, p99, color="black", marker="_", s=400,
                      label="TTFT p99")
-        for x, value in zip(positions, share):
-            bars.annotate("%.0f %% cached" % value, (x, 0), ha="center",
-                          va="bottom", fontsize=8, color="white",
-                          rotation=90, xytext=(0, 4),
+        for x, value, top in zip(positions, share, p99):
+            bars.annotate("%.0f %%\ncached" % value, (x, top), ha="center",
+                          va="bottom", fontsize=8, xytext=(0, 4),
                           textcoords="offset points")
+        bars.set_ylim(0, 1.25 * max(p99))
         bars.set_xticks(list(positions))
         bars.set_xticklabels(names, rotation=20)
         bars.set_ylabel("seconds")
         bars.set_title("measured, %s replicas (orange: chats)"
                        % measured[0]["replicas"])
-        bars.legend(fontsize=8)
+        bars.legend(fontsize=8, loc="upper left")
     routers = []
     for r in simulated:
         if r["router"] not in routers:

@@ -31,8 +31,7 @@ namespace spanc::bench {
 namespace {
 
 llvm::Error failure(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "cluster: " + message.str());
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
 
 std::string join(llvm::StringRef root, llvm::StringRef a, llvm::StringRef b,

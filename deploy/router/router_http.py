@@ -79,8 +79,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
                        "text/plain; version=0.0.4")
         elif path == "/v1/models":
             self.forward(path, b"", None, None)
+        elif path in ROUTED:
+            self.refuse_method()
         else:
             self.fail(404, "no route for GET %s" % path)
+
+    def refuse_method(self):
+        """Any other method: 405 JSON naming the one the path takes."""
+        path = self.path.split("?", 1)[0]
+        allowed = "POST" if path in ROUTED else "GET"
+        self.close_connection = True
+        self.send_response(405)
+        body = error_body(405, "%s takes %s, not %s" % (path, allowed,
+                                                        self.command))
+        self.send_header("Allow", allowed)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = refuse_method
 
     # --- POST --------------------------------------------------------------------
 
@@ -96,7 +115,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if path not in ROUTED:
-            self.fail(404, "no route for POST %s" % path)
+            if path in ("/health", "/router/stats", "/metrics",
+                        "/v1/models"):
+                self.refuse_method()
+            else:
+                self.fail(404, "no route for POST %s" % path)
             return
         blocks, tokens = self.router.plan(
             path, body, self.headers.get("Authorization"))

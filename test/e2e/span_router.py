@@ -14,7 +14,7 @@ point 4), on loopback, on the synthetic tiny model.
   streamed chat passes through as server-sent events ending in [DONE];
   /v1/query/execute and /v1/models pass through.
 - Bounds and errors: a body past --max-body is 413, an unknown path 404,
-  both JSON.
+  a method a path does not take 405, all JSON.
 - A replica's POST /v1/query/plan lays a span query out as `spanc compile
   --emit=plan` does (the router plans with it).
 - Killing one replica under load (router_harness.check_kill): only
@@ -274,6 +274,13 @@ def check_bounds(router):
     status, _, answer = request(router.port, "POST", "/v1/nothing", {})
     check(status == 404 and "error" in answer, "an unknown path is 404 "
           "JSON (%d)" % status)
+    status, headers, answer = request(router.port, "GET", "/v1/query")
+    check(status == 405 and headers.get("Allow") == "POST" and
+          "error" in answer, "GET /v1/query is 405 JSON, Allow: POST (%d)"
+          % status)
+    status, headers, answer = request(router.port, "DELETE", "/health")
+    check(status == 405 and headers.get("Allow") == "GET" and
+          "error" in answer, "DELETE /health is 405 JSON (%d)" % status)
     status, _, _ = request(router.port, "GET", "/health")
     check(status == 200, "/health answers 200 while a replica is up")
     status, _, text = request(router.port, "GET", "/metrics")

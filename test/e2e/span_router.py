@@ -16,7 +16,8 @@ point 4), on loopback, on the synthetic tiny model.
 - Bounds and errors: a body past --max-body is 413, an unknown path 404,
   a method a path does not take 405, all JSON.
 - A replica's POST /v1/query/plan lays a span query out as `spanc compile
-  --emit=plan` does (the router plans with it).
+  --emit=plan` does (the router plans with it); a router with --planner
+  spanc (a compile process per request) routes alike.
 - Killing one replica under load (router_harness.check_kill): only
   requests in flight on it fail, each with a JSON error; every request
   sent after it is served by the other; the router marks it down.
@@ -266,6 +267,24 @@ def check_plan_route(spanc, model, replica):
           "a program that does not compile is a 400 (%d)" % status)
 
 
+def check_spanc_planner(spanc, model, replicas):
+    """--planner spanc lays the request out with a spanc compile process
+    and routes it as the replicas' own plan does."""
+    other = Router(spanc, model, replicas, "--planner", "spanc")
+    try:
+        status, headers, _ = request(
+            other.port, "POST", "/v1/query", query_source([1, 2, 0], "And?"),
+            content_type="text/plain")
+        planner = other.stats()["planner"]
+        check(status == 200 and headers.get("X-Spanc-Replica") == "1" and
+              planner.get("by_spanc") == 1 and not planner.get("by_replica"),
+              "--planner spanc plans with spanc compile and routes to "
+              "replica 1 (%d, %s, %s)" % (status, headers.get(
+                  "X-Spanc-Replica"), planner))
+    finally:
+        other.stop()
+
+
 def check_bounds(router):
     status, _, answer = request(router.port, "POST", "/v1/query",
                                 b"x" * 70000, content_type="text/plain")
@@ -297,6 +316,7 @@ def main(spanc, model):
     try:
         check_plan_route(spanc, model, replicas[0])
         check_spans_routed(router, replicas)
+        check_spanc_planner(spanc, model, replicas)
         check_chats(router)
         check_bounds(router)
 

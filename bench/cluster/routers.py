@@ -185,50 +185,26 @@ class DynamoRouter:
 
     def __init__(self, root, model, replicas, work, free_port):
         python = environment_python(root, ".venv-dynamo", "--with-dynamo")
-        deploy = os.path.join(root, "deploy", "dynamo")
-        env = dict(os.environ, DYN_FILE_KV=os.path.join(work, "kv"),
-                   HF_HUB_OFFLINE="1", DYN_LOG="warn", HOME=work,
-                   DYN_SELF_HOST_METADATA="0")
-        # One model card for every run (the parent of each run's folder).
-        card = os.path.join(os.path.dirname(work), "card")
-        if not os.path.isdir(card):
-            subprocess.run([python, os.path.join(deploy, "model_card.py"),
-                            model, card], check=True, timeout=300,
-                           stdout=subprocess.DEVNULL)
-        self.processes = []
-
-        def spawn(name, arguments):
-            process = subprocess.Popen(
-                [python] + arguments, env=env, stderr=subprocess.STDOUT,
-                stdout=open(os.path.join(work, name + ".log"), "w"))
-            self.processes.append(process)
-            return process
-
-        for index, replica in enumerate(replicas):
-            spawn("adapter%d" % index, [
-                os.path.join(deploy, "spanc_worker.py"), "--spanc",
-                "http://127.0.0.1:%d" % replica.port, "--kv-events",
-                replica.events, "--model-dir", card,
-                "--served-model-name", NAME])
+        sys.path.insert(0, os.path.join(root, "deploy", "dynamo"))
+        import launch
         self.port = free_port()
-        spawn("frontend", [
-            "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
-            "--http-port", str(self.port), "--router-mode", "kv",
-            "--discovery-backend", "file", "--request-plane", "tcp",
-            "--event-plane", "zmq"])
-        folder = os.path.join(work, "kv", "v1", "instances")
-
-        def ready():
-            names = os.listdir(folder) if os.path.isdir(folder) else []
-            workers = [n for n in names if "generate" in n]
-            return len(workers) == len(replicas) and json.loads(
-                get(self.port, "/v1/models")[1])["data"]
-        wait_for(ready, "Dynamo's frontend and workers", 240,
-                 self.processes)
+        self.processes = []
+        try:
+            # One model card for every run (the parent of each run's
+            # folder).
+            self.dynamo = launch.Deployment(
+                python, model, [("http://127.0.0.1:%d" % r.port, r.events)
+                                for r in replicas], work, self.port, NAME,
+                card=os.path.join(os.path.dirname(work), "card"),
+                on_spawn=self.processes.append)
+            self.dynamo.wait_ready(len(replicas), timeout=240)
+        except BaseException:
+            for process in self.processes:
+                stop_process(process)
+            raise
 
     def stop(self):
-        for process in reversed(self.processes):
-            stop_process(process)
+        self.dynamo.stop()
 
 
 def start_router(name, root, spanc, model, replicas, work, free_port):

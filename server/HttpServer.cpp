@@ -3,6 +3,8 @@
 
 #include "server/HttpServer.h"
 
+#include "plan/PlanPrinter.h"
+#include "runtime/kv/KvCacheManager.h"
 #include "server/AnswerStreaming.h"
 #include "server/ApiError.h"
 #include "server/Connections.h"
@@ -146,6 +148,41 @@ void HttpServer::completions(Endpoint endpoint,
                        "application/json");
 }
 
+/// spnl sends JSON; a .span program is anything else.
+static bool isSpnlJson(const httplib::Request &httpRequest,
+                       const std::string &httpBody) {
+  size_t first = httpBody.find_first_not_of(" \t\r\n");
+  return llvm::StringRef(httpRequest.get_header_value("Content-Type"))
+             .contains_insensitive("json") ||
+         (first != std::string::npos && httpBody[first] == '{');
+}
+
+void HttpServer::queryPlan(const httplib::Request &httpRequest,
+                           const std::string &httpBody,
+                           httplib::Response &response) {
+  if (!options.planLayout)
+    return sendError(response, ApiError(404, "this server lays out no plans"));
+  auto plan = compileSpanQuery(httpBody, isSpnlJson(httpRequest, httpBody), {},
+                               encoder, options.spanQueryLimits);
+  if (!plan)
+    return sendError(response, plan.takeError());
+  const PlanLayout &layout = *options.planLayout;
+  plan::PlanPrintOptions printOptions;
+  printOptions.blockSize = layout.blockSize;
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  plan::printPlan(
+      *plan, printOptions,
+      [&](const plan::Call &, llvm::ArrayRef<kv::Segment> segments,
+          llvm::raw_ostream &os) {
+        kv::printCallLayout(segments, layout.hasher, layout.cacheMode,
+                            layout.spanOptions, layout.blockSize, os);
+      },
+      out);
+  out.flush();
+  response.set_content(text, "text/plain; charset=utf-8");
+}
+
 void HttpServer::spanQuery(const httplib::Request &httpRequest,
                            const std::string &httpBody,
                            httplib::Response &response) {
@@ -162,13 +199,8 @@ void HttpServer::spanQuery(const httplib::Request &httpRequest,
           ApiError(400, "set takes NAME=VALUE, got '" + text + "'", "set"));
     params.emplace_back(text.substr(0, equals), text.substr(equals + 1));
   }
-  // spnl sends JSON; a .span program is anything else.
-  size_t first = httpBody.find_first_not_of(" \t\r\n");
-  bool isJson = llvm::StringRef(httpRequest.get_header_value("Content-Type"))
-                    .contains_insensitive("json") ||
-                (first != std::string::npos && httpBody[first] == '{');
-  auto plan = compileSpanQuery(httpBody, isJson, params, encoder,
-                               options.spanQueryLimits);
+  auto plan = compileSpanQuery(httpBody, isSpnlJson(httpRequest, httpBody),
+                               params, encoder, options.spanQueryLimits);
   if (!plan)
     return sendError(response, plan.takeError());
   RequestCalls calls;
@@ -491,6 +523,11 @@ void HttpServer::routes() {
        [this](const httplib::Request &request, const std::string &body,
               httplib::Response &response) {
          queryExecute(request, body, response);
+       });
+  post("/v1/query/plan",
+       [this](const httplib::Request &request, const std::string &body,
+              httplib::Response &response) {
+         queryPlan(request, body, response);
        });
 }
 

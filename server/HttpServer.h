@@ -11,7 +11,10 @@
 // OpenAiResponse, SpanQueryResponse and SpnlExecute. /metrics renders
 // ServerMetrics; /health and /v1/models answer at once. POST /v1/query
 // compiles a span program (SpanQuery) and submits its whole plan; POST
-// /v1/query/execute does so for spnl's client (SpnlExecute). Connections
+// /v1/query/execute does so for spnl's client (SpnlExecute); POST
+// /v1/query/plan compiles one and answers its calls' KV block layout as
+// `spanc compile --emit=plan` prints it, hashes as the cache's, for a
+// router (deploy/router/span_router.py) to score replicas by. Connections
 // (deadlines, pipelining, shutdown) are ConnectionServer's; every check that
 // needs no body (key, path, method, Content-Length) runs before the body is
 // read, and a body is read in pieces up to --max-body, chunked or not.
@@ -21,6 +24,8 @@
 #define SPANC_SERVER_HTTPSERVER_H
 
 #include "plan/MessageEncoder.h"
+#include "runtime/kv/BlockHash.h"
+#include "runtime/kv/SpanLayout.h"
 #include "runtime/model/Tokenizer.h"
 #include "server/CompletionRequest.h"
 #include "server/Engine.h"
@@ -32,6 +37,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace httplib {
@@ -42,6 +48,16 @@ struct Response;
 namespace spanc::server {
 
 class ConnectionServer;
+
+/// How the engine lays a request's calls out in KV blocks, for POST
+/// /v1/query/plan: its block hasher, cache mode, span options and block
+/// size.
+struct PlanLayout {
+  kv::BlockHasher hasher;
+  kv::CacheMode cacheMode = kv::CacheMode::Span;
+  kv::SpanOptions spanOptions;
+  unsigned blockSize = 16;
+};
 
 struct HttpOptions {
   /// Required as `Authorization: Bearer KEY` on every endpoint but
@@ -62,6 +78,8 @@ struct HttpOptions {
   RequestLimits requestLimits;
   PromptLimits promptLimits;
   SpanQueryLimits spanQueryLimits;
+  /// Unset: POST /v1/query/plan answers 404.
+  std::optional<PlanLayout> planLayout;
 };
 
 class HttpServer {
@@ -89,6 +107,9 @@ private:
   /// answered as it reads answers (SpnlExecute.h).
   void queryExecute(const httplib::Request &request, const std::string &body,
                     httplib::Response &response);
+  /// POST /v1/query/plan: a span program's KV block layout, not run.
+  void queryPlan(const httplib::Request &request, const std::string &body,
+                 httplib::Response &response);
 
   Engine &engine;
   ServerMetrics &metrics;

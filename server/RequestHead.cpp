@@ -23,6 +23,7 @@ constexpr Route kRoutes[] = {
     {"/v1/completions", "POST"},
     {"/v1/query", "POST"},
     {"/v1/query/execute", "POST"},
+    {"/v1/query/plan", "POST"},
 };
 
 /// Compares without an early exit, so timing does not reveal the key.

@@ -28,7 +28,9 @@ events; the load):
   span-aware        the same plus the span blocks a replica holds anywhere
                     in the prompt (span_scorer.py).
 
-    python3 bench/cluster/simulate.py --out bench/results   # cluster-sim.md, cluster.png
+    python3 bench/cluster/simulate.py --out bench/results   # cluster-sim.{md,png}
+
+`spanc bench cluster` (run.py) runs it too, beside the measured routers.
 """
 
 import argparse
@@ -249,7 +251,7 @@ def simulate(args, num_replicas, router, seed):
 ROUTERS = ["round-robin", "sglang-like", "prefix (Dynamo)", "span-aware"]
 
 
-def main():
+def parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", default="2,3,16,32,64,128,256")
     parser.add_argument("--requests-per-replica", type=int, default=30)
@@ -266,8 +268,13 @@ def main():
     parser.add_argument("--decode-seconds", type=float, default=1 / 40.0)
     parser.add_argument("--load", type=float, default=0.7)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--out", help="folder for cluster.md and cluster.png")
-    args = parser.parse_args()
+    parser.add_argument("--out", help="folder for cluster-sim.md and "
+                        "cluster-sim.png")
+    return parser
+
+
+def main():
+    args = parser().parse_args()
     counts = [int(c) for c in args.replicas.split(",")]
     results = {}
     for count in counts:
@@ -304,8 +311,8 @@ def write_results(args, counts, results):
                   "(bench/cluster/simulate.py: the model and its limits are "
                   "in its docstring). TTFT p50 / p99 and the cached share "
                   "of prompt tokens per router, medians of %d seeds. The "
-                  "real run of 2-3 replicas (`spanc bench cluster`) is not "
-                  "built yet.\n\n%s\n\nSettings: %s\n" % (
+                  "real run of 2-3 replicas is `spanc bench cluster` "
+                  "(cluster.md).\n\n%s\n\nSettings: %s\n" % (
                       args.seeds, table, settings))
     try:
         import matplotlib
@@ -328,7 +335,7 @@ def write_results(args, counts, results):
     left.legend()
     figure.suptitle("Shared-document RAG, shuffled orders: routers at scale")
     figure.tight_layout()
-    figure.savefig(os.path.join(args.out, "cluster.png"), dpi=110)
+    figure.savefig(os.path.join(args.out, "cluster-sim.png"), dpi=110)
 
 
 if __name__ == "__main__":

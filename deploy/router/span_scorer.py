@@ -16,6 +16,11 @@ ids two ways:
 
 Two inverted indexes (block key -> replicas holding it) keep a request's
 scoring at one lookup per offset, whatever the number of replicas.
+
+A router that has spanc's own layout of the request (its block ids, as
+`spanc compile --emit=plan` prints them and the events name them:
+deploy/router/request_plan.py) scores it exactly instead, by block id:
+reuse_plan and choose_plan (deploy/router/span_router.py does).
 Standard library only: it reads decoded events (msgpack.unpackb of a
 batch), so a real subscriber and bench/cluster/simulate.py feed it alike.
 """
@@ -40,6 +45,8 @@ class ClusterIndex:
         self.block_size = block_size
         self.blocks = [dict() for _ in range(num_replicas)]  # hash -> key
         self.chains = [dict() for _ in range(num_replicas)]  # hash -> chain
+        # Every block id held, partial blocks and unknown chains included.
+        self.ids = [set() for _ in range(num_replicas)]
         self.holders = {}  # ("p"|"s", key) -> {replica: count}
 
     def _hold(self, replica, key, delta):
@@ -57,6 +64,7 @@ class ClusterIndex:
             self._hold(replica, key, -1)
         self.blocks[replica].clear()
         self.chains[replica].clear()
+        self.ids[replica].clear()
 
     def apply(self, replica, event):
         """One decoded event of `replica`'s stream."""
@@ -65,6 +73,7 @@ class ClusterIndex:
         if kind == "AllBlocksCleared":
             self.clear(replica)
         elif kind == "BlockRemoved":
+            self.ids[replica].difference_update(event[1])
             for block in event[1]:
                 key = blocks.pop(block, None)
                 chains.pop(block, None)
@@ -72,6 +81,7 @@ class ClusterIndex:
                     self._hold(replica, key, -1)
         elif kind == "BlockStored":
             hashes, parent, tokens = event[1], event[2], event[3]
+            self.ids[replica].update(hashes)
             span = len(event) > 8 and bool(event[8]) and \
                 event[8][0] == [SPAN_TAG]
             chain = None if parent is None else chains.get(parent)
@@ -122,10 +132,46 @@ class ClusterIndex:
         return reused
 
 
+    def reuse_plan(self, blocks, spans=True):
+        """Prompt tokens each replica would reuse of a request laid out by
+        spanc: `blocks` are (tokens, id, parent id) in prompt order, ids as
+        the events name them. With spans, every block the replica holds,
+        wherever it sits; without, the blocks from the first on while each
+        chains from the one before (the prefix view: a span after the
+        first breaks the chain)."""
+        reused = {}
+        for replica, held in enumerate(self.ids):
+            total = 0
+            if spans:
+                total = sum(t for t, block, _ in blocks if block in held)
+            elif blocks:
+                expected = blocks[0][2]
+                for tokens, block, parent in blocks:
+                    if parent != expected or block not in held:
+                        break
+                    total += tokens
+                    expected = block
+            if total:
+                reused[replica] = total
+        return reused
+
+
+def best(reused, loads, load_weight=1.0, allowed=None):
+    """The replica (of `allowed`, default all) whose reused tokens minus
+    its load, weighted, is largest; ties go to the least loaded, then the
+    first."""
+    candidates = range(len(loads)) if allowed is None else allowed
+    return max(candidates,
+               key=lambda r: (reused.get(r, 0) - load_weight * loads[r],
+                              -loads[r], -r))
+
+
 def choose(index, tokens, loads, spans=True, load_weight=1.0):
     """The replica whose reused tokens minus its load (prompt tokens
     queued on it, weighted) is largest; ties go to the least loaded."""
-    reused = index.reuse(tokens, spans)
-    return max(range(len(loads)),
-               key=lambda r: (reused.get(r, 0) - load_weight * loads[r],
-                              -loads[r], -r))
+    return best(index.reuse(tokens, spans), loads, load_weight)
+
+
+def choose_plan(index, blocks, loads, spans=True, load_weight=1.0):
+    """choose() for a request laid out by spanc (reuse_plan)."""
+    return best(index.reuse_plan(blocks, spans), loads, load_weight)

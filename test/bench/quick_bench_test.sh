@@ -109,6 +109,22 @@ serve)
     } END { for (key in seen) if (seen[key] != 1) bad = 1; exit bad }' \
     "$out/serve.tsv" || fail "serve.tsv is inconsistent"
   ;;
+cluster)
+  # --quick: round-robin and span-aware span_router over 2 real replicas
+  # (8 span queries, 2 of them warm-up), and the simulation at 2 and 16
+  # replicas (4 routers each).
+  for router in round-robin span; do
+    awk -F'\t' -v r=$router '$1 == "measured" && $2 == 2 && $3 == r' \
+      "$out/cluster.tsv" | grep -q . || fail "cluster.tsv lacks the measured $router row"
+  done
+  sims=$(awk -F'\t' '$1 == "simulated"' "$out/cluster.tsv" | wc -l)
+  [[ $sims == 8 ]] || fail "cluster.tsv has $sims simulated rows, want 8"
+  awk -F'\t' 'NR > 1 {
+      if ($5 <= 0 || $6 < $5 || $7 < 0 || $7 > 1) { print "row " NR ": TTFT or share out of range"; bad = 1 }
+    } END { exit bad }' "$out/cluster.tsv" || fail "cluster.tsv is inconsistent"
+  grep -qE "^\| span-aware \(span_router\) \| span queries \| " "$out/cluster.md" ||
+    fail "cluster.md lacks the span-aware row"
+  ;;
 *) fail "unknown benchmark $name" ;;
 esac
 echo "PASS: spanc bench $name --quick"

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "deploy", "router"))
-from span_scorer import ClusterIndex, choose  # noqa: E402
+from span_scorer import ClusterIndex, choose, choose_plan  # noqa: E402
 
 B = 4
 failures = []
@@ -69,6 +69,30 @@ index.apply(1, ["AllBlocksCleared"])
 check(index.reuse(prompt) == {0: 8}, "AllBlocksCleared forgets replica 1")
 check(not any(replica == 1 for holders in index.holders.values()
               for replica in holders), "nothing of replica 1 is left")
+
+# Scoring by block id, on spanc's layout of the request (request_plan.py):
+# a system prompt's chain, then two spans that each chain from it.
+plan = [(4, 10, 0), (4, 11, 10), (4, 20, 11), (2, 21, 20), (4, 30, 11)]
+index = ClusterIndex(2, B)
+index.apply(0, stored([10, 11], None, system))
+index.apply(1, stored([10, 11], None, system))
+index.apply(1, stored([30], 11, [40, 41, 42, 43], span=True))
+index.apply(1, stored([20, 21], 11, document[:6], span=True))
+check(index.reuse_plan(plan) == {0: 8, 1: 18},
+      "by id, every block held counts, the partial one too: %s"
+      % index.reuse_plan(plan))
+check(index.reuse_plan(plan, spans=False) == {0: 8, 1: 14},
+      "the prefix view stops where the chain breaks (the second span): %s"
+      % index.reuse_plan(plan, spans=False))
+check(choose_plan(index, plan, [0, 0]) == 1, "span-aware by id: replica 1")
+check(choose_plan(index, plan, [0, 0], spans=False) == 1 and
+      choose_plan(index, plan, [0, 7], spans=False) == 0,
+      "prefix by id: replica 1 unless 7 tokens of load outweigh its 6")
+index.apply(1, ["BlockRemoved", [21], "GPU"])
+check(index.reuse_plan(plan) == {0: 8, 1: 16},
+      "a removed block is no longer credited by id")
+index.apply(1, ["AllBlocksCleared"])
+check(index.reuse_plan(plan) == {0: 8}, "nor after AllBlocksCleared")
 
 print("%d check(s) failed" % len(failures) if failures else "PASSED")
 sys.exit(1 if failures else 0)

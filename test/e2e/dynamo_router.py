@@ -16,15 +16,10 @@ Run under the Dynamo environment (tools/setup.sh --with-dynamo):
     dynamo_router.py SPANC MODEL.gguf
 """
 
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -34,21 +29,14 @@ from router_harness import (NAME, QUESTIONS, chat, check_kill,  # noqa: E402
 from serve_harness import Server, check, run  # noqa: E402
 
 class Deployment:
-    """The frontend, two replicas and their adapters."""
+    """Two replicas, their adapters and the frontend
+    (deploy/dynamo/launch.py)."""
 
     def __init__(self, spanc, model, work):
-        self.work = work
-        self.python = sys.executable
-        self.env = dict(os.environ, DYN_FILE_KV=os.path.join(work, "kv"),
-                        HF_HUB_OFFLINE="1", DYN_LOG="warn",
-                        # Dynamo keeps model cards under $HOME/.cache (Bazel
-                        # sets no HOME): the test's own folder.
-                        HOME=work,
-                        DYN_SELF_HOST_METADATA="0")
-        self.card = os.path.join(work, "card")
-        subprocess.run([self.python, os.path.join(DEPLOY, "model_card.py"),
-                        model, self.card], check=True, timeout=120)
-        self.replicas, self.adapters, self.logs = [], [], []
+        sys.path.insert(0, DEPLOY)
+        import launch
+        self.replicas = []
+        endpoints = []
         for index in range(2):
             replica = Server(spanc, model, "--kv-events", "tcp://127.0.0.1:0",
                              "--served-model-name", NAME,
@@ -57,70 +45,25 @@ class Deployment:
                       for line in replica.stderr if "KV events on" in line]
             check(events, "replica %d prints its KV event address" % index)
             self.replicas.append(replica)
-            self.adapters.append(self.start_adapter(index, events[0]))
+            endpoints.append(("http://127.0.0.1:%d" % replica.port,
+                              events[0]))
         self.port = free_port()
-        self.frontend = self.spawn("frontend", [
-            "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
-            "--http-port", str(self.port), "--router-mode", "kv",
-            "--discovery-backend", "file", "--request-plane", "tcp",
-            "--event-plane", "zmq", "--migration-limit", "3"])
-        self.wait_ready(2)
-
-    def spawn(self, name, arguments):
-        log = open(os.path.join(self.work, name + ".log"), "w")
-        self.logs.append(log.name)
-        process = subprocess.Popen([self.python] + arguments, env=self.env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-        PROCESSES.append(process)
-        return process
-
-    def start_adapter(self, index, events):
-        return self.spawn("adapter%d" % index, [
-            os.path.join(DEPLOY, "spanc_worker.py"),
-            "--spanc", "http://127.0.0.1:%d" % self.replicas[index].port,
-            "--kv-events", events, "--model-dir", self.card,
-            "--served-model-name", NAME])
+        self.dynamo = launch.Deployment(
+            sys.executable, model, endpoints, work, self.port, NAME,
+            migration_limit=3, on_spawn=PROCESSES.append)
+        try:
+            self.dynamo.wait_ready(2)
+        except RuntimeError as error:
+            check(False, str(error))
 
     def instances(self):
-        folder = os.path.join(self.work, "kv", "v1", "instances")
-        names = os.listdir(folder) if os.path.isdir(folder) else []
-        return [n for n in names if "generate" in n]
-
-    def wait_ready(self, count, timeout=180):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if len(self.instances()) == count:
-                try:
-                    with urllib.request.urlopen(
-                            "http://127.0.0.1:%d/v1/models" % self.port,
-                            timeout=5) as response:
-                        if json.loads(response.read())["data"]:
-                            return True
-                except (urllib.error.URLError, OSError, ValueError):
-                    pass
-            dead = [p for p in [self.frontend] + self.adapters
-                    if p.poll() is not None]
-            if dead:
-                check(False, "a Dynamo process exited while starting")
-                return False
-            time.sleep(0.5)
-        check(False, "Dynamo registered %d workers within %ds (%d)" % (
-            count, timeout, len(self.instances())))
-        return False
+        return self.dynamo.instances()
 
     def stop(self):
-        for process in self.adapters + [self.frontend]:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.adapters + [self.frontend]:
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self.dynamo.stop()
 
     def tail(self):
-        for name in self.logs:
+        for name in self.dynamo.logs:
             with open(name) as log:
                 lines = [line for line in log if "http-request" not in line]
             sys.stdout.write("--- %s\n%s" % (name, "".join(lines[:25] +

@@ -210,6 +210,12 @@ std::string serveDescription() {
       "       one (chat) completion, a choice per answer (its \"model\" "
       "routes\n"
       "       spnl's client, so any name is taken)\n"
+      "  POST /v1/query/plan        a .span program or spnl JSON, compiled, "
+      "not run:\n"
+      "       its calls' KV block layout as 'spanc compile --emit=plan' "
+      "prints it\n"
+      "       (hashes as the cache's; for routers: "
+      "deploy/router/span_router.py)\n"
       "  GET  /v1/models            the model served, one entry per "
       "served name\n"
       "  GET  /metrics              Prometheus text, vLLM's metric names\n"
@@ -523,9 +529,13 @@ int runServe(const std::vector<std::string> &args) {
     return reportError("serve", llvm::toString(executor.takeError()));
 
   const std::string &modelName = modelNames->primary();
-  const server::HttpOptions httpOptions =
+  server::HttpOptions httpOptions =
       httpOptionsFor(values, *limits, *served->model, *cacheTokens, *modelNames,
                      catalog->get());
+  // POST /v1/query/plan lays requests out as the engine will.
+  httpOptions.planLayout = server::PlanLayout{
+      (*executor)->hasher(), executorOptions.cacheMode,
+      executorOptions.spanOptions, unsigned(executorOptions.blockSize)};
 
   server::ServerMetrics metrics(modelName, executorOptions.blockSize,
                                 (*executor)->pool().numBlocks());

@@ -18,6 +18,18 @@ import threading
 import time
 
 KEY = "test-key-123"
+# Short documents the serving tests query, as spans or chat messages (one
+# list, so the tests' prompts are comparable).
+SAMPLE_DOCUMENTS = [
+    "The block pool owns every KV block and evicts the least recently used.",
+    "Rotary embeddings rotate each key by an angle proportional to position.",
+    "A span is a child of a plus: cached on its own, reused in any order.",
+    "Bulk ordering sorts the queries of a bulk so that shared prefixes meet.",
+    "The scheduler admits calls, plans relocations and fills the step budget.",
+    "Prefix caching reuses blocks only when everything before them matches.",
+    "Continuous batching adds new requests to the next step of the engine.",
+    "A tail follows a plus and attends to every segment before it in order.",
+]
 failures = []
 servers = []
 

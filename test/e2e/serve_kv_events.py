@@ -27,7 +27,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Server, check, metric, run  # noqa: E402
+from serve_harness import (SAMPLE_DOCUMENTS, Server, check,  # noqa: E402
+                           metric, run)
 
 try:
     import msgpack
@@ -38,14 +39,7 @@ except ImportError as error:
 
 MODEL = "tiny-llama-synthetic"
 BLOCK_SIZE = 16
-DOCUMENTS = [
-    "The block pool owns every KV block and evicts the least recently used.",
-    "Rotary embeddings rotate each key by an angle proportional to position.",
-    "A span is a child of a plus: cached on its own, reused in any order.",
-    "Bulk ordering sorts the queries of a bulk so that shared prefixes meet.",
-    "The scheduler admits calls, plans relocations and fills the step budget.",
-    "Prefix caching reuses blocks only when everything before them matches.",
-]
+DOCUMENTS = SAMPLE_DOCUMENTS[:6]
 END = (-1).to_bytes(8, "big", signed=True)
 
 

@@ -33,8 +33,8 @@ import sys
 import threading
 import time
 
-from serve_harness import (KEY, Server, check, kill_servers, metric, run,
-                           stream_text)
+from serve_harness import (KEY, SAMPLE_DOCUMENTS, Server, check,
+                           kill_servers, metric, run, stream_text)
 
 CLIENTS = 64
 REQUESTS_PER_CLIENT = 4
@@ -44,16 +44,7 @@ WATCHDOG_SECONDS = 600
 MODEL = "tiny-llama-synthetic"
 
 SYSTEM = "Answer from the documents below. Be brief and cite the document."
-DOCUMENTS = [
-    "The block pool owns every KV block and evicts the least recently used.",
-    "Rotary embeddings rotate each key by an angle proportional to position.",
-    "A span is a child of a plus: cached on its own, reused in any order.",
-    "Bulk ordering sorts the queries of a bulk so that shared prefixes meet.",
-    "The scheduler admits calls, plans relocations and fills the step budget.",
-    "Prefix caching reuses blocks only when everything before them matches.",
-    "Continuous batching adds new requests to the next step of the engine.",
-    "A tail follows a plus and attends to every segment before it in order.",
-]
+DOCUMENTS = SAMPLE_DOCUMENTS
 QUESTIONS = [
     "Which document explains eviction?",
     "What moves when a span is reused?",

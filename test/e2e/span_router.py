@@ -41,16 +41,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import serve_harness  # noqa: E402
 from router_harness import NAME, chat, check_kill, free_port  # noqa: E402
-from serve_harness import Server, check, metric, run  # noqa: E402
+from serve_harness import (SAMPLE_DOCUMENTS, Server, check,  # noqa: E402
+                           metric, run)
 
-DOCUMENTS = [
-    "The block pool owns every KV block and evicts the least recently used.",
-    "Rotary embeddings rotate each key by an angle proportional to position.",
-    "A span is a child of a plus: cached on its own, reused in any order.",
-    "Bulk ordering sorts the queries of a bulk so that shared prefixes meet.",
-    "The scheduler admits calls, plans relocations and fills the step budget.",
-    "Prefix caching reuses blocks only when everything before them matches.",
-]
+DOCUMENTS = SAMPLE_DOCUMENTS[:6]
 SYSTEM = "Answer from the documents."
 
 

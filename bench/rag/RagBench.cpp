@@ -30,6 +30,8 @@
 #include "bench/common/RandomText.h"
 #include "bench/common/Report.h"
 #include "bench/rag/RagPeer.h"
+#include "bench/rag/RagProfile.h"
+#include "bench/rag/RagSettings.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -89,29 +91,9 @@ struct Row {
   /// and a guided repair's first pass: part of the TTFT, not of `computed`.
   double repairedTokens = 0;
   double probeMs = 0;
+  /// Where its time went (sched::PhaseProfile), its compile included.
+  PhaseBreakdown breakdown;
 };
-
-llvm::Expected<std::vector<kv::RelocationMode>>
-parseRelocations(llvm::StringRef text) {
-  std::vector<kv::RelocationMode> modes;
-  llvm::SmallVector<llvm::StringRef, 2> names;
-  text.split(names, ',', -1, false);
-  for (llvm::StringRef name : names) {
-    if (name.trim() == "rope-in-kernel")
-      modes.push_back(kv::RelocationMode::RopeInKernel);
-    else if (name.trim() == "rerope")
-      modes.push_back(kv::RelocationMode::Rerope);
-    else
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--set relocations=%s: expected rope-in-kernel and/or rerope",
-          text.str().c_str());
-  }
-  if (modes.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--set relocations=: name at least one");
-  return modes;
-}
 
 /// Rows of one configuration at one document count.
 std::vector<double> ttftsOf(llvm::ArrayRef<Row> rows, unsigned docs,
@@ -129,152 +111,6 @@ const Row *firstRow(llvm::ArrayRef<Row> rows, unsigned docs,
     if (row.docs == docs && row.config == config)
       return &row;
   return nullptr;
-}
-
-/// The settings of `spanc bench rag`, read and checked.
-struct RagSettings {
-  std::vector<int64_t> documentCounts;
-  int64_t documentTokens = 0;
-  /// Repetitions per document count (the last value repeats); -r N sets
-  /// every count to N.
-  std::vector<int64_t> repetitionList;
-  /// The peer's own repetitions per count: llama-server prefills a long
-  /// prompt 2-3x slower than our stock path on two cores (~50 s at 15
-  /// documents, twice per repetition), so it runs the first few only.
-  std::vector<int64_t> peerRepetitionList;
-  /// No new repetition starts after this many seconds (a shared machine's
-  /// load decides how many fit; rag.md says how many ran).
-  int64_t budgetSeconds = 0;
-  /// The defaults hold two 8k contexts; the paper's scale (32 documents of
-  /// 2857 tokens on a GPU, bench/gpu.sh) needs more of both.
-  int64_t cacheTokens = 0, stepTokens = 0;
-  std::vector<kv::RelocationMode> relocations;
-  /// The span accuracy modes beside stock (issue 14): each its own
-  /// executor, rope-in-kernel only, to keep the run's time.
-  std::vector<kv::SpanOptions> spanModes;
-  std::string peer;
-  /// -r N, or 0.
-  int repetitionsOverride = 0;
-  /// The default span options with rope-in-kernel are what the
-  /// span-*-rope-in-kernel rows measure already.
-  kv::SpanOptions defaultSpan;
-
-  int valueFor(llvm::ArrayRef<int64_t> list, int64_t docs) const {
-    size_t index =
-        size_t(llvm::find(documentCounts, docs) - documentCounts.begin());
-    return int(list[std::min(index, list.size() - 1)]);
-  }
-  int repetitionsFor(int64_t docs) const {
-    return repetitionsOverride > 0 ? repetitionsOverride
-                                   : valueFor(repetitionList, docs);
-  }
-  int peerRepetitionsFor(int64_t docs) const {
-    return std::min(repetitionsFor(docs), valueFor(peerRepetitionList, docs));
-  }
-  /// Whether `mode` is the default one, measured by the
-  /// span-*-rope-in-kernel rows: such a mode reads those rows instead of
-  /// running the same executor twice. A mode's name spells every setting
-  /// (blend and scaling included), so equal names are the same mode.
-  bool isAlias(const kv::SpanOptions &mode) const {
-    return llvm::is_contained(relocations, kv::RelocationMode::RopeInKernel) &&
-           kv::spanModeName(mode) == kv::spanModeName(defaultSpan);
-  }
-  /// The rows of a mode: "span-hit-isolated", or "span-hit-rope-in-kernel"
-  /// for the default mode.
-  std::string modeConfig(const char *kind, const kv::SpanOptions &mode) const {
-    return std::string("span-") + kind + "-" +
-           (isAlias(mode) ? std::string("rope-in-kernel")
-                          : kv::spanModeName(mode));
-  }
-};
-
-llvm::Error settingError(const char *message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
-/// The ranges of the settings readRagSettings read.
-llvm::Error checkRagSettings(const RagSettings &settings) {
-  for (int64_t docs : settings.documentCounts)
-    if (docs < 1 || docs > 64)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "--set docs: %lld is not in 1..64",
-                                     (long long)docs);
-  if (settings.documentTokens < 16 || settings.documentTokens > 4096)
-    return settingError("--set doc-tokens: expected 16..4096");
-  for (int64_t value : settings.repetitionList)
-    if (value < 1)
-      return settingError("--set reps: repetitions must be >= 1");
-  for (int64_t value : settings.peerRepetitionList)
-    if (value < 0)
-      return settingError("--set peer-reps: repetitions must be >= 0");
-  return llvm::Error::success();
-}
-
-/// Reads every setting first (so a typo fails before the model loads),
-/// then checks their ranges.
-llvm::Expected<RagSettings> readRagSettings(const BenchArgs &args) {
-  RagSettings settings;
-  auto readList = [&](const char *key, llvm::ArrayRef<int64_t> quick,
-                      llvm::ArrayRef<int64_t> full,
-                      std::vector<int64_t> &target) -> llvm::Error {
-    auto value = args.intListSetting(key, args.quick ? quick : full);
-    if (!value)
-      return value.takeError();
-    target = std::move(*value);
-    return llvm::Error::success();
-  };
-  auto readInt = [&](const char *key, int64_t fallback,
-                     int64_t &target) -> llvm::Error {
-    auto value = args.intSetting(key, fallback);
-    if (!value)
-      return value.takeError();
-    target = *value;
-    return llvm::Error::success();
-  };
-  if (auto error =
-          readList("docs", {1, 4}, {1, 2, 4, 8, 15}, settings.documentCounts))
-    return error;
-  if (auto error = readInt("doc-tokens", args.quick ? 128 : 512,
-                           settings.documentTokens))
-    return error;
-  if (auto error = readList("reps", {1}, {10}, settings.repetitionList))
-    return error;
-  if (auto error = readList("peer-reps", {1}, {3, 3, 3, 2, 1},
-                            settings.peerRepetitionList))
-    return error;
-  if (auto error =
-          readInt("budget-s", args.quick ? 0 : 1200, settings.budgetSeconds))
-    return error;
-  if (auto error = readInt("cache-tokens", 20480, settings.cacheTokens))
-    return error;
-  if (auto error = readInt("step-tokens", 512, settings.stepTokens))
-    return error;
-  auto relocations = parseRelocations(args.setting(
-      "relocations", args.quick ? "rope-in-kernel,rerope" : "rope-in-kernel"));
-  if (!relocations)
-    return relocations.takeError();
-  settings.relocations = std::move(*relocations);
-  std::string text = args.setting(
-      "modes", "prefix,isolated,prefix+recompute1,isolated+recompute1");
-  llvm::SmallVector<llvm::StringRef, 4> names;
-  if (text != "none")
-    llvm::StringRef(text).split(names, ',', -1, false);
-  for (llvm::StringRef name : names) {
-    auto mode = kv::parseSpanMode(name.trim());
-    if (!mode)
-      return mode.takeError();
-    settings.spanModes.push_back(*mode);
-  }
-  settings.peer = args.setting("peer", "auto");
-  if (settings.peer != "auto" && settings.peer != "on" &&
-      settings.peer != "off")
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--set peer=%s: expected auto, on or off",
-                                   settings.peer.c_str());
-  settings.repetitionsOverride = args.repetitions;
-  if (auto error = checkRagSettings(settings))
-    return error;
-  return settings;
 }
 
 /// One executor per configuration: stock prefix caching, span caching per
@@ -297,6 +133,7 @@ llvm::Expected<RagExecutors> makeRagExecutors(const ModelSession &model,
     options.relocationMode = relocation;
     options.cacheTokens = settings.cacheTokens;
     options.stepTokenBudget = settings.stepTokens;
+    options.profile = true; // the breakdown tables: a clock read per op
     return options;
   };
   RagExecutors executors;
@@ -356,10 +193,13 @@ llvm::Expected<PeerColumn> startPeerColumn(const BenchArgs &args,
 
 const char *const RagQuestion = "Which document mentions the river first?";
 
-/// Runs one call of `plan` and records its row.
+/// Runs one call of `plan` (compiled in `compileSeconds`) and records its
+/// row.
 llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
-                        const plan::Plan &plan, unsigned docs, unsigned rep,
-                        std::string config, std::vector<Row> &rows) {
+                        const plan::Plan &plan, double compileSeconds,
+                        unsigned docs, unsigned rep, std::string config,
+                        std::vector<Row> &rows) {
+  executor.resetProfile();
   auto outcomes = model.run(executor, plan);
   if (!outcomes)
     return outcomes.takeError();
@@ -373,12 +213,14 @@ llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
           stats.computedTokens,
           stats.relocatedTokens,
           double(stats.blendedTokens),
-          1e3 * stats.probeSeconds};
+          1e3 * stats.probeSeconds,
+          breakdownOf(executor.profile(), compileSeconds)};
   llvm::errs() << llvm::format(
       "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
       "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",
       docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
       row.computed, row.relocated, row.repairedTokens, row.probeMs);
+  llvm::errs() << "rag:   " << describeBreakdown(row.breakdown) << "\n";
   rows.push_back(std::move(row));
   return llvm::Error::success();
 }
@@ -400,7 +242,10 @@ llvm::Error measurePeer(RagPeer &peer, const plan::Plan &planA,
             uint32_t(completion->promptTokensTotal -
                      completion->promptTokensComputed),
             uint32_t(completion->promptTokensComputed),
-            0};
+            0,
+            0,
+            0,
+            PhaseBreakdown()};
     llvm::errs() << llvm::format(
         "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused "
         "%5u computed %5u\n",
@@ -450,16 +295,24 @@ llvm::Error measureRepetition(const BenchArgs &args,
   std::mt19937_64 random(seed);
   std::vector<unsigned> orderA = shuffledOrder(docs, random, docs);
   std::vector<unsigned> orderB = shuffledOrder(docs, random, orderA[0]);
+  const auto compileStart = std::chrono::steady_clock::now();
   auto planA = model.compile(ragSource(documents, orderA, system, RagQuestion));
   if (!planA)
     return planA.takeError();
+  const auto compiledA = std::chrono::steady_clock::now();
   auto planB = model.compile(ragSource(documents, orderB, system, RagQuestion));
   if (!planB)
     return planB.takeError();
+  const double compileSeconds[] = {
+      std::chrono::duration<double>(compiledA - compileStart).count(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    compiledA)
+          .count()};
   auto measure = [&](sched::Executor &executor, const plan::Plan &plan,
                      std::string config) {
-    return measureCall(model, executor, plan, docs, unsigned(rep),
-                       std::move(config), rows);
+    return measureCall(model, executor, plan,
+                       compileSeconds[&plan == &*planA ? 0 : 1], docs,
+                       unsigned(rep), std::move(config), rows);
   };
   if (auto error = measure(*executors.prefix, *planA, "prefix-cold"))
     return error;
@@ -781,8 +634,33 @@ void writeReuseTable(llvm::raw_ostream &out, const BenchArgs &args,
       << ".tsv); plot: " << args.name << ".png (bench/rag/plot.py).\n";
 }
 
-/// rag.md: setup, the TTFT table, the headline ratios, the per-mode table
-/// and the reuse table.
+/// Where each span hit's time went, by phase (medians per document count):
+/// the default mode's first, then each mode's.
+void writeBreakdowns(llvm::raw_ostream &out, const RagSettings &settings,
+                     llvm::ArrayRef<Row> rows) {
+  out << "\n## Where a hit's time goes (ms, median)\n\nEach measured call "
+         "timed by phase (sched::PhaseProfile, `spanc run "
+         "--stats=detailed`): compile + plan happen before the call (not in "
+         "its TTFT); the forward pass's ops are summed over its layers.\n";
+  std::vector<std::string> configs;
+  for (kv::RelocationMode mode : settings.relocations)
+    configs.push_back(std::string("span-hit-") + kv::relocationModeName(mode));
+  for (const kv::SpanOptions &mode : settings.spanModes)
+    if (!settings.isAlias(mode))
+      configs.push_back(settings.modeConfig("hit", mode));
+  configs.push_back("span-miss-rope-in-kernel");
+  configs.push_back("prefix-warm-shuffled");
+  for (const std::string &config : configs) {
+    std::vector<std::pair<unsigned, std::pair<double, PhaseBreakdown>>> entries;
+    for (const Row &row : rows)
+      if (row.config == config)
+        entries.push_back({row.docs, {row.ttftMs, row.breakdown}});
+    writeBreakdownTable(out, config, entries);
+  }
+}
+
+/// rag.md: setup, the TTFT table, the headline ratios, the per-mode table,
+/// the breakdowns and the reuse table.
 std::string ragMarkdown(const BenchArgs &args, const RagSettings &settings,
                         const ModelSession &model, const PeerColumn &peerColumn,
                         const RagMeasurements &measured) {
@@ -811,6 +689,7 @@ std::string ragMarkdown(const BenchArgs &args, const RagSettings &settings,
         configs.push_back(settings.modeConfig("hit", mode));
       }
   }
+  writeBreakdowns(out, settings, measured.rows);
   writeReuseTable(out, args, settings, measured.rows, configs);
   out.flush();
   return md;

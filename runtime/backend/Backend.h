@@ -11,6 +11,7 @@
 #ifndef SPANC_RUNTIME_BACKEND_BACKEND_H
 #define SPANC_RUNTIME_BACKEND_BACKEND_H
 
+#include "runtime/backend/ForwardProfile.h"
 #include "runtime/backend/StepLayout.h"
 #include "runtime/kv/RelocationPlanner.h"
 #include "runtime/model/Forward.h"
@@ -64,7 +65,19 @@ public:
   /// compare what relocation left there); nullptr on a device.
   virtual const KvStorage *hostStorage() const { return nullptr; }
 
+  /// Times the forward passes from now on (each step's layout, and each op
+  /// where the backend times its ops: the CPU's), or stops timing them.
+  void setProfiling(bool enabled);
+  /// What the passes timed since the last resetProfile took.
+  ForwardProfile profile() const;
+  void resetProfile();
+
 protected:
+  /// The backend's own op timers; none by default.
+  virtual void enableOpTimers(bool) {}
+  virtual ForwardProfile opProfile() const { return {}; }
+  virtual void resetOpProfile() {}
+
   /// What this backend checks a step against (its storage's size, its RoPE
   /// table, what it refuses).
   virtual StepLimits stepLimits() const = 0;
@@ -77,7 +90,14 @@ protected:
                               uint32_t numLayers) = 0;
 
 private:
+  /// Checks and lays `batch` out into `step` (timed when profiling).
+  llvm::Error layOut(llvm::ArrayRef<model::ForwardSequence> batch,
+                     uint32_t layers);
+
   StepLayout step; ///< reused from step to step (its arrays' capacity)
+  bool profiling = false;
+  /// The layouts' time and the passes' counts (the ops are opProfile()'s).
+  ForwardProfile stepProfile;
 };
 
 } // namespace spanc::backend

@@ -48,6 +48,11 @@ private:
   uint32_t numLayers() const override;
   llvm::Error runStep(const StepLayout &step, model::ForwardOutput *output,
                       uint32_t numLayers) override;
+  void enableOpTimers(bool enabled) override {
+    forwardPass.enableProfile(enabled);
+  }
+  ForwardProfile opProfile() const override { return forwardPass.profile(); }
+  void resetOpProfile() override { forwardPass.resetProfile(); }
 
   model::Model &cpuModel;
   std::unique_ptr<KvStorage> kvStorage;

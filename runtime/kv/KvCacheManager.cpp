@@ -3,10 +3,12 @@
 #include "runtime/kv/KvCacheManager.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace spanc::kv {
@@ -62,12 +64,34 @@ AdmitResult reject(const llvm::Twine &reason) {
 
 } // namespace
 
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+} // namespace
+
+llvm::Expected<RequestPlan>
+KvCacheManager::layOut(llvm::ArrayRef<Segment> segments) const {
+  const auto start = std::chrono::steady_clock::now();
+  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
+                              pool_.blockSize(), hasher_);
+  cacheProfile.layoutSeconds += secondsSince(start);
+  ++cacheProfile.layouts;
+  return layout;
+}
+
 AdmitResult KvCacheManager::admit(RequestId id,
                                   llvm::ArrayRef<Segment> segments) {
   if (requests_.count(id))
     return reject("request " + llvm::Twine(id) + " is already admitted");
-  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
-                              pool_.blockSize(), hasher_);
+  auto layout = layOut(segments);
+  const auto start = std::chrono::steady_clock::now();
+  ++cacheProfile.admissions;
+  auto timeAdmission = llvm::make_scope_exit(
+      [&] { cacheProfile.admitSeconds += secondsSince(start); });
   if (!layout)
     return reject("request " + llvm::Twine(id) + ": " +
                   llvm::toString(layout.takeError()));
@@ -338,8 +362,7 @@ void KvCacheManager::forgetInFlight(RequestState &request) {
 }
 
 uint64_t KvCacheManager::layoutBlocks(llvm::ArrayRef<Segment> segments) const {
-  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
-                              pool_.blockSize(), hasher_);
+  auto layout = layOut(segments);
   if (!layout) {
     llvm::consumeError(layout.takeError());
     return 0;
@@ -351,8 +374,7 @@ bool KvCacheManager::needsBlocksInFlight(
     llvm::ArrayRef<Segment> segments) const {
   if (inFlight_.empty() || cacheMode_ == CacheMode::Off)
     return false;
-  auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
-                              pool_.blockSize(), hasher_);
+  auto layout = layOut(segments);
   if (!layout) {
     llvm::consumeError(layout.takeError()); // admit() reports it
     return false;

@@ -75,6 +75,17 @@ struct DecodeSlot {
   std::optional<RelocationOp> copy;
 };
 
+/// Where admissions spent their time (the executor's phase profile).
+struct CacheProfile {
+  /// layoutRequest: positions, block hashes, page lists, recomputed runs
+  /// (admit, and the in-flight check before it).
+  double layoutSeconds = 0;
+  /// The rest of admit: hash lookups, settling the hits, allocation, the
+  /// compute runs.
+  double admitSeconds = 0;
+  uint64_t layouts = 0, admissions = 0;
+};
+
 class KvCacheManager {
 public:
   KvCacheManager(BlockPool &pool, BlockHasher hasher, CacheMode cacheMode,
@@ -132,6 +143,9 @@ public:
   /// scheduler must then preempt a request (release it) and retry.
   llvm::Expected<DecodeSlot> appendToken(RequestId id, TokenId token);
 
+  const CacheProfile &profile() const { return cacheProfile; }
+  void resetProfile() { cacheProfile = CacheProfile(); }
+
   /// Caches every block the request completed (generated tokens included,
   /// the final partial block too) and drops its references, last block
   /// first so eviction takes tails before shared heads.
@@ -147,6 +161,8 @@ private:
   void cacheBlock(const RequestPlan &plan, uint32_t index);
   void dropReferences(RequestState &request);
   void forgetInFlight(RequestState &request);
+  /// layoutRequest with this manager's settings, timed.
+  llvm::Expected<RequestPlan> layOut(llvm::ArrayRef<Segment> segments) const;
 
   BlockPool &pool_;
   BlockHasher hasher_;
@@ -158,6 +174,7 @@ private:
   llvm::SmallVector<RequestId, 8> pending_;
   /// Hashes of blocks being computed by admitted requests, with counts.
   llvm::DenseMap<BlockHash, uint32_t> inFlight_;
+  mutable CacheProfile cacheProfile;
 };
 
 } // namespace spanc::kv

@@ -79,6 +79,7 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   executor->runner = std::make_unique<ModelRunner>(*executor->device, tokenizer,
                                                    options.keepFirstLogits,
                                                    model.config().numLayers);
+  executor->device->setProfiling(options.profile);
   executor->stepOutput = std::make_unique<SchedulerOutput>();
   executor->runnerOutput = std::make_unique<RunnerOutput>();
   return executor;
@@ -109,11 +110,36 @@ void Executor::endSession() {
   runner->endRun();
 }
 
+PhaseProfile Executor::profile() const {
+  PhaseProfile result = phaseTimes;
+  result += scheduler->phases();
+  result += runner->phases();
+  const kv::CacheProfile &cache = cacheManager->profile();
+  result.layouts = cache.layouts;
+  result.admissions = cache.admissions;
+  result.layoutSeconds = cache.layoutSeconds;
+  result.lookupSeconds = cache.admitSeconds;
+  // The scheduler's admission time holds the cache manager's.
+  result.admissionSeconds = std::max(
+      0.0, result.admissionSeconds - cache.layoutSeconds - cache.admitSeconds);
+  result.forward = device->profile();
+  return result;
+}
+
+void Executor::resetProfile() {
+  phaseTimes = PhaseProfile();
+  scheduler->resetPhases();
+  runner->resetPhases();
+  cacheManager->resetProfile();
+  device->resetProfile();
+}
+
 bool Executor::step() {
+  const auto start = std::chrono::steady_clock::now();
   llvm::Error error = scheduler->schedule(*stepOutput);
   if (!error && !scheduler->hasRunning() && stepOutput->empty())
     return false;
-  runScheduled(std::move(error));
+  runScheduled(std::move(error), start);
   return true;
 }
 
@@ -129,17 +155,22 @@ size_t Executor::numRunning() const { return scheduler->numRunning(); }
 
 size_t Executor::numWaiting() const { return scheduler->numWaiting(); }
 
-void Executor::runScheduled(llvm::Error error) {
+void Executor::runScheduled(llvm::Error error,
+                            std::chrono::steady_clock::time_point start) {
   SchedulerOutput &step = *stepOutput;
   RunnerOutput &result = *runnerOutput;
+  ++phaseTimes.steps;
   if (!error)
     error = runner->execute(step, result);
+  auto mark = std::chrono::steady_clock::now();
   if (error) {
     // A step failed as a whole (a malformed batch): fail what ran in it.
     scheduler->failStep(step, llvm::toString(std::move(error)));
-    return;
+  } else {
+    scheduler->update(step, result);
   }
-  scheduler->update(step, result);
+  lap(mark, phaseTimes.updateSeconds);
+  phaseTimes.stepSeconds += std::chrono::duration<double>(mark - start).count();
 }
 
 std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
@@ -154,13 +185,14 @@ std::vector<CallOutcome> Executor::run(const plan::Plan &plan,
       scheduler->cancel("interrupted");
       break;
     }
+    const auto start = std::chrono::steady_clock::now();
     llvm::Error error = scheduler->schedule(*stepOutput);
     if (!error && !scheduler->hasRunning() && stepOutput->empty()) {
       if (stepOutput->admittedCalls == 0 && !scheduler->hasWaiting())
         break; // nothing can make progress (should not happen)
       continue;
     }
-    runScheduled(std::move(error));
+    runScheduled(std::move(error), start);
     if (onProgress)
       onProgress({scheduler->numDone(), numCalls, runner->tokensGenerated()});
   }

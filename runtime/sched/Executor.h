@@ -20,9 +20,11 @@
 #include "runtime/model/Tokenizer.h"
 #include "runtime/sched/CallOutcome.h"
 #include "runtime/sched/Fairness.h"
+#include "runtime/sched/PhaseProfile.h"
 
 #include "llvm/Support/Error.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +73,9 @@ struct ExecutorOptions {
   /// session whose requests compete (spanc serve); none by default, and a
   /// plain run is one request.
   FairnessOptions fairness;
+  /// Time every op of the forward pass too (profile()'s `forward`): a
+  /// clock read per op and layer. The phases are always timed.
+  bool profile = false;
 };
 
 class Executor {
@@ -118,14 +123,21 @@ public:
   /// The K/V memory (tests compare what relocation left there); only for
   /// a backend whose K/V lives in host memory (the CPU's).
   const backend::KvStorage &kvStorage() const;
+  /// Where the steps since the last resetProfile spent their time, by
+  /// phase (and by op of the forward pass with ExecutorOptions::profile).
+  PhaseProfile profile() const;
+  void resetProfile();
+
   /// The hasher every plan's block hashes come from.
   const kv::BlockHasher &hasher() const { return cacheManager->hasher(); }
 
 private:
   Executor();
-  /// Runs the step schedule() laid out in stepOutput, then update(); or,
-  /// when scheduling or the runner failed, fails the step's calls.
-  void runScheduled(llvm::Error error);
+  /// Runs the step schedule() laid out in stepOutput (from `start`), then
+  /// update(); or, when scheduling or the runner failed, fails the step's
+  /// calls.
+  void runScheduled(llvm::Error error,
+                    std::chrono::steady_clock::time_point start);
 
   ExecutorOptions executorOptions;
   std::unique_ptr<kv::BlockPool> blockPool;
@@ -139,6 +151,8 @@ private:
   std::unique_ptr<RunnerOutput> runnerOutput;
   /// The session's streaming callback (the runner points to it).
   TokenCallback sessionOnToken;
+  /// The executor's own phases: steps, updates, their whole time.
+  PhaseProfile phaseTimes;
 };
 
 } // namespace spanc::sched

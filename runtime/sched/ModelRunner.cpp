@@ -2,9 +2,11 @@
 
 #include "runtime/sched/ModelRunner.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace spanc::sched {
@@ -80,17 +82,20 @@ TokenLogprobs ModelRunner::tokenLogprobs(llvm::ArrayRef<float> logits,
 llvm::Error ModelRunner::execute(const SchedulerOutput &step,
                                  RunnerOutput &result) {
   result.clear();
+  auto mark = std::chrono::steady_clock::now();
   // Copy-on-write first (a copy reads a block the relocations or this
   // step's writes may change), then the moves and duplicates reused blocks
   // need, before any read.
   for (const kv::RelocationOp &copy : step.blockCopies)
     device.copyBlock(copy);
   device.relocate(step.stepPlan.relocation);
+  lap(mark, phaseTimes.relocateSeconds);
   if (llvm::Error error = repair.run(
           step, [&](plan::CallId call) -> auto & {
             return (*outcomes)[call].stats;
           }))
     return error;
+  lap(mark, phaseTimes.repairSeconds);
   if (step.sequences.empty())
     return llvm::Error::success();
 
@@ -107,8 +112,13 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
                                             : model::LogitsRequest::None;
     sequence.rows = scheduled.rows;
   }
+  phaseTimes.sequences += batch.size();
+  lap(mark, phaseTimes.prepareSeconds);
   if (llvm::Error error = device.forward(batch, forwardOutput))
     return error;
+  lap(mark, phaseTimes.forwardSeconds);
+  auto timeSampling =
+      llvm::make_scope_exit([&] { lap(mark, phaseTimes.sampleSeconds); });
 
   // Sample, check for the end, record and stream.
   for (size_t s = 0; s < step.sequences.size(); ++s) {

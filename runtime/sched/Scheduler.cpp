@@ -335,9 +335,13 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     if (cache.contains(request))
       output.blockCopies.push_back(copy);
   copies.clear();
+  Clock::time_point mark = Clock::now();
   output.admittedCalls = admit();
+  lap(mark, phaseTimes.admissionSeconds);
   if (running.empty())
     return llvm::Error::success();
+  auto timeBatch =
+      llvm::make_scope_exit([&] { lap(mark, phaseTimes.batchSeconds); });
   llvm::Expected<kv::StepPlan> stepPlan = cache.planStep();
   if (!stepPlan)
     return stepPlan.takeError();
@@ -354,6 +358,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     if (found != running.end())
       requeue(**found, WaitingFor::Readmission);
   }
+  lap(mark, phaseTimes.relocationPlanSeconds);
   if (running.empty())
     return llvm::Error::success();
 

@@ -23,6 +23,7 @@
 #include "runtime/sched/CallGraph.h"
 #include "runtime/sched/CallOutcome.h"
 #include "runtime/sched/Fairness.h"
+#include "runtime/sched/PhaseProfile.h"
 #include "runtime/sched/SchedulerOutput.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -128,6 +129,11 @@ public:
   /// What a waiting call waits for (std::nullopt when it is not waiting).
   std::optional<WaitingFor> waitingFor(plan::CallId call) const;
 
+  /// What schedule() spent since the last reset: admission (the cache
+  /// manager's share included), CIDRA's plan and the batch.
+  const PhaseProfile &phases() const { return phaseTimes; }
+  void resetPhases() { phaseTimes = PhaseProfile(); }
+
 private:
   struct Request;
 
@@ -187,6 +193,7 @@ private:
   llvm::SmallDenseMap<RequestTag, int64_t, 8> prefillTaken;
   size_t callsDone = 0;
   uint64_t admissions = 0;
+  PhaseProfile phaseTimes;
 };
 
 } // namespace spanc::sched

@@ -311,8 +311,14 @@ void addRunOptions(po::options_description &options) {
        "K/V storage: f16 (as llama.cpp's default cache) or f32 (twice the " //
        "memory; ReRoPE and rope-in-kernel then differ only by f32 "         //
        "rounding)")                                                         //
-      ("stats", "per-call statistics on stderr: TTFT, prompt tokens "       //
-                "reused/computed/relocated, hit rate, decode tokens/s")     //
+      ("stats",
+       po::value<std::string>()->implicit_value("calls")->value_name(
+           "detailed"),                                                     //
+       "per-call statistics on stderr: TTFT, prompt tokens "                //
+       "reused/computed/relocated, hit rate, decode tokens/s; "             //
+       "--stats=detailed adds each run's time by phase (compile and plan, " //
+       "layout and hashing, lookups, admission, relocations, the forward "  //
+       "pass by op and per layer, sampling)")                               //
       ("json", "print results and statistics as JSON on stdout")            //
       ("progress-after", po::value<double>()->default_value(1.0),           //
        "when stderr is a terminal, draw a progress line (calls, tokens, "   //
@@ -422,7 +428,8 @@ std::optional<int>
 runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
               const po::variables_map &values, unsigned repeat,
               const sched::TokenCallback &onToken, bool streamed,
-              std::vector<sched::CallOutcome> &outcomes, nlohmann::json &runs) {
+              std::vector<sched::CallOutcome> &outcomes, nlohmann::json &runs,
+              double compileSeconds) {
   // After omp_set_num_threads: --threads is its ceiling. Adapted after
   // every scheduler step (the progress callback).
   cpu::AdaptiveThreads adaptiveThreads;
@@ -433,7 +440,10 @@ runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
   const bool showProgress =
       llvm::sys::Process::StandardErrIsDisplayed() &&
       !(streamed && llvm::sys::Process::StandardOutIsDisplayed());
+  const bool detailed =
+      values.count("stats") && values["stats"].as<std::string>() == "detailed";
   for (unsigned iteration = 0; iteration < repeat; ++iteration) {
+    executor.resetProfile();
     auto start = std::chrono::steady_clock::now();
     ProgressLine progressLine(showProgress,
                               values["progress-after"].as<double>());
@@ -474,6 +484,9 @@ runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
                    << " cache, --cache=" << values["cache"].as<std::string>()
                    << ")\n";
       printStats(plan, outcomes, wall, llvm::errs());
+      if (detailed)
+        sched::printPhaseProfile(llvm::errs(), executor.profile(),
+                                 iteration == 0 ? compileSeconds : 0);
     }
   }
   return std::nullopt;
@@ -548,6 +561,13 @@ int runRun(const std::vector<std::string> &args) {
   if (!repeatCount)
     return 1;
   executorOptions.stepTokenBudget = values["step-tokens"].as<int64_t>();
+  if (values.count("stats")) {
+    const std::string stats = values["stats"].as<std::string>();
+    if (stats != "calls" && stats != "detailed")
+      return reportError("run", "--stats=" + stats +
+                                    ": expected --stats or --stats=detailed");
+    executorOptions.profile = stats == "detailed";
+  }
   if (!applyIsaOption("run", values))
     return 1;
   if (!applyThreadsOption("run", values))
@@ -557,6 +577,7 @@ int runRun(const std::vector<std::string> &args) {
   ir::DiagnosticEngine diagnostics(sourceMgr);
   codegen::CompileOptions compileOptions;
   int exitCode = 0;
+  const auto compileStart = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Module> module =
       compileProgram(values, compileOptions, diagnostics, exitCode);
   if (!module)
@@ -599,6 +620,11 @@ int runRun(const std::vector<std::string> &args) {
       codegen::lowerToPlan(*module, encoder, diagnostics, limits);
   if (!plan)
     return 1;
+  // Source to plan, the model's tokenizer and template opened included.
+  const double compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    compileStart)
+          .count();
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
     return reportError("run", "cannot load model '" + modelPath +
@@ -635,9 +661,9 @@ int runRun(const std::vector<std::string> &args) {
 
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
-  if (std::optional<int> stopped =
-          runRepeatedly(**executor, *plan, values, unsigned(*repeatCount),
-                        onToken, streamed.has_value(), outcomes, runs))
+  if (std::optional<int> stopped = runRepeatedly(
+          **executor, *plan, values, unsigned(*repeatCount), onToken,
+          streamed.has_value(), outcomes, runs, compileSeconds))
     return *stopped;
 
   bool allSucceeded =

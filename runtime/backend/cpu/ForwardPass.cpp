@@ -10,30 +10,6 @@
 
 namespace spanc::backend {
 
-ForwardProfile &ForwardProfile::operator+=(const ForwardProfile &other) {
-  embeddingSeconds += other.embeddingSeconds;
-  normSeconds += other.normSeconds;
-  qkvSeconds += other.qkvSeconds;
-  ropeSeconds += other.ropeSeconds;
-  kvWriteSeconds += other.kvWriteSeconds;
-  attentionSeconds += other.attentionSeconds;
-  attentionOutputSeconds += other.attentionOutputSeconds;
-  gateUpSeconds += other.gateUpSeconds;
-  swiGluSeconds += other.swiGluSeconds;
-  downSeconds += other.downSeconds;
-  residualSeconds += other.residualSeconds;
-  outputHeadSeconds += other.outputHeadSeconds;
-  tokens += other.tokens;
-  return *this;
-}
-
-double ForwardProfile::total() const {
-  return embeddingSeconds + normSeconds + qkvSeconds + ropeSeconds +
-         kvWriteSeconds + attentionSeconds + attentionOutputSeconds +
-         gateUpSeconds + swiGluSeconds + downSeconds + residualSeconds +
-         outputHeadSeconds;
-}
-
 KvStorageConfig kvStorageConfigFor(const model::Model &model, int64_t numBlocks,
                                    int blockSize, bool keysRotated) {
   const model::ModelConfig &modelConfig = model.config();
@@ -148,6 +124,8 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
   numTokens = step.numTokens();
   reserve(numTokens);
   opProfile.tokens += numTokens;
+  ++opProfile.passes;
+  opProfile.layers += numLayers;
   // Rows [0, quantizedRows) multiply the 4/8-bit weights in place with
   // int8 activations (decode rows), the rest the packed bf16/f32 copy
   // (prompt rows): each row's path is its own (RowKind). llama.cpp

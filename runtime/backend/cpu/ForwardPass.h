@@ -15,6 +15,7 @@
 #ifndef SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H
 #define SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H
 
+#include "runtime/backend/ForwardProfile.h"
 #include "runtime/backend/StepLayout.h"
 #include "runtime/backend/cpu/KvStorage.h"
 #include "runtime/kernels/cpu/Attention.h"
@@ -28,17 +29,6 @@
 #include <vector>
 
 namespace spanc::backend {
-
-/// Wall time per kind of op, summed over steps (for profiles).
-struct ForwardProfile {
-  double embeddingSeconds = 0, normSeconds = 0, qkvSeconds = 0, ropeSeconds = 0,
-         kvWriteSeconds = 0, attentionSeconds = 0, attentionOutputSeconds = 0,
-         gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
-         residualSeconds = 0, outputHeadSeconds = 0;
-  int64_t tokens = 0;
-  ForwardProfile &operator+=(const ForwardProfile &other);
-  double total() const;
-};
 
 /// The KV storage shape `model` needs: numBlocks blocks of blockSize
 /// tokens, K stored rotated or not, f16 unless the model keeps K/V exact

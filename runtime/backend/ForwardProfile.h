@@ -1,0 +1,46 @@
+//===- ForwardProfile.h - Where a backend's forward passes spent time -----===//
+//
+// Wall time per kind of op, summed over the passes a backend ran while its
+// profile was on (Backend::setProfiling; `spanc bench engine --profile`,
+// `spanc run --stats=detailed`, `spanc bench rag`'s hit breakdown). Each op
+// is timed on the calling thread around its parallel region, so thread
+// wake-ups and barriers count in the op they serve.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H
+#define SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H
+
+#include <cstdint>
+
+namespace spanc::backend {
+
+struct ForwardProfile {
+  double embeddingSeconds = 0, normSeconds = 0, qkvSeconds = 0, ropeSeconds = 0,
+         kvWriteSeconds = 0, attentionSeconds = 0, attentionOutputSeconds = 0,
+         gateUpSeconds = 0, swiGluSeconds = 0, downSeconds = 0,
+         residualSeconds = 0, outputHeadSeconds = 0;
+  /// Checking and flattening each step (StepLayout), before any op.
+  double layoutSeconds = 0;
+  int64_t tokens = 0;
+  /// Forward passes, and the layers they ran (a repair's selection pass
+  /// runs fewer than all).
+  int64_t passes = 0, layers = 0;
+
+  ForwardProfile &operator+=(const ForwardProfile &other);
+  /// The ops' time (the layout not included).
+  double total() const;
+  /// The weight multiplications of the layers: QKV, attention output,
+  /// gate|up and down.
+  double gemmSeconds() const {
+    return qkvSeconds + attentionOutputSeconds + gateUpSeconds + downSeconds;
+  }
+  /// The layers' other ops: norms, RoPE, the K/V write, SwiGLU, residuals.
+  double otherLayerSeconds() const {
+    return normSeconds + ropeSeconds + kvWriteSeconds + swiGluSeconds +
+           residualSeconds;
+  }
+};
+
+} // namespace spanc::backend
+
+#endif // SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H

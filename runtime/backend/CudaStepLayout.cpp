@@ -25,6 +25,9 @@ StepLimits withCudaRefusals(StepLimits limits) {
   limits.keyMassRefusal = "question-guided span repair (--span-guided) is "
                           "not implemented by the CUDA backend; use "
                           "--device=cpu";
+  limits.queryIndicesRefusal = "explicit query indices (compute runs merged "
+                               "into one sequence) are not implemented by "
+                               "the CUDA backend";
   return limits;
 }
 

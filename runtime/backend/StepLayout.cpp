@@ -2,6 +2,8 @@
 
 #include "runtime/backend/StepLayout.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 
 namespace spanc::backend {
@@ -13,6 +15,7 @@ llvm::Error buildStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
   layout.positions.clear();
   layout.slotBlocks.clear();
   layout.slotIndices.clear();
+  layout.queryIndices.clear();
   layout.queryOffsets.assign(1, 0);
   layout.pageOffsets.assign(1, 0);
   layout.contextLengths.clear();
@@ -25,6 +28,9 @@ llvm::Error buildStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
   layout.rowOffsets.assign(1, 0);
   layout.numDecodeRows = 0;
   layout.anyAllLogits = layout.anySpanScaling = false;
+  layout.anyQueryIndices = llvm::any_of(batch, [](const auto &sequence) {
+    return !sequence.queryIndices.empty();
+  });
   layout.maxContextLength = layout.maxQueryLength = 0;
   for (size_t index = 0; index < batch.size(); ++index) {
     const model::ForwardSequence &sequence = batch[index];
@@ -48,21 +54,38 @@ llvm::Error buildStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
       layout.tokenIds.push_back(sequence.tokens[size_t(token)]);
       layout.positions.push_back(
           model::ropePosition(sequence, length, token, limits.ropeInKernel));
+      if (layout.anyQueryIndices)
+        layout.queryIndices.push_back(
+            model::queryIndex(sequence, length, token));
     }
-    // The slots of the last `count` logical tokens, walking pages backwards
-    // (a partial block's padding is skipped: it takes no slot).
     size_t firstSlot = layout.slotBlocks.size();
     layout.slotBlocks.resize(firstSlot + size_t(count));
     layout.slotIndices.resize(firstSlot + size_t(count));
-    int64_t remaining = count;
-    for (size_t page = sequence.blockIds.size(); page-- > 0 && remaining > 0;)
-      for (int32_t slot = sequence.validTokens[page];
-           slot-- > 0 && remaining > 0;) {
-        --remaining;
-        layout.slotBlocks[firstSlot + size_t(remaining)] =
-            sequence.blockIds[page];
-        layout.slotIndices[firstSlot + size_t(remaining)] = slot;
+    if (!sequence.queryIndices.empty()) {
+      // The slot of each token's logical index, walking pages forwards.
+      int64_t pageStart = 0;
+      size_t page = 0;
+      for (int64_t token = 0; token < count; ++token) {
+        const int32_t index = sequence.queryIndices[size_t(token)];
+        while (pageStart + sequence.validTokens[page] <= index)
+          pageStart += sequence.validTokens[page++];
+        layout.slotBlocks[firstSlot + size_t(token)] = sequence.blockIds[page];
+        layout.slotIndices[firstSlot + size_t(token)] =
+            int32_t(index - pageStart);
       }
+    } else {
+      // The slots of the last `count` logical tokens, walking pages
+      // backwards (a partial block's padding is skipped: it takes no slot).
+      int64_t remaining = count;
+      for (size_t page = sequence.blockIds.size(); page-- > 0 && remaining > 0;)
+        for (int32_t slot = sequence.validTokens[page];
+             slot-- > 0 && remaining > 0;) {
+          --remaining;
+          layout.slotBlocks[firstSlot + size_t(remaining)] =
+              sequence.blockIds[page];
+          layout.slotIndices[firstSlot + size_t(remaining)] = slot;
+        }
+    }
     const int32_t firstToken = layout.queryOffsets.back();
     layout.queryOffsets.push_back(firstToken + int32_t(count));
     layout.pageOffsets.push_back(layout.pageOffsets.back() +

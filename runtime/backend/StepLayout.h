@@ -42,6 +42,9 @@ struct StepLayout {
   std::vector<int32_t> positions;
   /// Where the token's K/V goes: block id and slot.
   std::vector<int32_t> slotBlocks, slotIndices;
+  /// Its logical index in its sequence's page list (filled only when a
+  /// sequence gives them: anyQueryIndices).
+  std::vector<int32_t> queryIndices;
 
   // Per sequence: [s], [s + 1) ranges.
   std::vector<int32_t> queryOffsets; ///< numSequences + 1 token offsets
@@ -67,6 +70,8 @@ struct StepLayout {
   int64_t numDecodeRows = 0;   ///< new tokens of decode sequences
   bool anyAllLogits = false;   ///< a sequence wants every row's logits
   bool anySpanScaling = false; ///< a sequence scales its span pages
+  /// A sequence gives its tokens' logical indices (queryIndices).
+  bool anyQueryIndices = false;
   /// The longest page list and the most new tokens of one sequence.
   int64_t maxContextLength = 0, maxQueryLength = 0;
 

@@ -71,6 +71,24 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+/// Sets ComputeRun::extendsPrevious on the runs of `plan`.
+void markExtendingRuns(RequestPlan &plan, bool scalesSpans) {
+  if (scalesSpans)
+    return;
+  for (size_t index = 1; index < plan.runs.size(); ++index) {
+    const ComputeRun &previous = plan.runs[index - 1];
+    ComputeRun &run = plan.runs[index];
+    const SegmentPlan &before = plan.segments[previous.segment];
+    const SegmentPlan &segment = plan.segments[run.segment];
+    run.extendsPrevious = !run.afterSpanRelocation && !before.blend &&
+                          !segment.blend &&
+                          previous.numPages <= run.numPages - run.numBlocks &&
+                          std::equal(before.pages.begin(),
+                                     before.pages.begin() + previous.numPages,
+                                     segment.pages.begin());
+  }
+}
+
 } // namespace
 
 llvm::Expected<RequestPlan>
@@ -231,6 +249,7 @@ AdmitResult KvCacheManager::admit(RequestId id,
     }
   }
 
+  markExtendingRuns(plan, spanOptions_.scalesSpans());
   requests_[id] = std::move(request);
   pending_.push_back(id);
   return {AdmitStatus::Admitted, ""};

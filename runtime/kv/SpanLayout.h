@@ -255,6 +255,14 @@ struct ComputeRun {
   /// positions; relocate them (KvCacheManager::relocateComputedSpans and
   /// the next planStep) before this run reads them.
   bool afterSpanRelocation = false;
+  /// The previous run's page list is a prefix of this run's, before this
+  /// run's own blocks (a recomputed block after each span, then the tail):
+  /// scheduled in one step, the two run as one attention sequence with
+  /// explicit query indices (model::ForwardSequence::queryIndices), each
+  /// row computing what it would alone. Set at admission; never across a
+  /// repair, a relocation barrier or span scaling (whose page flags depend
+  /// on the reader).
+  bool extendsPrevious = false;
 };
 
 struct RequestPlan {

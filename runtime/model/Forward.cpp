@@ -60,6 +60,17 @@ llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
     return batchError(index, limits.spanScalingRefusal);
   if (!sequence.keyMass.empty() && !limits.keyMassRefusal.empty())
     return batchError(index, limits.keyMassRefusal);
+  if (!sequence.queryIndices.empty()) {
+    if (!limits.queryIndicesRefusal.empty())
+      return batchError(index, limits.queryIndicesRefusal);
+    if (!sequence.keyMass.empty())
+      return batchError(index, "a key-mass probe's tokens are the last of "
+                               "its page list (no query indices)");
+    if (int64_t(sequence.queryIndices.size()) != count)
+      return batchError(index, llvm::Twine(sequence.queryIndices.size()) +
+                                   " query indices for " + llvm::Twine(count) +
+                                   " tokens");
+  }
   length = 0;
   for (size_t page = 0; page < sequence.blockIds.size(); ++page) {
     int32_t block = sequence.blockIds[page];
@@ -87,6 +98,15 @@ llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
     return batchError(
         index, "length " + llvm::Twine(length) + " exceeds the RoPE table (" +
                    llvm::Twine(limits.numPositions) + " positions)");
+  for (size_t token = 0; token < sequence.queryIndices.size(); ++token) {
+    const int32_t query = sequence.queryIndices[token];
+    if (query < 0 || query >= length ||
+        (token > 0 && query <= sequence.queryIndices[token - 1]))
+      return batchError(index, "query index " + llvm::Twine(query) +
+                                   " of token " + llvm::Twine(token) +
+                                   " is not increasing inside [0, " +
+                                   llvm::Twine(length) + ")");
+  }
   for (int64_t token = 0; token < count; ++token) {
     int32_t id = sequence.tokens[size_t(token)];
     if (id < 0 || uint32_t(id) >= limits.vocabSize)

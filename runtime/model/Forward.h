@@ -65,6 +65,15 @@ struct ForwardSequence {
   /// probe (docs/ARCHITECTURE.md, "Span attention").
   llvm::MutableArrayRef<float> keyMass = {};
   uint32_t massFirstLayer = 0, massEndLayer = 0;
+  /// Optional (empty: the new tokens are the last tokens.size() logical
+  /// tokens of the page list), one per new token: its logical index in the
+  /// page list, strictly increasing. A token attends to the keys up to its
+  /// index and its K/V go to that slot, so the compute runs of one request
+  /// whose page lists are prefixes of one list (the recomputed block after
+  /// each span, then the tail) run as one sequence and each row computes
+  /// what it would in a sequence of its own (docs/ARCHITECTURE.md, "Span
+  /// attention").
+  llvm::ArrayRef<int32_t> queryIndices = {};
 };
 
 /// Whether a sequence's rows are decode rows (RowKind::Auto: one new token).
@@ -86,6 +95,9 @@ struct ForwardLimits {
   /// Why recording attention mass (ForwardSequence::keyMass) is refused
   /// here; empty where it is supported.
   llvm::StringRef keyMassRefusal = {};
+  /// Why explicit query indices (ForwardSequence::queryIndices) are refused
+  /// here; empty where they are supported.
+  llvm::StringRef queryIndicesRefusal = {};
 };
 
 /// Checks sequence `index` of `batch` against `limits`, so every backend
@@ -96,14 +108,22 @@ llvm::Error checkForwardSequence(llvm::ArrayRef<ForwardSequence> batch,
                                  size_t index, const ForwardLimits &limits,
                                  int64_t &length);
 
+/// The logical index in its page list of new token `token` of a checked
+/// sequence whose page list holds `length` tokens.
+inline int32_t queryIndex(const ForwardSequence &sequence, int64_t length,
+                          int64_t token) {
+  return sequence.queryIndices.empty()
+             ? int32_t(length - int64_t(sequence.tokens.size()) + token)
+             : sequence.queryIndices[size_t(token)];
+}
+
 /// The RoPE position of new token `token` of a checked sequence whose page
 /// list holds `length` tokens: its logical index under rope-in-kernel, else
 /// the sequence's own.
 inline int32_t ropePosition(const ForwardSequence &sequence, int64_t length,
                             int64_t token, bool ropeInKernel) {
-  return ropeInKernel
-             ? int32_t(length - int64_t(sequence.tokens.size()) + token)
-             : sequence.positions[size_t(token)];
+  return ropeInKernel ? queryIndex(sequence, length, token)
+                      : sequence.positions[size_t(token)];
 }
 
 /// What forward() returns: logits rows, vocabSize floats each, in sequence

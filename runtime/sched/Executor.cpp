@@ -74,6 +74,10 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   schedulerOptions.shareInFlightBlocks = options.shareInFlightBlocks;
   schedulerOptions.contextLength = model.config().contextLength;
   schedulerOptions.fairness = options.fairness;
+  // The CUDA backend and llama.cpp's attention take no query indices.
+  schedulerOptions.mergeComputeRuns =
+      options.device == backend::Device::Cpu &&
+      model.numerics() != model::Numerics::LlamaCpp;
   executor->scheduler = std::make_unique<Scheduler>(
       *executor->cacheManager, *executor->blockPool, schedulerOptions);
   executor->runner = std::make_unique<ModelRunner>(*executor->device, tokenizer,

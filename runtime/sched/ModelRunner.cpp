@@ -104,6 +104,7 @@ llvm::Error ModelRunner::execute(const SchedulerOutput &step,
     model::ForwardSequence &sequence = batch.emplace_back();
     sequence.tokens = step.tokensOf(scheduled);
     sequence.positions = step.positionsOf(scheduled);
+    sequence.queryIndices = step.queryIndicesOf(scheduled);
     sequence.blockIds = step.blockIdsOf(scheduled);
     sequence.validTokens = step.validTokensOf(scheduled);
     sequence.spanPages = step.spanPagesOf(scheduled);

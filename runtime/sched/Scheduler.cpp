@@ -7,6 +7,7 @@
 #include "llvm/ADT/ScopeExit.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace spanc::sched {
 
@@ -315,8 +316,9 @@ void Scheduler::appendPages(const kv::RequestPlan &requestPlan,
                             llvm::ArrayRef<uint32_t> pages,
                             SchedulerOutput &output,
                             ScheduledSequence &sequence) {
-  sequence.firstPage = uint32_t(output.blockIds.size());
-  sequence.numPages = uint32_t(pages.size());
+  if (sequence.numPages == 0)
+    sequence.firstPage = uint32_t(output.blockIds.size());
+  sequence.numPages += uint32_t(pages.size());
   for (uint32_t page : pages) {
     output.blockIds.push_back(int32_t(requestPlan.blocks[page].block));
     output.validTokens.push_back(int32_t(requestPlan.blocks[page].numTokens));
@@ -379,6 +381,7 @@ llvm::Error Scheduler::schedule(SchedulerOutput &output) {
     sequence.numTokens = 1;
     output.tokens.push_back(request.pending);
     output.positions.push_back(int32_t(request.pendingSlot.position));
+    output.queryIndices.push_back(-1);
     appendPages(requestPlan, requestPlan.segments.back(),
                 requestPlan.segments.back().pages, output, sequence);
     scheduled.push_back(&request);
@@ -434,6 +437,9 @@ void Scheduler::schedulePrefill(Request &request, int64_t &allowance,
   const unsigned blockSize = options.blockSize;
   const kv::RequestPlan &requestPlan = cache.plan(request.request);
   bool scheduledPrefill = false;
+  // The sequence of the run this call completed last, which the next run
+  // may extend.
+  size_t openSequence = SIZE_MAX;
   while (allowance > 0 && request.runIndex < requestPlan.runs.size()) {
     const kv::ComputeRun &run = requestPlan.runs[request.runIndex];
     if (run.afterSpanRelocation && request.movedBeforeRun != request.runIndex) {
@@ -474,37 +480,61 @@ void Scheduler::schedulePrefill(Request &request, int64_t &allowance,
     }
     if (take == 0)
       break;
-    ScheduledSequence &sequence = output.sequences.emplace_back();
-    sequence.call = request.call;
-    sequence.rows = model::RowKind::Prompt;
-    sequence.firstToken = uint32_t(output.tokens.size());
-    for (uint32_t b = 0; b < take; ++b) {
-      const kv::LogicalBlock &block =
-          requestPlan.blocks[run.firstBlock + request.blocksDone + b];
-      for (uint32_t t = 0; t < block.numTokens; ++t) {
-        output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
-        // Where its K is computed: a prefix-context span's ReRoPE
-        // position right after its prefix, not its place in the call.
-        output.positions.push_back(int32_t(block.computePosition + t));
-      }
+    // A run whose page list extends that of the run just scheduled for
+    // this call joins its sequence (kv::ComputeRun::extendsPrevious): one
+    // attention sequence instead of one per recomputed block.
+    const bool merge = options.mergeComputeRuns && run.extendsPrevious &&
+                       request.blocksDone == 0 && openSequence != SIZE_MAX &&
+                       openSequence + 1 == output.sequences.size();
+    if (!merge) {
+      ScheduledSequence &fresh = output.sequences.emplace_back();
+      fresh.call = request.call;
+      fresh.rows = model::RowKind::Prompt;
+      fresh.firstToken = uint32_t(output.tokens.size());
+      scheduled.push_back(&request);
     }
+    ScheduledSequence &sequence = output.sequences.back();
+    sequence.mergedRuns |= merge;
+    appendRunTokens(requestPlan, run, request.blocksDone, take, output);
     sequence.numTokens = uint32_t(output.tokens.size()) - sequence.firstToken;
-    uint32_t numPages =
+    // A merged sequence reads the pages it had, then this run's others.
+    const uint32_t numPages =
         run.numPages - run.numBlocks + request.blocksDone + take;
     appendPages(requestPlan, segment,
-                llvm::ArrayRef<uint32_t>(segment.pages).take_front(numPages),
+                llvm::ArrayRef<uint32_t>(segment.pages)
+                    .slice(sequence.numPages, numPages - sequence.numPages),
                 output, sequence);
     allowance -= tokens;
     request.blocksDone += take;
+    openSequence = SIZE_MAX;
     if (request.blocksDone == run.numBlocks) {
       ++request.runIndex;
       request.blocksDone = 0;
       sequence.completesPrompt = request.runIndex == requestPlan.runs.size();
+      openSequence = output.sequences.size() - 1;
     }
     sequence.wantsLogits = sequence.completesPrompt;
     sequence.sample = sequence.completesPrompt;
-    scheduled.push_back(&request);
     scheduledPrefill = true;
+  }
+}
+
+void Scheduler::appendRunTokens(const kv::RequestPlan &requestPlan,
+                                const kv::ComputeRun &run, uint32_t blocksDone,
+                                uint32_t take, SchedulerOutput &output) {
+  int64_t logicalIndex = run.firstLogicalIndex;
+  for (uint32_t b = 0; b < blocksDone; ++b)
+    logicalIndex += requestPlan.blocks[run.firstBlock + b].numTokens;
+  for (uint32_t b = 0; b < take; ++b) {
+    const kv::LogicalBlock &block =
+        requestPlan.blocks[run.firstBlock + blocksDone + b];
+    for (uint32_t t = 0; t < block.numTokens; ++t) {
+      output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
+      // Where its K is computed: a prefix-context span's ReRoPE
+      // position right after its prefix, not its place in the call.
+      output.positions.push_back(int32_t(block.computePosition + t));
+      output.queryIndices.push_back(int32_t(logicalIndex++));
+    }
   }
 }
 
@@ -540,6 +570,7 @@ void Scheduler::scheduleBlend(const Request &request,
     for (uint32_t t = 0; t < block.numTokens; ++t) {
       output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
       output.positions.push_back(int32_t(block.position + t));
+      output.queryIndices.push_back(-1);
     }
   }
   task.numTokens = uint32_t(output.tokens.size()) - task.firstToken;
@@ -568,6 +599,7 @@ void Scheduler::scheduleBlend(const Request &request,
     for (uint32_t t = 0; t < count; ++t) {
       output.tokens.push_back(requestPlan.tokens[block.firstToken + t]);
       output.positions.push_back(int32_t(block.position + t));
+      output.queryIndices.push_back(-1);
     }
     taken += count;
     ++task.numProbePages;

@@ -49,6 +49,10 @@ struct SchedulerOptions {
   /// The model's context length: a call whose prompt and max_tokens do not
   /// fit it fails at admission, before any of it is computed. 0: no bound.
   int64_t contextLength = 0;
+  /// Runs of a call that extend the previous one's page list and are
+  /// scheduled in one step run as one sequence with query indices
+  /// (kv::ComputeRun::extendsPrevious); for a backend that takes them.
+  bool mergeComputeRuns = true;
   /// Caps per request (a server's client request) on running calls and on
   /// prompt tokens per step; none by default (Fairness.h).
   FairnessOptions fairness;
@@ -159,8 +163,14 @@ private:
   /// Lays a blend segment out as a BlendTask of `output`.
   void scheduleBlend(const Request &request, const kv::RequestPlan &requestPlan,
                      const kv::SegmentPlan &segment, SchedulerOutput &output);
-  /// Appends the page list `pages` that segment `reader` of the plan reads,
-  /// with its span-page flags (kv::SpanOptions::temperature, massScale).
+  /// Appends blocks [blocksDone, blocksDone + take) of `run`'s tokens with
+  /// their positions and logical indices.
+  void appendRunTokens(const kv::RequestPlan &requestPlan,
+                       const kv::ComputeRun &run, uint32_t blocksDone,
+                       uint32_t take, SchedulerOutput &output);
+  /// Appends `pages`, which segment `reader` of the plan reads, to the page
+  /// list of `sequence` (the output's last), with their span-page flags
+  /// (kv::SpanOptions::temperature, massScale).
   void appendPages(const kv::RequestPlan &plan, const kv::SegmentPlan &reader,
                    llvm::ArrayRef<uint32_t> pages, SchedulerOutput &output,
                    ScheduledSequence &sequence);

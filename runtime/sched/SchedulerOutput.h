@@ -37,6 +37,10 @@ struct ScheduledSequence {
   bool completesPrompt = false;
   uint32_t firstToken = 0, numTokens = 0; ///< into tokens and positions
   uint32_t firstPage = 0, numPages = 0;   ///< into blockIds and validTokens
+  /// Several compute runs of its call in one sequence (kv::ComputeRun::
+  /// extendsPrevious): its tokens' logical indices (queryIndices) say
+  /// where each sits in its page list.
+  bool mergedRuns = false;
 };
 
 /// A repair segment to compute whole this step, before the forward batch
@@ -83,6 +87,9 @@ struct SchedulerOutput {
   /// StepLayout.h).
   std::vector<ScheduledSequence> sequences;
   std::vector<int32_t> tokens, positions;
+  /// Per token of a prompt sequence, its logical index in the sequence's
+  /// page list (decode tokens: -1).
+  std::vector<int32_t> queryIndices;
   std::vector<int32_t> blockIds, validTokens;
   /// Per page, nonzero for a span page that the sequence reads with
   /// spanScaling (kv::SpanOptions::temperature, massScale).
@@ -102,6 +109,14 @@ struct SchedulerOutput {
   llvm::ArrayRef<int32_t> positionsOf(const ScheduledSequence &sequence) const {
     return llvm::ArrayRef<int32_t>(positions).slice(sequence.firstToken,
                                                     sequence.numTokens);
+  }
+  /// Empty unless the sequence merges runs.
+  llvm::ArrayRef<int32_t>
+  queryIndicesOf(const ScheduledSequence &sequence) const {
+    if (!sequence.mergedRuns)
+      return {};
+    return llvm::ArrayRef<int32_t>(queryIndices)
+        .slice(sequence.firstToken, sequence.numTokens);
   }
   llvm::ArrayRef<int32_t> blockIdsOf(const ScheduledSequence &sequence) const {
     return llvm::ArrayRef<int32_t>(blockIds).slice(sequence.firstPage,
@@ -134,6 +149,7 @@ struct SchedulerOutput {
     sequences.clear();
     tokens.clear();
     positions.clear();
+    queryIndices.clear();
     blockIds.clear();
     validTokens.clear();
     spanPages.clear();

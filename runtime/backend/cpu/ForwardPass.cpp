@@ -32,9 +32,12 @@ StepLimits cpuStepLimits(const model::Model &model, const KvStorage &storage) {
   limits.vocabSize = model.config().vocabSize;
   limits.numPositions = model.rope().numPositions();
   limits.ropeInKernel = !storage.keysRotated();
-  if (model.numerics() == model::Numerics::LlamaCpp)
+  if (model.numerics() == model::Numerics::LlamaCpp) {
     limits.spanScalingRefusal =
         "span scaling needs spanc's attention kernel, not llama.cpp numerics";
+    limits.queryIndicesRefusal = "explicit query indices need spanc's "
+                                 "attention kernel, not llama.cpp numerics";
+  }
   return limits;
 }
 
@@ -150,6 +153,8 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
   attentionBatch.blockIds = step.blockIds.data();
   attentionBatch.validTokens = step.validTokens.data();
   attentionBatch.decodeSequences = step.decodeSequences.data();
+  attentionBatch.queryIndices =
+      step.anyQueryIndices ? step.queryIndices.data() : nullptr;
   if (step.anySpanScaling) {
     spanScalings.clear();
     for (const model::SpanScaling &scaling : step.spanScalings)

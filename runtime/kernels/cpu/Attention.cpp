@@ -90,6 +90,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
   const int64_t length = context.pageStarts[sequencePages - 1] +
                          batch.validTokens[sequencePages - 1];
+  const int32_t *queryIndices =
+      batch.queryIndices ? batch.queryIndices + firstQueryRow : nullptr;
 
   // Span pages of a scaled sequence score at the span temperature.
   const float scale =
@@ -108,7 +110,8 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     int tileRow = item.firstRow + row;
     int64_t token = tileRow / groupSize;
     int head = item.kvHead * groupSize + tileRow % groupSize;
-    tile.limit[row] = length - numQueries + token;
+    tile.limit[row] =
+        queryIndices ? queryIndices[token] : length - numQueries + token;
     tile.maxScore[row] = kNegativeInfinity;
     tile.sum[row] = 0;
     const int64_t offset =
@@ -267,6 +270,15 @@ void mergeGroup(const CallContext &context, const AttentionWorkItem *splits,
   }
 }
 
+/// Whether a sequence's rows are decode rows (f32 products, splits by its
+/// length): the batch says so, or else one query is a decode step.
+bool isDecode(const PagedAttentionBatch &batch, int sequence) {
+  return batch.decodeSequences ? batch.decodeSequences[sequence] != 0
+                               : batch.queryOffsets[sequence + 1] -
+                                         batch.queryOffsets[sequence] ==
+                                     1;
+}
+
 } // namespace
 
 void pagedAttention(const PagedAttentionShape &shape,
@@ -284,6 +296,9 @@ void pagedAttention(const PagedAttentionShape &shape,
                       shape.headDim % 32 == 0 && amxBf16Usable();
   const int minPages =
       options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
+  const int promptSplitPages = options.promptSplitPages > 0
+                                   ? options.promptSplitPages
+                                   : kDefaultPromptSplitPages;
 
   // Logical start of every page: a prefix sum of valid tokens per sequence.
   const int32_t totalPages = batch.pageOffsets[batch.numSequences];
@@ -297,11 +312,15 @@ void pagedAttention(const PagedAttentionShape &shape,
     }
   }
 
-  // Each tile's visible pages are split into ranges (flash-decoding style)
-  // by the tile's own length only, never by the batch or the thread count:
-  // a sequence's output must not depend on what shares its step, or a
-  // cache hit, a bulk and a solo run could round differently and flip a
-  // greedy choice.
+  // Each tile's visible pages are split into ranges (flash-decoding style),
+  // never by the batch or the thread count: a row's output must not depend
+  // on what shares its step, or a cache hit, a bulk and a solo run could
+  // round differently and flip a greedy choice. A prompt tile's ranges are
+  // fixed chunks of its sequence's page list (promptSplitPages pages from
+  // its first page), so a prompt row folds the same ranges up to its own
+  // key whatever rows share its tile, its chunk of the prompt or its
+  // sequence (runs of one request merged by queryIndices). A decode tile
+  // is one token: its ranges follow its own length.
   constexpr int64_t splitTarget = 16;
 
   // A sequence with SpanScaling whose tile sees any span page.
@@ -328,11 +347,17 @@ void pagedAttention(const PagedAttentionShape &shape,
     const int64_t length = workspace.pageStarts[size_t(pageEnd - 1)] +
                            batch.validTokens[pageEnd - 1];
     const int64_t rows = numQueries * groupSize;
+    const bool decode = isDecode(batch, sequence);
+    const int32_t *queryIndices =
+        batch.queryIndices ? batch.queryIndices + batch.queryOffsets[sequence]
+                           : nullptr;
     for (int kvHead = 0; kvHead < shape.numKvHeads; ++kvHead) {
       for (int64_t firstRow = 0; firstRow < rows; firstRow += kMaxRows) {
         int numRows = int(std::min<int64_t>(kMaxRows, rows - firstRow));
-        int64_t lastLimit =
-            length - numQueries + (firstRow + numRows - 1) / groupSize;
+        const int64_t lastToken = (firstRow + numRows - 1) / groupSize;
+        const int64_t lastLimit = queryIndices
+                                      ? queryIndices[lastToken]
+                                      : length - numQueries + lastToken;
         int32_t visibleEnd = pageBegin;
         while (visibleEnd < pageEnd &&
                workspace.pageStarts[size_t(visibleEnd)] <= lastLimit)
@@ -343,16 +368,28 @@ void pagedAttention(const PagedAttentionShape &shape,
         auto addSplits = [&](int32_t begin, int32_t end, bool spanRun,
                              bool keepPartial) {
           const int64_t pages = end - begin;
-          const int64_t splits = std::max<int64_t>(
-              1, std::min<int64_t>(splitTarget, pages / minPages));
+          // Decode: as many even splits as the length asks for; prompt:
+          // the fixed chunks the range meets.
+          const int64_t splits =
+              decode ? std::max<int64_t>(
+                           1, std::min<int64_t>(splitTarget, pages / minPages))
+                     : (end - 1 - pageBegin) / promptSplitPages -
+                           (begin - pageBegin) / promptSplitPages + 1;
+          int32_t splitBegin = begin;
           for (int64_t split = 0; split < splits; ++split) {
             AttentionWorkItem item;
             item.sequence = sequence;
             item.kvHead = kvHead;
             item.firstRow = int32_t(firstRow);
             item.numRows = numRows;
-            item.pageBegin = int32_t(begin + pages * split / splits);
-            item.pageEnd = int32_t(begin + pages * (split + 1) / splits);
+            item.pageBegin = splitBegin;
+            item.pageEnd =
+                decode ? int32_t(begin + pages * (split + 1) / splits)
+                       : std::min(end, pageBegin + ((splitBegin - pageBegin) /
+                                                        promptSplitPages +
+                                                    1) *
+                                                       promptSplitPages);
+            splitBegin = item.pageEnd;
             item.partial = keepPartial || splits > 1 ? numPartials++ : -1;
             item.numSplits = 0;
             item.spanPages = spanRun;
@@ -431,12 +468,7 @@ void pagedAttention(const PagedAttentionShape &shape,
     // Decode steps keep f32 products: packing each block into tiles for
     // one query row would cost more than the products save. The choice
     // depends on the sequence alone.
-    const bool decode = batch.decodeSequences
-                            ? batch.decodeSequences[item.sequence] != 0
-                            : batch.queryOffsets[item.sequence + 1] -
-                                      batch.queryOffsets[item.sequence] ==
-                                  1;
-    const bool itemAmx = useAmx && !decode;
+    const bool itemAmx = useAmx && !isDecode(batch, item.sequence);
     if (kv.precision == KvPrecision::F16)
       runItem<uint16_t>(context, item, useAvx512, itemAmx, partial, output,
                         cache, tags);

@@ -9,9 +9,10 @@
 //
 // Heads are grouped (GQA): the query heads h*g .. h*g+g-1 share KV head h and
 // are processed together so each K/V block is read once per group. Work is
-// split over (sequence, KV head, tile of query rows) and, when that gives the
-// threads too little to do (a short query after a long context: decode),
-// also over ranges of pages whose partial softmax states are merged after.
+// split over (sequence, KV head, tile of query rows) and over ranges of
+// pages whose partial softmax states are merged after (a prompt tile's in
+// fixed chunks of its page list, so a row's result never depends on its
+// tile; a decode tile's by its length).
 // Scores use an online softmax, so no row of the score matrix is ever held.
 // With f16 K/V on a CPU with AMX, Q.K and P.V of sequences of several
 // queries run on AMX tiles (bf16 high and low parts, f32 sums), whatever
@@ -87,6 +88,13 @@ struct PagedAttentionBatch {
   /// merged by the scaled masses, so its rows cost a merge more.
   const uint8_t *spanPages = nullptr;
   const SpanScaling *spanScaling = nullptr;
+  /// Optional, per query row (like queryOffsets): its logical index in its
+  /// sequence's page list, increasing within a sequence; a row attends to
+  /// the keys up to it. Null: a sequence's queries are its last logical
+  /// tokens. Several runs of a request whose page lists are prefixes of one
+  /// list (the recomputed blocks after each span, then the tail) run as one
+  /// sequence this way, each row folding exactly what it would alone.
+  const int32_t *queryIndices = nullptr;
 };
 
 struct PagedAttentionOptions {
@@ -100,9 +108,16 @@ struct PagedAttentionOptions {
   /// the CPU has it (bf16 high/low products, f32 sums; see AttentionAmx.cpp);
   /// false keeps every product in f32.
   bool allowAmx = true;
-  /// Minimum pages per key split; 0 picks the default (8 pages).
+  /// Minimum pages per key split of a decode tile; 0 picks the default (8
+  /// pages).
   int minPagesPerSplit = 0;
+  /// Pages per key split of a prompt tile, counted from its sequence's
+  /// first page; 0 picks kDefaultPromptSplitPages.
+  int promptSplitPages = 0;
 };
+
+/// A prompt tile's key splits: 32 pages (512 tokens in 16-token blocks).
+constexpr int kDefaultPromptSplitPages = 32;
 
 /// Scratch memory the kernel reuses from call to call; it grows to the
 /// largest batch seen and is never shrunk, so steady-state calls allocate

@@ -54,6 +54,39 @@ TEST(StepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
   EXPECT_EQ(layout.maxContextLength, 9);
 }
 
+TEST(StepLayout, QueryIndicesPlaceEachTokenAtItsLogicalIndex) {
+  // Two runs of one request in one sequence: a recomputed block (logical
+  // 2..3, block 7) and the tail (6..8, block 9), over the tail's page list;
+  // each token's slot and RoPE position follow its own index.
+  std::vector<int32_t> tokens = {5, 6, 7, 8, 9}, blocks = {3, 7, 4, 9},
+                       valid = {2, 2, 2, 3}, indices = {2, 3, 6, 7, 8};
+  ForwardSequence sequence;
+  sequence.tokens = tokens;
+  sequence.blockIds = blocks;
+  sequence.validTokens = valid;
+  sequence.queryIndices = indices;
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
+  EXPECT_TRUE(layout.anyQueryIndices);
+  EXPECT_EQ(layout.queryIndices, indices);
+  EXPECT_EQ(layout.slotBlocks, (std::vector<int32_t>{7, 7, 9, 9, 9}));
+  EXPECT_EQ(layout.slotIndices, (std::vector<int32_t>{0, 1, 0, 1, 2}));
+  EXPECT_EQ(layout.positions, indices);
+  EXPECT_EQ(layout.logitTokens, (std::vector<int32_t>{4}));
+  // Indices must increase inside the page list.
+  std::vector<int32_t> unordered = {2, 3, 3, 7, 8};
+  sequence.queryIndices = unordered;
+  llvm::Error repeated = buildStepLayout({sequence}, limits(), layout);
+  EXPECT_TRUE(bool(repeated));
+  llvm::consumeError(std::move(repeated));
+  std::vector<int32_t> outside = {2, 3, 6, 7, 9};
+  sequence.queryIndices = outside;
+  llvm::Error error = buildStepLayout({sequence}, limits(), layout);
+  ASSERT_TRUE(bool(error));
+  EXPECT_NE(llvm::toString(std::move(error)).find("query index 9"),
+            std::string::npos);
+}
+
 TEST(StepLayout, NewTokensMayStartInsideAPartiallyFilledBlock) {
   // Decode after a prompt of 6 tokens in blocks of 4: the new token is
   // slot 2 of the second block (pages report it as valid already).

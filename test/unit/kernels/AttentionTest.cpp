@@ -688,3 +688,167 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
 }
 
 } // namespace
+
+namespace {
+
+/// A sequence of runIndexed: the first `numPages` pages of the shared list
+/// and the logical indices of its query tokens (increasing).
+struct IndexedSequence {
+  int numPages = 0;
+  std::vector<int32_t> indices;
+};
+
+/// Runs the host's path on sequences over prefixes of `pages` (one random
+/// storage), each asking for the tokens at `indices` of its page list
+/// (passed as PagedAttentionBatch::queryIndices when `explicitIndices`,
+/// else they must be its last tokens); prompt tiles split every
+/// `splitPages` pages. Returns each sequence's output rows.
+std::vector<std::vector<float>>
+runIndexed(KvPrecision precision, bool allowAmx, bool ropeInKernel,
+           const TestSequence &pages,
+           const std::vector<IndexedSequence> &sequences, bool explicitIndices,
+           int splitPages) {
+  const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
+  const int64_t numBlocks = 96;
+  backend::KvStorageConfig config;
+  config.precision = precision;
+  config.numLayers = 1;
+  config.numKvHeads = numKvHeads;
+  config.headDim = headDim;
+  config.blockSize = blockSize;
+  config.numBlocks = numBlocks;
+  config.keysRotated = !ropeInKernel;
+  auto storage = backend::KvStorage::create(config);
+  EXPECT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> key(numKvHeads * headDim), value(key.size());
+  for (int64_t block = 0; block < numBlocks; ++block)
+    for (int slot = 0; slot < blockSize; ++slot) {
+      for (size_t index = 0; index < key.size(); ++index) {
+        key[index] = normal(rng);
+        value[index] = normal(rng);
+      }
+      (*storage)->writeToken(0, block, slot, key.data(), value.data());
+    }
+  RopeConfig ropeConfig;
+  ropeConfig.headDim = ropeConfig.rotaryDim = headDim;
+  ropeConfig.theta = 10000.0f;
+  RopeTable ropeTable(ropeConfig, 2048);
+  int length = 0;
+  for (int valid : pages.validTokens)
+    length += valid;
+  // The query of logical token t is the same in every call: seeded by t.
+  const int64_t width = int64_t(numQueryHeads) * headDim;
+  std::vector<float> tokenQueries(size_t(length * width));
+  for (float &x : tokenQueries)
+    x = normal(rng);
+  std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
+                       validTokens, indices;
+  std::vector<float> queries;
+  for (const IndexedSequence &sequence : sequences) {
+    queryOffsets.push_back(queryOffsets.back() +
+                           int32_t(sequence.indices.size()));
+    pageOffsets.push_back(pageOffsets.back() + sequence.numPages);
+    blockIds.insert(blockIds.end(), pages.blockIds.begin(),
+                    pages.blockIds.begin() + sequence.numPages);
+    validTokens.insert(validTokens.end(), pages.validTokens.begin(),
+                       pages.validTokens.begin() + sequence.numPages);
+    indices.insert(indices.end(), sequence.indices.begin(),
+                   sequence.indices.end());
+    for (int32_t index : sequence.indices)
+      queries.insert(queries.end(), tokenQueries.begin() + index * width,
+                     tokenQueries.begin() + (index + 1) * width);
+  }
+  std::vector<float> output(queries.size(), 0.0f);
+  PagedAttentionShape shape;
+  shape.numQueryHeads = numQueryHeads;
+  shape.numKvHeads = numKvHeads;
+  shape.headDim = headDim;
+  shape.scale = 1.0f / std::sqrt(float(headDim));
+  shape.queryRowStride = shape.outputRowStride = width;
+  PagedAttentionBatch batch;
+  batch.numSequences = int(sequences.size());
+  batch.queryOffsets = queryOffsets.data();
+  batch.pageOffsets = pageOffsets.data();
+  batch.blockIds = blockIds.data();
+  batch.validTokens = validTokens.data();
+  batch.queryIndices = explicitIndices ? indices.data() : nullptr;
+  PagedAttentionOptions options;
+  options.allowAmx = allowAmx;
+  options.keyRope = ropeInKernel ? &ropeTable : nullptr;
+  options.promptSplitPages = splitPages;
+  AttentionWorkspace workspace;
+  pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
+                 output.data(), options, workspace);
+  std::vector<std::vector<float>> rows;
+  for (size_t sequence = 0; sequence < sequences.size(); ++sequence)
+    rows.emplace_back(output.begin() + queryOffsets[sequence] * width,
+                      output.begin() + queryOffsets[sequence + 1] * width);
+  return rows;
+}
+
+/// The logical indices [first, first + count).
+std::vector<int32_t> indexRange(int32_t first, int32_t count) {
+  std::vector<int32_t> indices(static_cast<size_t>(count));
+  for (int32_t index = 0; index < count; ++index)
+    indices[size_t(index)] = first + index;
+  return indices;
+}
+
+TEST(PagedAttention, RunsMergedByQueryIndicesGiveEachRowItsOwnBits) {
+  // A span hit's recomputed end blocks and its tail read prefixes of one
+  // page list; run as one sequence with query indices, every row must give
+  // the bits it gives in a sequence of its own, and those of the same
+  // token inside a whole prompt, whatever the key splits (prompt tiles
+  // split in fixed chunks of the page list, so long lists split too).
+  TestSequence pages;
+  for (int page = 0; page < 90; ++page) {
+    pages.blockIds.push_back((page * 37 + 5) % 96);
+    pages.validTokens.push_back(page % 7 == 3 ? 5 : 16);
+  }
+  std::vector<int32_t> starts = {0};
+  for (int valid : pages.validTokens)
+    starts.push_back(starts.back() + valid);
+  // Three runs: 3 tokens ending page 30, 2 ending page 61, 17 ending page 90.
+  const std::vector<IndexedSequence> alone = {
+      {30, indexRange(starts[30] - 3, 3)},
+      {61, indexRange(starts[61] - 2, 2)},
+      {90, indexRange(starts[90] - 17, 17)}};
+  IndexedSequence merged{90, {}};
+  for (const IndexedSequence &run : alone)
+    merged.indices.insert(merged.indices.end(), run.indices.begin(),
+                          run.indices.end());
+  for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
+    for (bool rope : {false, true})
+      for (int splitPages : {0, 8}) {
+        SCOPED_TRACE(
+            std::string(precision == KvPrecision::F16 ? "f16" : "f32") +
+            (rope ? ", rope-in-kernel" : ", rotated K") + ", split pages " +
+            std::to_string(splitPages));
+        auto separate =
+            runIndexed(precision, true, rope, pages, alone, false, splitPages);
+        auto together = runIndexed(precision, true, rope, pages, {merged}, true,
+                                   splitPages);
+        auto whole =
+            runIndexed(precision, true, rope, pages,
+                       {{90, indexRange(0, starts[90])}}, false, splitPages);
+        const size_t width = together[0].size() / merged.indices.size();
+        size_t offset = 0;
+        for (size_t run = 0; run < alone.size(); ++run) {
+          ASSERT_EQ(separate[run].size(), alone[run].indices.size() * width);
+          EXPECT_EQ(0, std::memcmp(separate[run].data(),
+                                   together[0].data() + offset,
+                                   separate[run].size() * sizeof(float)))
+              << "run " << run << " alone vs merged";
+          EXPECT_EQ(0, std::memcmp(separate[run].data(),
+                                   whole[0].data() +
+                                       size_t(alone[run].indices[0]) * width,
+                                   separate[run].size() * sizeof(float)))
+              << "run " << run << " alone vs inside the whole prompt";
+          offset += separate[run].size();
+        }
+      }
+}
+
+} // namespace

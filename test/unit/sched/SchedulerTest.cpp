@@ -362,5 +362,50 @@ TEST(SchedulerTest, AnotherRequestsPromptsLeaveAShareOfTheStep) {
   EXPECT_EQ(hogTokens, 96);
 }
 
+TEST(SchedulerTest, AHitsRecomputedEndBlocksAndTailRunAsOneSequence) {
+  // prefix+end1: a hit recomputes the last block of each span that did not
+  // see everything before it, then the tail. Their page lists are prefixes
+  // of the tail's, so the step runs them as one sequence whose tokens say
+  // where each sits in that list (one attention pass over the shared keys
+  // instead of one per span).
+  Harness harness(64, 512, kv::RelocationMode::RopeInKernel,
+                  {kv::SpanContext::Prefix, 0, 1});
+  auto runCall = [&](std::vector<plan::TokenId> first,
+                     std::vector<plan::TokenId> second) {
+    harness.plan = plan::Plan();
+    plan::Call &call = addCall(harness.plan, 1);
+    call.segments.push_back(segment(SegmentKind::Prefix, range(100, 16)));
+    call.segments.push_back(segment(SegmentKind::Span, std::move(first)));
+    call.segments.push_back(segment(SegmentKind::Span, std::move(second)));
+    call.segments.push_back(segment(SegmentKind::Tail, range(900, 16)));
+    harness.scheduler.beginRun(harness.plan, harness.outcomes);
+  };
+  // The miss: span B's end block follows span B, so it runs apart.
+  runCall(range(200, 20), range(300, 20));
+  for (int step = 0; step < 8 && harness.scheduler.numDone() < 1; ++step)
+    harness.step();
+  ASSERT_EQ(harness.scheduler.numDone(), 1u);
+  harness.scheduler.endRun();
+  // The hit, spans swapped: A's end block (4 tokens, logical 52..55) and
+  // the tail (56..71) in one sequence over the tail's 6 pages.
+  runCall(range(300, 20), range(200, 20));
+  ASSERT_FALSE(bool(harness.scheduler.schedule(harness.output)));
+  const SchedulerOutput &output = harness.output;
+  ASSERT_EQ(output.sequences.size(), 1u);
+  const ScheduledSequence &sequence = output.sequences[0];
+  EXPECT_TRUE(sequence.mergedRuns);
+  EXPECT_TRUE(sequence.completesPrompt);
+  std::vector<int32_t> tokens = range(216, 4), indices = range(52, 4);
+  for (plan::TokenId token : range(900, 16))
+    tokens.push_back(token);
+  for (plan::TokenId index : range(56, 16))
+    indices.push_back(index);
+  EXPECT_EQ(output.tokensOf(sequence).vec(), tokens);
+  EXPECT_EQ(output.queryIndicesOf(sequence).vec(), indices);
+  EXPECT_EQ(output.validTokensOf(sequence).vec(),
+            (std::vector<int32_t>{16, 16, 4, 16, 4, 16}));
+  harness.run();
+}
+
 } // namespace
 } // namespace spanc::sched

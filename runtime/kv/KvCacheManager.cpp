@@ -71,6 +71,40 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+/// The compute runs of `plan`: maximal stretches of misses inside one
+/// segment.
+void addComputeRuns(RequestPlan &plan) {
+  for (uint32_t index = 0; index < plan.segments.size(); ++index) {
+    const SegmentPlan &segment = plan.segments[index];
+    const uint32_t ownStart =
+        uint32_t(segment.pages.size()) - segment.numBlocks;
+    int64_t logicalIndex = 0;
+    for (uint32_t page = 0; page < ownStart; ++page)
+      logicalIndex += plan.blocks[segment.pages[page]].numTokens;
+    for (uint32_t own = 0; own < segment.numBlocks; ++own) {
+      const LogicalBlock &block = plan.blocks[segment.firstBlock + own];
+      if (!block.reused) {
+        if (plan.runs.empty() || plan.runs.back().segment != index ||
+            plan.runs.back().firstBlock + plan.runs.back().numBlocks !=
+                segment.firstBlock + own) {
+          ComputeRun run;
+          run.segment = index;
+          run.firstBlock = segment.firstBlock + own;
+          run.firstToken = block.firstToken;
+          run.firstPosition = block.position;
+          run.firstLogicalIndex = logicalIndex;
+          plan.runs.push_back(run);
+        }
+        ComputeRun &run = plan.runs.back();
+        ++run.numBlocks;
+        run.numTokens += block.numTokens;
+        run.numPages = ownStart + own + 1;
+      }
+      logicalIndex += block.numTokens;
+    }
+  }
+}
+
 /// Sets ComputeRun::extendsPrevious on the runs of `plan`.
 void markExtendingRuns(RequestPlan &plan, bool scalesSpans) {
   if (scalesSpans)
@@ -197,36 +231,7 @@ AdmitResult KvCacheManager::admit(RequestId id,
 
   plan.numReusedTokens = countReusedTokens(plan);
 
-  // Compute runs: maximal stretches of misses inside one segment.
-  for (uint32_t index = 0; index < plan.segments.size(); ++index) {
-    const SegmentPlan &segment = plan.segments[index];
-    const uint32_t ownStart =
-        uint32_t(segment.pages.size()) - segment.numBlocks;
-    int64_t logicalIndex = 0;
-    for (uint32_t page = 0; page < ownStart; ++page)
-      logicalIndex += plan.blocks[segment.pages[page]].numTokens;
-    for (uint32_t own = 0; own < segment.numBlocks; ++own) {
-      const LogicalBlock &block = plan.blocks[segment.firstBlock + own];
-      if (!block.reused) {
-        if (plan.runs.empty() || plan.runs.back().segment != index ||
-            plan.runs.back().firstBlock + plan.runs.back().numBlocks !=
-                segment.firstBlock + own) {
-          ComputeRun run;
-          run.segment = index;
-          run.firstBlock = segment.firstBlock + own;
-          run.firstToken = block.firstToken;
-          run.firstPosition = block.position;
-          run.firstLogicalIndex = logicalIndex;
-          plan.runs.push_back(run);
-        }
-        ComputeRun &run = plan.runs.back();
-        ++run.numBlocks;
-        run.numTokens += block.numTokens;
-        run.numPages = ownStart + own + 1;
-      }
-      logicalIndex += block.numTokens;
-    }
-  }
+  addComputeRuns(plan);
 
   // Spans computed away from their request position move there before a
   // causal run after them reads them: each causal run preceded by spans

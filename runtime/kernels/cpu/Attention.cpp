@@ -279,21 +279,14 @@ bool isDecode(const PagedAttentionBatch &batch, int sequence) {
                                      1;
 }
 
-} // namespace
-
-void pagedAttention(const PagedAttentionShape &shape,
-                    const PagedAttentionBatch &batch, const PagedKvView &kv,
-                    const float *queries, float *output,
-                    const PagedAttentionOptions &options,
-                    AttentionWorkspace &workspace) {
+/// Fills the workspace's page starts (each page's logical index) and cuts
+/// the call into work items and split groups; returns the number of
+/// partial states the splits need.
+int32_t planWorkItems(const PagedAttentionShape &shape,
+                      const PagedAttentionBatch &batch,
+                      const PagedAttentionOptions &options,
+                      AttentionWorkspace &workspace) {
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
-                         kv.blockSize == 16 && shape.headDim % 16 == 0;
-  // A property of the call's shape and storage (and, below, of each
-  // sequence's query count): every tile of a sequence takes the same path.
-  const bool useAmx = useAvx512 && options.allowAmx &&
-                      kv.precision == KvPrecision::F16 &&
-                      shape.headDim % 32 == 0 && amxBf16Usable();
   const int minPages =
       options.minPagesPerSplit > 0 ? options.minPagesPerSplit : 8;
   const int promptSplitPages = options.promptSplitPages > 0
@@ -418,6 +411,25 @@ void pagedAttention(const PagedAttentionShape &shape,
       }
     }
   }
+  return numPartials;
+}
+
+} // namespace
+
+void pagedAttention(const PagedAttentionShape &shape,
+                    const PagedAttentionBatch &batch, const PagedKvView &kv,
+                    const float *queries, float *output,
+                    const PagedAttentionOptions &options,
+                    AttentionWorkspace &workspace) {
+  const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
+                         kv.blockSize == 16 && shape.headDim % 16 == 0;
+  // A property of the call's shape and storage (and, below, of each
+  // sequence's query count): every tile of a sequence takes the same path.
+  const bool useAmx = useAvx512 && options.allowAmx &&
+                      kv.precision == KvPrecision::F16 &&
+                      shape.headDim % 32 == 0 && amxBf16Usable();
+  const int32_t numPartials = planWorkItems(shape, batch, options, workspace);
+  const int32_t totalPages = batch.pageOffsets[batch.numSequences];
   const int64_t stateFloats = int64_t(kMaxRows) * (2 + shape.headDim);
   if (workspace.partials.size() < size_t(numPartials * stateFloats))
     workspace.partials.resize(size_t(numPartials * stateFloats));

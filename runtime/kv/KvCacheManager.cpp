@@ -130,8 +130,8 @@ KvCacheManager::layOut(llvm::ArrayRef<Segment> segments) const {
   const auto start = std::chrono::steady_clock::now();
   auto layout = layoutRequest(segments, cacheMode_, spanOptions_,
                               pool_.blockSize(), hasher_);
-  cacheProfile.layoutSeconds += secondsSince(start);
-  ++cacheProfile.layouts;
+  profile_.layoutSeconds += secondsSince(start);
+  ++profile_.layouts;
   return layout;
 }
 
@@ -141,9 +141,9 @@ AdmitResult KvCacheManager::admit(RequestId id,
     return reject("request " + llvm::Twine(id) + " is already admitted");
   auto layout = layOut(segments);
   const auto start = std::chrono::steady_clock::now();
-  ++cacheProfile.admissions;
+  ++profile_.admissions;
   auto timeAdmission = llvm::make_scope_exit(
-      [&] { cacheProfile.admitSeconds += secondsSince(start); });
+      [&] { profile_.admitSeconds += secondsSince(start); });
   if (!layout)
     return reject("request " + llvm::Twine(id) + ": " +
                   llvm::toString(layout.takeError()));

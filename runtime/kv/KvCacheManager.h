@@ -143,8 +143,8 @@ public:
   /// scheduler must then preempt a request (release it) and retry.
   llvm::Expected<DecodeSlot> appendToken(RequestId id, TokenId token);
 
-  const CacheProfile &profile() const { return cacheProfile; }
-  void resetProfile() { cacheProfile = CacheProfile(); }
+  const CacheProfile &profile() const { return profile_; }
+  void resetProfile() { profile_ = CacheProfile(); }
 
   /// Caches every block the request completed (generated tokens included,
   /// the final partial block too) and drops its references, last block
@@ -174,7 +174,7 @@ private:
   llvm::SmallVector<RequestId, 8> pending_;
   /// Hashes of blocks being computed by admitted requests, with counts.
   llvm::DenseMap<BlockHash, uint32_t> inFlight_;
-  mutable CacheProfile cacheProfile;
+  mutable CacheProfile profile_;
 };
 
 } // namespace spanc::kv

@@ -2,9 +2,12 @@
 """Runs spanc bench engine and llama-bench alternately; writes NAME.md/.png.
 
 Each round runs llama-bench (pp512 + tg128, --reps repetitions after its
-own warm-up) and then `spanc bench engine` (same sizes, same threads), each
-as a child process whose peak RSS is read from wait4(). Throughput samples
-(tokens/s) from all rounds are pooled: the table shows median, standard
+own warm-up) and then `spanc bench engine` (same sizes, same threads); with
+--pp=512,4096,8192 the long prompts follow in --long-rounds rounds of
+--long-reps, and a table puts each prefill's time per FLOP beside the
+first size's (issue 26 point 3). Each tool runs as a child process whose
+peak RSS is read from wait4(). Throughput samples (tokens/s) from all
+rounds are pooled: the table shows median, standard
 deviation, min and max per engine and test, and the ratio of medians.
 With --single-thread-rounds N > 0 the same comparison follows with one
 thread each (a second table), and `spanc bench engine --profile` runs once
@@ -34,20 +37,21 @@ def run_measured(command):
 
 
 def llama_samples(out):
-    """pp and tg samples (tokens/s) from llama-bench -o json."""
+    """Samples (tokens/s) by test name ("pp512", "tg128") from llama-bench
+    -o json, and the build information."""
     results = json.loads(out)
-    pp, tg, info = [], [], {}
+    samples, info = {}, {}
     for entry in results:
-        samples = entry.get("samples_ts") or [entry["avg_ts"]]
+        values = entry.get("samples_ts") or [entry["avg_ts"]]
         if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
-            pp += samples
+            samples.setdefault(f"pp{entry['n_prompt']}", []).extend(values)
         elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
-            tg += samples
+            samples.setdefault(f"tg{entry['n_gen']}", []).extend(values)
         info = {"build": entry.get("build_commit", ""),
                 "cpu": entry.get("cpu_info", ""),
                 "type": entry.get("model_type", ""),
                 "backends": entry.get("backends", "")}
-    return pp, tg, info
+    return samples, info
 
 
 def summary(samples):
@@ -58,37 +62,69 @@ def summary(samples):
             "min": min(samples), "max": max(samples), "n": len(samples)}
 
 
-def measure(args, threads, rounds):
-    """Alternating rounds of llama-bench and spanc bench engine."""
-    samples = {("llama.cpp", "pp"): [], ("llama.cpp", "tg"): [],
-               ("spanc", "pp"): [], ("spanc", "tg"): []}
-    rss = {"llama.cpp": 0, "spanc": 0}
-    llama_info, spanc_info = {}, {}
-    for round_index in range(rounds):
-        out, peak = run_measured([
-            args.llama_bench, "-m", args.model, "-t", str(threads),
-            "-p", str(args.pp), "-n", str(args.tg), "-r", str(args.reps),
-            "-o", "json"])
-        pp, tg, llama_info = llama_samples(out)
-        samples[("llama.cpp", "pp")] += pp
-        samples[("llama.cpp", "tg")] += tg
-        rss["llama.cpp"] = max(rss["llama.cpp"], peak)
+def run_pair(args, threads, prompts, gen, reps, samples, rss, flops):
+    """One llama-bench call and one spanc call per prompt size (spanc's
+    bench engine takes one size a call), pooling samples by test name."""
+    command = [args.llama_bench, "-m", args.model, "-t", str(threads),
+               "-p", ",".join(map(str, prompts)), "-n", str(gen),
+               "-r", str(reps), "-o", "json"]
+    out, peak = run_measured(command)
+    found, llama_info = llama_samples(out)
+    for test, values in found.items():
+        samples.setdefault(("llama.cpp", test), []).extend(values)
+    rss["llama.cpp"] = max(rss["llama.cpp"], peak)
+    spanc_info = {}
+    for index, prompt in enumerate(prompts):
         out, peak = run_measured([
             args.spanc, "bench", "engine", "-m", args.model, "-t",
-            str(threads), "--prompt-tokens", str(args.pp),
-            "--gen-tokens", str(args.tg), "-r", str(args.reps), "--json"])
+            str(threads), "--prompt-tokens", str(prompt),
+            "--gen-tokens", str(gen if index == 0 else 0), "-r", str(reps),
+            "--json"])
         spanc_info = json.loads(out.strip().splitlines()[-1])
-        samples[("spanc", "pp")] += spanc_info["pp_samples"]
-        samples[("spanc", "tg")] += spanc_info["tg_samples"]
+        samples.setdefault(("spanc", f"pp{prompt}"), []).extend(
+            spanc_info["pp_samples"])
+        flops[f"pp{prompt}"] = spanc_info["pp_flops"]
+        if index == 0 and gen > 0:
+            samples.setdefault(("spanc", f"tg{gen}"), []).extend(
+                spanc_info["tg_samples"])
         rss["spanc"] = max(rss["spanc"], peak)
-        print(f"{threads} threads, round {round_index + 1}/{rounds}: "
-              f"llama.cpp pp {statistics.median(pp):.1f} tg "
-              f"{statistics.median(tg):.1f}; spanc pp "
-              f"{statistics.median(spanc_info['pp_samples']):.1f} tg "
-              f"{statistics.median(spanc_info['tg_samples']):.1f} tok/s "
-              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    return llama_info, spanc_info
+
+
+def measure(args, threads, rounds, long_rounds):
+    """Alternating rounds of llama-bench and spanc bench engine: the short
+    tests (--pp's first size and tg) every round, the long prompts in
+    long_rounds rounds of --long-reps repetitions."""
+    samples, flops = {}, {}
+    rss = {"llama.cpp": 0, "spanc": 0}
+    long_rss = {"llama.cpp": 0, "spanc": 0}
+    llama_info, spanc_info = {}, {}
+    for round_index in range(rounds):
+        llama_info, spanc_info = run_pair(args, threads, args.pp[:1], args.tg,
+                                          args.reps, samples, rss, flops)
+        short = [f"pp{args.pp[0]}", f"tg{args.tg}"]
+        print(f"{threads} threads, round {round_index + 1}/{rounds}: " +
+              "; ".join(f"{engine} " + " ".join(
+                  f"{test} {statistics.median(samples[(engine, test)]):.1f}"
+                  for test in short) for engine in ("llama.cpp", "spanc")) +
+              f" tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
+    for round_index in range(long_rounds if len(args.pp) > 1 else 0):
+        run_pair(args, threads, args.pp[1:], 0, args.long_reps, samples,
+                 long_rss, flops)
+        print(f"{threads} threads, long round {round_index + 1}/"
+              f"{long_rounds}: " + "; ".join(
+                  f"{engine} " + " ".join(
+                      f"pp{size} {statistics.median(samples[(engine, f'pp{size}')]):.1f}"
+                      for size in args.pp[1:])
+                  for engine in ("llama.cpp", "spanc")) +
+              f" tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
     stats = {key: summary(value) for key, value in samples.items()}
-    return samples, stats, rss, llama_info, spanc_info
+    rss["long"] = long_rss
+    return samples, stats, rss, llama_info, spanc_info, flops
+
+
+def tests(args):
+    return [f"pp{size}" for size in args.pp] + [f"tg{args.tg}"]
 
 
 def table(args, stats):
@@ -96,24 +132,47 @@ def table(args, stats):
         "| test | engine | median tok/s | stdev | min | max | samples | ratio spanc/llama.cpp |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for test, size in (("pp", args.pp), ("tg", args.tg)):
-        peer = stats[("llama.cpp", test)]
-        ours = stats[("spanc", test)]
+    for test in tests(args):
+        peer = stats.get(("llama.cpp", test))
+        ours = stats.get(("spanc", test))
         for engine in ("llama.cpp", "spanc"):
-            s = stats[(engine, test)]
+            s = stats.get((engine, test))
+            if not s:
+                continue
             ratio = (f"{ours['median'] / peer['median']:.2f}x"
                      if engine == "spanc" and peer and ours else "")
             lines.append(
-                f"| {test}{size} | {engine} | {s['median']:.1f} | "
+                f"| {test} | {engine} | {s['median']:.1f} | "
                 f"{s['stdev']:.1f} | {s['min']:.1f} | {s['max']:.1f} | "
                 f"{s['n']} | {ratio} |")
+    return lines
+
+
+def pace_table(args, stats, flops):
+    """Time per FLOP of each prefill against the first size's, per engine:
+    1.00x means a long prompt runs at the short one's pace."""
+    base = f"pp{args.pp[0]}"
+    lines = [
+        f"| test | GFLOP a pass | engine | GFLOP/s | time per FLOP vs {base} |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for size in args.pp:
+        test = f"pp{size}"
+        for engine in ("llama.cpp", "spanc"):
+            s, first = stats.get((engine, test)), stats.get((engine, base))
+            if not s or not first or test not in flops:
+                continue
+            rate = flops[test] / (size / s["median"])
+            base_rate = flops[base] / (args.pp[0] / first["median"])
+            lines.append(f"| {test} | {flops[test] / 1e9:.1f} | {engine} | "
+                         f"{rate / 1e9:.1f} | {base_rate / rate:.2f}x |")
     return lines
 
 
 def profile(args, threads):
     out = subprocess.run(
         [args.spanc, "bench", "engine", "-m", args.model, "-t", str(threads),
-         "--prompt-tokens", str(args.pp), "--gen-tokens", str(args.tg), "-r",
+         "--prompt-tokens", str(args.pp[0]), "--gen-tokens", str(args.tg), "-r",
          "2", "--profile"], capture_output=True, text=True, check=True)
     text = out.stdout + out.stderr
     return [line for line in text.splitlines()
@@ -127,17 +186,22 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--pp", type=int, default=512)
+    parser.add_argument(
+        "--pp", type=lambda text: [int(size) for size in text.split(",")],
+        default=[512], help="prompt sizes, comma-separated; the first is "
+        "measured every round beside tg, the others in --long-rounds")
+    parser.add_argument("--long-rounds", type=int, default=2)
+    parser.add_argument("--long-reps", type=int, default=1)
     parser.add_argument("--tg", type=int, default=128)
     parser.add_argument("--single-thread-rounds", type=int, default=0)
     args = parser.parse_args()
 
     load_before = os.getloadavg()
-    samples, stats, rss, llama_info, spanc_info = measure(
-        args, args.threads, args.rounds)
+    samples, stats, rss, llama_info, spanc_info, flops = measure(
+        args, args.threads, args.rounds, args.long_rounds)
     single = None
     if args.single_thread_rounds > 0:
-        single = measure(args, 1, args.single_thread_rounds)
+        single = measure(args, 1, args.single_thread_rounds, 0)
     profiles = [(threads, profile(args, threads))
                 for threads in sorted({args.threads, 1} if single else
                                       {args.threads}, reverse=True)]
@@ -161,8 +225,11 @@ def main():
         f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
         "`bench/engine/run.sh` on one machine, in one run, the two engines "
         f"alternating over {args.rounds} rounds of {args.reps} repetitions "
-        f"each (after each tool's own warm-up): {cpu}, {os.cpu_count()} "
-        f"cores, {args.threads} threads each.",
+        f"each (after each tool's own warm-up)"
+        + (f", prompts of {', '.join(map(str, args.pp[1:]))} tokens in "
+           f"{args.long_rounds} rounds of {args.long_reps}"
+           if len(args.pp) > 1 else "") +
+        f": {cpu}, {os.cpu_count()} cores, {args.threads} threads each.",
         f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
         f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
         f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
@@ -174,9 +241,21 @@ def main():
     lines += [
         "",
         f"Peak RSS (whole process, max over rounds): llama.cpp "
-        f"{rss['llama.cpp'] / 2**20:.0f} MiB, spanc {rss['spanc'] / 2**20:.0f} MiB.",
+        f"{rss['llama.cpp'] / 2**20:.0f} MiB, spanc {rss['spanc'] / 2**20:.0f} MiB"
+        f" (pp{args.pp[0]} + tg{args.tg})" + (
+            f"; with the long prompts: llama.cpp "
+            f"{rss['long']['llama.cpp'] / 2**20:.0f} MiB, spanc "
+            f"{rss['long']['spanc'] / 2**20:.0f} MiB." if len(args.pp) > 1
+            else "."),
         "",
     ]
+    if len(args.pp) > 1:
+        lines += ["## Long prompts at the pace of their FLOPs", "",
+                  "FLOPs of a pass: the GEMMs per token, causal attention's "
+                  "QK^T and PV (growing with the square of the length) and "
+                  "the last token's output head (`spanc bench engine`'s "
+                  "count, the same for both engines).", ""]
+        lines += pace_table(args, stats, flops) + [""]
     if fix_note:
         lines += [fix_note, ""]
     lines += [f"Load average (1 min) when the run started: "
@@ -199,8 +278,9 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    figure, axes = plt.subplots(1, 2, figsize=(9, 4))
-    for axis, test, size in ((axes[0], "pp", args.pp), (axes[1], "tg", args.tg)):
+    shown = tests(args)
+    figure, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 4))
+    for axis, test in zip(axes, shown):
         engines = ["llama.cpp", "spanc"]
         medians = [stats[(e, test)]["median"] for e in engines]
         errors = [stats[(e, test)]["stdev"] for e in engines]
@@ -209,7 +289,7 @@ def main():
         for index, engine in enumerate(engines):
             axis.plot([index] * len(samples[(engine, test)]),
                       samples[(engine, test)], "k.", alpha=0.5)
-        axis.set_title(f"{test}{size} ({args.threads} threads)")
+        axis.set_title(f"{test} ({args.threads} threads)")
         axis.set_ylabel("tokens/s")
     figure.suptitle(os.path.basename(args.model))
     figure.tight_layout()

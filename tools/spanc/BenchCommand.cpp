@@ -119,6 +119,7 @@ int runEngineBenchmark(const po::variables_map &values) {
         << cpu::cpuFeatures().describe()
         << "\", \"pp_tokens\": " << options.promptTokens
         << ", \"tg_tokens\": " << options.generateTokens
+        << ", \"pp_flops\": " << llvm::format("%.6g", result->prefillFlops)
         << ", \"pp_samples\": " << list(result->prefillTokensPerSecond)
         << ", \"tg_samples\": " << list(result->decodeTokensPerSecond)
         << ", \"peak_rss_bytes\": " << result->peakRssBytes
@@ -139,6 +140,12 @@ int runEngineBenchmark(const po::variables_map &values) {
     out << llvm::format("| tg%d | %.1f | %.1f | %zu |\n",
                         options.generateTokens, decode, decodeSpread,
                         result->decodeTokensPerSecond.size());
+  if (options.promptTokens > 0)
+    out << llvm::format("pp%d: %.1f GFLOP a pass (GEMMs, causal attention, "
+                        "last-token head), %.1f GFLOP/s\n",
+                        options.promptTokens, result->prefillFlops / 1e9,
+                        result->prefillFlops / 1e9 * prefill /
+                            options.promptTokens);
   out << llvm::format("peak RSS %.1f MiB\n",
                       double(result->peakRssBytes) / (1 << 20));
   printProfile(out, "prefill", result->prefillProfile);

@@ -87,7 +87,9 @@ int main(int argc, char **argv) {
   }
   omp_set_num_threads(threads);
   const Shape shapes[] = {{"prefill 512 after 1536", 1, 2048, 512},
+                          {"prefill 512 after 7680", 1, 8192, 512},
                           {"hit: 16-token tail over 4096", 1, 4096 + 16, 16},
+                          {"hit: 16-token tail over 7747", 1, 7747 + 16, 16},
                           {"decode 1 over 4096", 1, 4096, 1},
                           {"decode 8 x 1 over 2048", 8, 2048, 1}};
   int64_t maxBlocks = 0;
@@ -144,8 +146,8 @@ int main(int argc, char **argv) {
               repetitions);
   std::printf("| shape | rotated K, f16 | rope-in-kernel, f16 | rotated K, "
               "f32 | rope-in-kernel, f32 | rope-in-kernel / rotated (f16) | "
-              "f16 / f32 (rotated) |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+              "f16 / f32 (rotated) | GFLOP/s (rotated / rope, f16) |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   cpu::AttentionWorkspace workspace;
   for (const Shape &shape : shapes) {
     const int blocksPerSequence =
@@ -202,8 +204,16 @@ int main(int argc, char **argv) {
                   *std::min_element(times[index].begin(), times[index].end()),
                   *std::max_element(times[index].begin(), times[index].end()));
     }
-    std::printf(" %.2fx | %.2fx |\n", medians[1] / medians[0],
-                medians[0] / medians[2]);
+    // QK^T and PV: 2 FLOPs per multiply-add, query token i of a sequence
+    // seeing (context - new + i + 1) keys.
+    double keysSeen = 0;
+    for (int token = 0; token < shape.newTokens; ++token)
+      keysSeen += shape.contextTokens - shape.newTokens + token + 1;
+    const double flops =
+        2.0 * 2 * keysSeen * NumQueryHeads * HeadDim * shape.numSequences;
+    std::printf(" %.2fx | %.2fx | %.0f / %.0f |\n", medians[1] / medians[0],
+                medians[0] / medians[2], flops / medians[0] / 1e6,
+                flops / medians[1] / 1e6);
     std::fflush(stdout);
   }
 

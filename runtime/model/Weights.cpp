@@ -53,9 +53,16 @@ int64_t firstNonFinite(const float *values, int64_t count) {
   return -1;
 }
 
-/// "tensor 'NAME': element [ROW, COLUMN] is nan: ..."
-llvm::Error nonFiniteError(const GgufFile &file, const GgufTensor &tensor,
-                           int64_t row, int64_t column, float value) {
+/// "tensor 'NAME': element [COLUMN, ROW] is nan: ...", for the first value
+/// of row `row` that is not finite.
+llvm::Error nonFiniteRowError(const GgufFile &file, const GgufTensor &tensor,
+                              int64_t row) {
+  const int64_t columns = int64_t(tensor.shape[0]);
+  std::vector<float> values(static_cast<size_t>(columns));
+  dequantizeRow(tensor.type, tensor.data + uint64_t(row) * tensor.rowBytes(),
+                values.data(), columns);
+  const int64_t column = firstNonFinite(values.data(), columns);
+  const float value = values[size_t(column)];
   return file.tensorError(
       tensor.name,
       "element [" + llvm::Twine(column) +
@@ -84,11 +91,8 @@ llvm::Error dequantizeInto(const GgufFile &file, const GgufTensor &tensor,
     if (firstNonFinite(values, columns) >= 0)
       badRow = std::min(badRow, row);
   }
-  if (badRow == rows)
-    return llvm::Error::success();
-  const float *values = out.data() + (firstRow + badRow) * columns;
-  int64_t column = firstNonFinite(values, columns);
-  return nonFiniteError(file, tensor, badRow, column, values[column]);
+  return badRow == rows ? llvm::Error::success()
+                        : nonFiniteRowError(file, tensor, badRow);
 }
 
 /// Checks every value of `tensor` is finite, as dequantizeInto does, a row
@@ -109,13 +113,8 @@ llvm::Error checkFinite(const GgufFile &file, const GgufTensor &tensor) {
         badRow = std::min(badRow, row);
     }
   }
-  if (badRow == rows)
-    return llvm::Error::success();
-  std::vector<float> values(static_cast<size_t>(columns));
-  dequantizeRow(tensor.type, tensor.data + uint64_t(badRow) * rowBytes,
-                values.data(), columns);
-  int64_t column = firstNonFinite(values.data(), columns);
-  return nonFiniteError(file, tensor, badRow, column, values[size_t(column)]);
+  return badRow == rows ? llvm::Error::success()
+                        : nonFiniteRowError(file, tensor, badRow);
 }
 
 llvm::Expected<std::vector<float>>

@@ -97,6 +97,28 @@ write_report() {
   echo "| model | relocation | answers |"
   echo "|---|---|---|"
   cat "$work/results/equality.md" 2>/dev/null
+  echo "## SmolLM2-135M-Instruct on the GPU"
+  echo
+  if [[ -f $work/results/smol-answers.md ]]; then
+    echo "examples/rag.span, \`spanc run --repeat 2\` (default span mode):"
+    echo
+    echo "| device | cache | answer | reused / prompt | TTFT (ms) |"
+    echo "|---|---|---|---|---|"
+    cat "$work/results/smol-answers.md"
+  else
+    echo "(did not run: the model was not carried)"
+  fi
+  local smolpart
+  for smolpart in rag accuracy; do
+    if [[ -f $work/results/smol-$smolpart/$smolpart.md ]]; then
+      echo
+      echo "### spanc bench $smolpart --device=cuda"
+      echo
+      tail -n +2 "$work/results/smol-$smolpart/$smolpart.md" | sed 's/^## /#### /'
+
+    fi
+  done
+  echo
   echo "## Prefill and relocation (Llama-3-8B shape, Q8_0 → bf16 on the GPU)"
   echo
   if [[ -f $work/results/device-cuda.md ]]; then
@@ -165,6 +187,29 @@ step "carried build runs (ldd, driver, spanc --version)" 30 proof ||
   { say "the carried build does not run here; see gpu.log"; exit 1; }
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 
+# SmolLM2, where bench/gpu_pack.sh's three parts were carried (or the
+# machine has models/): joined and checked against the sha256 made here.
+smol=""
+if [[ -f $root/.gpu-model-1/part && -f $root/.gpu-model-2/part &&
+      -f $root/.gpu-model-3/part ]]; then
+  mkdir -p "$work/models"
+  cat "$root"/.gpu-model-{1,2,3}/part > "$work/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if [[ $(sha256sum "$work/models/SmolLM2-135M-Instruct.Q4_1.gguf" | cut -d' ' -f1) == \
+        $(cat "$root/.gpu-model-3/SHA256") ]]; then
+    smol="$work/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    # The GPU tests look for it under $SPANC_ROOT/models.
+    mkdir -p "$root/models"
+    [[ -e $root/models/SmolLM2-135M-Instruct.Q4_1.gguf ]] ||
+      ln -s "$smol" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    say "SmolLM2 joined from three parts, sha256 matches"
+  else
+    say "SmolLM2 parts do not match their sha256: its rows are skipped"
+  fi
+elif [[ -f $root/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+  smol="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+fi
+export smol
+
 # --- 1. The synthetic models, made here by the carried generator. ---------
 make_models() {
   "$work/bin/make_tiny_model_gguf" --arch=llama "$work/test/data/synthetic/tiny-llama-synthetic.gguf" &&
@@ -218,7 +263,7 @@ equality() {
   local ok=0 model
   for model in "$work/test/data/synthetic/tiny-llama-synthetic.gguf" \
                "$work/test/data/synthetic/tiny-qwen2-synthetic.gguf" \
-               "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"; do
+               ${smol:+"$smol"}; do
     [[ -f $model ]] || continue
     for relocation in rope-in-kernel rerope; do
       "$spanc" run "$work/equality.span" -m "$model" --device=cpu \
@@ -231,7 +276,7 @@ equality() {
 import json, sys
 cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
 def tokens(result):
-    return {c["query"]: c["tokens"] for c in result["calls"]}
+    return {c["query"]: c["tokens"] for c in result["runs"][-1]["calls"]}
 a, b = tokens(cpu), tokens(gpu)
 same = sum(a[q] == b[q] for q in a)
 first = min(next((i for i, (x, y) in enumerate(zip(a[q], b[q])) if x != y),
@@ -249,6 +294,45 @@ PY
   return $ok
 }
 step "GPU answers = CPU answers (temperature 0)" 60 equality
+
+# --- 3b. SmolLM2 on the GPU: the README's query, a RAG hit, accuracy. -----
+# Only where the model came (see the top): the real model's answer on both
+# devices, its span hit against stock prefix caching, and the accuracy
+# grid's codes32 row on the GPU beside the CPU's published counts.
+smol_answers() {
+  cd "$root"
+  local device
+  for device in cpu cuda; do
+    "$spanc" run examples/rag.span -m "$smol" --device=$device --repeat 2 \
+      --json > "$work/results/smol-$device.json" || return 1
+  done
+  python3 - "$work/results/smol-cpu.json" "$work/results/smol-cuda.json" \
+      > "$work/results/smol-answers.md" <<'PY'
+import json, sys
+rows, same = [], True
+results = [json.load(open(p)) for p in sys.argv[1:3]]
+texts = []
+for device, result in zip(("cpu", "cuda"), results):
+    for index, run in enumerate(result["runs"]):
+        call = run["calls"][0]
+        text = run["queries"][0]["results"][0]["text"]
+        texts.append(text)
+        rows.append(f"| {device} | {'cold' if index == 0 else 'warm'} | {text} "
+                    f"| {call['reused_tokens']} / {call['prompt_tokens']} "
+                    f"| {call['ttft_seconds'] * 1e3:.1f} |")
+print("\n".join(rows))
+print()
+print("all four answers the same" if len(set(texts)) == 1 else "ANSWERS DIFFER")
+PY
+  cat "$work/results/smol-answers.md"
+}
+if [[ -n $smol ]]; then
+  step "SmolLM2: examples/rag.span on CPU and GPU" 60 smol_answers
+  step "SmolLM2: RAG hit vs stock on the GPU (spanc bench rag)" 90 \
+    "$spanc" bench rag --device=cuda -m "$smol" --set docs=1,8,15 \
+      --set reps=3 --set peer=off --set modes=none --set budget-s=60 \
+      --results "$work/results/smol-rag"
+fi
 
 # --- 4. The paper's scale: a Llama-3-8B-shape model, made here. -----------
 big="$work/llama3-8b-shape-q8_0.gguf"
@@ -280,9 +364,17 @@ if [[ -z ${GPU_SH_SMALL:-} && -f $big ]]; then
   step "RAG TTFT, 1-8 documents (spanc bench rag)" 90 rag small 1,2,4,8 60
   step "RAG TTFT, 16 and 32 documents (spanc bench rag)" 200 rag large 16,32 60
 fi
+if [[ -n $smol ]]; then
+  step "SmolLM2: accuracy, codes32, full vs prefix+end1 on the GPU" 120 \
+    "$spanc" bench accuracy --device=cuda -m "$smol" \
+      --set modes=full,prefix+end1 --set task=codes --set doc_tokens=32 \
+      --set contexts=8 --set budget-s=100 --results "$work/results/smol-accuracy"
+fi
 
 cp "$work/results/device-cuda.tsv" "$out/" 2>/dev/null
 cp "$work/results/rag-small/rag.tsv" "$out/rag-small.tsv" 2>/dev/null
 cp "$work/results/rag-large/rag.tsv" "$out/rag-large.tsv" 2>/dev/null
+cp "$work/results/smol-rag/rag.tsv" "$out/smol-rag.tsv" 2>/dev/null
+cp "$work/results/smol-accuracy/accuracy.tsv" "$out/smol-accuracy.tsv" 2>/dev/null
 write_report
 cat "$out/gpu.md"

@@ -126,6 +126,13 @@ write_report() {
   else
     echo "(did not run)"
   fi
+  if [[ -f $work/results/simt/device-cuda.md ]]; then
+    echo
+    echo "The same prefill with SPANC_CUDA_ATTENTION=simt (the f32 SIMT"
+    echo "attention kernel; one repetition):"
+    echo
+    sed -n '/^| prefill tokens/,/^$/p' "$work/results/simt/device-cuda.md"
+  fi
   local part
   for part in small large; do
     echo
@@ -232,6 +239,17 @@ run_tests() {
     fi
     cat "$work/results/$name.txt"
   done
+  # The backend's whole-model tests again on the f32 SIMT attention (the
+  # tensor-core kernel is the default).
+  local name=cuda_backend_test_simt
+  if SPANC_CUDA_ATTENTION=simt "$work/bin/cuda_backend_test" --gtest_brief=0 \
+       > "$work/results/$name.txt" 2>&1; then
+    tests_summary+="| cuda_backend_test (SPANC_CUDA_ATTENTION=simt) | passed | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  SKIPPED \].* ms)$' "$work/results/$name.txt") |\n"
+  else
+    failed=1
+    tests_summary+="| cuda_backend_test (SPANC_CUDA_ATTENTION=simt) | FAILED | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  FAILED  \].* ms)$' "$work/results/$name.txt") failed |\n"
+  fi
+  cat "$work/results/$name.txt"
   echo -e "$tests_summary" > "$work/results/tests.md"
   return $failed
 }
@@ -269,21 +287,42 @@ equality() {
       "$spanc" run "$work/equality.span" -m "$model" --device=cpu \
         --relocation=$relocation --kv-precision=f32 --batch-invariant --json \
         > "$work/results/cpu.json" || return 1
+      # The CPU's own default path (bf16 GEMMs, f16 K/V): where it too
+      # leaves the f32 reference, the token is a near tie at bf16.
+      "$spanc" run "$work/equality.span" -m "$model" --device=cpu \
+        --relocation=$relocation --json > "$work/results/cpu-default.json" ||
+        return 1
       "$spanc" run "$work/equality.span" -m "$model" --device=cuda \
         --relocation=$relocation --json > "$work/results/gpu.json" || return 1
       local verdict
-      verdict=$(python3 - "$work/results/cpu.json" "$work/results/gpu.json" <<'PY'
+      verdict=$(python3 - "$work/results/cpu.json" "$work/results/gpu.json" \
+                  "$work/results/cpu-default.json" <<'PY'
 import json, sys
-cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
+reference, gpu, default = (json.load(open(p)) for p in sys.argv[1:4])
 def tokens(result):
     return {c["query"]: c["tokens"] for c in result["runs"][-1]["calls"]}
-a, b = tokens(cpu), tokens(gpu)
-same = sum(a[q] == b[q] for q in a)
-first = min(next((i for i, (x, y) in enumerate(zip(a[q], b[q])) if x != y),
-                 min(len(a[q]), len(b[q]))) for q in a)
-print(f"{same}/{len(a)} equal" +
-      ("" if same == len(a) else f", first difference at token {first}"))
-sys.exit(0 if same == len(a) else 3)
+def departures(a, b):
+    """Per query: the first token where b leaves a (None: never)."""
+    return {q: next((i for i, (x, y) in enumerate(zip(a[q], b[q])) if x != y),
+                    None if len(a[q]) == len(b[q]) else min(len(a[q]), len(b[q])))
+            for q in a}
+ref = tokens(reference)
+gpu_at, cpu_at = departures(ref, tokens(gpu)), departures(ref, tokens(default))
+same = sum(at is None for at in gpu_at.values())
+words, ok = [f"{same}/{len(ref)} equal"], True
+for q, at in gpu_at.items():
+    if at is None:
+        continue
+    cpu = cpu_at[q]
+    if cpu is not None and cpu <= at:
+        words.append(f"{q}: at token {at}, a near tie (the CPU's bf16 path "
+                     f"leaves the f32 reference at token {cpu})")
+    else:
+        ok = False
+        words.append(f"{q}: DIFFERS at token {at} (the CPU's bf16 path "
+                     + ("agrees" if cpu is None else f"leaves at token {cpu}") + ")")
+print("; ".join(words))
+sys.exit(0 if ok else 3)
 PY
 ) || ok=1
       echo "$(basename "$model") $relocation: $verdict"
@@ -332,6 +371,10 @@ if [[ -n $smol ]]; then
     "$spanc" bench rag --device=cuda -m "$smol" --set docs=1,8,15 \
       --set reps=3 --set peer=off --set modes=none --set budget-s=60 \
       --results "$work/results/smol-rag"
+  step "SmolLM2: accuracy, codes32, full vs prefix+end1 on the GPU" 60 \
+    "$spanc" bench accuracy --device=cuda -m "$smol" \
+      --set modes=full,prefix+end1 --set task=codes --set doc_tokens=32 \
+      --set contexts=8 --set budget-s=40 --results "$work/results/smol-accuracy"
 fi
 
 # --- 4. The paper's scale: a Llama-3-8B-shape model, made here. -----------
@@ -349,6 +392,12 @@ if [[ -z ${GPU_SH_SMALL:-} && -f $big ]]; then
     "$spanc" bench device --device=cuda -m "$big" -r 3 \
       --set tokens=512,2048,8192 --set moves=64,512,4096 \
       --results "$work/results"
+  # The same prefill on the f32 SIMT attention kernel, beside.
+  mkdir -p "$work/results/simt"
+  step "prefill on the SIMT attention kernel" 60 \
+    env SPANC_CUDA_ATTENTION=simt "$spanc" bench device --device=cuda -m "$big" -r 1 \
+      --set tokens=512,2048,8192 --set moves=64 \
+      --results "$work/results/simt"
   # 1 to 32 documents of 2857 tokens, in two runs so that the small counts'
   # table is written even if the large counts run out of time; budget-s
   # stops starting new counts before a step's timeout.
@@ -363,12 +412,6 @@ if [[ -z ${GPU_SH_SMALL:-} && -f $big ]]; then
   }
   step "RAG TTFT, 1-8 documents (spanc bench rag)" 90 rag small 1,2,4,8 60
   step "RAG TTFT, 16 and 32 documents (spanc bench rag)" 200 rag large 16,32 60
-fi
-if [[ -n $smol ]]; then
-  step "SmolLM2: accuracy, codes32, full vs prefix+end1 on the GPU" 120 \
-    "$spanc" bench accuracy --device=cuda -m "$smol" \
-      --set modes=full,prefix+end1 --set task=codes --set doc_tokens=32 \
-      --set contexts=8 --set budget-s=100 --results "$work/results/smol-accuracy"
 fi
 
 cp "$work/results/device-cuda.tsv" "$out/" 2>/dev/null

@@ -16,10 +16,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-tests=$(bazel query 'attr(name, ".*cuda.*", kind(cc_test, //test/...))' 2>/dev/null)
+# GPU_PACK_OUTPUT_BASE: build in another output base (while the test
+# suite holds the default one).
+bazel=(bazel ${GPU_PACK_OUTPUT_BASE:+--output_base="$GPU_PACK_OUTPUT_BASE"})
+tests=$("${bazel[@]}" query 'attr(name, ".*cuda.*", kind(cc_test, //test/...))' 2>/dev/null)
 targets=(//tools/spanc //test/data/synthetic:make_tiny_model_gguf $tests)
-bazel build "${targets[@]}"
-bin="$(bazel info bazel-bin 2>/dev/null)"
+"${bazel[@]}" build "${targets[@]}"
+bin="$("${bazel[@]}" info bazel-bin 2>/dev/null)"
 
 stage="$root/.gpu/stage"
 rm -rf "$root/.gpu"

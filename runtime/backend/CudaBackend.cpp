@@ -26,6 +26,7 @@
 #include "runtime/model/Quantization.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -100,6 +101,9 @@ struct CudaBackend::State {
   cuda::KvPoolView poolView;
   /// K unrotated (rope-in-kernel): the attention kernel rotates keys.
   bool ropeInKernel = true;
+  /// Tensor cores where they fit (the default), or the f32 SIMT kernel
+  /// everywhere: SPANC_CUDA_ATTENTION=simt, for comparing the two.
+  cuda::AttentionKernel attentionKernel = cuda::AttentionKernel::Auto;
   /// The model's RoPE table rows on the device.
   cuda::DeviceBuffer ropeRows;
   cuda::RopeTableView ropeTable;
@@ -248,6 +252,9 @@ CudaBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
   state->model = &model;
   state->deviceInfo = std::move(*device);
   state->ropeInKernel = !keysRotated;
+  if (const char *kernel = std::getenv("SPANC_CUDA_ATTENTION");
+      kernel && std::strcmp(kernel, "simt") == 0)
+    state->attentionKernel = cuda::AttentionKernel::Simt;
   SPANC_CUDA_CHECK(cuda::setDevice(deviceOrdinal));
   SPANC_CUDA_CHECK(cuda::createStream(state->stream));
   // One cuBLASLt algorithm per shape whatever its rows, so a row's logits
@@ -405,6 +412,7 @@ llvm::Error CudaBackend::runStep(const StepLayout &step,
                                        cuda::AttentionPlanOptions(), s.stream));
   cuda::PagedAttentionOptions attentionOptions;
   attentionOptions.keyRope = s.ropeInKernel ? &s.ropeTable : nullptr;
+  attentionOptions.kernel = s.attentionKernel;
 
   const CudaWeightLayout &weights = s.weights->layout;
   const char *arena = s.weights->arena.as<char>();

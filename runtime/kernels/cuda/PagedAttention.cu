@@ -15,7 +15,9 @@
 // was cut.
 //
 // This is the straightforward kernel (no tensor cores, one block staged at
-// a time); its job first is to agree with the CPU kernel.
+// a time, every product in f32): the reference the tensor-core kernel
+// (PagedAttentionMma.cu, the default where it fits) is tested against, and
+// the kernel for f32 K/V and shapes that one does not take.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +27,7 @@
 #include "runtime/kernels/cuda/CudaCheck.cuh"
 #include "runtime/kernels/cuda/ElementwiseMath.h"
 #include "runtime/kernels/cuda/KvMath.h"
+#include "runtime/kernels/cuda/PagedAttentionKernels.h"
 
 namespace spanc::cuda {
 
@@ -41,14 +44,7 @@ static_assert(kValuesPerThread * kAttentionThreads >=
               "64-row tiles up to head dim 128 fit the registers");
 constexpr int kMergeThreads = 128;
 
-struct AttentionParams {
-  PagedAttentionShape shape;
-  PagedKvView kv;
-  AttentionWorkspace::DeviceArrays arrays;
-  RopeTableView keyRope; ///< cosSin null: K is stored rotated
-  const float *queries;
-  int tileRows;
-};
+using detail::AttentionParams;
 
 /// Stages one block of one KV head in shared memory as f32 (K
 /// dimension-major, V slot-major, as stored) and, with rope-in-kernel,
@@ -323,17 +319,24 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 template <typename Element, typename Output>
 Status launchAttention(const AttentionParams &params, int64_t numItems,
-                       int64_t numMerges, Output *output, Stream stream) {
-  const int64_t sharedBytes = attentionSharedBytes(
-      params.shape.headDim, params.kv.blockSize, params.tileRows);
-  auto kernel = pagedAttentionKernel<Element, Output>;
-  // Past the default 48 KiB a kernel must opt in (Hopper: up to 227 KiB).
-  if (sharedBytes > 48 * 1024)
-    SPANC_CUDA_CALL(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)));
-  kernel<<<unsigned(numItems), kAttentionThreads, size_t(sharedBytes),
-           stream>>>(params, output);
-  SPANC_CUDA_TRY(launchStatus("pagedAttentionKernel"));
+                       int64_t numMerges, bool tensorCores, Output *output,
+                       Stream stream) {
+  if (tensorCores) {
+    SPANC_CUDA_TRY(
+        detail::launchTensorCoreAttention(params, numItems, output, stream));
+  } else {
+    const int64_t sharedBytes = attentionSharedBytes(
+        params.shape.headDim, params.kv.blockSize, params.tileRows);
+    auto kernel = pagedAttentionKernel<Element, Output>;
+    // Past the default 48 KiB a kernel must opt in (Hopper: up to 227 KiB).
+    if (sharedBytes > 48 * 1024)
+      SPANC_CUDA_CALL(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          int(sharedBytes)));
+    kernel<<<unsigned(numItems), kAttentionThreads, size_t(sharedBytes),
+             stream>>>(params, output);
+    SPANC_CUDA_TRY(launchStatus("pagedAttentionKernel"));
+  }
   if (numMerges == 0)
     return Status::success();
   mergeRangesKernel<Output>
@@ -373,10 +376,16 @@ Status runAttention(const PagedAttentionShape &shape,
     return invalidArgument("pagedAttention", "a malformed key RoPE table");
   const int64_t numItems = int64_t(plan.items.size());
   const int64_t numMerges = int64_t(plan.merges.size());
+  // Chosen by the configuration alone (precision, shapes), never by the
+  // step, so a row's bits do not depend on the rows beside it.
+  const bool tensorCores =
+      options.kernel == AttentionKernel::Auto &&
+      detail::tensorCoreAttentionFits(shape, kv, plan.tileRows);
   if (kv.precision == KvPrecision::F16)
-    return launchAttention<uint16_t>(params, numItems, numMerges, output,
-                                     stream);
-  return launchAttention<float>(params, numItems, numMerges, output, stream);
+    return launchAttention<uint16_t>(params, numItems, numMerges, tensorCores,
+                                     output, stream);
+  return launchAttention<float>(params, numItems, numMerges, tensorCores,
+                                output, stream);
 }
 
 } // namespace

@@ -6,9 +6,11 @@
 // that list, padding slots take no logical index, heads are grouped (GQA).
 // Two variants, as on the CPU: K stored rotated (ReRoPE relocation moves
 // it), or stored unrotated and rotated inside the kernel at its logical
-// index (rope-in-kernel: `keyRope` set). Every product and the online
-// softmax run in f32. Span scaling (cpu::SpanScaling) is not implemented:
-// the backend refuses a batch that asks for it.
+// index (rope-in-kernel: `keyRope` set). Two kernels: on tensor cores
+// (queries, keys and softmax weights rounded to f16, f32 accumulation and
+// softmax; the default where it fits) and SIMT (every product in f32).
+// Span scaling (cpu::SpanScaling) is not implemented: the backend refuses
+// a batch that asks for it.
 //
 // A step lays its batch out once (AttentionWorkspace::prepare: the plan of
 // AttentionPlan.h and the page lists copied to the device in one copy);
@@ -66,10 +68,21 @@ private:
   DeviceArrays device_;
 };
 
+/// Which kernel runs a launch.
+enum class AttentionKernel {
+  /// Tensor cores (f16 products, f32 accumulation) where the configuration
+  /// fits them (f16 K/V in 16-slot blocks, head dim a multiple of 16 up to
+  /// 128), else the SIMT kernel.
+  Auto,
+  /// The SIMT kernel, every product in f32 (the reference).
+  Simt,
+};
+
 struct PagedAttentionOptions {
   /// When set (device table covering the longest page list), K is stored
   /// unrotated and each key is rotated at its logical index in the kernel.
   const RopeTableView *keyRope = nullptr;
+  AttentionKernel kernel = AttentionKernel::Auto;
 };
 
 /// output[row][head * headDim + d] = softmax(q k^T * scale) v, causal over

@@ -134,11 +134,12 @@ cuda::Status uploadStorage(backend::KvStorage &storage, DevicePool &device) {
 }
 
 std::unique_ptr<backend::KvStorage> makeStorage(cpu::KvPrecision precision,
-                                                bool keysRotated = true) {
+                                                bool keysRotated = true,
+                                                int headDim = 64) {
   backend::KvStorageConfig config;
   config.numLayers = 2;
   config.numKvHeads = 2;
-  config.headDim = 64;
+  config.headDim = headDim;
   config.blockSize = 16;
   config.numBlocks = 64;
   config.keysRotated = keysRotated;
@@ -151,8 +152,9 @@ std::unique_ptr<backend::KvStorage> makeStorage(cpu::KvPrecision precision,
 /// nullptr (and a test failure) when either fails.
 std::unique_ptr<backend::KvStorage>
 randomStorageOnDevice(DevicePool &device, std::mt19937 &rng,
-                      cpu::KvPrecision precision, bool keysRotated = true) {
-  auto storage = makeStorage(precision, keysRotated);
+                      cpu::KvPrecision precision, bool keysRotated = true,
+                      int headDim = 64) {
+  auto storage = makeStorage(precision, keysRotated, headDim);
   EXPECT_TRUE(storage);
   if (!storage)
     return nullptr;
@@ -467,12 +469,21 @@ TEST_F(CudaKernels, TokenDistancesMatchTheStorages) {
 struct AttentionCase {
   cpu::KvPrecision precision;
   bool ropeInKernel;
+  cuda::AttentionKernel kernel = cuda::AttentionKernel::Auto;
+  int headDim = 64;
 };
 
-cpu::RopeConfig ropeConfig64() {
+cpu::RopeConfig ropeConfigOf(int headDim) {
   cpu::RopeConfig config;
-  config.headDim = config.rotaryDim = 64;
+  config.headDim = config.rotaryDim = headDim;
   return config;
+}
+
+/// Whether a case runs on the tensor cores (f16 products; the SIMT kernel
+/// and f32 K/V compute every product in f32).
+bool onTensorCores(const AttentionCase &param) {
+  return param.kernel == cuda::AttentionKernel::Auto &&
+         param.precision == cpu::KvPrecision::F16;
 }
 
 /// Attention over a storage of random K/V (K rotated unless the case
@@ -484,13 +495,16 @@ protected:
     CudaKernels::SetUp();
     if (IsSkipped() || HasFatalFailure())
       return;
-    storage = randomStorageOnDevice(device, rng, GetParam().precision,
-                                    !GetParam().ropeInKernel);
+    storage =
+        randomStorageOnDevice(device, rng, GetParam().precision,
+                              !GetParam().ropeInKernel, GetParam().headDim);
     ASSERT_TRUE(storage);
+    ropeTable = std::make_unique<cpu::RopeTable>(
+        ropeConfigOf(GetParam().headDim), 2048);
   }
 
   /// What keys rotate by under rope-in-kernel.
-  cpu::RopeTable ropeTable{ropeConfig64(), 2048};
+  std::unique_ptr<cpu::RopeTable> ropeTable;
   DevicePool device;
   std::unique_ptr<backend::KvStorage> storage;
 };
@@ -517,17 +531,17 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   }
   blockIds.insert(blockIds.end(), {50, 7, 33, 12});
   validTokens.insert(validTokens.end(), {16, 3, 16, 6});
-  const int queryHeads = 6;
-  const int64_t width = queryHeads * 64 + 2 * 128; // Q|K|V rows
+  const int queryHeads = 6, headDim = param.headDim;
+  const int64_t width = (queryHeads + 4) * headDim; // Q|K|V rows
   const std::vector<float> queries = randomFloats(45 * size_t(width));
 
   cpu::PagedAttentionShape cpuShape;
   cpuShape.numQueryHeads = queryHeads;
   cpuShape.numKvHeads = 2;
-  cpuShape.headDim = 64;
-  cpuShape.scale = 0.125f;
+  cpuShape.headDim = headDim;
+  cpuShape.scale = 1.0f / std::sqrt(float(headDim));
   cpuShape.queryRowStride = width;
-  cpuShape.outputRowStride = queryHeads * 64;
+  cpuShape.outputRowStride = queryHeads * headDim;
   cpu::PagedAttentionBatch cpuBatch;
   cpuBatch.numSequences = 4;
   cpuBatch.queryOffsets = queryOffsets.data();
@@ -537,7 +551,7 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   cpu::PagedAttentionOptions cpuOptions;
   cpuOptions.forceScalar = true;
   cpuOptions.allowAmx = false;
-  cpuOptions.keyRope = param.ropeInKernel ? &ropeTable : nullptr;
+  cpuOptions.keyRope = param.ropeInKernel ? ropeTable.get() : nullptr;
   cpu::AttentionWorkspace cpuWorkspace;
   std::vector<float> expected(45 * size_t(cpuShape.outputRowStride));
   cpu::pagedAttention(cpuShape, cpuBatch, storage->layerView(1), queries.data(),
@@ -546,8 +560,8 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   cuda::PagedAttentionShape shape;
   shape.numQueryHeads = queryHeads;
   shape.numKvHeads = 2;
-  shape.headDim = 64;
-  shape.scale = 0.125f;
+  shape.headDim = headDim;
+  shape.scale = cpuShape.scale;
   shape.queryRowStride = width;
   shape.outputRowStride = cpuShape.outputRowStride;
   cuda::PagedAttentionBatch batch;
@@ -559,9 +573,10 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   cuda::AttentionWorkspace workspace;
   ASSERT_CUDA_OK(workspace.prepare(shape, batch, 16, {}, nullptr));
   ASSERT_FALSE(workspace.plan().merges.empty());
-  const cuda::RopeTableView ropeView = uploadRopeTable(ropeTable);
+  const cuda::RopeTableView ropeView = uploadRopeTable(*ropeTable);
   cuda::PagedAttentionOptions options;
   options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
+  options.kernel = param.kernel;
   float *output = deviceArray<float>(expected.size());
   uint16_t *outputBf16 = deviceArray<uint16_t>(expected.size());
   const cuda::PagedKvView view = cuda::layerView(device.pool, 1);
@@ -574,19 +589,31 @@ TEST_P(CudaAttention, MatchesTheCpuKernel) {
   const std::vector<float> actual = download(output, expected.size());
   const std::vector<uint16_t> actualBf16 =
       download(outputBf16, expected.size());
+  // f32 products: 1e-4. Tensor cores round the scaled queries, the
+  // (turned) keys and the softmax weights to f16 (2^-11 relative each):
+  // outputs of unit-variance V move by a few 1e-4; 3e-3 bounds that and
+  // still catches a wrong key, mask or weight (errors of order 1).
+  const float allowed = onTensorCores(param) ? 3e-3f : 1e-4f;
+  double worst = 0;
   for (size_t index = 0; index < expected.size(); ++index) {
-    ASSERT_NEAR(actual[index], expected[index], 1e-4f)
+    worst = std::max(worst, double(std::fabs(actual[index] - expected[index])));
+    ASSERT_NEAR(actual[index], expected[index], allowed)
         << "row " << index / size_t(shape.outputRowStride);
     ASSERT_NEAR(model::bf16ToFloat(actualBf16[index]), expected[index],
-                1e-4f + std::fabs(expected[index]) / 128);
+                allowed + std::fabs(expected[index]) / 128);
   }
+  std::printf("[ cuda ] attention (%s kernel, head dim %d) vs the CPU: max "
+              "|diff| %.3g\n",
+              onTensorCores(param) ? "tensor-core" : "SIMT", headDim, worst);
 }
 
 TEST_P(CudaAttention, RowsGiveTheSameBitsSplitOrWhole) {
   const AttentionCase param = GetParam();
-  const cuda::RopeTableView ropeView = uploadRopeTable(ropeTable);
+  const cuda::RopeTableView ropeView = uploadRopeTable(*ropeTable);
   cuda::PagedAttentionOptions options;
   options.keyRope = param.ropeInKernel ? &ropeView : nullptr;
+  options.kernel = param.kernel;
+  const int headDim = param.headDim;
 
   // A 40-page prompt (5 ranges) in full, and its last 3 tokens alone.
   std::vector<int32_t> blockIds, validTokens;
@@ -595,13 +622,13 @@ TEST_P(CudaAttention, RowsGiveTheSameBitsSplitOrWhole) {
     validTokens.push_back(page == 17 ? 4 : 16);
   }
   const int32_t length = 39 * 16 + 4;
-  const int64_t width = 6 * 64;
+  const int64_t width = 6 * headDim;
   const std::vector<float> queries = randomFloats(size_t(length * width));
   cuda::PagedAttentionShape shape;
   shape.numQueryHeads = 6;
   shape.numKvHeads = 2;
-  shape.headDim = 64;
-  shape.scale = 0.125f;
+  shape.headDim = headDim;
+  shape.scale = 1.0f / std::sqrt(float(headDim));
   shape.queryRowStride = width;
   shape.outputRowStride = width;
   const float *deviceQueries = upload(queries);
@@ -639,7 +666,17 @@ INSTANTIATE_TEST_SUITE_P(
     KvLayouts, CudaAttention,
     testing::Values(AttentionCase{cpu::KvPrecision::F16, false},
                     AttentionCase{cpu::KvPrecision::F32, false},
-                    AttentionCase{cpu::KvPrecision::F16, true}));
+                    AttentionCase{cpu::KvPrecision::F16, true},
+                    AttentionCase{cpu::KvPrecision::F16, false,
+                                  cuda::AttentionKernel::Simt},
+                    AttentionCase{cpu::KvPrecision::F16, true,
+                                  cuda::AttentionKernel::Simt},
+                    AttentionCase{cpu::KvPrecision::F16, false,
+                                  cuda::AttentionKernel::Auto, 128},
+                    AttentionCase{cpu::KvPrecision::F16, true,
+                                  cuda::AttentionKernel::Auto, 128},
+                    AttentionCase{cpu::KvPrecision::F16, true,
+                                  cuda::AttentionKernel::Auto, 32}));
 
 TEST_F(CudaKernels, RelocationTurnsBlocksAsTheCpuExecutor) {
   for (cpu::RopeOrder order : {cpu::RopeOrder::Normal, cpu::RopeOrder::NeoX}) {

@@ -91,8 +91,9 @@ write_report() {
   echo "## GPU answers against the CPU's (temperature 0)"
   echo
   echo "CPU: f32 GEMMs and f32 K/V (the reference); GPU: bf16 weights, f16 K/V."
-  echo "SmolLM2 (98 MB) is not carried (the tool carries 64 MiB): its row"
-  echo "appears only where the machine has models/."
+  echo "SmolLM2 (98 MB) has rows where its three parts were carried"
+  echo "(bench/gpu_pack.sh) or the machine has models/. A difference the"
+  echo "CPU's own bf16 path also makes at or before that token is a near tie."
   echo
   echo "| model | relocation | answers |"
   echo "|---|---|---|"

@@ -65,10 +65,10 @@ if (( packed + tree > 60 )); then
 fi
 
 # SmolLM2 (98 MB) does not fit one call's 64 MiB: it travels in three
-# parts, one call each (.gpu-model-1 and -2 on two short calls that only
-# carry, .gpu-model-3 with .gpu on the run), and gpu.sh joins them and
-# checks the sha256. The machine keeps what a call carried while it is warm
-# (30 s), so the three calls must follow each other at once.
+# parts, one short call each (`ls .gpu-model-N`, carrying .gpu-model-N),
+# then the run carries .gpu; gpu.sh joins the parts and checks the sha256.
+# The machine keeps what a call carried only while it is warm (30 s), so
+# the four calls must follow each other at once.
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 [[ -f $model ]] || model="$HOME/.cache/spanc/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 rm -rf "$root"/.gpu-model-*
@@ -82,5 +82,6 @@ if [[ -f $model ]]; then
   done
   sha256sum "$model" | cut -d' ' -f1 > "$root/.gpu-model-3/SHA256"
   echo "gpu_pack: SmolLM2 in .gpu-model-{1,2,3} ($(( part >> 20 )) MiB each):" \
-       "carry .gpu-model-1, then .gpu-model-2, then .gpu and .gpu-model-3 with the run"
+       "carry each in its own short call, one right after the other, then" \
+       ".gpu with the run (bench/README.md, \"GPU\")"
 fi

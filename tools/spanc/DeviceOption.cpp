@@ -13,7 +13,7 @@ void addDeviceOption(po::options_description &options) {
       ("device", po::value<std::string>()->default_value("cpu"),        //
        "where the model runs: cpu, or cuda (one NVIDIA GPU of compute " //
        "capability 8.0 or newer; fails at start with the reason when "  //
-       "none is usable; unverified on a GPU so far, see README)");
+       "none is usable; tested on an H200, see README)");
 }
 
 std::optional<backend::Device>

@@ -21,7 +21,9 @@ cd "$root"
 bazel=(bazel ${GPU_PACK_OUTPUT_BASE:+--output_base="$GPU_PACK_OUTPUT_BASE"})
 tests=$("${bazel[@]}" query 'attr(name, ".*cuda.*", kind(cc_test, //test/...))' 2>/dev/null)
 targets=(//tools/spanc //test/data/synthetic:make_tiny_model_gguf $tests)
-"${bazel[@]}" build "${targets[@]}"
+# (--symlink_prefix=/: the other base leaves bazel-bin and bazel-testlogs
+# pointing at the default one.)
+"${bazel[@]}" build ${GPU_PACK_OUTPUT_BASE:+--symlink_prefix=/} "${targets[@]}"
 bin="$("${bazel[@]}" info bazel-bin 2>/dev/null)"
 
 stage="$root/.gpu/stage"

@@ -126,6 +126,13 @@ struct CudaBackend::State {
   std::vector<cuda::RelocationOp> relocationOps;
   /// A failure of relocate() or copyBlock(), returned by the next forward.
   std::string pendingError;
+  /// The op timers (Backend::setProfiling): a mark after each op, the
+  /// profile field each interval adds to, what they summed.
+  bool timing = false;
+  cuda::StreamTimeline timeline;
+  std::vector<double ForwardProfile::*> timedOps;
+  std::vector<float> intervals;
+  ForwardProfile timedProfile;
 
   // tokenDistances: the block pairs and the distances of their slots.
   std::vector<int32_t> hostPairs;
@@ -453,17 +460,31 @@ llvm::Error CudaBackend::runStep(const StepLayout &step,
   embedding.numRows = int64_t(weights.embedding.rows);
   embedding.dim = dim;
   embedding.rowStride = dim;
+  // With the op timers on: a mark after each op, charged to `field`.
+  auto timed = [&](double ForwardProfile::*field) -> cuda::Status {
+    if (!s.timing)
+      return cuda::Status::success();
+    s.timedOps.push_back(field);
+    return s.timeline.mark(s.stream);
+  };
+  if (s.timing) {
+    s.timedOps.clear();
+    SPANC_CUDA_CHECK(s.timeline.mark(s.stream));
+  }
   SPANC_CUDA_CHECK(cuda::embeddingLookup(embedding, tokenIds, numTokens, hidden,
                                          dim, s.stream));
+  SPANC_CUDA_CHECK(timed(&ForwardProfile::embeddingSeconds));
   for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
     const CudaLayerWeights &layer = weights.layers[layerIndex];
     SPANC_CUDA_CHECK(cuda::rmsNorm(dimRows, hidden, vector(layer.attentionNorm),
                                    config.rmsEpsilon, normed, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::normSeconds));
     SPANC_CUDA_CHECK(project(layer.queryKeyValue, normed, qkv, qkvDim, false));
     if (!layer.queryKeyValueBias.empty())
       SPANC_CUDA_CHECK(
           cuda::addBias(cuda::RowShape{numTokens, qkvDim, qkvDim, qkvDim}, qkv,
                         vector(layer.queryKeyValueBias), s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::qkvSeconds));
     SPANC_CUDA_CHECK(cuda::applyRope(
         cuda::RopeShape{numTokens, int64_t(config.numHeads), qkvDim},
         s.ropeTable, positions, qkv, s.stream));
@@ -471,24 +492,32 @@ llvm::Error CudaBackend::runStep(const StepLayout &step,
       SPANC_CUDA_CHECK(cuda::applyRope(
           cuda::RopeShape{numTokens, int64_t(config.numKvHeads), qkvDim},
           s.ropeTable, positions, qkv + queryDim, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::ropeSeconds));
     SPANC_CUDA_CHECK(cuda::writeKv(s.poolView, int(layerIndex), numTokens,
                                    slotBlocks, slotIndices, qkv + queryDim,
                                    qkv + queryDim + kvDim, qkvDim, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::kvWriteSeconds));
     SPANC_CUDA_CHECK(
         cuda::pagedAttention(attentionShape, s.attention,
                              cuda::layerView(s.poolView, int(layerIndex)), qkv,
                              attention, attentionOptions, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::attentionSeconds));
     // The output projection adds into the residual stream (beta 1).
     SPANC_CUDA_CHECK(
         project(layer.attentionOutput, attention, hidden, dim, true));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::attentionOutputSeconds));
     SPANC_CUDA_CHECK(cuda::rmsNorm(dimRows, hidden,
                                    vector(layer.feedForwardNorm),
                                    config.rmsEpsilon, normed, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::normSeconds));
     SPANC_CUDA_CHECK(project(layer.gateUp, normed, gateUp, 2 * ffnDim, false));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::gateUpSeconds));
     SPANC_CUDA_CHECK(
         cuda::swiGlu(cuda::RowShape{numTokens, ffnDim, 2 * ffnDim, ffnDim},
                      gateUp, gateUp + ffnDim, feedForward, s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::swiGluSeconds));
     SPANC_CUDA_CHECK(project(layer.down, feedForward, hidden, dim, true));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::downSeconds));
   }
 
   if (numRows > 0) {
@@ -516,12 +545,24 @@ llvm::Error CudaBackend::runStep(const StepLayout &step,
     SPANC_CUDA_CHECK(
         cuda::copyLogitsToHost(logits, numRows, int64_t(config.vocabSize),
                                head.columns, output->logits.data(), s.stream));
+    SPANC_CUDA_CHECK(timed(&ForwardProfile::outputHeadSeconds));
   } else {
     // Report a kernel's asynchronous failure with this step.
     SPANC_CUDA_CHECK(cuda::synchronize(s.stream));
   }
+  if (s.timing) {
+    SPANC_CUDA_CHECK(s.timeline.collect(s.intervals));
+    for (size_t index = 0; index < s.intervals.size(); ++index)
+      s.timedProfile.*s.timedOps[index] += double(s.intervals[index]) * 1e-3;
+  }
   return llvm::Error::success();
 }
+
+void CudaBackend::enableOpTimers(bool enabled) { state->timing = enabled; }
+
+ForwardProfile CudaBackend::opProfile() const { return state->timedProfile; }
+
+void CudaBackend::resetOpProfile() { state->timedProfile = ForwardProfile(); }
 
 void CudaBackend::tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
                                  llvm::ArrayRef<int32_t> b,

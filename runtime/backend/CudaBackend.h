@@ -66,6 +66,11 @@ private:
   uint32_t numLayers() const override;
   llvm::Error runStep(const StepLayout &step, model::ForwardOutput *output,
                       uint32_t numLayers) override;
+  /// Device time per op from CUDA events between the ops (the stream is
+  /// waited for at the end of each timed step).
+  void enableOpTimers(bool enabled) override;
+  ForwardProfile opProfile() const override;
+  void resetOpProfile() override;
 
   std::unique_ptr<State> state;
 };

@@ -62,6 +62,38 @@ Status synchronize(Stream stream) {
   return Status::success();
 }
 
+StreamTimeline::~StreamTimeline() {
+  for (CUevent_st *event : events_)
+    cudaEventDestroy(event);
+}
+
+Status StreamTimeline::mark(Stream stream) {
+  if (used_ == events_.size()) {
+    cudaEvent_t event = nullptr;
+    SPANC_CUDA_CALL(cudaEventCreate(&event));
+    events_.push_back(event);
+  }
+  SPANC_CUDA_CALL(cudaEventRecord(events_[used_], stream));
+  ++used_;
+  return Status::success();
+}
+
+Status StreamTimeline::collect(std::vector<float> &milliseconds) {
+  milliseconds.clear();
+  const size_t used = used_;
+  used_ = 0;
+  if (used == 0)
+    return Status::success();
+  SPANC_CUDA_CALL(cudaEventSynchronize(events_[used - 1]));
+  for (size_t index = 1; index < used; ++index) {
+    float elapsed = 0;
+    SPANC_CUDA_CALL(
+        cudaEventElapsedTime(&elapsed, events_[index - 1], events_[index]));
+    milliseconds.push_back(elapsed);
+  }
+  return Status::success();
+}
+
 Status allocate(void **pointer, size_t bytes) {
   *pointer = nullptr;
   if (bytes == 0)

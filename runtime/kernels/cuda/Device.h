@@ -16,8 +16,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 struct CUstream_st;
+struct CUevent_st;
 
 namespace spanc::cuda {
 
@@ -54,6 +56,26 @@ Status destroyStream(Stream stream);
 /// Waits for everything queued on `stream`, and reports the first
 /// asynchronous error a kernel on it raised.
 Status synchronize(Stream stream);
+
+/// Marks on a stream and the device time between consecutive marks (CUDA
+/// events, made as needed and reused): a backend's op timers.
+class StreamTimeline {
+public:
+  StreamTimeline() = default;
+  StreamTimeline(const StreamTimeline &) = delete;
+  StreamTimeline &operator=(const StreamTimeline &) = delete;
+  ~StreamTimeline();
+
+  /// Marks the point after everything queued on `stream` so far.
+  Status mark(Stream stream);
+  /// Waits for the last mark, sets `milliseconds[i]` to the time between
+  /// marks i and i + 1, and forgets the marks.
+  Status collect(std::vector<float> &milliseconds);
+
+private:
+  std::vector<CUevent_st *> events_;
+  size_t used_ = 0;
+};
 
 /// Device memory (cudaMalloc); `bytes` 0 gives nullptr.
 Status allocate(void **pointer, size_t bytes);

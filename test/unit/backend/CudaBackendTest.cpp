@@ -35,6 +35,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -185,6 +186,51 @@ TEST_P(CudaForwardTest, LogitsMatchTheCpuBackendUnderBothKeyStorages) {
     EXPECT_NE(llvm::toString(std::move(error)).find("sequence 0: block id 64"),
               std::string::npos);
   }
+}
+
+TEST_P(CudaForwardTest, OpTimersSplitAStepByOp) {
+  // Backend::setProfiling on the GPU: CUDA events between the ops give each
+  // op's device time; their sum lies within the step's wall time.
+  SKIP_WITHOUT_CUDA();
+  const std::string path = modelPath(GetParam());
+  if (!llvm::sys::fs::exists(path)) {
+    ASSERT_TRUE(GetParam().installed) << "generated model missing: " << path;
+    GTEST_SKIP() << path << " is not installed";
+  }
+  std::unique_ptr<model::Model> model = loadReference(path);
+  ASSERT_TRUE(model);
+  auto gpu = backend::CudaBackend::create(*model, 64, 16, false);
+  ASSERT_TRUE(bool(gpu)) << llvm::toString(gpu.takeError());
+  std::vector<int32_t> prompt(40), positions(40);
+  for (int index = 0; index < 40; ++index) {
+    prompt[size_t(index)] =
+        int32_t((index * 7919 + 11) % model->config().vocabSize);
+    positions[size_t(index)] = index;
+  }
+  std::vector<int32_t> blocks = {0, 1, 2}, valid = {16, 16, 8};
+  model::ForwardSequence sequence{prompt, positions, blocks, valid,
+                                  model::LogitsRequest::Last};
+  model::ForwardOutput output;
+  (*gpu)->setProfiling(true);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_FALSE(bool((*gpu)->forward({sequence}, output)));
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const backend::ForwardProfile profile = (*gpu)->profile();
+  std::printf("[ cuda ] %s: step %.3f ms, ops %.3f ms (attention %.3f, "
+              "GEMMs %.3f, head %.3f)\n",
+              GetParam().name, wall * 1e3, profile.total() * 1e3,
+              profile.attentionSeconds * 1e3, profile.gemmSeconds() * 1e3,
+              profile.outputHeadSeconds * 1e3);
+  EXPECT_EQ(profile.passes, 1);
+  EXPECT_EQ(profile.tokens, 40);
+  EXPECT_GT(profile.attentionSeconds, 0.0);
+  EXPECT_GT(profile.gemmSeconds(), 0.0);
+  EXPECT_GT(profile.outputHeadSeconds, 0.0);
+  EXPECT_LE(profile.total(), wall);
+  (*gpu)->resetProfile();
+  EXPECT_EQ((*gpu)->profile().total(), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,14 +2,19 @@
 # bench/gpu.sh — the CUDA backend's one prepared run on a GPU machine (the
 # H200 the device tool lends; docs/ARCHITECTURE.md, "Devices"). It proves
 # the carried build works there, runs the GPU tests, checks GPU answers
-# against the CPU's, then measures at the paper's scale on a synthetic
+# against the CPU's, runs SmolLM2 there when its parts came (answers, RAG
+# hit, accuracy), then measures at the paper's scale on a synthetic
 # Llama-3-8B-shape model it generates there, and writes gpu.md (and its
 # log and raw rows) into $OUT (bench/results/gpu/ when run by hand).
 #
 # How to run it (bench/README.md, "GPU"):
-#   1. here:  bench/gpu_pack.sh          (builds and packs .gpu/, ~13 MiB)
-#   2. the device tool:
-#        run(command="bash bench/gpu.sh", carry=[".gpu"], timeout_s=600)
+#   1. here:  bench/gpu_pack.sh   (packs .gpu/, ~16 MiB, and SmolLM2's three
+#             parts .gpu-model-1..3, 31 MiB each)
+#   2. the device tool, four calls one right after the other (a warm
+#      machine keeps what earlier calls carried for 30 s):
+#        run(command="ls .gpu-model-N", carry=[".gpu-model-N"]), N = 1, 2, 3
+#        run(command="GPU_SH_SECONDS=370 bash bench/gpu.sh", carry=[".gpu"],
+#            timeout_s=400)
 #   3. copy $OUT/gpu.md to bench/results/gpu.md and commit it.
 #
 # The machine is bare: nvcc, CMake, PyTorch with the nvidia-* wheels, no

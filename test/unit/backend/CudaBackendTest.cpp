@@ -111,17 +111,28 @@ void expectRowClose(const float *reference, const float *actual, int64_t vocab,
   }
 }
 
-class CudaForwardTest : public ::testing::TestWithParam<ModelCase> {};
+class CudaForwardTest : public ::testing::TestWithParam<ModelCase> {
+protected:
+  /// The case's model as the reference loads it; `model` stays null when
+  /// the test is skipped (no GPU, an installed model missing) or failed (a
+  /// generated one missing).
+  void loadCaseModel(std::unique_ptr<model::Model> &model) {
+    SKIP_WITHOUT_CUDA();
+    const std::string path = modelPath(GetParam());
+    if (!llvm::sys::fs::exists(path)) {
+      ASSERT_TRUE(GetParam().installed) << "generated model missing: " << path;
+      GTEST_SKIP() << path << " is not installed";
+    }
+    model = loadReference(path);
+    ASSERT_TRUE(model);
+  }
+};
 
 TEST_P(CudaForwardTest, LogitsMatchTheCpuBackendUnderBothKeyStorages) {
-  SKIP_WITHOUT_CUDA();
-  const std::string path = modelPath(GetParam());
-  if (!llvm::sys::fs::exists(path)) {
-    ASSERT_TRUE(GetParam().installed) << "generated model missing: " << path;
-    GTEST_SKIP() << path << " is not installed";
-  }
-  std::unique_ptr<model::Model> model = loadReference(path);
-  ASSERT_TRUE(model);
+  std::unique_ptr<model::Model> model;
+  loadCaseModel(model);
+  if (!model)
+    return;
   const int64_t vocab = model->config().vocabSize;
   for (bool keysRotated : {false, true}) {
     const std::string storage = keysRotated ? "rerope" : "rope-in-kernel";
@@ -191,14 +202,10 @@ TEST_P(CudaForwardTest, LogitsMatchTheCpuBackendUnderBothKeyStorages) {
 TEST_P(CudaForwardTest, OpTimersSplitAStepByOp) {
   // Backend::setProfiling on the GPU: CUDA events between the ops give each
   // op's device time; their sum lies within the step's wall time.
-  SKIP_WITHOUT_CUDA();
-  const std::string path = modelPath(GetParam());
-  if (!llvm::sys::fs::exists(path)) {
-    ASSERT_TRUE(GetParam().installed) << "generated model missing: " << path;
-    GTEST_SKIP() << path << " is not installed";
-  }
-  std::unique_ptr<model::Model> model = loadReference(path);
-  ASSERT_TRUE(model);
+  std::unique_ptr<model::Model> model;
+  loadCaseModel(model);
+  if (!model)
+    return;
   auto gpu = backend::CudaBackend::create(*model, 64, 16, false);
   ASSERT_TRUE(bool(gpu)) << llvm::toString(gpu.takeError());
   std::vector<int32_t> prompt(40), positions(40);

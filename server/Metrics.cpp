@@ -111,6 +111,7 @@ void ServerMetrics::setLoad(const EngineLoad &now) {
   std::lock_guard<std::mutex> lock(mutex);
   load = now;
   load.kvCacheUsage = std::clamp(now.kvCacheUsage, 0.0, 1.0);
+  peakRunning = std::max(peakRunning, now.running);
 }
 
 void ServerMetrics::recordFinished(const FinishedRequest &request) {
@@ -150,6 +151,10 @@ std::string ServerMetrics::render() const {
       {"spanc:kv_cached_blocks", "gauge",
        "KV blocks in the cache's hash index (reusable by later requests).",
        double(load.cachedBlocks)},
+      {"spanc:num_requests_running_peak", "gauge",
+       "The most requests in one model execution batch since the server "
+       "started.",
+       double(peakRunning)},
   };
   const Scalar counters[] = {
       {"vllm:prefix_cache_queries_total", "counter",

@@ -105,6 +105,9 @@ private:
   unsigned blockSize;
   uint32_t numBlocks;
   EngineLoad load;
+  /// The most calls one step ran since the server started: whether
+  /// requests ran together, without a scraper racing the steps.
+  uint64_t peakRunning = 0;
   std::function<KvEventTotals()> kvEventSource;
   uint64_t promptTokens = 0, generationTokens = 0;
   uint64_t cacheQueries = 0, cacheHits = 0, preemptions = 0;

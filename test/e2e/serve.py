@@ -358,8 +358,12 @@ def check_concurrent(server):
         check(status == 200 and text == serial[question],
               "concurrent %r equals serial: %r vs %r" %
               (question, text, serial[question]))
-    check(peak_running[0] >= 2, "requests ran together (peak %d running)" %
-          peak_running[0])
+    # The server's own peak decides (a scrape every 20 ms can miss every
+    # step on a fast host); the sampled one is reported beside it.
+    _, values = server.metrics()
+    peak = metric(values, "spanc:num_requests_running_peak") or 0
+    check(peak >= 2, "requests ran together (peak %d running; sampled %d)" %
+          (peak, peak_running[0]))
 
     # The counters moved by what the 16 answers report.
     _, after = server.metrics()

@@ -19,6 +19,20 @@ bool hasLine(const std::string &text, const std::string &line) {
   return false;
 }
 
+TEST(ServerMetrics, ThePeakKeepsTheMostRequestsOneStepRan) {
+  ServerMetrics metrics("m", 16, 64);
+  EngineLoad load;
+  for (uint64_t running : {2, 5, 1, 0}) {
+    load.running = running;
+    metrics.setLoad(load);
+  }
+  const std::string text = metrics.render();
+  EXPECT_TRUE(hasLine(text, "# TYPE spanc:num_requests_running_peak gauge"));
+  EXPECT_TRUE(
+      hasLine(text, "spanc:num_requests_running_peak{model_name=\"m\"} 5.0"));
+  EXPECT_TRUE(hasLine(text, "vllm:num_requests_running{model_name=\"m\"} 0.0"));
+}
+
 TEST(ServerMetrics, RendersVllmNamesTypesAndLabels) {
   ServerMetrics metrics("tiny \"q\"", 16, 256);
   EngineLoad load;
@@ -152,7 +166,7 @@ TEST(ServerMetrics, EveryFamilyHasOneHelpAndOneTypeLine) {
   std::vector<std::string> unique = types;
   std::sort(unique.begin(), unique.end());
   EXPECT_EQ(std::unique(unique.begin(), unique.end()), unique.end());
-  EXPECT_EQ(types.size(), 17u);
+  EXPECT_EQ(types.size(), 18u);
 }
 
 TEST(ServerMetrics, KvEventFamiliesOnlyWithAPublisher) {

@@ -468,6 +468,8 @@ llvm::Error CudaBackend::runStep(const StepLayout &step,
     return s.timeline.mark(s.stream);
   };
   if (s.timing) {
+    // A step that failed midway left marks: this step's start afresh.
+    s.timeline.discard();
     s.timedOps.clear();
     SPANC_CUDA_CHECK(s.timeline.mark(s.stream));
   }

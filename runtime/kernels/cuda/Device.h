@@ -71,6 +71,8 @@ public:
   /// Waits for the last mark, sets `milliseconds[i]` to the time between
   /// marks i and i + 1, and forgets the marks.
   Status collect(std::vector<float> &milliseconds);
+  /// Forgets the marks without reading them (a step that failed midway).
+  void discard() { used_ = 0; }
 
 private:
   std::vector<CUevent_st *> events_;

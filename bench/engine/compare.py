@@ -210,10 +210,15 @@ def main():
     with open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f
                     if line.startswith("model name")), platform.processor())
+    with open("/proc/cpuinfo") as f:
+        has_amx = any(line.startswith("flags") and " amx_tile" in line
+                      for line in f)
+    prefill_gemms = "spanc's AMX tiles" if has_amx else "oneDNN"
     fix_note = ""
     source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
                               "ggml-cpu", "amx", "mmq.cpp")
-    for path in (source_mmq,):
+    # The barrier matters only where llama.cpp's AMX path runs.
+    for path in (source_mmq,) if has_amx else ():
         if os.path.exists(path) and "spanc: AMX tile config barrier" in open(
                 path, errors="replace").read():
             fix_note = ("llama.cpp was built with the AMX tile-config compiler "
@@ -233,7 +238,8 @@ def main():
         f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
         f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
         f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
-        f"for prefill via oneDNN, VNNI Q4_1/Q8_0 GEMV for decode; CPU "
+        f"for prefill ({prefill_gemms}), "
+        f"VNNI Q4_1/Q8_0 GEMV for decode; CPU "
         f"features: {spanc_info.get('cpu')}).",
         "",
     ]

@@ -235,27 +235,30 @@ tests_summary=""
 run_tests() {
   local failed=0
   cd "$work"
-  for test in "$work"/bin/*_test; do
-    local name=$(basename "$test")
-    if "$test" --gtest_brief=0 > "$work/results/$name.txt" 2>&1; then
-      tests_summary+="| $name | passed | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  SKIPPED \].* ms)$' "$work/results/$name.txt") |\n"
+  # One test binary: its log, its row in the summary (defined in here: step
+  # hands the child shell this function's text alone).
+  run_one() {
+    local label=$1 log=$2
+    shift 2
+    local row
+    if "$@" --gtest_brief=0 > "$log" 2>&1; then
+      row="passed | $(grep -c '^\[       OK \].* ms)$' "$log") | $(grep -c '^\[  SKIPPED \].* ms)$' "$log")"
     else
       failed=1
-      tests_summary+="| $name | FAILED | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  FAILED  \].* ms)$' "$work/results/$name.txt") failed |\n"
+      row="FAILED | $(grep -c '^\[       OK \].* ms)$' "$log") | $(grep -c '^\[  FAILED  \].* ms)$' "$log") failed"
     fi
-    cat "$work/results/$name.txt"
+    tests_summary+="| $label | $row |\n"
+    cat "$log"
+  }
+  for test in "$work"/bin/*_test; do
+    local name=$(basename "$test")
+    run_one "$name" "$work/results/$name.txt" "$test"
   done
   # The backend's whole-model tests again on the f32 SIMT attention (the
   # tensor-core kernel is the default).
-  local name=cuda_backend_test_simt
-  if SPANC_CUDA_ATTENTION=simt "$work/bin/cuda_backend_test" --gtest_brief=0 \
-       > "$work/results/$name.txt" 2>&1; then
-    tests_summary+="| cuda_backend_test (SPANC_CUDA_ATTENTION=simt) | passed | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  SKIPPED \].* ms)$' "$work/results/$name.txt") |\n"
-  else
-    failed=1
-    tests_summary+="| cuda_backend_test (SPANC_CUDA_ATTENTION=simt) | FAILED | $(grep -c '^\[       OK \].* ms)$' "$work/results/$name.txt") | $(grep -c '^\[  FAILED  \].* ms)$' "$work/results/$name.txt") failed |\n"
-  fi
-  cat "$work/results/$name.txt"
+  run_one "cuda_backend_test (SPANC_CUDA_ATTENTION=simt)" \
+    "$work/results/cuda_backend_test_simt.txt" \
+    env SPANC_CUDA_ATTENTION=simt "$work/bin/cuda_backend_test"
   echo -e "$tests_summary" > "$work/results/tests.md"
   return $failed
 }

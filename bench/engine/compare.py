@@ -208,11 +208,11 @@ def main():
     load_after = os.getloadavg()
 
     with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), platform.processor())
-    with open("/proc/cpuinfo") as f:
-        has_amx = any(line.startswith("flags") and " amx_tile" in line
-                      for line in f)
+        cpuinfo = f.read().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo
+                if line.startswith("model name")), platform.processor())
+    has_amx = any(line.startswith("flags") and " amx_tile" in line
+                  for line in cpuinfo)
     prefill_gemms = "spanc's AMX tiles" if has_amx else "oneDNN"
     fix_note = ""
     source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",

@@ -16,6 +16,8 @@
 #        run(command="GPU_SH_SECONDS=370 bash bench/gpu.sh", carry=[".gpu"],
 #            timeout_s=400)
 #   3. copy $OUT/gpu.md to bench/results/gpu.md and commit it.
+# GPU_SH_QUICK=1 with step 2's last call alone (no model parts): the GPU
+# tests and the 8B-shape prefill with its op profile, in ~2 minutes.
 #
 # The machine is bare: nvcc, CMake, PyTorch with the nvidia-* wheels, no
 # Bazel, no Debian libraries, no network. The pack brings spanc, the GPU
@@ -137,7 +139,11 @@ write_report() {
     echo "The same prefill with SPANC_CUDA_ATTENTION=simt (the f32 SIMT"
     echo "attention kernel; one repetition):"
     echo
-    sed -n '/^| prefill tokens/,/^$/p' "$work/results/simt/device-cuda.md"
+    sed -n '/^| prefill tokens | tokens/,/^$/p' "$work/results/simt/device-cuda.md"
+    echo
+    echo "Where its prefill's time goes (SIMT):"
+    echo
+    sed -n '/^| prefill tokens | ms/,/^$/p' "$work/results/simt/device-cuda.md"
   fi
   local part
   for part in small large; do
@@ -341,7 +347,11 @@ PY
   echo -e "$equality_rows" > "$work/results/equality.md"
   return $ok
 }
-step "GPU answers = CPU answers (temperature 0)" 60 equality
+# GPU_SH_QUICK=1: the tests and the 8B-shape prefill with its op profile
+# only (a run that must fit one short call); the answers, SmolLM2 and the
+# RAG runs are skipped.
+quick=${GPU_SH_QUICK:-}
+[[ -z $quick ]] && step "GPU answers = CPU answers (temperature 0)" 60 equality
 
 # --- 3b. SmolLM2 on the GPU: the README's query, a RAG hit, accuracy. -----
 # Only where the model came (see the top): the real model's answer on both
@@ -374,7 +384,7 @@ print("all four answers the same" if len(set(texts)) == 1 else "ANSWERS DIFFER")
 PY
   cat "$work/results/smol-answers.md"
 }
-if [[ -n $smol ]]; then
+if [[ -n $smol && -z $quick ]]; then
   step "SmolLM2: examples/rag.span on CPU and GPU" 60 smol_answers
   step "SmolLM2: RAG hit vs stock on the GPU (spanc bench rag)" 90 \
     "$spanc" bench rag --device=cuda -m "$smol" --set docs=1,8,15 \
@@ -419,8 +429,10 @@ if [[ -z ${GPU_SH_SMALL:-} && -f $big ]]; then
       --set step-tokens=2048 --set budget-s=$budget \
       --results "$work/results/rag-$part"
   }
-  step "RAG TTFT, 1-8 documents (spanc bench rag)" 90 rag small 1,2,4,8 60
-  step "RAG TTFT, 16 and 32 documents (spanc bench rag)" 200 rag large 16,32 60
+  if [[ -z $quick ]]; then
+    step "RAG TTFT, 1-8 documents (spanc bench rag)" 90 rag small 1,2,4,8 60
+    step "RAG TTFT, 16 and 32 documents (spanc bench rag)" 200 rag large 16,32 60
+  fi
 fi
 
 cp "$work/results/device-cuda.tsv" "$out/" 2>/dev/null

@@ -11,7 +11,11 @@
 //   roofline-tflops, 790: the 8192^3 bf16 product measured on the H200);
 // - relocation: one CIDRA batch of B independent ReRoPE moves (block i to
 //   block B + i, turned by a delta), timed to Backend::synchronize;
-//   tokens/ms = B * blockSize / ms (the paper reports ~500).
+//   tokens/ms = B * blockSize / ms (the paper reports ~500);
+// - where a prefill's time goes: one more pass per length with the
+//   backend's op timers on (Backend::setProfiling: CUDA events around each
+//   op on the GPU, wall time on the CPU), split into attention, the GEMMs,
+//   the other layer ops and the output head.
 //
 // Writes bench/results/device-<device>.md and .tsv.
 //
@@ -39,6 +43,13 @@ double seconds(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
+/// FLOPs of a prefill's causal attention (QK^T and PV over its layers).
+double prefillAttentionFlops(const model::ModelConfig &config,
+                             int64_t tokens) {
+  const double pairs = double(tokens) * double(tokens + 1) / 2;
+  return 4.0 * pairs * config.headDim * config.numHeads * config.numLayers;
+}
+
 /// FLOPs of a prefill of `tokens` tokens: the GEMMs (every weight once per
 /// token) and the causal attention.
 double prefillFlops(const model::ModelConfig &config, int64_t tokens) {
@@ -48,10 +59,7 @@ double prefillFlops(const model::ModelConfig &config, int64_t tokens) {
   const double perLayer =
       dim * (queryDim + 2 * kvDim) + queryDim * dim + 3 * dim * ffn;
   const double gemm = 2.0 * double(tokens) * perLayer * config.numLayers;
-  const double pairs = double(tokens) * double(tokens + 1) / 2;
-  const double attention =
-      4.0 * pairs * config.headDim * config.numHeads * config.numLayers;
-  return gemm + attention;
+  return gemm + prefillAttentionFlops(config, tokens);
 }
 
 llvm::Error runDeviceBench(const BenchArgs &args) {
@@ -89,8 +97,11 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
       (longest + kBlockSize - 1) / kBlockSize + 1, 2 * mostMoves);
 
   std::string tsv = "test\tsize\trepetition\tseconds\trate\n";
-  std::string table;
-  llvm::raw_string_ostream out(table);
+  std::string table, opTable;
+  llvm::raw_string_ostream out(table), ops(opTable);
+  ops << "| prefill tokens | ms (timed pass) | attention | GEMMs | other layer "
+         "ops | output head | outside the ops | attention TFLOP/s | GEMM "
+         "TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n";
   out << "| prefill tokens | tokens/s | ms | TFLOP/s | share of " << *roofline
       << " TFLOP/s |\n|---|---|---|---|---|\n";
   backend::BackendOptions options;
@@ -135,6 +146,43 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
       tsv += printed("prefill\t%lld\t%d\t%.6f\t%.1f\n", (long long)length,
                      repetition, times.back(), double(length) / times.back());
     }
+    // The op profile: one more pass, timed by op (the timers cost a little,
+    // so it is not one of the repetitions above).
+    device.resetProfile();
+    device.setProfiling(true);
+    auto profiledStart = std::chrono::steady_clock::now();
+    llvm::Error profiled = device.forward(sequence, output);
+    const double profiledSeconds = seconds(profiledStart);
+    device.setProfiling(false);
+    if (profiled)
+      return profiled;
+    const backend::ForwardProfile profile = device.profile();
+    const double attentionFlops = prefillAttentionFlops(config, length);
+    auto share = [&](double part) {
+      return printed("%.1f ms (%.0f%%)", 1e3 * part,
+                     100.0 * part / std::max(profiledSeconds, 1e-12));
+    };
+    ops << "| " << length << " | " << printed("%.1f", 1e3 * profiledSeconds)
+        << " | " << share(profile.attentionSeconds) << " | "
+        << share(profile.gemmSeconds()) << " | "
+        << share(profile.otherLayerSeconds() + profile.embeddingSeconds)
+        << " | " << share(profile.outputHeadSeconds) << " | "
+        << share(std::max(0.0, profiledSeconds - profile.total())) << " | "
+        << printed("%.1f", profile.attentionSeconds > 0
+                               ? attentionFlops / profile.attentionSeconds /
+                                     1e12
+                               : 0.0)
+        << " | "
+        << printed("%.1f", profile.gemmSeconds() > 0
+                               ? (prefillFlops(config, length) -
+                                  attentionFlops) /
+                                     profile.gemmSeconds() / 1e12
+                               : 0.0)
+        << " |\n";
+    tsv += printed("profile\t%lld\t0\t%.6f\t%.6f\t%.6f\t%.6f\n",
+                   (long long)length, profiledSeconds,
+                   profile.attentionSeconds, profile.gemmSeconds(),
+                   profile.otherLayerSeconds());
     Summary summary = summarize(times);
     const double tflops = prefillFlops(config, length) / summary.median / 1e12;
     out << llvm::format("| %lld | %.0f | %.2f [%.2f, %.2f] | %.1f | %.1f%% |\n",
@@ -189,7 +237,13 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
      << config.feedForwardDim << ", vocab " << config.vocabSize
      << "); block size " << kBlockSize << "; " << repetitions
      << " repetitions after one untimed run; median [min, max].\n\n"
-     << table << "\nCommand: spanc bench device --device="
+     << table
+     << "\n## Where a prefill's time goes\n\nOne more pass per length with "
+        "the backend's op timers on (CUDA events around each op on the GPU; "
+        "wall time on the CPU), so its total is a little above the "
+        "median's; other layer ops include the embedding. TFLOP/s: the "
+        "attention's and the GEMMs' FLOPs over their own time.\n\n"
+     << opTable << "\nCommand: spanc bench device --device="
      << backend::deviceName(args.device) << commandLine(args) << "\n";
   const std::string base = "device-" + backend::deviceName(args.device).str();
   llvm::SmallString<256> mdPath(args.resultsDir), tsvPath(args.resultsDir);

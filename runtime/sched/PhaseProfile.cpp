@@ -81,6 +81,11 @@ void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
          perLayer(forward.gemmSeconds()));
     line(2, "other layer ops", forward.otherLayerSeconds(),
          perLayer(forward.otherLayerSeconds()));
+    line(4, "norms", forward.normSeconds);
+    line(4, "RoPE", forward.ropeSeconds);
+    line(4, "K/V write", forward.kvWriteSeconds);
+    line(4, "SwiGLU, residuals",
+         forward.swiGluSeconds + forward.residualSeconds);
     line(2, "output head", forward.outputHeadSeconds);
     line(2, "outside the ops",
          std::max(0.0, profile.forwardSeconds - forward.layoutSeconds -

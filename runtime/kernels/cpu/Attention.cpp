@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 namespace spanc::cpu {
@@ -427,7 +428,8 @@ void pagedAttention(const PagedAttentionShape &shape,
   // sequence's query count): every tile of a sequence takes the same path.
   const bool useAmx = useAvx512 && options.allowAmx &&
                       kv.precision == KvPrecision::F16 &&
-                      shape.headDim % 32 == 0 && amxBf16Usable();
+                      shape.headDim % 32 == 0 &&
+                      shape.headDim <= kMaxAmxHeadDim && amxBf16Usable();
   const int32_t numPartials = planWorkItems(shape, batch, options, workspace);
   const int32_t totalPages = batch.pageOffsets[batch.numSequences];
   const int64_t stateFloats = int64_t(kMaxRows) * (2 + shape.headDim);
@@ -468,9 +470,20 @@ void pagedAttention(const PagedAttentionShape &shape,
   }
   int32_t *blockCacheTags =
       useCache ? workspace.blockCacheTags.data() : nullptr;
+  std::vector<int32_t> &order = workspace.order;
+  order.resize(size_t(numItems));
+  for (int64_t index = 0; index < numItems; ++index)
+    order[size_t(index)] = int32_t(index);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const AttentionWorkItem &x = workspace.items[size_t(a)];
+    const AttentionWorkItem &y = workspace.items[size_t(b)];
+    return std::tie(x.sequence, x.kvHead, x.pageBegin) <
+           std::tie(y.sequence, y.kvHead, y.pageBegin);
+  });
 #pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
   for (int64_t index = 0; index < numItems; ++index) {
-    const AttentionWorkItem &item = workspace.items[size_t(index)];
+    const AttentionWorkItem &item =
+        workspace.items[size_t(order[size_t(index)])];
     float *partial =
         item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
     const int thread = numItems > 1 ? omp_get_thread_num() : 0;

@@ -134,6 +134,11 @@ struct AttentionWorkspace {
   std::vector<int64_t> pageStarts; ///< logical index of each page's slot 0
   std::vector<AttentionWorkItem> items;
   std::vector<int32_t> groups; ///< first item of each split group
+  /// The order items run in: by sequence, KV head and key range, then tile,
+  /// so that the tiles folding one range of pages run back to back while
+  /// its packed K/V is in the core's cache (tile-major, every tile would
+  /// stream the whole context from memory). Results do not depend on it.
+  std::vector<int32_t> order;
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Per thread and page of the call: that block's K and V for one KV head
   /// as prefill tiles read them (f32, K rotated with rope-in-kernel; or on

@@ -1,30 +1,36 @@
 //===- AttentionAmx.cpp - The AMX attention tile step ---------------------===//
 //
-// The AMX path (f16 K/V, CPUs with AMX). Pages are folded two at a time
-// (a pair: pages pageBegin + 2i and + 2i + 1 of the item, so a page's half
-// never depends on which rows a tile holds), for a tile of 16 query rows
-// (rows past the tile are zero queries, never visible):
-//   S_h[row][slot] = Q[row] . K_h[slot] for each half h: Q as A tiles (16
-//     rows x 32 dims), K as B tiles of dimension pairs (AMX's VNNI order),
-//     each split into a bf16 high and low part, Qh.Kh + Qh.Kl + Ql.Kh with
-//     f32 sums (three tile products per 32 dims: scores to ~16 bits, where
-//     bf16 alone would move the softmax weights by percents);
-//   the online softmax per row over the pair's 32 slots, as foldBlockByRow
-//     does it per block;
-//   PV[row][dim] = P[row] . V[:, dim]: P and V split into high and low
-//     bf16 parts too (V exactly: f16 has 11 bits), per half [Ph | Ph] and
-//     [Pl | 0] as A tiles against [Vh ; Vl] B tiles of slot pairs (16 dims
-//     each), f32 sums; the weights' row sums the same way against a tile
-//     of ones, so that the sum that normalizes is that of the weights P.V
-//     used;
-//   acc = acc * correction + PV, per row.
-// Every output element is its own sum in a fixed order, and an empty or
-// invisible half contributes zero weights at the same place, so a row's
-// bits do not depend on the other rows of its tile; every tile of a
-// sequence of several queries takes this path when the call allows it.
-// K and V blocks are packed (bf16 pairs, high and low parts) once per
-// thread and page through the block cache, or per block in a call without
-// one.
+// The AMX path (f16 K/V, CPUs with AMX, head dim % 32 == 0 and <= 128).
+// The tile's 16 query rows live in the 16 lanes of a vector: everything is
+// computed transposed, so the online softmax is elementwise across rows
+// (no per-row reduction, no per-row mask loop) and a row's bits depend on
+// its own lane alone. Pages are folded four at a time (a step: 64 keys;
+// pages pageBegin + 4i .. + 4i + 3 of the item, so a page's place in its
+// step never depends on which rows a tile holds):
+//   S^T[key][row] = K[key] . Q[row] on AMX: K as A tiles (16 slots x 32
+//     dims, bf16 high and low parts), Q^T as B tiles (dimension pairs x
+//     rows, scaled by log2 e so that the weights are powers of two),
+//     Kh.Qh + Kl.Qh + Kh.Ql with f32 sums (scores to ~16 bits, where bf16
+//     alone would move the softmax weights by percents);
+//   the online softmax over the step's keys, one vector per key: the
+//     step's max per lane, the correction 2^(old - new), weights
+//     2^(s - max) (masked keys exactly zero), split into bf16 high and low
+//     parts as B tiles of key pairs ([Ph ; Ph] and [Pl ; 0]), and the row
+//     sums of exactly the weights P.V uses (VDPBF16PS of each part with
+//     ones);
+//   O^T[dim][row] += V^T . P^T on AMX: per page and 16 dims an A tile
+//     [Vh | Vl] (f16 V splits exactly), two products per tile: Vh.Ph +
+//     Vl.Ph + Vh.Pl, accumulated into O^T tiles kept in memory; O^T is
+//     multiplied by the corrections only in a step where some lane's max
+//     moved (a lane whose max did not move has correction exactly 1, so
+//     its bits are the same either way).
+// Each step's scores are issued before the previous step's softmax, so
+// the tile unit has work while the vector units fold. An absent page
+// (past the item or every row's limit) adds exact zeros at the place a
+// masked one would, so a row's bits do not depend on the other rows of
+// its tile. K and V pages are packed once per thread and page through the
+// block cache, or per step in a call without one. Measured figures:
+// bench/kv/AttentionBench.cpp, docs/ARCHITECTURE.md ("CPU attention").
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,16 +43,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 namespace spanc::cpu::attention {
 
 namespace {
 
-/// Every tile is 16 rows of 64 bytes. Scores: 0 and 2 (the two halves),
-/// 1 queries, 3 and 7 the halves' key pairs (two registers, so that the
-/// second load need not wait for the first product). P.V: 1 and 4 the
-/// weights ([Ph | Ph] and [Pl | 0]), 3 and 7 value pairs ([Vh ; Vl]),
-/// 0, 2, 5 and 6 the products of four 16-dim chunks.
+constexpr int kStepPages = 4;
+/// One AMX tile: 16 rows of 64 bytes (32 bf16 or 16 f32).
+constexpr int kTileHalves = 16 * 32;
+/// bf16 values of one page's packed K (or V) for head dim D: D * 32.
+constexpr int kMaxPageHalves = kMaxAmxHeadDim * 32;
+
+/// Tiles, 16 rows of 64 bytes each. Scores: 0-3 the step's pages, 4 and 5
+/// a page's K high and low parts, 6 and 7 the queries' high and low
+/// parts. P.V: 0-3 the O^T chunks of a group, 4 and 5 a page's [Ph ; Ph]
+/// and [Pl ; 0], 6 and 7 value tiles (two, so that a load need not wait
+/// for the previous product).
 struct AttentionTileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;
@@ -68,297 +82,449 @@ __attribute__((target("amx-tile"))) void releaseAttentionTiles() {
 #define SPANC_AVX512_BF16                                                      \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-/// Stores 16 (even, odd) pairs as bf16 in AMX's VNNI order: lane i's two
-/// values side by side (64 bytes).
-SPANC_AVX512_BF16 inline void storePairs(__m512 even, __m512 odd,
-                                         uint16_t *out) {
-  const __m512i packed =
-      reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+/// 16 lanes of (even, odd) bf16 pairs, the high parts of two vectors of
+/// f32: lane i = even[i] in its low half, odd[i] in its high half (AMX's
+/// pair order), and the same for what rounding left out (the low parts).
+struct SplitPairs {
+  __m512i high, low;
+};
+
+SPANC_AVX512_BF16 inline __m512i interleavePairs(__m512 even, __m512 odd) {
   const __m512i interleave = _mm512_set_epi16(
       31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
       6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(interleave, packed));
+  return _mm512_permutexvar_epi16(
+      interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even)));
 }
 
-/// What rounding x to bf16 leaves out (exact in f32): x = hi + lo with hi
-/// and bf16(lo) both bf16 carries ~16 significant bits.
-SPANC_AVX512_BF16 inline __m512 bf16Residual(__m512 x) {
-  const __m256bh rounded = _mm512_cvtneps_pbh(x);
-  const __m512 high = _mm512_castsi512_ps(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(reinterpret_cast<const __m256i &>(rounded)), 16));
-  return _mm512_sub_ps(x, high);
+/// The f32 values of a pair vector's even and odd halves.
+SPANC_AVX512_BF16 inline __m512 evenValues(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
+SPANC_AVX512_BF16 inline __m512 oddValues(__m512i pairs) {
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xffff0000u))));
 }
 
-/// K of one block ([dim][16 slots]) as B tiles: dimension pairs x slots,
-/// the bf16 high parts at `out`, the low parts headDim * 16 values after.
-template <typename Element>
-SPANC_AVX512_BF16 void packKeyPairs(const Element *keysByDim, int headDim,
-                                    uint16_t *out) {
-  uint16_t *low = out + headDim * 16;
-  for (int pair = 0; pair < headDim / 2; ++pair) {
-    const __m512 even = load16(keysByDim + 2 * pair * 16);
-    const __m512 odd = load16(keysByDim + (2 * pair + 1) * 16);
-    storePairs(even, odd, out + pair * 32);
-    storePairs(bf16Residual(even), bf16Residual(odd), low + pair * 32);
+/// even and odd split into bf16 high parts and low parts (the rest,
+/// rounded): hi + lo carries ~16 significant bits, and f16 exactly.
+SPANC_AVX512_BF16 inline SplitPairs splitPairs(__m512 even, __m512 odd) {
+  const __m512i high = interleavePairs(even, odd);
+  const __m512i low =
+      interleavePairs(_mm512_sub_ps(even, evenValues(high)),
+                      _mm512_sub_ps(odd, oddValues(high)));
+  return {high, low};
+}
+
+/// rows[i] (16 lanes of 32 bits) become columns: rows[j] lane i = old
+/// rows[i] lane j.
+SPANC_AVX512_BF16 inline void transpose16(__m512i (&rows)[16]) {
+  __m512i pairs[16], quads[16];
+  for (int i = 0; i < 16; i += 2) {
+    pairs[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  // quads[4k + m], 128-bit lane L: rows 4k..4k+3 of column 4L + m.
+  for (int k = 0; k < 16; k += 4) {
+    quads[k] = _mm512_unpacklo_epi64(pairs[k], pairs[k + 2]);
+    quads[k + 1] = _mm512_unpackhi_epi64(pairs[k], pairs[k + 2]);
+    quads[k + 2] = _mm512_unpacklo_epi64(pairs[k + 1], pairs[k + 3]);
+    quads[k + 3] = _mm512_unpackhi_epi64(pairs[k + 1], pairs[k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i low01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0x44);
+    const __m512i high01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0xee);
+    const __m512i low23 =
+        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0x44);
+    const __m512i high23 =
+        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0xee);
+    rows[m] = _mm512_shuffle_i32x4(low01, low23, 0x88);
+    rows[4 + m] = _mm512_shuffle_i32x4(low01, low23, 0xdd);
+    rows[8 + m] = _mm512_shuffle_i32x4(high01, high23, 0x88);
+    rows[12 + m] = _mm512_shuffle_i32x4(high01, high23, 0xdd);
   }
 }
 
-/// V of one block ([slot][headDim]) as B tiles, one per 16 dims: 8 rows of
-/// slot pairs x dims in bf16 high parts, then 8 rows of the low parts (f16
-/// values split exactly); slots past `valid` are zeros (their memory may
-/// hold anything, and a zero weight times a NaN is a NaN).
+SPANC_AVX512_BF16 inline void storeTile(const __m512i (&rows)[16],
+                                        uint16_t *out) {
+  for (int row = 0; row < 16; ++row)
+    _mm512_store_si512(out + row * 32, rows[row]);
+}
+
+/// K of one block ([dim][16 slots]) as A tiles, per 32 dims a high-part
+/// tile then a low-part tile, each 16 slots x 16 dimension pairs.
 template <typename Element>
-SPANC_AVX512_BF16 void packValuePairs(const Element *values, int valid,
+SPANC_AVX512_BF16 void packKeyTiles(const Element *keysByDim, int headDim,
+                                    uint16_t *out) {
+  for (int chunk = 0; chunk < headDim / 32; ++chunk) {
+    __m512i high[16], low[16];
+    for (int pair = 0; pair < 16; ++pair) {
+      const int dim = chunk * 32 + 2 * pair;
+      const SplitPairs split = splitPairs(load16(keysByDim + dim * 16),
+                                          load16(keysByDim + (dim + 1) * 16));
+      high[pair] = split.high;
+      low[pair] = split.low;
+    }
+    transpose16(high);
+    transpose16(low);
+    storeTile(high, out + chunk * 2 * kTileHalves);
+    storeTile(low, out + chunk * 2 * kTileHalves + kTileHalves);
+  }
+}
+
+/// V of one block ([slot][headDim]) as A tiles, per 16 dims one tile of
+/// 16 dims x [8 slot pairs of high parts | 8 of low parts]; slots past
+/// `valid` are zeros (their memory may hold anything, and a zero weight
+/// times a NaN is a NaN).
+template <typename Element>
+SPANC_AVX512_BF16 void packValueTiles(const Element *values, int valid,
                                       int headDim, uint16_t *out) {
-  for (int chunk = 0; chunk < headDim / 16; ++chunk)
+  const __m512 zero = _mm512_setzero_ps();
+  for (int chunk = 0; chunk < headDim / 16; ++chunk) {
+    __m512i columns[16];
     for (int pair = 0; pair < 8; ++pair) {
       const int even = 2 * pair, odd = 2 * pair + 1;
-      const __m512 zero = _mm512_setzero_ps();
-      const __m512 first =
-          even < valid ? load16(values + even * headDim + chunk * 16) : zero;
-      const __m512 second =
-          odd < valid ? load16(values + odd * headDim + chunk * 16) : zero;
-      uint16_t *tile = out + chunk * 16 * 32;
-      storePairs(first, second, tile + pair * 32);
-      storePairs(bf16Residual(first), bf16Residual(second),
-                 tile + (8 + pair) * 32);
+      const SplitPairs split = splitPairs(
+          even < valid ? load16(values + even * headDim + chunk * 16) : zero,
+          odd < valid ? load16(values + odd * headDim + chunk * 16) : zero);
+      columns[pair] = split.high;
+      columns[8 + pair] = split.low;
     }
+    transpose16(columns);
+    storeTile(columns, out + chunk * kTileHalves);
+  }
 }
 
-/// The tile's scaled queries as A tiles: 16 rows of headDim bf16 (rows past
-/// the tile zero), the high parts at `out`, the low parts 16 * headDim
-/// values after.
-SPANC_AVX512_BF16 void packQueries(const TileState &tile, int headDim,
-                                   uint16_t *out) {
-  uint16_t *low = out + kMaxRows * headDim;
-  for (int row = 0; row < kMaxRows; ++row)
-    for (int dim = 0; dim < headDim; dim += 16) {
-      const __m512 values =
-          row < tile.rows ? _mm512_loadu_ps(tile.query + row * headDim + dim)
-                          : _mm512_setzero_ps();
-      const __m256bh high = _mm512_cvtneps_pbh(values);
-      const __m256bh rest = _mm512_cvtneps_pbh(bf16Residual(values));
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i *>(out + row * headDim + dim),
-          reinterpret_cast<const __m256i &>(high));
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i *>(low + row * headDim + dim),
-          reinterpret_cast<const __m256i &>(rest));
+/// The tile's scaled queries as B tiles: per 32 dims a high-part tile then
+/// a low-part tile, each 16 dimension pairs x 16 rows (rows past the tile
+/// zero queries: they score zero everywhere and are never written).
+SPANC_AVX512_BF16 void packQueryTiles(const TileState &tile, int headDim,
+                                      uint16_t *out) {
+  for (int chunk = 0; chunk < headDim / 32; ++chunk) {
+    __m512i high[16], low[16];
+    for (int row = 0; row < 16; ++row) {
+      const float *query = tile.query + row * headDim + chunk * 32;
+      const bool inside = row < tile.rows;
+      // Scores in log2 units: the weights are then powers of two.
+      const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+      const __m512 first = inside ? _mm512_mul_ps(_mm512_loadu_ps(query), log2e)
+                                  : _mm512_setzero_ps();
+      const __m512 second = inside ? _mm512_mul_ps(_mm512_loadu_ps(query + 16),
+                                                   log2e)
+                                   : _mm512_setzero_ps();
+      // Consecutive dims pair up: bf16 of dims 0..31 in order.
+      high[row] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first));
+      const __m512 firstHigh = _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm512_castsi512_si256(high[row])), 16));
+      const __m512 secondHigh = _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(high[row], 1)), 16));
+      low[row] = reinterpret_cast<__m512i>(
+          _mm512_cvtne2ps_pbh(_mm512_sub_ps(second, secondHigh),
+                              _mm512_sub_ps(first, firstHigh)));
     }
+    transpose16(high);
+    transpose16(low);
+    storeTile(high, out + chunk * 2 * kTileHalves);
+    storeTile(low, out + chunk * 2 * kTileHalves + kTileHalves);
+  }
 }
 
-/// One page of a pair as the AMX step reads it: packed K and V, or absent
-/// (keys null: an empty page, one past the item's range or past every
-/// row's limit).
-struct PackedPage {
+/// 2^x for x <= 0 (softmax weights, the scores being in log2 units):
+/// x = n + r with |r| <= 1/2, 2^r = e^(r ln 2) by its degree-6 Taylor
+/// polynomial (relative error ~1e-7, far below the 2^-16 the weights keep),
+/// scaled by 2^n. Below -126 (the smallest normal f32) it clamps, as exp512
+/// does at -87.
+SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+  const __m512 n =
+      _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f); // ln2^6 / 6!
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/// One page of a step as the tile step reads it: packed K and V tiles, or
+/// absent (keys null).
+struct StepPage {
   const uint16_t *keys = nullptr;
   const uint16_t *values = nullptr;
   int valid = 0;
-  int64_t logicalStart = 0;
+  /// Its first slot's logical index minus the item's first page's.
+  int32_t offset = 0;
+  /// Every row of the tile sees all 16 slots (no mask).
+  bool whole = false;
 };
 
-/// A value tile of zeros, for the P.V product of an absent half (its
-/// weights are zero; its memory must still hold numbers).
-alignas(64) const uint16_t kZeroValuePairs[16 * 32] = {};
-/// Eight rows of bf16 ones over eight of zeros: [Ph | Ph] and [Pl | 0]
-/// times it sum each row's weights.
-struct OnesTile {
-  alignas(64) uint16_t values[16 * 32] = {};
-  OnesTile() { std::fill(values, values + 8 * 32, uint16_t(0x3f80)); }
+/// The running state of the tile, transposed: lane = row.
+struct LaneState {
+  __m512 max, sum;
+  /// Each row's last visible logical index minus the item's first page's
+  /// (rows past the tile see everything).
+  __m512i limit;
+  /// O^T: [dim][16 rows].
+  alignas(64) float accumulator[kMaxAmxHeadDim * 16];
 };
-const OnesTile kOnes;
 
-/// C[slot] += A1 . B + A2 . B for the P.V chunk held in accumulator `slot`
-/// (tiles 0, 2, 5, 6), with B loaded into tile 3 or 7.
-__attribute__((target("amx-tile,amx-bf16"))) inline void
-accumulateChunk(int slot, const uint16_t *values) {
+#define SPANC_AMX_STEP                                                         \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,"         \
+                        "avx512dq,avx512bf16")))
+
+// The tile intrinsics take their tile numbers as literals (they name
+// registers in inline assembly), so each slot is spelled out.
+
+/// Scores of page `slot` for one 32-dim chunk into tile `slot`: K in tiles
+/// 4 and 5, Q in 6 and 7.
+#define SPANC_SCORE_CHUNK(Slot)                                                \
+  _tile_loadd(4, keys, 64);                                                    \
+  _tile_loadd(5, keys + kTileHalves, 64);                                      \
+  _tile_dpbf16ps(Slot, 4, 6);                                                  \
+  _tile_dpbf16ps(Slot, 5, 6);                                                  \
+  _tile_dpbf16ps(Slot, 4, 7)
+
+SPANC_AMX_STEP inline void dispatchScoreChunk(int slot, const uint16_t *keys) {
   switch (slot) {
   case 0:
-    _tile_loadd(3, values, 64);
-    _tile_dpbf16ps(0, 1, 3);
-    _tile_dpbf16ps(0, 4, 3);
+    SPANC_SCORE_CHUNK(0);
     break;
   case 1:
-    _tile_loadd(7, values, 64);
-    _tile_dpbf16ps(2, 1, 7);
-    _tile_dpbf16ps(2, 4, 7);
+    SPANC_SCORE_CHUNK(1);
     break;
   case 2:
-    _tile_loadd(3, values, 64);
-    _tile_dpbf16ps(5, 1, 3);
-    _tile_dpbf16ps(5, 4, 3);
+    SPANC_SCORE_CHUNK(2);
     break;
   default:
-    _tile_loadd(7, values, 64);
-    _tile_dpbf16ps(6, 1, 7);
-    _tile_dpbf16ps(6, 4, 7);
+    SPANC_SCORE_CHUNK(3);
     break;
   }
 }
 
-__attribute__((target("amx-tile"))) inline void zeroChunk(int slot) {
+/// P.V of one page into the O^T chunk held in tile `slot`: its value tile
+/// into tile 6 or 7 (by slot parity, so that a load need not wait for the
+/// previous product), times [Ph ; Ph] (4) and [Pl ; 0] (5).
+#define SPANC_ACCUMULATE_VALUES(Slot, ValueTile)                               \
+  _tile_loadd(ValueTile, values, 64);                                          \
+  _tile_dpbf16ps(Slot, ValueTile, 4);                                          \
+  _tile_dpbf16ps(Slot, ValueTile, 5)
+
+SPANC_AMX_STEP inline void dispatchAccumulate(int slot,
+                                              const uint16_t *values) {
+  switch (slot) {
+  case 0:
+    SPANC_ACCUMULATE_VALUES(0, 6);
+    break;
+  case 1:
+    SPANC_ACCUMULATE_VALUES(1, 7);
+    break;
+  case 2:
+    SPANC_ACCUMULATE_VALUES(2, 6);
+    break;
+  default:
+    SPANC_ACCUMULATE_VALUES(3, 7);
+    break;
+  }
+}
+
+SPANC_AMX_STEP inline void loadSlot(int slot, const float *from) {
+  switch (slot) {
+  case 0:
+    _tile_loadd(0, from, 64);
+    break;
+  case 1:
+    _tile_loadd(1, from, 64);
+    break;
+  case 2:
+    _tile_loadd(2, from, 64);
+    break;
+  default:
+    _tile_loadd(3, from, 64);
+    break;
+  }
+}
+
+SPANC_AMX_STEP inline void storeSlot(int slot, float *to) {
+  switch (slot) {
+  case 0:
+    _tile_stored(0, to, 64);
+    break;
+  case 1:
+    _tile_stored(1, to, 64);
+    break;
+  case 2:
+    _tile_stored(2, to, 64);
+    break;
+  default:
+    _tile_stored(3, to, 64);
+    break;
+  }
+}
+
+SPANC_AMX_STEP inline void zeroSlot(int slot) {
   switch (slot) {
   case 0:
     _tile_zero(0);
     break;
   case 1:
+    _tile_zero(1);
+    break;
+  case 2:
     _tile_zero(2);
     break;
-  case 2:
-    _tile_zero(5);
-    break;
   default:
-    _tile_zero(6);
+    _tile_zero(3);
     break;
   }
 }
 
-__attribute__((target("amx-tile"))) inline void storeChunk(int slot, float *out,
-                                                           int64_t rowBytes) {
-  switch (slot) {
-  case 0:
-    _tile_stored(0, out, rowBytes);
-    break;
-  case 1:
-    _tile_stored(2, out, rowBytes);
-    break;
-  case 2:
-    _tile_stored(5, out, rowBytes);
-    break;
-  default:
-    _tile_stored(6, out, rowBytes);
-    break;
+/// The weight tiles of one page: [Ph ; Ph] then [Pl ; 0] (rows 8-15 of the
+/// second stay zero for the whole item).
+struct WeightTiles {
+  alignas(64) uint16_t doubled[kTileHalves];
+  alignas(64) uint16_t low[kTileHalves];
+};
+
+/// The scores of one step (up to kStepPages pages, absent ones with null
+/// keys): S^T per page on tiles 0-3, stored to `scores`. The caller issues
+/// them a step ahead, so that the tile unit computes them while the vector
+/// units fold the step before.
+SPANC_AMX_STEP void issueScores(int headDim, const uint16_t *queries,
+                                const StepPage (&pages)[kStepPages],
+                                float (&scores)[kStepPages][16 * 16]) {
+  for (int slot = 0; slot < kStepPages; ++slot)
+    if (pages[slot].keys)
+      zeroSlot(slot);
+  for (int chunk = 0; chunk < headDim / 32; ++chunk) {
+    _tile_loadd(6, queries + chunk * 2 * kTileHalves, 64);
+    _tile_loadd(7, queries + chunk * 2 * kTileHalves + kTileHalves, 64);
+    for (int slot = 0; slot < kStepPages; ++slot)
+      if (pages[slot].keys)
+        dispatchScoreChunk(slot, pages[slot].keys + chunk * 2 * kTileHalves);
   }
+  for (int slot = 0; slot < kStepPages; ++slot)
+    if (pages[slot].keys)
+      storeSlot(slot, scores[slot]);
 }
 
-/// The AMX step: folds a pair of pages into the tile state (see above).
-__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
-                      "avx512bf16"))) void
-foldPairAmx(const CallContext &context, TileState &tile,
-            const uint16_t *queries, const PackedPage (&pages)[2]) {
-  const int headDim = context.shape->headDim;
-  alignas(64) int counts[2][kMaxRows];
-  int firstRow = tile.rows;
-  for (int half = 0; half < 2; ++half) {
-    if (!pages[half].keys) {
-      std::fill(counts[half], counts[half] + kMaxRows, 0);
+/// The online softmax of one step: updates each lane's max and sum and
+/// writes the weight tiles; returns each lane's correction (zero for a
+/// lane that had seen no key), for accumulateStep.
+SPANC_AMX_STEP __m512 foldWeights(const StepPage (&pages)[kStepPages],
+                                  float (&scores)[kStepPages][16 * 16],
+                                  LaneState &state,
+                                  WeightTiles (&weights)[kStepPages]) {
+  // The step's max per lane; masked keys -inf.
+  const __m512 negativeInfinity =
+      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 visible[kStepPages][16];
+  __m512 stepMax = negativeInfinity;
+  for (int slot = 0; slot < kStepPages; ++slot) {
+    const StepPage &page = pages[slot];
+    if (!page.keys)
+      continue;
+    const float *pageScores = scores[slot];
+    if (page.whole) {
+      for (int key = 0; key < 16; ++key)
+        stepMax = _mm512_max_ps(stepMax, _mm512_load_ps(pageScores + key * 16));
       continue;
     }
-    firstRow =
-        std::min(firstRow, visibleRows(tile, pages[half].valid,
-                                       pages[half].logicalStart, counts[half]));
-  }
-  if (firstRow == tile.rows)
-    return;
-  alignas(64) float scores[2][kMaxRows * 16];
-  // Scores to ~16 significant bits: Qh.Kh + Qh.Kl + Ql.Kh per 32 dims (the
-  // softmax exponentiates them, so a bf16 score error would move weights
-  // by percents).
-  const uint16_t *queriesLow = queries + kMaxRows * headDim;
-  const int64_t lowKeys = int64_t(headDim) * 16;
-  const bool hasFirst = pages[0].keys, hasSecond = pages[1].keys;
-  _tile_zero(0);
-  _tile_zero(2);
-  for (int dim = 0; dim < headDim; dim += 32) {
-    for (int term = 0; term < 3; ++term) {
-      const uint16_t *rows = term == 2 ? queriesLow : queries;
-      const int64_t keyOffset = dim * 16 + (term == 1 ? lowKeys : 0);
-      if (term != 1)
-        _tile_loadd(1, rows + dim, headDim * 2);
-      if (hasFirst)
-        _tile_loadd(3, pages[0].keys + keyOffset, 64);
-      if (hasSecond)
-        _tile_loadd(7, pages[1].keys + keyOffset, 64);
-      if (hasFirst)
-        _tile_dpbf16ps(0, 1, 3);
-      if (hasSecond)
-        _tile_dpbf16ps(2, 1, 7);
+    const __m512i limit =
+        _mm512_sub_epi32(state.limit, _mm512_set1_epi32(page.offset));
+    for (int key = 0; key < 16; ++key) {
+      const __mmask16 mask =
+          key < page.valid
+              ? _mm512_cmpge_epi32_mask(limit, _mm512_set1_epi32(key))
+              : __mmask16(0);
+      visible[slot][key] = mask;
+      stepMax = _mm512_max_ps(
+          stepMax, _mm512_mask_load_ps(negativeInfinity, mask,
+                                       pageScores + key * 16));
     }
   }
-  _tile_stored(0, scores[0], 64);
-  _tile_stored(2, scores[1], 64);
+  const __m512 newMax = _mm512_max_ps(state.max, stepMax);
+  const __mmask16 seen =
+      _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
+  const __m512 correction =
+      _mm512_maskz_mov_ps(seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
+  // A lane with no visible key yet keeps -inf; its weights are all masked,
+  // and subtracting 0 keeps them from being NaN first.
+  const __m512 subtract = _mm512_maskz_mov_ps(
+      _mm512_cmp_ps_mask(newMax, negativeInfinity, _CMP_NEQ_OQ), newMax);
 
-  const __m512 negativeInfinity = _mm512_set1_ps(kNegativeInfinity);
-  alignas(64) float pairMax[kMaxRows];
-  for (int row = 0; row < kMaxRows; ++row)
-    pairMax[row] = kNegativeInfinity;
-  for (int row = firstRow; row < tile.rows; ++row) {
-    const __m512 first = _mm512_mask_loadu_ps(
-        negativeInfinity, __mmask16((1u << counts[0][row]) - 1),
-        scores[0] + row * 16);
-    const __m512 second = _mm512_mask_loadu_ps(
-        negativeInfinity, __mmask16((1u << counts[1][row]) - 1),
-        scores[1] + row * 16);
-    pairMax[row] = _mm512_reduce_max_ps(_mm512_max_ps(first, second));
-  }
-  alignas(64) float corrections[kMaxRows];
-  alignas(64) float newMax[kMaxRows];
-  _mm512_store_ps(newMax, updateMaxima(tile, firstRow, _mm512_load_ps(pairMax),
-                                       corrections));
-  // Per half, the weights' bf16 high and low parts as two A tiles,
-  // [Ph | Ph] and [Pl | 0] (16 rows x 32 values), so that against a value
-  // tile [Vh ; Vl] the two products add Ph.Vh + Ph.Vl + Pl.Vh.
-  alignas(64) uint16_t weightTiles[2][2][kMaxRows * 32] = {};
-  for (int row = firstRow; row < tile.rows; ++row)
-    for (int half = 0; half < 2; ++half) {
-      const __mmask16 mask = __mmask16((1u << counts[half][row]) - 1);
-      const __m512 weight = _mm512_maskz_mov_ps(
-          mask, exp512(_mm512_sub_ps(
-                    _mm512_maskz_loadu_ps(mask, scores[half] + row * 16),
-                    _mm512_set1_ps(newMax[row]))));
-      const __m256bh high = _mm512_cvtneps_pbh(weight);
-      const __m256bh low = _mm512_cvtneps_pbh(bf16Residual(weight));
-      const __m256i highBits = reinterpret_cast<const __m256i &>(high);
-      uint16_t *doubled = weightTiles[half][0] + row * 32;
-      _mm256_store_si256(reinterpret_cast<__m256i *>(doubled), highBits);
-      _mm256_store_si256(reinterpret_cast<__m256i *>(doubled + 16), highBits);
-      _mm256_store_si256(
-          reinterpret_cast<__m256i *>(weightTiles[half][1] + row * 32),
-          reinterpret_cast<const __m256i &>(low));
+  // Weights as B tiles of key pairs, and the sums of what P.V will use.
+  __m512 stepSum = _mm512_setzero_ps();
+  const __m512bh ones =
+      reinterpret_cast<__m512bh>(_mm512_set1_epi16(int16_t(0x3f80)));
+  for (int slot = 0; slot < kStepPages; ++slot) {
+    const StepPage &page = pages[slot];
+    if (!page.keys)
+      continue;
+    const float *pageScores = scores[slot];
+    WeightTiles &tiles = weights[slot];
+    for (int pair = 0; pair < 8; ++pair) {
+      const int even = 2 * pair, odd = even + 1;
+      __m512 evenWeight = softmaxExp2(
+          _mm512_sub_ps(_mm512_load_ps(pageScores + even * 16), subtract));
+      __m512 oddWeight = softmaxExp2(
+          _mm512_sub_ps(_mm512_load_ps(pageScores + odd * 16), subtract));
+      if (!page.whole) {
+        evenWeight = _mm512_maskz_mov_ps(visible[slot][even], evenWeight);
+        oddWeight = _mm512_maskz_mov_ps(visible[slot][odd], oddWeight);
+      }
+      const SplitPairs split = splitPairs(evenWeight, oddWeight);
+      _mm512_store_si512(tiles.doubled + pair * 32, split.high);
+      _mm512_store_si512(tiles.doubled + (8 + pair) * 32, split.high);
+      _mm512_store_si512(tiles.low + pair * 32, split.low);
+      // The sums of the weights P.V uses: each lane's pair of high parts,
+      // then of low parts, times bf16 ones.
+      stepSum = _mm512_dpbf16_ps(stepSum, reinterpret_cast<__m512bh>(split.high),
+                                 ones);
+      stepSum = _mm512_dpbf16_ps(stepSum, reinterpret_cast<__m512bh>(split.low),
+                                 ones);
     }
+  }
+  state.sum = _mm512_add_ps(_mm512_mul_ps(state.sum, correction), stepSum);
+  state.max = newMax;
+  return correction;
+}
 
-  // P.V in groups of four 16-dim chunks (four accumulator tiles), both
-  // halves into each; then P x ones, the row sums.
-  alignas(64) float products[kMaxRows * kernels::kMaxHeadDim];
+/// O^T = O^T * correction + V^T . P^T for one step, four 16-dim chunks at
+/// a time on tiles 0-3. The rescale runs only when some lane's correction
+/// is not 1 (a lane times 1 keeps its bits; one that had seen nothing is
+/// zero either way).
+SPANC_AMX_STEP void accumulateStep(int headDim,
+                                   const StepPage (&pages)[kStepPages],
+                                   const WeightTiles (&weights)[kStepPages],
+                                   __m512 correction, LaneState &state) {
+  const __mmask16 seen =
+      _mm512_cmp_ps_mask(correction, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
+                              _CMP_NEQ_UQ)) {
+    for (int dim = 0; dim < headDim; ++dim) {
+      float *row = state.accumulator + dim * 16;
+      _mm512_store_ps(row, _mm512_mul_ps(_mm512_load_ps(row), correction));
+    }
+  }
   const int chunks = headDim / 16;
   for (int group = 0; group < chunks; group += 4) {
     const int count = std::min(4, chunks - group);
     for (int slot = 0; slot < count; ++slot)
-      zeroChunk(slot);
-    for (int half = 0; half < 2; ++half) {
-      _tile_loadd(1, weightTiles[half][0], 64);
-      _tile_loadd(4, weightTiles[half][1], 64);
+      loadSlot(slot, state.accumulator + (group + slot) * 16 * 16);
+    for (int page = 0; page < kStepPages; ++page) {
+      if (!pages[page].keys)
+        continue;
+      _tile_loadd(4, weights[page].doubled, 64);
+      _tile_loadd(5, weights[page].low, 64);
       for (int slot = 0; slot < count; ++slot)
-        accumulateChunk(slot, pages[half].keys ? pages[half].values +
-                                                     (group + slot) * 16 * 32
-                                               : kZeroValuePairs);
+        dispatchAccumulate(slot,
+                           pages[page].values + (group + slot) * kTileHalves);
     }
     for (int slot = 0; slot < count; ++slot)
-      storeChunk(slot, products + (group + slot) * 16, headDim * 4);
-  }
-  alignas(64) float sums[kMaxRows * 16];
-  zeroChunk(0);
-  for (int half = 0; half < 2; ++half) {
-    _tile_loadd(1, weightTiles[half][0], 64);
-    _tile_loadd(4, weightTiles[half][1], 64);
-    accumulateChunk(0, kOnes.values);
-  }
-  storeChunk(0, sums, 64);
-  // Column 0 of the sums tile: each row's weight sum.
-  const __m512 pairSums =
-      _mm512_i32gather_ps(_mm512_set_epi32(240, 224, 208, 192, 176, 160, 144,
-                                           128, 112, 96, 80, 64, 48, 32, 16, 0),
-                          sums, sizeof(float));
-  updateSums(tile, firstRow, corrections, pairSums);
-  for (int row = firstRow; row < tile.rows; ++row) {
-    float *accumulator = tile.accumulator + row * headDim;
-    const float *rowProducts = products + row * headDim;
-    const __m512 correction = _mm512_set1_ps(corrections[row]);
-    for (int dim = 0; dim < headDim; dim += 16)
-      _mm512_storeu_ps(accumulator + dim,
-                       _mm512_fmadd_ps(_mm512_loadu_ps(accumulator + dim),
-                                       correction,
-                                       _mm512_loadu_ps(rowProducts + dim)));
+      storeSlot(slot, state.accumulator + (group + slot) * 16 * 16);
   }
 }
 
@@ -366,64 +532,152 @@ foldPairAmx(const CallContext &context, TileState &tile,
 
 /// The AMX path of runItem over the item's pages (f16 K/V): packs the
 /// queries once, each page's K and V once per thread (through the block
-/// cache, when the call has one) or per block, and folds them in.
-void foldPagesAmx(const CallContext &context, const AttentionWorkItem &item,
-                  TileState &tile, float *blockCache, int32_t *blockCacheTags) {
+/// cache, when the call has one) or per step, and folds them in steps of
+/// four pages, each step's scores issued while the step before is folded.
+SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
+                                  const AttentionWorkItem &item,
+                                  TileState &tile, float *blockCache,
+                                  int32_t *blockCacheTags) {
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
   const int64_t blockElements = int64_t(headDim) * 16;
-  alignas(64) float rotatedKeys[kernels::kMaxHeadDim * kernels::kMaxBlockSize];
-  alignas(64) uint16_t queries[2 * kMaxRows * kernels::kMaxHeadDim];
-  packQueries(tile, headDim, queries);
-  const int64_t lastLimit = tile.limit[tile.rows - 1];
-  alignas(64) uint16_t keyPairs[2][2 * kernels::kMaxHeadDim * 16];
-  alignas(64) uint16_t valuePairs[2][2 * kernels::kMaxHeadDim * 16];
-  configureAttentionTiles();
-  for (int32_t first = item.pageBegin; first < item.pageEnd; first += 2) {
-    if (context.pageStarts[first] > lastLimit)
-      break;
-    PackedPage pages[2];
-    for (int half = 0; half < 2; ++half) {
-      const int32_t page = first + half;
-      if (page >= item.pageEnd)
-        break;
-      const int valid = batch.validTokens[page];
-      const int64_t logicalStart = context.pageStarts[page];
-      if (valid == 0 || logicalStart > lastLimit)
-        continue;
-      const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
-                             item.kvHead * kv.headStride;
-      const uint16_t *keyBlock =
-          static_cast<const uint16_t *>(kv.keys) + offset;
-      const uint16_t *valueBlock =
-          static_cast<const uint16_t *>(kv.values) + offset;
-      uint16_t *keys = keyPairs[half], *values = valuePairs[half];
-      bool packed = false;
-      if (blockCache) {
-        // The thread's packed copy of this page for this KV head: K's and
-        // V's high and low parts, 4 * blockElements halves, exactly the
-        // entry's 2 * blockElements floats.
-        keys = reinterpret_cast<uint16_t *>(blockCache +
-                                            int64_t(page) * 2 * blockElements);
-        values = keys + 2 * blockElements;
-        packed = blockCacheTags[page] == item.kvHead + 1;
-        blockCacheTags[page] = item.kvHead + 1;
-      }
-      if (!packed) {
-        if (context.options->keyRope) {
-          rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
-          packKeyPairs(static_cast<const float *>(rotatedKeys), headDim, keys);
-        } else {
-          packKeyPairs(keyBlock, headDim, keys);
-        }
-        packValuePairs(valueBlock, valid, headDim, values);
-      }
-      pages[half] = PackedPage{keys, values, valid, logicalStart};
+  const int pageHalves = headDim * 32;
+  alignas(64) float rotatedKeys[kMaxAmxHeadDim * 16];
+  alignas(64) uint16_t queries[kMaxAmxHeadDim / 32 * 2 * kTileHalves];
+  packQueryTiles(tile, headDim, queries);
+  // Without a block cache, the pages of two steps are packed here (per
+  // thread, reused from call to call).
+  uint16_t *stepTiles = nullptr;
+  if (!blockCache) {
+    thread_local std::vector<uint16_t> scratch;
+    const size_t halves = size_t(2 * kStepPages * 2 * kMaxPageHalves + 32);
+    if (scratch.size() < halves)
+      scratch.resize(halves);
+    stepTiles = scratch.data() +
+                (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64 /
+                    sizeof(uint16_t);
+  }
+  WeightTiles weights[kStepPages];
+  for (WeightTiles &tiles : weights)
+    std::memset(tiles.low + 8 * 32, 0, sizeof(uint16_t) * 8 * 32);
+
+  // Limits relative to the item's first page, clamped to int32 (a page is
+  // at most the item's length past it).
+  const int64_t itemStart = context.pageStarts[item.pageBegin];
+  constexpr int64_t kSeesAll = int64_t(1) << 30;
+  alignas(64) int32_t limits[kMaxRows];
+  int64_t firstLimit = tile.limit[0], lastLimit = tile.limit[0];
+  for (int row = 0; row < kMaxRows; ++row) {
+    const int64_t limit =
+        row < tile.rows ? tile.limit[row] - itemStart : kSeesAll;
+    limits[row] = int32_t(std::clamp<int64_t>(limit, -1, kSeesAll));
+    if (row < tile.rows) {
+      firstLimit = std::min(firstLimit, tile.limit[row]);
+      lastLimit = std::max(lastLimit, tile.limit[row]);
     }
-    foldPairAmx(context, tile, queries, pages);
+  }
+  LaneState state;
+  state.max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  state.sum = _mm512_setzero_ps();
+  state.limit = _mm512_load_si512(limits);
+  std::memset(state.accumulator, 0, sizeof(float) * headDim * 16);
+
+  // The next step with a page to fold from `first` on (packing its pages
+  // into buffer `buffer` without a cache); false past the item or every
+  // row's limit.
+  auto prepare = [&](int32_t &first, int buffer,
+                     StepPage (&pages)[kStepPages]) {
+    for (; first < item.pageEnd && context.pageStarts[first] <= lastLimit;
+         first += kStepPages) {
+      bool any = false;
+      for (int slot = 0; slot < kStepPages; ++slot) {
+        pages[slot] = StepPage();
+        const int32_t page = first + slot;
+        if (page >= item.pageEnd)
+          continue;
+        const int valid = batch.validTokens[page];
+        const int64_t logicalStart = context.pageStarts[page];
+        if (valid == 0 || logicalStart > lastLimit)
+          continue;
+        const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
+                               item.kvHead * kv.headStride;
+        const uint16_t *keyBlock =
+            static_cast<const uint16_t *>(kv.keys) + offset;
+        const uint16_t *valueBlock =
+            static_cast<const uint16_t *>(kv.values) + offset;
+        uint16_t *keys, *values;
+        bool packed = false;
+        if (blockCache) {
+          // The thread's packed copy of this page for this KV head: K's
+          // and V's tiles, 2 * headDim * 32 halves, exactly the entry's
+          // 2 * blockElements floats.
+          keys = reinterpret_cast<uint16_t *>(blockCache + int64_t(page) * 2 *
+                                                               blockElements);
+          packed = blockCacheTags[page] == item.kvHead + 1;
+          blockCacheTags[page] = item.kvHead + 1;
+        } else {
+          keys = stepTiles + (buffer * kStepPages + slot) * 2 * pageHalves;
+        }
+        values = keys + pageHalves;
+        if (!packed) {
+          if (context.options->keyRope) {
+            rotateKeyBlockAvx512(context, keyBlock, logicalStart,
+                                 rotatedKeys);
+            packKeyTiles(static_cast<const float *>(rotatedKeys), headDim,
+                         keys);
+          } else {
+            packKeyTiles(keyBlock, headDim, keys);
+          }
+          packValueTiles(valueBlock, valid, headDim, values);
+        }
+        pages[slot] = StepPage{keys, values, valid,
+                               int32_t(logicalStart - itemStart),
+                               valid == 16 && logicalStart + 15 <= firstLimit};
+        any = true;
+      }
+      if (any)
+        return true;
+    }
+    return false;
+  };
+
+  configureAttentionTiles();
+  StepPage pages[2][kStepPages];
+  alignas(64) float scores[2][kStepPages][16 * 16];
+  int32_t first = item.pageBegin;
+  int current = 0;
+  bool more = prepare(first, 0, pages[0]);
+  if (more)
+    issueScores(headDim, queries, pages[0], scores[0]);
+  while (more) {
+    int32_t next = first + kStepPages;
+    more = prepare(next, 1 - current, pages[1 - current]);
+    if (more)
+      issueScores(headDim, queries, pages[1 - current], scores[1 - current]);
+    const __m512 correction =
+        foldWeights(pages[current], scores[current], state, weights);
+    accumulateStep(headDim, pages[current], weights, correction, state);
+    first = next;
+    current = 1 - current;
   }
   releaseAttentionTiles();
+
+  // Back to rows: the tile state's max (in natural log units again), sum
+  // and accumulator.
+  _mm512_store_ps(tile.maxScore,
+                  _mm512_mul_ps(state.max, _mm512_set1_ps(0.693147180559945f)));
+  _mm512_store_ps(tile.sum, state.sum);
+  for (int chunk = 0; chunk < headDim / 16; ++chunk) {
+    __m512i columns[16];
+    for (int dim = 0; dim < 16; ++dim)
+      columns[dim] =
+          _mm512_load_si512(state.accumulator + (chunk * 16 + dim) * 16);
+    transpose16(columns);
+    for (int row = 0; row < tile.rows; ++row)
+      _mm512_storeu_si512(tile.accumulator + row * headDim + chunk * 16,
+                          columns[row]);
+  }
 }
 
 } // namespace spanc::cpu::attention

@@ -20,6 +20,8 @@
 namespace spanc::cpu::attention {
 
 constexpr int kMaxRows = 16;
+/// The AMX path's largest head dim (its per-step tiles live on the stack).
+constexpr int kMaxAmxHeadDim = 128;
 using kernels::kMaxBlockSize;
 using kernels::kMaxHeadDim;
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
@@ -115,7 +117,8 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
                      TileState &tile, float *blockCache,
                      int32_t *blockCacheTags);
 
-/// The AMX path over the item's pages (f16 K/V, headDim % 32 == 0).
+/// The AMX path over the item's pages (f16 K/V, headDim % 32 == 0 and at
+/// most kMaxAmxHeadDim).
 void foldPagesAmx(const CallContext &context, const AttentionWorkItem &item,
                   TileState &tile, float *blockCache, int32_t *blockCacheTags);
 

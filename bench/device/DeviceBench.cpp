@@ -44,8 +44,7 @@ double seconds(std::chrono::steady_clock::time_point since) {
 }
 
 /// FLOPs of a prefill's causal attention (QK^T and PV over its layers).
-double prefillAttentionFlops(const model::ModelConfig &config,
-                             int64_t tokens) {
+double prefillAttentionFlops(const model::ModelConfig &config, int64_t tokens) {
   const double pairs = double(tokens) * double(tokens + 1) / 2;
   return 4.0 * pairs * config.headDim * config.numHeads * config.numLayers;
 }
@@ -168,21 +167,20 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
         << share(profile.otherLayerSeconds() + profile.embeddingSeconds)
         << " | " << share(profile.outputHeadSeconds) << " | "
         << share(std::max(0.0, profiledSeconds - profile.total())) << " | "
-        << printed("%.1f", profile.attentionSeconds > 0
-                               ? attentionFlops / profile.attentionSeconds /
-                                     1e12
-                               : 0.0)
+        << printed("%.1f",
+                   profile.attentionSeconds > 0
+                       ? attentionFlops / profile.attentionSeconds / 1e12
+                       : 0.0)
         << " | "
-        << printed("%.1f", profile.gemmSeconds() > 0
-                               ? (prefillFlops(config, length) -
-                                  attentionFlops) /
-                                     profile.gemmSeconds() / 1e12
-                               : 0.0)
+        << printed("%.1f",
+                   profile.gemmSeconds() > 0
+                       ? (prefillFlops(config, length) - attentionFlops) /
+                             profile.gemmSeconds() / 1e12
+                       : 0.0)
         << " |\n";
     tsv += printed("profile\t%lld\t0\t%.6f\t%.6f\t%.6f\t%.6f\n",
-                   (long long)length, profiledSeconds,
-                   profile.attentionSeconds, profile.gemmSeconds(),
-                   profile.otherLayerSeconds());
+                   (long long)length, profiledSeconds, profile.attentionSeconds,
+                   profile.gemmSeconds(), profile.otherLayerSeconds());
     Summary summary = summarize(times);
     const double tflops = prefillFlops(config, length) / summary.median / 1e12;
     out << llvm::format("| %lld | %.0f | %.2f [%.2f, %.2f] | %.1f | %.1f%% |\n",

@@ -24,10 +24,13 @@
 //     multiplied by the corrections only in a step where some lane's max
 //     moved (a lane whose max did not move has correction exactly 1, so
 //     its bits are the same either way).
-// Each step's scores are issued before the previous step's softmax, so
-// the tile unit has work while the vector units fold. An absent page
-// (past the item or every row's limit) adds exact zeros at the place a
-// masked one would, so a row's bits do not depend on the other rows of
+// The steps run as a software pipeline at the grain of a page (step i's
+// weights between step i + 1's score products, step i's P.V between the
+// max passes over step i + 1's scores), so that the tile unit and the
+// vector units work side by side: either phase alone is a longer run of
+// one kind of instruction than the out-of-order window bridges. An absent
+// page (past the item or every row's limit) adds exact zeros at the place
+// a masked one would, so a row's bits do not depend on the other rows of
 // its tile. K and V pages are packed once per thread and page through the
 // block cache, or per step in a call without one. Measured figures:
 // bench/kv/AttentionBench.cpp, docs/ARCHITECTURE.md ("CPU attention").
@@ -110,9 +113,8 @@ SPANC_AVX512_BF16 inline __m512 oddValues(__m512i pairs) {
 /// rounded): hi + lo carries ~16 significant bits, and f16 exactly.
 SPANC_AVX512_BF16 inline SplitPairs splitPairs(__m512 even, __m512 odd) {
   const __m512i high = interleavePairs(even, odd);
-  const __m512i low =
-      interleavePairs(_mm512_sub_ps(even, evenValues(high)),
-                      _mm512_sub_ps(odd, oddValues(high)));
+  const __m512i low = interleavePairs(_mm512_sub_ps(even, evenValues(high)),
+                                      _mm512_sub_ps(odd, oddValues(high)));
   return {high, low};
 }
 
@@ -209,18 +211,17 @@ SPANC_AVX512_BF16 void packQueryTiles(const TileState &tile, int headDim,
       const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
       const __m512 first = inside ? _mm512_mul_ps(_mm512_loadu_ps(query), log2e)
                                   : _mm512_setzero_ps();
-      const __m512 second = inside ? _mm512_mul_ps(_mm512_loadu_ps(query + 16),
-                                                   log2e)
-                                   : _mm512_setzero_ps();
+      const __m512 second =
+          inside ? _mm512_mul_ps(_mm512_loadu_ps(query + 16), log2e)
+                 : _mm512_setzero_ps();
       // Consecutive dims pair up: bf16 of dims 0..31 in order.
       high[row] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first));
       const __m512 firstHigh = _mm512_castsi512_ps(_mm512_slli_epi32(
           _mm512_cvtepu16_epi32(_mm512_castsi512_si256(high[row])), 16));
       const __m512 secondHigh = _mm512_castsi512_ps(_mm512_slli_epi32(
           _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(high[row], 1)), 16));
-      low[row] = reinterpret_cast<__m512i>(
-          _mm512_cvtne2ps_pbh(_mm512_sub_ps(second, secondHigh),
-                              _mm512_sub_ps(first, firstHigh)));
+      low[row] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+          _mm512_sub_ps(second, secondHigh), _mm512_sub_ps(first, firstHigh)));
     }
     transpose16(high);
     transpose16(low);
@@ -388,145 +389,81 @@ struct WeightTiles {
   alignas(64) uint16_t low[kTileHalves];
 };
 
-/// The scores of one step (up to kStepPages pages, absent ones with null
-/// keys): S^T per page on tiles 0-3, stored to `scores`. The caller issues
-/// them a step ahead, so that the tile unit computes them while the vector
-/// units fold the step before.
-SPANC_AMX_STEP void issueScores(int headDim, const uint16_t *queries,
-                                const StepPage (&pages)[kStepPages],
-                                float (&scores)[kStepPages][16 * 16]) {
-  for (int slot = 0; slot < kStepPages; ++slot)
-    if (pages[slot].keys)
-      zeroSlot(slot);
+/// The scores of one page into tile `slot` (S^T, 16 slots x 16 rows): per
+/// 32-dim chunk its K tiles into 4 and 5, the queries' into 6 and 7.
+SPANC_AMX_STEP inline void scorePage(int slot, int headDim,
+                                     const uint16_t *queries,
+                                     const uint16_t *keys) {
+  zeroSlot(slot);
   for (int chunk = 0; chunk < headDim / 32; ++chunk) {
     _tile_loadd(6, queries + chunk * 2 * kTileHalves, 64);
     _tile_loadd(7, queries + chunk * 2 * kTileHalves + kTileHalves, 64);
-    for (int slot = 0; slot < kStepPages; ++slot)
-      if (pages[slot].keys)
-        dispatchScoreChunk(slot, pages[slot].keys + chunk * 2 * kTileHalves);
+    dispatchScoreChunk(slot, keys + chunk * 2 * kTileHalves);
   }
-  for (int slot = 0; slot < kStepPages; ++slot)
-    if (pages[slot].keys)
-      storeSlot(slot, scores[slot]);
 }
 
-/// The online softmax of one step: updates each lane's max and sum and
-/// writes the weight tiles; returns each lane's correction (zero for a
-/// lane that had seen no key), for accumulateStep.
-SPANC_AMX_STEP __m512 foldWeights(const StepPage (&pages)[kStepPages],
-                                  float (&scores)[kStepPages][16 * 16],
-                                  LaneState &state,
-                                  WeightTiles (&weights)[kStepPages]) {
-  // The step's max per lane; masked keys -inf.
+/// The max per lane of one page's scores, masked keys -inf; a page some
+/// row does not wholly see records each key's visible lanes.
+SPANC_AMX_STEP inline __m512 pageMax(const StepPage &page, const float *scores,
+                                     __m512i limits, __mmask16 *visible) {
   const __m512 negativeInfinity =
       _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __mmask16 visible[kStepPages][16];
-  __m512 stepMax = negativeInfinity;
-  for (int slot = 0; slot < kStepPages; ++slot) {
-    const StepPage &page = pages[slot];
-    if (!page.keys)
-      continue;
-    const float *pageScores = scores[slot];
-    if (page.whole) {
-      for (int key = 0; key < 16; ++key)
-        stepMax = _mm512_max_ps(stepMax, _mm512_load_ps(pageScores + key * 16));
-      continue;
-    }
-    const __m512i limit =
-        _mm512_sub_epi32(state.limit, _mm512_set1_epi32(page.offset));
-    for (int key = 0; key < 16; ++key) {
-      const __mmask16 mask =
-          key < page.valid
-              ? _mm512_cmpge_epi32_mask(limit, _mm512_set1_epi32(key))
-              : __mmask16(0);
-      visible[slot][key] = mask;
-      stepMax = _mm512_max_ps(
-          stepMax, _mm512_mask_load_ps(negativeInfinity, mask,
-                                       pageScores + key * 16));
-    }
+  __m512 max = negativeInfinity;
+  if (page.whole) {
+    for (int key = 0; key < 16; ++key)
+      max = _mm512_max_ps(max, _mm512_load_ps(scores + key * 16));
+    return max;
   }
-  const __m512 newMax = _mm512_max_ps(state.max, stepMax);
-  const __mmask16 seen =
-      _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
-  const __m512 correction =
-      _mm512_maskz_mov_ps(seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
-  // A lane with no visible key yet keeps -inf; its weights are all masked,
-  // and subtracting 0 keeps them from being NaN first.
-  const __m512 subtract = _mm512_maskz_mov_ps(
-      _mm512_cmp_ps_mask(newMax, negativeInfinity, _CMP_NEQ_OQ), newMax);
+  const __m512i limit =
+      _mm512_sub_epi32(limits, _mm512_set1_epi32(page.offset));
+  for (int key = 0; key < 16; ++key) {
+    const __mmask16 mask =
+        key < page.valid
+            ? _mm512_cmpge_epi32_mask(limit, _mm512_set1_epi32(key))
+            : __mmask16(0);
+    visible[key] = mask;
+    max = _mm512_max_ps(
+        max, _mm512_mask_load_ps(negativeInfinity, mask, scores + key * 16));
+  }
+  return max;
+}
 
-  // Weights as B tiles of key pairs, and the sums of what P.V will use.
-  __m512 stepSum = _mm512_setzero_ps();
+/// One page's weights 2^(s - subtract) (masked keys exactly zero) as B
+/// tiles of key pairs, and their sums as P.V will use them (VDPBF16PS of
+/// each lane's pair of high parts, then of low parts, with ones).
+SPANC_AMX_STEP inline void pageWeights(const StepPage &page,
+                                       const float *scores, __m512 subtract,
+                                       const __mmask16 *visible,
+                                       WeightTiles &tiles, __m512 &sum) {
   const __m512bh ones =
       reinterpret_cast<__m512bh>(_mm512_set1_epi16(int16_t(0x3f80)));
-  for (int slot = 0; slot < kStepPages; ++slot) {
-    const StepPage &page = pages[slot];
-    if (!page.keys)
-      continue;
-    const float *pageScores = scores[slot];
-    WeightTiles &tiles = weights[slot];
-    for (int pair = 0; pair < 8; ++pair) {
-      const int even = 2 * pair, odd = even + 1;
-      __m512 evenWeight = softmaxExp2(
-          _mm512_sub_ps(_mm512_load_ps(pageScores + even * 16), subtract));
-      __m512 oddWeight = softmaxExp2(
-          _mm512_sub_ps(_mm512_load_ps(pageScores + odd * 16), subtract));
-      if (!page.whole) {
-        evenWeight = _mm512_maskz_mov_ps(visible[slot][even], evenWeight);
-        oddWeight = _mm512_maskz_mov_ps(visible[slot][odd], oddWeight);
-      }
-      const SplitPairs split = splitPairs(evenWeight, oddWeight);
-      _mm512_store_si512(tiles.doubled + pair * 32, split.high);
-      _mm512_store_si512(tiles.doubled + (8 + pair) * 32, split.high);
-      _mm512_store_si512(tiles.low + pair * 32, split.low);
-      // The sums of the weights P.V uses: each lane's pair of high parts,
-      // then of low parts, times bf16 ones.
-      stepSum = _mm512_dpbf16_ps(stepSum, reinterpret_cast<__m512bh>(split.high),
-                                 ones);
-      stepSum = _mm512_dpbf16_ps(stepSum, reinterpret_cast<__m512bh>(split.low),
-                                 ones);
+  for (int pair = 0; pair < 8; ++pair) {
+    const int even = 2 * pair, odd = even + 1;
+    __m512 evenWeight = softmaxExp2(
+        _mm512_sub_ps(_mm512_load_ps(scores + even * 16), subtract));
+    __m512 oddWeight =
+        softmaxExp2(_mm512_sub_ps(_mm512_load_ps(scores + odd * 16), subtract));
+    if (!page.whole) {
+      evenWeight = _mm512_maskz_mov_ps(visible[even], evenWeight);
+      oddWeight = _mm512_maskz_mov_ps(visible[odd], oddWeight);
     }
+    const SplitPairs split = splitPairs(evenWeight, oddWeight);
+    _mm512_store_si512(tiles.doubled + pair * 32, split.high);
+    _mm512_store_si512(tiles.doubled + (8 + pair) * 32, split.high);
+    _mm512_store_si512(tiles.low + pair * 32, split.low);
+    sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(split.high), ones);
+    sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(split.low), ones);
   }
-  state.sum = _mm512_add_ps(_mm512_mul_ps(state.sum, correction), stepSum);
-  state.max = newMax;
-  return correction;
 }
 
-/// O^T = O^T * correction + V^T . P^T for one step, four 16-dim chunks at
-/// a time on tiles 0-3. The rescale runs only when some lane's correction
-/// is not 1 (a lane times 1 keeps its bits; one that had seen nothing is
-/// zero either way).
-SPANC_AMX_STEP void accumulateStep(int headDim,
-                                   const StepPage (&pages)[kStepPages],
-                                   const WeightTiles (&weights)[kStepPages],
-                                   __m512 correction, LaneState &state) {
-  const __mmask16 seen =
-      _mm512_cmp_ps_mask(correction, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-  if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
-                              _CMP_NEQ_UQ)) {
-    for (int dim = 0; dim < headDim; ++dim) {
-      float *row = state.accumulator + dim * 16;
-      _mm512_store_ps(row, _mm512_mul_ps(_mm512_load_ps(row), correction));
-    }
-  }
-  const int chunks = headDim / 16;
-  for (int group = 0; group < chunks; group += 4) {
-    const int count = std::min(4, chunks - group);
-    for (int slot = 0; slot < count; ++slot)
-      loadSlot(slot, state.accumulator + (group + slot) * 16 * 16);
-    for (int page = 0; page < kStepPages; ++page) {
-      if (!pages[page].keys)
-        continue;
-      _tile_loadd(4, weights[page].doubled, 64);
-      _tile_loadd(5, weights[page].low, 64);
-      for (int slot = 0; slot < count; ++slot)
-        dispatchAccumulate(slot,
-                           pages[page].values + (group + slot) * kTileHalves);
-    }
-    for (int slot = 0; slot < count; ++slot)
-      storeSlot(slot, state.accumulator + (group + slot) * 16 * 16);
-  }
-}
+/// A step's pages, their scores and the per-key visibility of the pages
+/// some row does not wholly see.
+struct Step {
+  StepPage pages[kStepPages];
+  alignas(64) float scores[kStepPages][16 * 16];
+  __mmask16 visible[kStepPages][16];
+  __m512 max; ///< the step's max per lane
+};
 
 } // namespace
 
@@ -535,9 +472,8 @@ SPANC_AMX_STEP void accumulateStep(int headDim,
 /// cache, when the call has one) or per step, and folds them in steps of
 /// four pages, each step's scores issued while the step before is folded.
 SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
-                                  const AttentionWorkItem &item,
-                                  TileState &tile, float *blockCache,
-                                  int32_t *blockCacheTags) {
+                                 const AttentionWorkItem &item, TileState &tile,
+                                 float *blockCache, int32_t *blockCacheTags) {
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
@@ -586,8 +522,7 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
   // The next step with a page to fold from `first` on (packing its pages
   // into buffer `buffer` without a cache); false past the item or every
   // row's limit.
-  auto prepare = [&](int32_t &first, int buffer,
-                     StepPage (&pages)[kStepPages]) {
+  auto prepare = [&](int32_t &first, int buffer, StepPage(&pages)[kStepPages]) {
     for (; first < item.pageEnd && context.pageStarts[first] <= lastLimit;
          first += kStepPages) {
       bool any = false;
@@ -622,8 +557,7 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
         values = keys + pageHalves;
         if (!packed) {
           if (context.options->keyRope) {
-            rotateKeyBlockAvx512(context, keyBlock, logicalStart,
-                                 rotatedKeys);
+            rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
             packKeyTiles(static_cast<const float *>(rotatedKeys), headDim,
                          keys);
           } else {
@@ -631,9 +565,9 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
           }
           packValueTiles(valueBlock, valid, headDim, values);
         }
-        pages[slot] = StepPage{keys, values, valid,
-                               int32_t(logicalStart - itemStart),
-                               valid == 16 && logicalStart + 15 <= firstLimit};
+        pages[slot] =
+            StepPage{keys, values, valid, int32_t(logicalStart - itemStart),
+                     valid == 16 && logicalStart + 15 <= firstLimit};
         any = true;
       }
       if (any)
@@ -642,23 +576,103 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
     return false;
   };
 
+  // A software pipeline over the steps, so that the tile unit and the
+  // vector units work side by side at the grain of a page: step i's
+  // weights are computed page by page between step i + 1's score
+  // products, and step i's P.V products page by page between the max
+  // passes over step i + 1's scores (each phase alone is a long run of
+  // one kind of instruction that the out-of-order window cannot bridge).
   configureAttentionTiles();
-  StepPage pages[2][kStepPages];
-  alignas(64) float scores[2][kStepPages][16 * 16];
+  Step steps[2];
+  const __m512 negativeInfinity =
+      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  auto scoreStep = [&](Step &step) {
+    for (int slot = 0; slot < kStepPages; ++slot)
+      if (step.pages[slot].keys)
+        scorePage(slot, headDim, queries, step.pages[slot].keys);
+    for (int slot = 0; slot < kStepPages; ++slot)
+      if (step.pages[slot].keys)
+        storeSlot(slot, step.scores[slot]);
+  };
   int32_t first = item.pageBegin;
   int current = 0;
-  bool more = prepare(first, 0, pages[0]);
-  if (more)
-    issueScores(headDim, queries, pages[0], scores[0]);
+  bool more = prepare(first, 0, steps[0].pages);
+  if (more) {
+    scoreStep(steps[0]);
+    steps[0].max = negativeInfinity;
+    for (int slot = 0; slot < kStepPages; ++slot)
+      if (steps[0].pages[slot].keys)
+        steps[0].max = _mm512_max_ps(
+            steps[0].max, pageMax(steps[0].pages[slot], steps[0].scores[slot],
+                                  state.limit, steps[0].visible[slot]));
+  }
   while (more) {
-    int32_t next = first + kStepPages;
-    more = prepare(next, 1 - current, pages[1 - current]);
-    if (more)
-      issueScores(headDim, queries, pages[1 - current], scores[1 - current]);
-    const __m512 correction =
-        foldWeights(pages[current], scores[current], state, weights);
-    accumulateStep(headDim, pages[current], weights, correction, state);
-    first = next;
+    Step &step = steps[current];
+    Step &next = steps[1 - current];
+    int32_t nextFirst = first + kStepPages;
+    const bool hasNext = prepare(nextFirst, 1 - current, next.pages);
+
+    // This step's max, correction and weights, between the next step's
+    // score products.
+    const __m512 newMax = _mm512_max_ps(state.max, step.max);
+    const __mmask16 seen =
+        _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
+    const __m512 correction = _mm512_maskz_mov_ps(
+        seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
+    // A lane with no visible key yet keeps -inf; its weights are all
+    // masked, and subtracting 0 keeps them from being NaN first.
+    const __m512 subtract = _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(newMax, negativeInfinity, _CMP_NEQ_OQ), newMax);
+    __m512 stepSum = _mm512_setzero_ps();
+    for (int slot = 0; slot < kStepPages; ++slot) {
+      if (step.pages[slot].keys)
+        pageWeights(step.pages[slot], step.scores[slot], subtract,
+                    step.visible[slot], weights[slot], stepSum);
+      if (hasNext && next.pages[slot].keys)
+        scorePage(slot, headDim, queries, next.pages[slot].keys);
+    }
+    state.sum = _mm512_add_ps(_mm512_mul_ps(state.sum, correction), stepSum);
+    state.max = newMax;
+    if (hasNext)
+      for (int slot = 0; slot < kStepPages; ++slot)
+        if (next.pages[slot].keys)
+          storeSlot(slot, next.scores[slot]);
+
+    // O^T = O^T * correction, only when some seen lane's max moved (a lane
+    // times 1 keeps its bits; one that had seen nothing is zero anyway).
+    if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
+                                _CMP_NEQ_UQ)) {
+      for (int dim = 0; dim < headDim; ++dim) {
+        float *row = state.accumulator + dim * 16;
+        _mm512_store_ps(row, _mm512_mul_ps(_mm512_load_ps(row), correction));
+      }
+    }
+    // O^T += V^T . P^T, four 16-dim chunks at a time on tiles 0-3, between
+    // the max passes over the next step's pages.
+    next.max = negativeInfinity;
+    const int chunks = headDim / 16;
+    for (int group = 0; group < chunks; group += 4) {
+      const int count = std::min(4, chunks - group);
+      for (int slot = 0; slot < count; ++slot)
+        loadSlot(slot, state.accumulator + (group + slot) * 16 * 16);
+      for (int page = 0; page < kStepPages; ++page) {
+        if (step.pages[page].keys) {
+          _tile_loadd(4, weights[page].doubled, 64);
+          _tile_loadd(5, weights[page].low, 64);
+          for (int slot = 0; slot < count; ++slot)
+            dispatchAccumulate(slot, step.pages[page].values +
+                                         (group + slot) * kTileHalves);
+        }
+        if (group == 0 && hasNext && next.pages[page].keys)
+          next.max = _mm512_max_ps(next.max,
+                                   pageMax(next.pages[page], next.scores[page],
+                                           state.limit, next.visible[page]));
+      }
+      for (int slot = 0; slot < count; ++slot)
+        storeSlot(slot, state.accumulator + (group + slot) * 16 * 16);
+    }
+    more = hasNext;
+    first = nextFirst;
     current = 1 - current;
   }
   releaseAttentionTiles();

@@ -474,11 +474,13 @@ void pagedAttention(const PagedAttentionShape &shape,
   order.resize(size_t(numItems));
   for (int64_t index = 0; index < numItems; ++index)
     order[size_t(index)] = int32_t(index);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+  // Ties keep the plan's order (tile by tile); std::sort with the index as
+  // the last key, not std::stable_sort, which allocates on every call.
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     const AttentionWorkItem &x = workspace.items[size_t(a)];
     const AttentionWorkItem &y = workspace.items[size_t(b)];
-    return std::tie(x.sequence, x.kvHead, x.pageBegin) <
-           std::tie(y.sequence, y.kvHead, y.pageBegin);
+    return std::tie(x.sequence, x.kvHead, x.pageBegin, a) <
+           std::tie(y.sequence, y.kvHead, y.pageBegin, b);
   });
 #pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
   for (int64_t index = 0; index < numItems; ++index) {

@@ -277,109 +277,64 @@ struct LaneState {
                         "avx512dq,avx512bf16")))
 
 // The tile intrinsics take their tile numbers as literals (they name
-// registers in inline assembly), so each slot is spelled out.
+// registers in inline assembly), so a slot chosen at run time is
+// dispatched here once: OP(tile, valueTile) with slot 0-3 as the tile and 6
+// or 7 by its parity as the value tile (P.V loads a page's value tiles
+// alternately, so that a load need not wait for the previous product).
+#define SPANC_ON_SLOT(slot, OP)                                                \
+  do {                                                                         \
+    switch (slot) {                                                            \
+    case 0:                                                                    \
+      OP(0, 6);                                                                \
+      break;                                                                   \
+    case 1:                                                                    \
+      OP(1, 7);                                                                \
+      break;                                                                   \
+    case 2:                                                                    \
+      OP(2, 6);                                                                \
+      break;                                                                   \
+    default:                                                                   \
+      OP(3, 7);                                                                \
+      break;                                                                   \
+    }                                                                          \
+  } while (false)
 
 /// Scores of page `slot` for one 32-dim chunk into tile `slot`: K in tiles
 /// 4 and 5, Q in 6 and 7.
-#define SPANC_SCORE_CHUNK(Slot)                                                \
+#define SPANC_SCORE_CHUNK(Slot, Unused)                                        \
   _tile_loadd(4, keys, 64);                                                    \
   _tile_loadd(5, keys + kTileHalves, 64);                                      \
   _tile_dpbf16ps(Slot, 4, 6);                                                  \
   _tile_dpbf16ps(Slot, 5, 6);                                                  \
   _tile_dpbf16ps(Slot, 4, 7)
-
 SPANC_AMX_STEP inline void dispatchScoreChunk(int slot, const uint16_t *keys) {
-  switch (slot) {
-  case 0:
-    SPANC_SCORE_CHUNK(0);
-    break;
-  case 1:
-    SPANC_SCORE_CHUNK(1);
-    break;
-  case 2:
-    SPANC_SCORE_CHUNK(2);
-    break;
-  default:
-    SPANC_SCORE_CHUNK(3);
-    break;
-  }
+  SPANC_ON_SLOT(slot, SPANC_SCORE_CHUNK);
 }
 
 /// P.V of one page into the O^T chunk held in tile `slot`: its value tile
-/// into tile 6 or 7 (by slot parity, so that a load need not wait for the
-/// previous product), times [Ph ; Ph] (4) and [Pl ; 0] (5).
+/// times [Ph ; Ph] (4) and [Pl ; 0] (5).
 #define SPANC_ACCUMULATE_VALUES(Slot, ValueTile)                               \
   _tile_loadd(ValueTile, values, 64);                                          \
   _tile_dpbf16ps(Slot, ValueTile, 4);                                          \
   _tile_dpbf16ps(Slot, ValueTile, 5)
-
 SPANC_AMX_STEP inline void dispatchAccumulate(int slot,
                                               const uint16_t *values) {
-  switch (slot) {
-  case 0:
-    SPANC_ACCUMULATE_VALUES(0, 6);
-    break;
-  case 1:
-    SPANC_ACCUMULATE_VALUES(1, 7);
-    break;
-  case 2:
-    SPANC_ACCUMULATE_VALUES(2, 6);
-    break;
-  default:
-    SPANC_ACCUMULATE_VALUES(3, 7);
-    break;
-  }
+  SPANC_ON_SLOT(slot, SPANC_ACCUMULATE_VALUES);
 }
 
+#define SPANC_LOAD_SLOT(Slot, Unused) _tile_loadd(Slot, from, 64)
 SPANC_AMX_STEP inline void loadSlot(int slot, const float *from) {
-  switch (slot) {
-  case 0:
-    _tile_loadd(0, from, 64);
-    break;
-  case 1:
-    _tile_loadd(1, from, 64);
-    break;
-  case 2:
-    _tile_loadd(2, from, 64);
-    break;
-  default:
-    _tile_loadd(3, from, 64);
-    break;
-  }
+  SPANC_ON_SLOT(slot, SPANC_LOAD_SLOT);
 }
 
+#define SPANC_STORE_SLOT(Slot, Unused) _tile_stored(Slot, to, 64)
 SPANC_AMX_STEP inline void storeSlot(int slot, float *to) {
-  switch (slot) {
-  case 0:
-    _tile_stored(0, to, 64);
-    break;
-  case 1:
-    _tile_stored(1, to, 64);
-    break;
-  case 2:
-    _tile_stored(2, to, 64);
-    break;
-  default:
-    _tile_stored(3, to, 64);
-    break;
-  }
+  SPANC_ON_SLOT(slot, SPANC_STORE_SLOT);
 }
 
+#define SPANC_ZERO_SLOT(Slot, Unused) _tile_zero(Slot)
 SPANC_AMX_STEP inline void zeroSlot(int slot) {
-  switch (slot) {
-  case 0:
-    _tile_zero(0);
-    break;
-  case 1:
-    _tile_zero(1);
-    break;
-  case 2:
-    _tile_zero(2);
-    break;
-  default:
-    _tile_zero(3);
-    break;
-  }
+  SPANC_ON_SLOT(slot, SPANC_ZERO_SLOT);
 }
 
 /// The weight tiles of one page: [Ph ; Ph] then [Pl ; 0] (rows 8-15 of the

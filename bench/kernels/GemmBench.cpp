@@ -1,9 +1,12 @@
 //===- GemmBench.cpp - spanc's AMX GEMM beside oneDNN's matmul ------------===//
 //
 // The prefill GEMMs of SmolLM2-135M (M tokens x the qkv, attn-out, gate|up
-// and down weights) through both GemmEngine kernels on the same random
-// weights, alternating repetitions so that both see the same machine, and
-// the largest difference between their outputs. Prints a markdown table.
+// and down weights) on the same random Q4_1 weights three ways: spanc's AMX
+// kernel on a bf16 copy, the same kernel borrowing the Q4_1 tiles
+// (GemmEngine::borrowQuantized: unpacked per call; its outputs must equal
+// the copy's bit for bit) and oneDNN's matmul, alternating repetitions so
+// that all see the same machine, and the largest difference between AMX's
+// and oneDNN's outputs. Prints a markdown table.
 //
 //   gemm_bench [M] [repetitions] [threads]     (defaults 512 20 2)
 //
@@ -11,6 +14,7 @@
 
 #include "runtime/kernels/cpu/Gemm.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -33,6 +38,31 @@ struct Shape {
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+/// Quantizes w[n][k] to GGUF Q4_1 blocks (d = (max - min) / 15, m = min,
+/// in f16) and replaces w by the blocks' dequantized values, so that every
+/// engine multiplies the same weights.
+std::vector<uint8_t> quantizeQ4_1(std::vector<float> &w, int64_t n, int64_t k) {
+  std::vector<uint8_t> bytes(size_t(n * k / 32 * 20));
+  for (int64_t block = 0; block < n * k / 32; ++block) {
+    float *values = w.data() + block * 32;
+    uint8_t *out = bytes.data() + block * 20;
+    const float low = *std::min_element(values, values + 32);
+    const float high = *std::max_element(values, values + 32);
+    const uint16_t dBits = _cvtss_sh((high - low) / 15, 0);
+    const uint16_t mBits = _cvtss_sh(low, 0);
+    std::memcpy(out, &dBits, 2);
+    std::memcpy(out + 2, &mBits, 2);
+    const float d = _cvtsh_ss(dBits), m = _cvtsh_ss(mBits);
+    std::memset(out + 4, 0, 16);
+    for (int i = 0; i < 32; ++i) {
+      const int q = std::clamp(int(std::lround((values[i] - m) / d)), 0, 15);
+      out[4 + i % 16] |= uint8_t(q << (i < 16 ? 0 : 4));
+      values[i] = float(q) * d + m;
+    }
+  }
+  return bytes;
 }
 
 int fail(llvm::Error error) {
@@ -60,9 +90,9 @@ int main(int argc, char **argv) {
   }
   std::printf("M = %lld, %d threads, %d repetitions (median)\n\n", (long long)m,
               omp_get_max_threads(), repetitions);
-  std::printf(
-      "| gemm | N x K | amx ms | TFLOP/s | oneDNN ms | TFLOP/s | "
-      "oneDNN / amx | max |diff| |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| gemm | N x K | amx ms | TFLOP/s | borrowed Q4_1 ms | TFLOP/s "
+              "| borrowed / amx | oneDNN ms | TFLOP/s | oneDNN / amx | max "
+              "|diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Shape &shape : shapes) {
@@ -71,14 +101,20 @@ int main(int argc, char **argv) {
       value = normal(random) * 0.05f;
     for (float &value : x)
       value = normal(random);
+    std::vector<uint8_t> blocks = quantizeQ4_1(w, shape.n, shape.k);
+    PackedQuantMatrix quantized =
+        packQuantMatrix({QuantFormat::Q4_1, blocks.data(), shape.n, shape.k,
+                         shape.k / 32 * 20});
+    GemmWeights borrowed = amx.borrowQuantized(quantized, false);
     auto amxWeights = amx.packWeights(w.data(), shape.n, shape.k);
     if (!amxWeights)
       return fail(amxWeights.takeError());
     auto onednnWeights = onednn.packWeights(w.data(), shape.n, shape.k);
     if (!onednnWeights)
       return fail(onednnWeights.takeError());
-    std::vector<float> yAmx(size_t(m * shape.n)), yOnednn(yAmx.size());
-    std::vector<double> amxSeconds, onednnSeconds;
+    std::vector<float> yAmx(size_t(m * shape.n)), yOnednn(yAmx.size()),
+        yBorrowed(yAmx.size());
+    std::vector<double> amxSeconds, borrowedSeconds, onednnSeconds;
     for (int repetition = -2; repetition < repetitions; ++repetition) {
       auto start = std::chrono::steady_clock::now();
       if (llvm::Error error =
@@ -89,24 +125,39 @@ int main(int argc, char **argv) {
               onednn.multiply(*onednnWeights, x.data(), m, yOnednn.data()))
         return fail(std::move(error));
       auto end = std::chrono::steady_clock::now();
+      if (llvm::Error error =
+              amx.multiply(borrowed, x.data(), m, yBorrowed.data()))
+        return fail(std::move(error));
+      auto last = std::chrono::steady_clock::now();
       if (repetition < 0)
         continue; // warm-up
+      borrowedSeconds.push_back(
+          std::chrono::duration<double>(last - end).count());
       amxSeconds.push_back(
           std::chrono::duration<double>(middle - start).count());
       onednnSeconds.push_back(
           std::chrono::duration<double>(end - middle).count());
+    }
+    if (yBorrowed != yAmx) {
+      std::fprintf(stderr,
+                   "gemm_bench: %s: borrowed and copied weights "
+                   "disagree\n",
+                   shape.name);
+      return 1;
     }
     float maxDiff = 0;
     for (size_t index = 0; index < yAmx.size(); ++index)
       maxDiff = std::max(maxDiff, std::fabs(yAmx[index] - yOnednn[index]));
     const double flops = 2.0 * double(m) * double(shape.n) * double(shape.k);
     const double amxMs = median(amxSeconds) * 1e3;
+    const double borrowedMs = median(borrowedSeconds) * 1e3;
     const double onednnMs = median(onednnSeconds) * 1e3;
-    std::printf(
-        "| %s | %lld x %lld | %.3f | %.2f | %.3f | %.2f | %.2fx | %.2g |\n",
-        shape.name, (long long)shape.n, (long long)shape.k, amxMs,
-        flops / amxMs * 1e-9, onednnMs, flops / onednnMs * 1e-9,
-        onednnMs / amxMs, maxDiff);
+    std::printf("| %s | %lld x %lld | %.3f | %.2f | %.3f | %.2f | %.2fx | "
+                "%.3f | %.2f | %.2fx | %.2g |\n",
+                shape.name, (long long)shape.n, (long long)shape.k, amxMs,
+                flops / amxMs * 1e-9, borrowedMs, flops / borrowedMs * 1e-9,
+                borrowedMs / amxMs, onednnMs, flops / onednnMs * 1e-9,
+                onednnMs / amxMs, maxDiff);
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "llvm/ADT/Twine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -185,6 +186,67 @@ bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
   return true;
 }
 
+/// One GEMM weight: the named matrices ([columns, rows_i] each) stacked by
+/// rows; `gated`: [gate; up] for multiplyGated.
+struct StackedProjection {
+  llvm::ArrayRef<std::string> names;
+  llvm::ArrayRef<uint64_t> rows;
+  uint64_t columns = 0;
+  bool gated = false;
+};
+
+/// Loads a layer's four projections. When every one is Q4_1 or Q8_0 they
+/// are repacked for decode rows (QuantGemv), and where the engine can, the
+/// prompt GEMMs borrow those tiles (unpacked per call) rather than keep a
+/// bf16 copy of their own; otherwise each is dequantized and packed.
+llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
+                            llvm::ArrayRef<StackedProjection> projections,
+                            LayerWeights &layer) {
+  cpu::GemmWeights *packed[] = {&layer.queryKeyValue, &layer.attentionOutput,
+                                &layer.gateUp, &layer.down};
+  cpu::PackedQuantMatrix *quantized[] = {
+      &layer.queryKeyValueQuantized, &layer.attentionOutputQuantized,
+      &layer.gateUpQuantized, &layer.downQuantized};
+  assert(projections.size() == 4 && "QKV, attention output, gate|up, down");
+  llvm::SmallVector<const GgufTensor *, 3> tensors[4];
+  for (size_t index = 0; index < 4; ++index)
+    for (size_t part = 0; part < projections[index].names.size(); ++part) {
+      auto tensor = findChecked(file, projections[index].names[part],
+                                projections[index].columns,
+                                projections[index].rows[part]);
+      if (!tensor)
+        return tensor.takeError();
+      tensors[index].push_back(*tensor);
+    }
+  layer.hasQuantized = true;
+  for (size_t index = 0; index < 4 && layer.hasQuantized; ++index)
+    layer.hasQuantized = packQuantized(tensors[index], *quantized[index]);
+  if (!layer.hasQuantized)
+    for (cpu::PackedQuantMatrix *matrix : quantized)
+      *matrix = cpu::PackedQuantMatrix();
+
+  if (layer.hasQuantized && engine.canBorrowQuantized()) {
+    // The values are checked as dequantizing them would have.
+    for (const auto &stacked : tensors)
+      for (const GgufTensor *tensor : stacked)
+        if (llvm::Error error = checkFinite(file, *tensor))
+          return error;
+    for (size_t index = 0; index < 4; ++index)
+      *packed[index] =
+          engine.borrowQuantized(*quantized[index], projections[index].gated);
+    return llvm::Error::success();
+  }
+  for (size_t index = 0; index < 4; ++index) {
+    const StackedProjection &projection = projections[index];
+    auto weights = loadStacked(file, engine, projection.names, projection.rows,
+                               projection.columns, projection.gated);
+    if (!weights)
+      return weights.takeError();
+    *packed[index] = std::move(*weights);
+  }
+  return llvm::Error::success();
+}
+
 std::string describeShape(const GgufTensor &tensor) {
   std::string shape;
   for (uint64_t dim : tensor.shape)
@@ -308,10 +370,21 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
                               prefix + "attn_k.weight",
                               prefix + "attn_v.weight"};
     uint64_t qkvRows[] = {queryDim, kvDim, kvDim};
-    auto qkv = loadStacked(file, engine, qkvNames, qkvRows, dim);
-    if (!qkv)
-      return qkv.takeError();
-    layerWeights.queryKeyValue = std::move(*qkv);
+    std::string outputName[] = {prefix + "attn_output.weight"};
+    uint64_t outputRows[] = {dim};
+    std::string gateUpNames[] = {prefix + "ffn_gate.weight",
+                                 prefix + "ffn_up.weight"};
+    uint64_t gateUpRows[] = {ffnDim, ffnDim};
+    std::string downName[] = {prefix + "ffn_down.weight"};
+    uint64_t downRows[] = {dim};
+    const StackedProjection projections[] = {
+        {qkvNames, qkvRows, dim},
+        {outputName, outputRows, queryDim},
+        {gateUpNames, gateUpRows, dim, gatedFeedForward},
+        {downName, downRows, ffnDim}};
+    if (llvm::Error error =
+            loadProjections(file, engine, projections, layerWeights))
+      return error;
     if (config.qkvBias) {
       const char *biasNames[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
       for (int part = 0; part < 3; ++part) {
@@ -322,43 +395,6 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
             layerWeights.queryKeyValueBias.end(), bias->begin(), bias->end());
       }
     }
-
-    std::string outputName[] = {prefix + "attn_output.weight"};
-    uint64_t outputRows[] = {dim};
-    auto attentionOutput =
-        loadStacked(file, engine, outputName, outputRows, queryDim);
-    if (!attentionOutput)
-      return attentionOutput.takeError();
-    layerWeights.attentionOutput = std::move(*attentionOutput);
-
-    std::string gateUpNames[] = {prefix + "ffn_gate.weight",
-                                 prefix + "ffn_up.weight"};
-    uint64_t gateUpRows[] = {ffnDim, ffnDim};
-    auto gateUp = loadStacked(file, engine, gateUpNames, gateUpRows, dim,
-                              gatedFeedForward);
-    if (!gateUp)
-      return gateUp.takeError();
-    layerWeights.gateUp = std::move(*gateUp);
-
-    std::string downName[] = {prefix + "ffn_down.weight"};
-    uint64_t downRows[] = {dim};
-    auto down = loadStacked(file, engine, downName, downRows, ffnDim);
-    if (!down)
-      return down.takeError();
-    layerWeights.down = std::move(*down);
-    // Shapes were checked above; only the types decide.
-    auto tensor = [&](const char *name) {
-      return file.findTensor(prefix + name);
-    };
-    layerWeights.hasQuantized =
-        packQuantized({tensor("attn_q.weight"), tensor("attn_k.weight"),
-                       tensor("attn_v.weight")},
-                      layerWeights.queryKeyValueQuantized) &&
-        packQuantized({tensor("attn_output.weight")},
-                      layerWeights.attentionOutputQuantized) &&
-        packQuantized({tensor("ffn_gate.weight"), tensor("ffn_up.weight")},
-                      layerWeights.gateUpQuantized) &&
-        packQuantized({tensor("ffn_down.weight")}, layerWeights.downQuantized);
     weights->layerWeights.push_back(std::move(layerWeights));
   }
 
@@ -417,6 +453,10 @@ llvm::Error checkFiniteVectors(const GgufFile &file) {
 
 llvm::Expected<const cpu::GemmWeights *> ModelWeights::output() const {
   std::call_once(headPacked, [&] {
+    if (hasQuantizedOutput && engine->canBorrowQuantized()) {
+      outputHead = engine->borrowQuantized(outputQuantized, false);
+      return;
+    }
     std::string names[] = {headName};
     uint64_t rows[] = {headRows};
     auto packed =
@@ -432,11 +472,16 @@ llvm::Expected<const cpu::GemmWeights *> ModelWeights::output() const {
 }
 
 int64_t ModelWeights::packedBytes() const {
-  int64_t total = outputHead.sizeInBytes();
+  int64_t total =
+      outputHead.sizeInBytes() + int64_t(outputQuantized.bytes.size());
   for (const LayerWeights &layer : layerWeights)
     total += layer.queryKeyValue.sizeInBytes() +
              layer.attentionOutput.sizeInBytes() + layer.gateUp.sizeInBytes() +
-             layer.down.sizeInBytes();
+             layer.down.sizeInBytes() +
+             int64_t(layer.queryKeyValueQuantized.bytes.size() +
+                     layer.attentionOutputQuantized.bytes.size() +
+                     layer.gateUpQuantized.bytes.size() +
+                     layer.downQuantized.bytes.size());
   return total;
 }
 

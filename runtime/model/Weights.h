@@ -32,7 +32,10 @@ class GgufFile;
 struct LayerWeights {
   std::vector<float> attentionNorm; ///< [embeddingDim]
   std::vector<float> feedForwardNorm;
-  /// Rows: numHeads*headDim of Q, then numKvHeads*headDim of K, then of V.
+  /// The prompt GEMMs' weights: borrowed from the 4/8-bit tiles below where
+  /// the engine can (GemmEngine::borrowQuantized: no bf16 copy), else a
+  /// packed copy. Rows: numHeads*headDim of Q, then numKvHeads*headDim of
+  /// K, then of V.
   cpu::GemmWeights queryKeyValue;
   std::vector<float> queryKeyValueBias; ///< same rows; empty without bias
   cpu::GemmWeights attentionOutput;     ///< [embeddingDim][numHeads*headDim]
@@ -42,7 +45,9 @@ struct LayerWeights {
   cpu::GemmWeights down; ///< [embeddingDim][feedForwardDim]
 
   /// The same projections repacked from their 4/8-bit file blocks, for
-  /// decode-size steps (QuantGemv); set only when every one is Q4_1 or Q8_0.
+  /// decode-size steps (QuantGemv) and the borrowed GEMM weights above; set
+  /// only when every one is Q4_1 or Q8_0. The GEMM weights point into
+  /// these matrices' bytes: they move together.
   bool hasQuantized = false;
   /// Rows stacked as in the packed GEMM weights above.
   cpu::PackedQuantMatrix queryKeyValueQuantized, attentionOutputQuantized,
@@ -62,10 +67,11 @@ public:
   const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }
   const std::vector<float> &outputNorm() const { return finalNorm; }
-  /// The output head packed for the GEMM. When the 4/8-bit head exists it
-  /// serves every last-token row, so this copy (SmolLM2: 57 MiB, and twice
-  /// that in f32 while packing) is made at the first call that needs it:
-  /// full-sequence logits, or a model that runs without the 4/8-bit head.
+  /// The output head for the GEMM. When the 4/8-bit head exists it serves
+  /// every last-token row, so this one is made at the first call that needs
+  /// it (full-sequence logits, or a model run without the 4/8-bit head):
+  /// borrowed from the 4/8-bit head where the engine can, else a packed copy
+  /// (SmolLM2: 57 MiB, and twice that in f32 while packing).
   /// Thread-safe; an error (out of memory) is returned to every caller.
   llvm::Expected<const cpu::GemmWeights *> output() const;
   /// The output head in its file blocks, when Q4_1 or Q8_0.
@@ -74,8 +80,8 @@ public:
   }
   /// Per-pair RoPE frequency divisors (Llama 3.1), or empty.
   const std::vector<float> &ropeFrequencyFactors() const { return ropeFreqs; }
-  /// Bytes of packed weights (not counting the mapped file; the GEMM head
-  /// counts once output() has packed it).
+  /// Bytes of packed weights, 4/8-bit and GEMM copies (not the mapped
+  /// file; the GEMM head counts once output() has packed it).
   int64_t packedBytes() const;
 
 private:

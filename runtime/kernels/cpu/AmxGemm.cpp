@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstring>
 
@@ -17,9 +18,10 @@ namespace spanc::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 32;         ///< rows of a micro-tile block, K step
-constexpr int64_t kChunkRows = 256;    ///< activation rows kept hot in L2
-constexpr int64_t kTileElements = 512; ///< bf16 values in one 1 KiB tile
+constexpr int64_t kBlock = 32;      ///< rows of a micro-tile block, K step
+constexpr int64_t kChunkRows = 256; ///< activation rows kept hot in L2
+constexpr int64_t kBorrowedChunkRows = 512; ///< ... for borrowed weights
+constexpr int64_t kTileElements = 512;      ///< bf16 values in one 1 KiB tile
 
 /// The 64-byte operand of LDTILECFG (palette 1).
 struct TileConfig {
@@ -48,12 +50,117 @@ __attribute__((target("amx-tile"))) void configureTiles() {
 
 __attribute__((target("amx-tile"))) void releaseTiles() { _tile_release(); }
 
+/// Unpacks the 16 rows of one 4/8-bit tile (a group's block of 32) into
+/// one bf16 B tile: tile row r holds the rows' K pair (2r, 2r+1), row j in
+/// dword j. The lanes of a PackedQuantMatrix tile are its rows too, so
+/// every step is lane-wise. Each value is bf16 of dequantizeRow's f32, q * d
+/// + m (Q4_1) or q * d (Q8_0): d is an f16 (11 significant bits) and q has
+/// at most 8, so q * d is exact in f32 and one FMA rounds as the reader's
+/// multiply, then add.
+SPANC_AVX512BF16 inline void storeTileRow(uint16_t *tile, int row, __m512 even,
+                                          __m512 odd) {
+  // Words 0-15 of a cvtne2ps result are the even K values of the 16 rows,
+  // 16-31 the odd ones; this interleaves them into (even, odd) dwords.
+  const __m512i interleave = _mm512_set_epi16(
+      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __m512bh pair = _mm512_cvtne2ps_pbh(odd, even);
+  _mm512_store_si512(
+      tile + 32 * row,
+      _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i &>(pair)));
+}
+
+SPANC_AVX512BF16 void unpackTile(QuantFormat format, const uint8_t *values,
+                                 const uint8_t *scales, uint16_t *tile) {
+  const __m512 scale = _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(scales)));
+  if (format == QuantFormat::Q4_1) {
+    // Vector p holds values 8p..8p+7 of each row: bytes 0-3 low nibbles
+    // are 8p..8p+3, high nibbles 8p+4..8p+7.
+    const __m512 minimum = _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i *>(values + quantlayout::kQ41Minimums)));
+    const __m512i nibble = _mm512_set1_epi32(0xf);
+    static constexpr int kShift[4] = {0, 16, 4, 20}; // pair (8p + 2s, +1)
+    for (int p = 0; p < 4; ++p) {
+      const __m512i packed = _mm512_loadu_si512(values + 64 * p);
+      for (int s = 0; s < 4; ++s) {
+        __m512 weights[2];
+        for (int half = 0; half < 2; ++half) {
+          __m512i q = _mm512_and_si512(
+              _mm512_srli_epi32(packed, unsigned(kShift[s] + 8 * half)),
+              nibble);
+          weights[half] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), scale, minimum);
+        }
+        storeTileRow(tile, 4 * p + s, weights[0], weights[1]);
+      }
+    }
+    return;
+  }
+  // Q8_0: vector v holds values 4v..4v+3 of each row as w + 128.
+  const __m512i byte = _mm512_set1_epi32(0xff);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int v = 0; v < 8; ++v) {
+    const __m512i packed = _mm512_loadu_si512(values + 64 * v);
+    for (int s = 0; s < 2; ++s) {
+      __m512 weights[2];
+      for (int half = 0; half < 2; ++half) {
+        __m512i q = _mm512_sub_epi32(
+            _mm512_and_si512(
+                _mm512_srli_epi32(packed, unsigned(16 * s + 8 * half)), byte),
+            offset);
+        weights[half] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale);
+      }
+      storeTileRow(tile, 2 * v + s, weights[0], weights[1]);
+    }
+  }
+}
+
+/// Tiles [firstTile, endTile) of panel `panel` of borrowed weights, tile
+/// t being B tile t % 2 of K block t / 2, unpacked into the panel buffer
+/// `out` (kBlocks x 2 tiles). Plain weights: B tile i holds group
+/// 2 panel + i; gated: the gate group `panel`, then the up group `panel` of
+/// the second half. Groups past the matrix are zeros.
+struct PanelSlice {
+  const AmxWeights *weights = nullptr;
+  int64_t panel = 0;
+  int64_t firstTile = 0, endTile = 0;
+  uint16_t *out = nullptr;
+};
+
+void unpackPanelTiles(const PanelSlice &slice) {
+  const AmxWeights &weights = *slice.weights;
+  const AmxQuantSource &source = weights.quant;
+  int64_t groups[2] = {2 * slice.panel, 2 * slice.panel + 1};
+  if (weights.gated)
+    groups[0] = slice.panel, groups[1] = weights.rows / 2 / 16 + slice.panel;
+  for (int64_t t = slice.firstTile; t < slice.endTile; ++t) {
+    const int64_t block = t / 2, group = groups[t % 2];
+    uint16_t *tile = slice.out + t * kTileElements;
+    if (group >= source.groups) {
+      std::memset(tile, 0, kTileElements * sizeof(uint16_t));
+      continue;
+    }
+    unpackTile(source.format,
+               source.bytes + quantlayout::valuesOffset(
+                                  source.format, source.blocks, group, block),
+               source.bytes + quantlayout::scalesOffset(
+                                  source.format, source.blocks, group, block),
+               tile);
+  }
+}
+
 /// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32. Each load is
 /// issued right before its first product so that it overlaps the previous
 /// product.
+///
+/// `next`, if given, is a slice of another panel to unpack meanwhile, a few
+/// tiles after each block's products: the vector units unpack while the
+/// tile unit multiplies.
 __attribute__((target("amx-tile,amx-bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
-              int64_t kBlocks, float *c, int64_t cRowBytes) {
+              int64_t kBlocks, float *c, int64_t cRowBytes,
+              const PanelSlice *next = nullptr) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -70,6 +177,13 @@ multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
     _tile_loadd(5, rows16 + block * 64, aRowBytes);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
+    if (next) {
+      const int64_t count = next->endTile - next->firstTile;
+      PanelSlice part = *next;
+      part.firstTile = next->firstTile + block * count / kBlocks;
+      part.endTile = next->firstTile + (block + 1) * count / kBlocks;
+      unpackPanelTiles(part);
+    }
   }
   char *out = reinterpret_cast<char *>(c);
   _tile_stored(0, out, cRowBytes);
@@ -173,6 +287,20 @@ AmxWeights packAmxGatedWeights(const float *matrix, int64_t rows,
   return weights;
 }
 
+AmxWeights borrowAmxWeights(const PackedQuantMatrix &matrix, bool gated) {
+  assert((!gated || matrix.rows % 32 == 0) &&
+         "the SwiGLU epilogue takes gated weights of 32-row panels");
+  AmxWeights weights;
+  weights.rows = matrix.rows;
+  weights.columns = matrix.columns;
+  weights.paddedRows = roundUp(matrix.rows, kBlock);
+  weights.paddedColumns = matrix.columns; // whole blocks of 32
+  weights.gated = gated;
+  weights.quant = {matrix.format, matrix.blocks, matrix.groups,
+                   matrix.bytes.data()};
+  return weights;
+}
+
 void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
              AmxScratch &scratch, AmxEpilogue epilogue) {
   const int64_t n = weights.rows, k = weights.columns;
@@ -188,6 +316,15 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     scratch.activations.resize(size_t(paddedM * paddedK));
   uint16_t *a = scratch.activations.data();
   const int64_t aRowBytes = paddedK * 2;
+  const int64_t panelElements = kBlocks * 2 * kTileElements;
+  if (weights.isBorrowed() &&
+      scratch.panels.size() < size_t(2 * omp_get_max_threads() * panelElements))
+    scratch.panels.resize(size_t(2 * omp_get_max_threads() * panelElements));
+  std::atomic<int64_t> nextItem{0}; // borrowed weights' work queue
+  // A borrowed panel is unpacked once per item: fewer, larger chunks
+  // (all of a 512-row prompt's rows) unpack it fewer times.
+  const int64_t chunkRows =
+      weights.isBorrowed() ? kBorrowedChunkRows : kChunkRows;
 
 #pragma omp parallel
   {
@@ -203,28 +340,38 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     // at a time on a shared host, and a static split waits for the slower.
     configureTiles();
     alignas(64) float edge[kBlock * kBlock];
-    const int64_t chunks = (paddedM + kChunkRows - 1) / kChunkRows;
-#pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t item = 0; item < chunks * panels; ++item) {
-      const int64_t chunk = item / panels * kChunkRows, panel = item % panels;
-      const int64_t chunkEnd = std::min(paddedM, chunk + kChunkRows);
-      const uint16_t *b =
-          weights.data.data() + panel * kBlocks * 2 * kTileElements;
+    const int64_t chunks = (paddedM + chunkRows - 1) / chunkRows;
+    const int64_t items = chunks * panels;
+    // Multiplies item `item` by panel `b`, unpacking `next` (if any) into
+    // its buffer meanwhile, spread over the chunk's blocks of rows.
+    auto multiplyItem = [&](int64_t item, const uint16_t *b,
+                            const PanelSlice *next) {
+      const int64_t chunk = item / panels * chunkRows, panel = item % panels;
+      const int64_t chunkEnd = std::min(paddedM, chunk + chunkRows);
+      const int64_t rowBlocks = (chunkEnd - chunk) / kBlock;
       const int64_t column = panel * kBlock;
       const int64_t width = std::min(kBlock, n - column);
       float *out = y + (swiGlu ? panel * 16 : column);
       for (int64_t row = chunk; row < chunkEnd; row += kBlock) {
         const int64_t height = std::min(kBlock, m - row);
         const uint16_t *rows = a + row * paddedK;
+        PanelSlice slice;
+        if (next) {
+          const int64_t index = (row - chunk) / kBlock;
+          slice = *next;
+          slice.firstTile = index * 2 * kBlocks / rowBlocks;
+          slice.endTile = (index + 1) * 2 * kBlocks / rowBlocks;
+        }
+        const PanelSlice *part = next ? &slice : nullptr;
         if (epilogue == AmxEpilogue::Store && height == kBlock &&
             width == kBlock) {
           multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
-                        yStride * 4);
+                        yStride * 4, part);
           continue;
         }
         // The block goes through a local tile; only its real part reaches
         // y.
-        multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4);
+        multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4, part);
         if (epilogue == AmxEpilogue::Store) {
           for (int64_t r = 0; r < height; ++r)
             std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
@@ -233,6 +380,31 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
         }
         finishBlock(epilogue, edge, height, width, out + row * yStride,
                     yStride);
+      }
+    };
+    if (!weights.isBorrowed()) {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t item = 0; item < items; ++item)
+        multiplyItem(item, weights.data.data() + item % panels * panelElements,
+                     nullptr);
+    } else {
+      // Borrowed panels are unpacked into two buffers a thread: each item
+      // is claimed one ahead, so that its panel unpacks under the tile
+      // products of the item before.
+      uint16_t *buffers[2] = {
+          scratch.panels.data() + 2 * thread * panelElements,
+          scratch.panels.data() + (2 * thread + 1) * panelElements};
+      int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
+      if (item < items)
+        unpackPanelTiles({&weights, item % panels, 0, 2 * kBlocks, buffers[0]});
+      for (int current = 0; item < items; current ^= 1) {
+        const int64_t following =
+            nextItem.fetch_add(1, std::memory_order_relaxed);
+        PanelSlice next{&weights, following % panels, 0, 2 * kBlocks,
+                        buffers[current ^ 1]};
+        multiplyItem(item, buffers[current],
+                     following < items ? &next : nullptr);
+        item = following;
       }
     }
     releaseTiles();

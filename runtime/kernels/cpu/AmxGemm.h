@@ -16,6 +16,17 @@
 // zeros. Activations are rounded to bf16 per call into a scratch of
 // rows padded to 32 and K padded to 32.
 //
+// Borrowed weights. A bf16 copy of every projection costs 2 bytes a weight
+// (SmolLM2: 212 MiB; an 8B model: 14 GiB) beside the 4/8-bit copy decode
+// reads. Weights borrowed from that copy (borrowAmxWeights) keep no bf16 of
+// their own: each work item unpacks its panel into a per-thread buffer
+// (96 KiB at K = 1 536, in L2) and multiplies a chunk of rows by it. The
+// unpacked values are the bf16 rounding of the file's dequantized f32 (the
+// same multiply, then add, as the GGUF reader, never fused), so a borrowed
+// pack and packAmxWeights of the dequantized matrix give the same bits.
+// Unpacking costs ~0.1 ns a weight; it runs once per panel and chunk of
+// rows, where the copy's panels came from memory instead.
+//
 // Epilogues. Each finished 32x32 block is stored, added to y (the residual
 // connection), or, for gated weights, turned into SwiGLU outputs: a gated
 // pack of a [gate; up] matrix puts gate rows 16p..16p+15 in panel p's first
@@ -32,21 +43,35 @@
 #define SPANC_RUNTIME_KERNELS_CPU_AMXGEMM_H
 
 #include "runtime/kernels/cpu/AlignedAllocator.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace spanc::cpu {
 
-/// A [rows][columns] weight matrix in AMX B-tile panels (see the header).
+/// The 4/8-bit tiles of a PackedQuantMatrix that borrowed weights unpack.
+struct AmxQuantSource {
+  QuantFormat format = QuantFormat::Q4_1;
+  int64_t blocks = 0;             ///< of 32 weights a row
+  int64_t groups = 0;             ///< of 16 rows
+  const uint8_t *bytes = nullptr; ///< PackedQuantMatrix::bytes
+};
+
+/// A [rows][columns] weight matrix in AMX B-tile panels (see the header),
+/// owned, or borrowed from 4/8-bit tiles and unpacked per call.
 struct AmxWeights {
   int64_t rows = 0;          ///< N
   int64_t columns = 0;       ///< K
   int64_t paddedRows = 0;    ///< N rounded up to 32
   int64_t paddedColumns = 0; ///< K rounded up to 32
-  bool gated = false;        ///< packed by packAmxGatedWeights
+  bool gated = false;        ///< panels hold [gate; up] for SwiGLU
+  /// The owned panels; empty when borrowed.
   std::vector<uint16_t, AlignedAllocator<uint16_t>> data;
+  AmxQuantSource quant; ///< bytes != null: borrowed
 
+  bool isBorrowed() const { return quant.bytes != nullptr; }
+  /// Bytes owned (borrowed tiles belong to their PackedQuantMatrix).
   int64_t sizeInBytes() const { return int64_t(data.size() * 2); }
 };
 
@@ -59,6 +84,13 @@ AmxWeights packAmxWeights(const float *matrix, int64_t rows, int64_t columns);
 AmxWeights packAmxGatedWeights(const float *matrix, int64_t rows,
                                int64_t columns);
 
+/// Weights that unpack `matrix`'s tiles per call instead of holding bf16.
+/// They point at matrix.bytes' buffer, which must outlive them (moving the
+/// PackedQuantMatrix keeps it). `gated`: matrix stacks [gate; up] as for
+/// packAmxGatedWeights; rows must then be a multiple of 32. Requires
+/// avx512bf16 (every AMX-BF16 CPU has it).
+AmxWeights borrowAmxWeights(const PackedQuantMatrix &matrix, bool gated);
+
 /// What amxGemm does with the products P = x * W^T.
 enum class AmxEpilogue {
   Store,      ///< y = P
@@ -66,9 +98,11 @@ enum class AmxEpilogue {
   SwiGlu,     ///< y = silu(P_gate) * P_up, rows/2 columns (gated weights)
 };
 
-/// Per-call scratch (the bf16 activations); reused across calls.
+/// Per-call scratch (the bf16 activations; the unpacked panels of
+/// borrowed weights, one per thread); reused across calls.
 struct AmxScratch {
   std::vector<uint16_t, AlignedAllocator<uint16_t>> activations;
+  std::vector<uint16_t, AlignedAllocator<uint16_t>> panels;
 };
 
 /// y[M][N] = x[M][K] * W^T (or the epilogue's function of it); x has K

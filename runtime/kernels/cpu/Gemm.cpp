@@ -267,6 +267,22 @@ llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
   return weights;
 }
 
+bool GemmEngine::canBorrowQuantized() const {
+  return engineKernel == GemmKernel::Amx && cpuFeatures().avx512bf16;
+}
+
+GemmWeights GemmEngine::borrowQuantized(const PackedQuantMatrix &matrix,
+                                        bool gated) {
+  assert(canBorrowQuantized() && "borrowed weights need the AMX kernel");
+  GemmWeights weights = emptyWeights(matrix.rows, matrix.columns);
+  weights.gated = gated;
+  // The SwiGLU epilogue takes 32-row panels; other widths multiply plain
+  // and apply SwiGLU after (multiplyGated).
+  weights.storage->amx =
+      borrowAmxWeights(matrix, gated && matrix.rows % 32 == 0);
+  return weights;
+}
+
 llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
                                  int64_t m, float *y, GemmOutput output) {
   assert(!weights.gated && "gated weights go through multiplyGated");

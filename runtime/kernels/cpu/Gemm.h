@@ -14,6 +14,8 @@
 #ifndef SPANC_RUNTIME_KERNELS_CPU_GEMM_H
 #define SPANC_RUNTIME_KERNELS_CPU_GEMM_H
 
+#include "runtime/kernels/cpu/QuantGemv.h"
+
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -95,6 +97,18 @@ public:
   /// multiplyGated; rows must be even.
   llvm::Expected<GemmWeights> packGatedWeights(const float *matrix,
                                                int64_t rows, int64_t columns);
+
+  /// Whether borrowQuantized works: the AMX kernel, on a CPU with the bf16
+  /// conversions it unpacks with.
+  bool canBorrowQuantized() const;
+
+  /// Weights that multiply `matrix`'s 4/8-bit tiles, unpacked to bf16 per
+  /// call, instead of a bf16 copy (AmxGemm.h, "Borrowed weights"): the same
+  /// products as packWeights of its dequantized values, without 2 bytes a
+  /// weight resident. matrix.bytes must outlive the weights (moving the
+  /// matrix keeps them). `gated`: for multiplyGated, as packGatedWeights.
+  /// Requires canBorrowQuantized().
+  GemmWeights borrowQuantized(const PackedQuantMatrix &matrix, bool gated);
 
   /// y[M][N] = x[M][K] * W^T (or y += with Accumulate); x and y are dense
   /// row-major (x: K floats per row, y: N floats per row).

@@ -23,26 +23,7 @@ constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 constexpr int kMaxTileRows = 4;
 constexpr int64_t kPrefetchBytes = 4096;
 
-// Offsets inside a Q4_1 tile; Q8_0 value tiles, then the group's scales
-// (see PackedQuantMatrix::tileBytes).
-constexpr int64_t kQ41Scales = 256, kQ41Minimums = 288;
-constexpr int64_t kQ80ValueBytes = 512, kQ80ScaleBytes = 32;
-
-/// Byte offsets of the values and of the 16 f16 scales of (group, block).
-inline int64_t valuesOffset(QuantFormat format, int64_t blocks, int64_t group,
-                            int64_t block) {
-  const int64_t tileBytes = PackedQuantMatrix::tileBytes(format);
-  return format == QuantFormat::Q4_1
-             ? (group * blocks + block) * tileBytes
-             : group * blocks * tileBytes + block * kQ80ValueBytes;
-}
-inline int64_t scalesOffset(QuantFormat format, int64_t blocks, int64_t group,
-                            int64_t block) {
-  return format == QuantFormat::Q4_1
-             ? valuesOffset(format, blocks, group, block) + kQ41Scales
-             : valuesOffset(format, blocks, group, blocks) +
-                   block * kQ80ScaleBytes;
-}
+using namespace quantlayout;
 
 uint16_t readHalf(const uint8_t *bytes) {
   uint16_t bits;

@@ -15,6 +15,9 @@
 
 #define SPANC_AVX512                                                           \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+/// SPANC_AVX512 plus the bf16 conversions (VCVTNE2PS2BF16).
+#define SPANC_AVX512BF16                                                       \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace spanc::cpu {
 

@@ -12,6 +12,7 @@
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Elementwise.h"
 #include "test/unit/kernels/ErrorBounds.h"
+#include "test/unit/kernels/QuantTestMatrix.h"
 
 #include <gtest/gtest.h>
 
@@ -255,6 +256,65 @@ TEST(CpuGemm, EpiloguesMatchTheUnfusedOps) {
     SCOPED_TRACE(gemmKernelName(kernel));
     checkEpilogues(kernel, 64, 96, 45);
     checkEpilogues(kernel, 24, 40, 7); // 48 rows: no AMX SwiGLU epilogue
+  }
+}
+
+/// Borrowed 4/8-bit weights must multiply exactly as a bf16 copy of their
+/// dequantized values does: plain (Store and Accumulate) and gated, for
+/// rows past the last whole panel and group, odd block counts (unaligned
+/// Q8_0 tiles), and batches in one chunk of rows and across chunks.
+void checkBorrowedMatchesCopy(QuantFormat format, int64_t n, int64_t k,
+                              bool gated) {
+  SCOPED_TRACE(testing::Message()
+               << (format == QuantFormat::Q4_1 ? "Q4_1" : "Q8_0") << " " << n
+               << "x" << k << (gated ? " gated" : ""));
+  GemmEngine engine(GemmPrecision::Bf16);
+  TestMatrix matrix = makeMatrix(format, n, k, unsigned(n * 31 + k));
+  PackedQuantMatrix quantized = packQuantMatrix(matrix.view);
+  GemmWeights borrowed = engine.borrowQuantized(quantized, gated);
+  auto copy = gated ? engine.packGatedWeights(matrix.dequantized.data(), n, k)
+                    : engine.packWeights(matrix.dequantized.data(), n, k);
+  ASSERT_TRUE(bool(copy)) << llvm::toString(copy.takeError());
+  EXPECT_EQ(borrowed.sizeInBytes(), 0);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const int64_t width = gated ? n / 2 : n;
+  for (int64_t m : {1, 17, 32, 300, 600}) {
+    std::vector<float> x(size_t(m * k));
+    for (float &value : x)
+      value = normal(rng);
+    std::vector<float> fromCopy(size_t(m * width)), fromBorrowed(fromCopy);
+    for (size_t index = 0; index < fromCopy.size(); ++index)
+      fromCopy[index] = fromBorrowed[index] = normal(rng);
+    if (gated) {
+      ASSERT_FALSE(
+          bool(engine.multiplyGated(*copy, x.data(), m, fromCopy.data())));
+      ASSERT_FALSE(bool(
+          engine.multiplyGated(borrowed, x.data(), m, fromBorrowed.data())));
+    } else {
+      GemmOutput output = m % 2 ? GemmOutput::Accumulate : GemmOutput::Store;
+      ASSERT_FALSE(
+          bool(engine.multiply(*copy, x.data(), m, fromCopy.data(), output)));
+      ASSERT_FALSE(bool(
+          engine.multiply(borrowed, x.data(), m, fromBorrowed.data(), output)));
+    }
+    for (size_t index = 0; index < fromCopy.size(); ++index)
+      ASSERT_EQ(fromBorrowed[index], fromCopy[index])
+          << "m " << m << " row " << index / size_t(width) << " column "
+          << index % size_t(width);
+  }
+}
+
+TEST(CpuGemm, BorrowedQuantizedWeightsMultiplyAsTheirBf16Copy) {
+  if (!GemmEngine(GemmPrecision::Bf16).canBorrowQuantized())
+    GTEST_SKIP() << "no AMX-BF16 on this path (" << cpuFeatures().describe()
+                 << ", " << isaLevelName(isaLevel()) << ")";
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    checkBorrowedMatchesCopy(format, 64, 576, false);
+    checkBorrowedMatchesCopy(format, 70, 96, false); // partial group, panel
+    checkBorrowedMatchesCopy(format, 16, 32, false); // half a panel
+    checkBorrowedMatchesCopy(format, 128, 160, true);
+    checkBorrowedMatchesCopy(format, 48, 64, true); // SwiGLU after the GEMM
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "test/unit/kernels/ErrorBounds.h"
+#include "test/unit/kernels/QuantTestMatrix.h"
 
 #include <gtest/gtest.h>
 
@@ -26,60 +27,6 @@ namespace {
 
 using namespace spanc::cpu;
 using namespace spanc::test;
-
-/// A normal f16 value from its bits (the test draws only normal scales).
-float halfValue(uint16_t bits) {
-  int exponent = (bits >> 10) & 0x1f;
-  float value =
-      (1.0f + float(bits & 0x3ff) / 1024.0f) * std::ldexp(1.0f, exponent - 15);
-  return bits & 0x8000 ? -value : value;
-}
-
-struct TestMatrix {
-  QuantMatrix view;
-  std::vector<uint8_t> bytes;
-  std::vector<float> dequantized; ///< [rows][columns]
-  std::vector<float> minimums;    ///< Q4_1: [rows][blocks]
-};
-
-TestMatrix makeMatrix(QuantFormat format, int64_t rows, int64_t columns,
-                      unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  // Scales 2^-9 .. 2^-4, signs on the Q4_1 minimum only.
-  std::uniform_int_distribution<int> halfBits(0x1800, 0x2c00);
-  TestMatrix matrix;
-  const int64_t blocks = columns / 32, blockBytes = quantBlockBytes(format);
-  matrix.bytes.resize(size_t(rows * blocks * blockBytes));
-  matrix.dequantized.resize(size_t(rows * columns));
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t block = 0; block < blocks; ++block) {
-      uint8_t *data = matrix.bytes.data() + (row * blocks + block) * blockBytes;
-      float *out = matrix.dequantized.data() + row * columns + block * 32;
-      uint16_t scaleBits = uint16_t(halfBits(rng));
-      std::memcpy(data, &scaleBits, 2);
-      float scale = halfValue(scaleBits);
-      if (format == QuantFormat::Q4_1) {
-        uint16_t minimumBits = uint16_t(halfBits(rng) | (byte(rng) & 1) << 15);
-        std::memcpy(data + 2, &minimumBits, 2);
-        float minimum = halfValue(minimumBits);
-        matrix.minimums.push_back(minimum);
-        for (int i = 0; i < 16; ++i) {
-          data[4 + i] = uint8_t(byte(rng));
-          out[i] = scale * float(data[4 + i] & 0xf) + minimum;
-          out[i + 16] = scale * float(data[4 + i] >> 4) + minimum;
-        }
-      } else {
-        for (int i = 0; i < 32; ++i) {
-          data[2 + i] = uint8_t(byte(rng));
-          out[i] = scale * float(int8_t(data[2 + i]));
-        }
-      }
-    }
-  matrix.view = QuantMatrix{format, matrix.bytes.data(), rows, columns,
-                            blocks * blockBytes};
-  return matrix;
-}
 
 /// Checks quantGemv against two references and returns the largest error's
 /// share of its bound over both.

@@ -68,6 +68,7 @@ runEngineBench(const EngineBenchOptions &options) {
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = options.forceF32;
   modelOptions.gemmKernel = options.gemmKernel;
+  modelOptions.gemmWeightCopy = options.gemmWeightCopy;
   modelOptions.numerics = options.numerics;
   auto model = model::Model::load(options.modelPath, modelOptions);
   if (!model)

@@ -26,6 +26,7 @@ struct EngineBenchOptions {
   int repetitions = 5;
   bool forceF32 = false;
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
+  bool gemmWeightCopy = false; ///< ModelOptions::gemmWeightCopy
   model::Numerics numerics = model::Numerics::Default;
   bool profile = false;
 };

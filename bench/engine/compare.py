@@ -213,7 +213,10 @@ def main():
                 if line.startswith("model name")), platform.processor())
     has_amx = any(line.startswith("flags") and " amx_tile" in line
                   for line in cpuinfo)
-    prefill_gemms = "spanc's AMX tiles" if has_amx else "oneDNN"
+    # AMX's prompt GEMMs unpack the 4/8-bit decode weights per call
+    # (--gemm-weights=borrowed, the default), not a bf16 copy.
+    prefill_gemms = ("spanc's AMX tiles on the borrowed Q4_1/Q8_0 weights"
+                     if has_amx else "oneDNN")
     fix_note = ""
     source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
                               "ggml-cpu", "amx", "mmq.cpp")

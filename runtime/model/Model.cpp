@@ -90,9 +90,10 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
     return model;
   }
   // llama.cpp numerics apply their own SwiGLU to separate gate|up products.
-  auto weights = ModelWeights::load(*model->gguf, modelConfig, *model->gemm,
-                                    /*gatedFeedForward=*/options.numerics !=
-                                        Numerics::LlamaCpp);
+  auto weights = ModelWeights::load(
+      *model->gguf, modelConfig, *model->gemm,
+      /*gatedFeedForward=*/options.numerics != Numerics::LlamaCpp,
+      /*borrowQuantized=*/!options.gemmWeightCopy);
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);

@@ -158,30 +158,40 @@ loadStacked(const GgufFile &file, cpu::GemmEngine &engine,
   return packed;
 }
 
-/// Repacks the tensors, stacked by rows, for QuantGemv, when their blocks
-/// are all of one kind it reads (one matrix: one parallel region per step).
-bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
-                   cpu::PackedQuantMatrix &packed) {
+/// The tensors as QuantGemv views, when their blocks are all of one kind
+/// it reads and they have one width; empty otherwise.
+llvm::SmallVector<cpu::QuantMatrix, 3>
+quantViews(llvm::ArrayRef<const GgufTensor *> tensors) {
   llvm::SmallVector<cpu::QuantMatrix, 3> parts;
   for (const GgufTensor *tensor : tensors) {
     cpu::QuantMatrix view;
     if (tensor->shape.size() != 2 || tensor->shape[0] % 32 != 0)
-      return false;
+      return {};
     if (tensor->type == GgmlType::Q4_1)
       view.format = cpu::QuantFormat::Q4_1;
     else if (tensor->type == GgmlType::Q8_0)
       view.format = cpu::QuantFormat::Q8_0;
     else
-      return false;
+      return {};
     if (!parts.empty() && (view.format != parts[0].format ||
                            int64_t(tensor->shape[0]) != parts[0].columns))
-      return false;
+      return {};
     view.data = tensor->data;
     view.columns = int64_t(tensor->shape[0]);
     view.rows = int64_t(tensor->shape[1]);
     view.rowBytes = int64_t(tensor->rowBytes());
     parts.push_back(view);
   }
+  return parts;
+}
+
+/// Repacks the tensors, stacked by rows, for QuantGemv, when quantViews
+/// takes them (one matrix: one parallel region per step).
+bool packQuantized(llvm::ArrayRef<const GgufTensor *> tensors,
+                   cpu::PackedQuantMatrix &packed) {
+  llvm::SmallVector<cpu::QuantMatrix, 3> parts = quantViews(tensors);
+  if (parts.empty())
+    return false;
   packed = cpu::packQuantMatrices(parts.data(), parts.size());
   return true;
 }
@@ -196,12 +206,13 @@ struct StackedProjection {
 };
 
 /// Loads a layer's four projections. When every one is Q4_1 or Q8_0 they
-/// are repacked for decode rows (QuantGemv), and where the engine can, the
-/// prompt GEMMs borrow those tiles (unpacked per call) rather than keep a
-/// bf16 copy of their own; otherwise each is dequantized and packed.
+/// are repacked for decode rows (QuantGemv), and where the engine can and
+/// `borrow` asks, the prompt GEMMs borrow those tiles (unpacked per call)
+/// rather than keep a bf16 copy of their own; otherwise each is
+/// dequantized and packed.
 llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
                             llvm::ArrayRef<StackedProjection> projections,
-                            LayerWeights &layer) {
+                            bool borrow, LayerWeights &layer) {
   cpu::GemmWeights *packed[] = {&layer.queryKeyValue, &layer.attentionOutput,
                                 &layer.gateUp, &layer.down};
   cpu::PackedQuantMatrix *quantized[] = {
@@ -219,21 +230,20 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
       tensors[index].push_back(*tensor);
     }
   layer.hasQuantized = true;
-  for (size_t index = 0; index < 4 && layer.hasQuantized; ++index)
-    layer.hasQuantized = packQuantized(tensors[index], *quantized[index]);
-  if (!layer.hasQuantized)
-    for (cpu::PackedQuantMatrix *matrix : quantized)
-      *matrix = cpu::PackedQuantMatrix();
+  for (const auto &stacked : tensors)
+    layer.hasQuantized = layer.hasQuantized && !quantViews(stacked).empty();
 
-  if (layer.hasQuantized && engine.canBorrowQuantized()) {
+  if (borrow && layer.hasQuantized && engine.canBorrowQuantized()) {
     // The values are checked as dequantizing them would have.
     for (const auto &stacked : tensors)
       for (const GgufTensor *tensor : stacked)
         if (llvm::Error error = checkFinite(file, *tensor))
           return error;
-    for (size_t index = 0; index < 4; ++index)
+    for (size_t index = 0; index < 4; ++index) {
+      packQuantized(tensors[index], *quantized[index]);
       *packed[index] =
           engine.borrowQuantized(*quantized[index], projections[index].gated);
+    }
     return llvm::Error::success();
   }
   for (size_t index = 0; index < 4; ++index) {
@@ -244,6 +254,12 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
       return weights.takeError();
     *packed[index] = std::move(*weights);
   }
+  // The 4/8-bit copies after the packed ones: in the other order the QKV
+  // and gate|up GEMMs ran ~30 % slower on an AMX host (placement in memory,
+  // measured, not understood; bench engine --gemm-weights=copy --profile).
+  if (layer.hasQuantized)
+    for (size_t index = 0; index < 4; ++index)
+      packQuantized(tensors[index], *quantized[index]);
   return llvm::Error::success();
 }
 
@@ -333,7 +349,8 @@ void decodeGgmlRow(const void *row, float *out, int64_t count,
 
 llvm::Expected<std::unique_ptr<ModelWeights>>
 ModelWeights::load(const GgufFile &file, const ModelConfig &config,
-                   cpu::GemmEngine &engine, bool gatedFeedForward) {
+                   cpu::GemmEngine &engine, bool gatedFeedForward,
+                   bool borrowQuantized) {
   if (llvm::Error error = checkDeclaredSizes(file, config))
     return error;
   std::unique_ptr<ModelWeights> weights(new ModelWeights());
@@ -382,8 +399,8 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
         {outputName, outputRows, queryDim},
         {gateUpNames, gateUpRows, dim, gatedFeedForward},
         {downName, downRows, ffnDim}};
-    if (llvm::Error error =
-            loadProjections(file, engine, projections, layerWeights))
+    if (llvm::Error error = loadProjections(file, engine, projections,
+                                            borrowQuantized, layerWeights))
       return error;
     if (config.qkvBias) {
       const char *biasNames[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
@@ -404,6 +421,7 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
   weights->finalNorm = std::move(*finalNorm);
   weights->file = &file;
   weights->engine = &engine;
+  weights->borrowHead = borrowQuantized && engine.canBorrowQuantized();
   weights->headName = config.tiedOutput ? "token_embd.weight" : "output.weight";
   weights->headRows = config.vocabSize;
   auto head = findChecked(file, weights->headName, dim, config.vocabSize);
@@ -453,7 +471,7 @@ llvm::Error checkFiniteVectors(const GgufFile &file) {
 
 llvm::Expected<const cpu::GemmWeights *> ModelWeights::output() const {
   std::call_once(headPacked, [&] {
-    if (hasQuantizedOutput && engine->canBorrowQuantized()) {
+    if (hasQuantizedOutput && borrowHead) {
       outputHead = engine->borrowQuantized(outputQuantized, false);
       return;
     }

@@ -59,10 +59,12 @@ public:
   /// Reads every tensor the configuration calls for from `file` (which must
   /// outlive the weights: the embedding is read from its mapping).
   /// `gatedFeedForward` packs gate|up for multiplyGated (the default
-  /// SwiGLU); without it gate|up is a plain GEMM weight.
+  /// SwiGLU); without it gate|up is a plain GEMM weight. `borrowQuantized`:
+  /// 4/8-bit projections lend their tiles to the GEMMs where the engine can
+  /// (GemmEngine::borrowQuantized); false packs a copy of each.
   static llvm::Expected<std::unique_ptr<ModelWeights>>
   load(const GgufFile &file, const ModelConfig &config, cpu::GemmEngine &engine,
-       bool gatedFeedForward = true);
+       bool gatedFeedForward = true, bool borrowQuantized = true);
 
   const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }
@@ -100,6 +102,7 @@ private:
   mutable cpu::GemmWeights outputHead;
   mutable std::string headError;
   bool hasQuantizedOutput = false;
+  bool borrowHead = false; ///< output() borrows outputQuantized
   cpu::PackedQuantMatrix outputQuantized;
   std::vector<float> ropeFreqs;
 };

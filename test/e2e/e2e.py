@@ -206,6 +206,15 @@ def check_default_cold_warm(spanc, model):
                       for call in runs["runs"][1]["calls"]),
                   "%s %s: the warm run reused nothing" %
                   (path, " ".join(mode) or "(default)"))
+            if not mode:
+                default_answers = cold
+        # The AMX prompt GEMMs' two weight sources (the borrowed 4-bit
+        # tiles, unpacked per call, or a bf16 copy) give the same bits, so
+        # the same answers (without AMX both run oneDNN's copy).
+        copied = answers(run(spanc, model, path, "--gemm-weights", "copy"))
+        check(copied == default_answers,
+              "%s: --gemm-weights=copy and borrowed answers differ: %r vs %r"
+              % (path, copied, default_answers))
 
 
 def check_invariance(spanc, model):

@@ -10,6 +10,7 @@
 
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
+#include "tools/spanc/GemmWeightsOption.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -80,6 +81,10 @@ int runEngineBenchmark(const po::variables_map &values) {
   if (!gemmKernel)
     return reportError("bench", "engine: --gemm must be amx or onednn");
   options.gemmKernel = *gemmKernel;
+  std::optional<bool> gemmWeightCopy = readGemmWeightsOption("bench", values);
+  if (!gemmWeightCopy)
+    return 1;
+  options.gemmWeightCopy = *gemmWeightCopy;
   std::optional<model::Numerics> numerics =
       model::parseNumerics(values["numerics"].as<std::string>());
   if (!numerics)
@@ -260,6 +265,7 @@ int runBench(const std::vector<std::string> &args) {
       ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
   addThreadsOption(options);
+  addGemmWeightsOption(options);
   addIsaOption(options);
   addDeviceOption(options);
   po::positional_options_description positional;

@@ -26,6 +26,7 @@
 #include "server/ModelNames.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
+#include "tools/spanc/GemmWeightsOption.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/KvCacheCapacity.h"
@@ -390,6 +391,10 @@ std::optional<ServedModel> loadServedModel(const po::variables_map &values,
                                            const std::string &modelPath) {
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("batch-invariant") != 0;
+  std::optional<bool> gemmWeightCopy = readGemmWeightsOption("serve", values);
+  if (!gemmWeightCopy)
+    return std::nullopt;
+  modelOptions.gemmWeightCopy = *gemmWeightCopy;
   const std::string kvPrecision = values["kv-precision"].as<std::string>();
   if (kvPrecision != "f16" && kvPrecision != "f32") {
     reportError("serve",
@@ -470,6 +475,7 @@ int runServe(const std::vector<std::string> &args) {
   addSpanModeOptions(options);
   addDeviceOption(options);
   addThreadsOption(options);
+  addGemmWeightsOption(options);
   addIsaOption(options);
   addKvEventsOptions(options);
   const std::string about = serveDescription();

@@ -22,6 +22,7 @@ constexpr int64_t kBlock = 32;      ///< rows of a micro-tile block, K step
 constexpr int64_t kChunkRows = 256; ///< activation rows kept hot in L2
 constexpr int64_t kBorrowedChunkRows = 512; ///< ... for borrowed weights
 constexpr int64_t kTileElements = 512;      ///< bf16 values in one 1 KiB tile
+constexpr int64_t kPrefetchTiles = 8; ///< unpacking fetches this far ahead
 
 /// The 64-byte operand of LDTILECFG (palette 1).
 struct TileConfig {
@@ -134,9 +135,23 @@ void unpackPanelTiles(const PanelSlice &slice) {
   int64_t groups[2] = {2 * slice.panel, 2 * slice.panel + 1};
   if (weights.gated)
     groups[0] = slice.panel, groups[1] = weights.rows / 2 / 16 + slice.panel;
+  const int64_t tiles = 2 * source.blocks;
   for (int64_t t = slice.firstTile; t < slice.endTile; ++t) {
     const int64_t block = t / 2, group = groups[t % 2];
     uint16_t *tile = slice.out + t * kTileElements;
+    // A panel's tiles are read a few at a time between tile products, too
+    // few for the hardware prefetcher to follow: fetch the source of the
+    // tile kPrefetchTiles on (this slice's or the next's) meanwhile.
+    if (const int64_t ahead = t + kPrefetchTiles;
+        ahead < tiles && groups[ahead % 2] < source.groups) {
+      const uint8_t *values = source.bytes + quantlayout::valuesOffset(
+                                                 source.format, source.blocks,
+                                                 groups[ahead % 2], ahead / 2);
+      for (int64_t line = 0; line < PackedQuantMatrix::tileBytes(source.format);
+           line += 64)
+        _mm_prefetch(reinterpret_cast<const char *>(values + line),
+                     _MM_HINT_T0);
+    }
     if (group >= source.groups) {
       std::memset(tile, 0, kTileElements * sizeof(uint16_t));
       continue;
@@ -150,13 +165,29 @@ void unpackPanelTiles(const PanelSlice &slice) {
   }
 }
 
-/// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32. Each load is
-/// issued right before its first product so that it overlaps the previous
-/// product.
+/// The four products of K block `block` into the 2x2 accumulators (tiles
+/// 0-3). Each load is issued right before its first product so that it
+/// overlaps the previous product.
+__attribute__((target("amx-tile,amx-bf16"), always_inline)) inline void
+multiplyKBlock(const char *rows0, const char *rows16, int64_t aRowBytes,
+               const uint16_t *panel, int64_t block) {
+  const uint16_t *b = panel + block * 2 * kTileElements;
+  _tile_loadd(4, rows0 + block * 64, aRowBytes);
+  _tile_loadd(6, b, 64);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(7, b + kTileElements, 64);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(5, rows16 + block * 64, aRowBytes);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+/// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32.
 ///
 /// `next`, if given, is a slice of another panel to unpack meanwhile, a few
 /// tiles after each block's products: the vector units unpack while the
-/// tile unit multiplies.
+/// tile unit multiplies. Without one the loop holds the products alone (a
+/// call in the loop costs the copy path ~10 % of a prefill).
 __attribute__((target("amx-tile,amx-bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
               int64_t kBlocks, float *c, int64_t cRowBytes,
@@ -167,19 +198,14 @@ multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
   _tile_zero(3);
   const char *rows0 = reinterpret_cast<const char *>(a);
   const char *rows16 = rows0 + 16 * aRowBytes;
-  for (int64_t block = 0; block < kBlocks; ++block) {
-    const uint16_t *b = panel + block * 2 * kTileElements;
-    _tile_loadd(4, rows0 + block * 64, aRowBytes);
-    _tile_loadd(6, b, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b + kTileElements, 64);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, rows16 + block * 64, aRowBytes);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    if (next) {
-      const int64_t count = next->endTile - next->firstTile;
-      PanelSlice part = *next;
+  if (!next) {
+    for (int64_t block = 0; block < kBlocks; ++block)
+      multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
+  } else {
+    const int64_t count = next->endTile - next->firstTile;
+    PanelSlice part = *next;
+    for (int64_t block = 0; block < kBlocks; ++block) {
+      multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
       part.firstTile = next->firstTile + block * count / kBlocks;
       part.endTile = next->firstTile + (block + 1) * count / kBlocks;
       unpackPanelTiles(part);
@@ -321,10 +347,14 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
       scratch.panels.size() < size_t(2 * omp_get_max_threads() * panelElements))
     scratch.panels.resize(size_t(2 * omp_get_max_threads() * panelElements));
   std::atomic<int64_t> nextItem{0}; // borrowed weights' work queue
-  // A borrowed panel is unpacked once per item: fewer, larger chunks
-  // (all of a 512-row prompt's rows) unpack it fewer times.
+  // A borrowed panel is unpacked once per item: fewer, larger chunks (all
+  // of a 512-row prompt's rows) unpack it fewer times, as long as the
+  // chunk's activations stay well inside L2 (768 KiB: 512 rows at K = 576,
+  // 256 at K = 1 536).
   const int64_t chunkRows =
-      weights.isBorrowed() ? kBorrowedChunkRows : kChunkRows;
+      weights.isBorrowed() && paddedK * 2 * kBorrowedChunkRows <= (768 << 10)
+          ? kBorrowedChunkRows
+          : kChunkRows;
 
 #pragma omp parallel
   {

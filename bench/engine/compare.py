@@ -179,6 +179,37 @@ def profile(args, threads):
             if line.startswith(("prefill profile", "decode profile", "  "))]
 
 
+def weights_table(args, threads, rounds):
+    """spanc's AMX prompt GEMMs on the borrowed 4/8-bit weights (the
+    default) beside a bf16 copy (--gemm-weights=copy), alternating in
+    `rounds` rounds at the first prompt size and tg: tok/s and peak RSS."""
+    samples, rss = {}, {"borrowed": 0, "copy": 0}
+    for _ in range(rounds):
+        for weights in ("borrowed", "copy"):
+            out, peak = run_measured([
+                args.spanc, "bench", "engine", "-m", args.model, "-t",
+                str(threads), "--prompt-tokens", str(args.pp[0]),
+                "--gen-tokens", str(args.tg), "-r", str(args.reps),
+                "--gemm-weights", weights, "--json"])
+            info = json.loads(out.strip().splitlines()[-1])
+            samples.setdefault((weights, "pp"), []).extend(info["pp_samples"])
+            samples.setdefault((weights, "tg"), []).extend(info["tg_samples"])
+            rss[weights] = max(rss[weights], peak)
+    stats = {key: summary(value) for key, value in samples.items()}
+    lines = [f"| weights | pp{args.pp[0]} tok/s | stdev | tg{args.tg} tok/s "
+             "| stdev | peak RSS MiB |", "|---|---:|---:|---:|---:|---:|"]
+    for weights in ("borrowed", "copy"):
+        pp, tg = stats[(weights, "pp")], stats[(weights, "tg")]
+        lines.append(f"| {weights} | {pp['median']:.1f} | {pp['stdev']:.1f} "
+                     f"| {tg['median']:.1f} | {tg['stdev']:.1f} | "
+                     f"{rss[weights] / 2**20:.0f} |")
+    ratio = (stats[("borrowed", "pp")]["median"] /
+             stats[("copy", "pp")]["median"])
+    lines += ["", f"borrowed / copy prefill: {ratio:.2f}x; peak RSS "
+              f"{(rss['copy'] - rss['borrowed']) / 2**20:.0f} MiB less."]
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser()
     for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
@@ -194,6 +225,9 @@ def main():
     parser.add_argument("--long-reps", type=int, default=1)
     parser.add_argument("--tg", type=int, default=128)
     parser.add_argument("--single-thread-rounds", type=int, default=0)
+    parser.add_argument("--weights-rounds", type=int, default=3,
+                        help="rounds of borrowed vs copied AMX GEMM weights "
+                        "(AMX hosts; 0: none)")
     args = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -202,6 +236,10 @@ def main():
     single = None
     if args.single_thread_rounds > 0:
         single = measure(args, 1, args.single_thread_rounds, 0)
+    with open("/proc/cpuinfo") as f:
+        amx_host = " amx_tile" in f.read()
+    weights = (weights_table(args, args.threads, args.weights_rounds)
+               if amx_host and args.weights_rounds > 0 else None)
     profiles = [(threads, profile(args, threads))
                 for threads in sorted({args.threads, 1} if single else
                                       {args.threads}, reverse=True)]
@@ -275,6 +313,14 @@ def main():
                   f"of {args.reps} repetitions, same sizes)", ""]
         lines += table(args, single[1])
         lines += [""]
+    if weights:
+        lines += ["## The AMX prompt GEMMs' weights: borrowed 4/8-bit or a "
+                  "bf16 copy", "",
+                  f"`spanc bench engine --gemm-weights=borrowed|copy`, "
+                  f"alternating, {args.weights_rounds} rounds of {args.reps} "
+                  f"repetitions, {args.threads} threads (the same bits "
+                  f"either way; docs/ARCHITECTURE.md, \"Memory\").", ""]
+        lines += weights + [""]
     lines += ["## Profile: `spanc bench engine --profile` (per-op wall time, "
               "2 measured repetitions)", ""]
     for threads, rows in profiles:

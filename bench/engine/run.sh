@@ -3,11 +3,14 @@
 # the same GGUF, same threads, in one run: pp512 and tg128, several rounds
 # alternating the two engines, medians with spread and peak RSS; then the
 # long prompts (pp4096, pp8192) in fewer rounds, with each prefill's time
-# per FLOP beside pp512's. Writes bench/results/engine.md and engine.png.
+# per FLOP beside pp512's; on an AMX host, spanc's prompt GEMMs on the
+# borrowed 4/8-bit weights beside a bf16 copy. Writes
+# bench/results/engine.md and engine.png.
 #
 #   bench/engine/run.sh [--rounds=N] [--reps=N] [--threads=N] [--model=FILE]
 #                       [--single-thread-rounds=N]  (default 3; 0: no 1-thread table)
 #                       [--pp=512,4096,8192] [--long-rounds=N] (default 2)
+#                       [--weights-rounds=N] (default 3; 0: no weights table)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -21,6 +24,7 @@ threads=2
 single=3
 pp=512,4096,8192
 long_rounds=2
+weights_rounds=3
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 for arg in "$@"; do
   case "$arg" in
@@ -31,6 +35,7 @@ for arg in "$@"; do
     --model=*) model="${arg#*=}" ;;
     --pp=*) pp="${arg#*=}" ;;
     --long-rounds=*) long_rounds="${arg#*=}" ;;
+    --weights-rounds=*) weights_rounds="${arg#*=}" ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
 done
@@ -54,6 +59,7 @@ python=/usr/bin/python3
 "$python" bench/engine/compare.py --spanc="$spanc" --llama-bench="$llama_bench" \
   --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
   --single-thread-rounds="$single" --pp="$pp" --long-rounds="$long_rounds" \
+  --weights-rounds="$weights_rounds" \
   --peer-dir="$peer_dir" --out=bench/results/engine
 # Decode cost in CPU time (robust to the shared machine's load).
 {

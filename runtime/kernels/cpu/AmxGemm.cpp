@@ -60,15 +60,7 @@ __attribute__((target("amx-tile"))) void releaseTiles() { _tile_release(); }
 /// multiply, then add.
 SPANC_AVX512BF16 inline void storeTileRow(uint16_t *tile, int row, __m512 even,
                                           __m512 odd) {
-  // Words 0-15 of a cvtne2ps result are the even K values of the 16 rows,
-  // 16-31 the odd ones; this interleaves them into (even, odd) dwords.
-  const __m512i interleave = _mm512_set_epi16(
-      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  __m512bh pair = _mm512_cvtne2ps_pbh(odd, even);
-  _mm512_store_si512(
-      tile + 32 * row,
-      _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i &>(pair)));
+  _mm512_store_si512(tile + 32 * row, interleaveBf16Pairs(even, odd));
 }
 
 SPANC_AVX512BF16 void unpackTile(QuantFormat format, const uint8_t *values,

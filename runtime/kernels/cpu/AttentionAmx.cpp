@@ -82,9 +82,6 @@ __attribute__((target("amx-tile"))) void releaseAttentionTiles() {
   _tile_release();
 }
 
-#define SPANC_AVX512_BF16                                                      \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
 /// 16 lanes of (even, odd) bf16 pairs, the high parts of two vectors of
 /// f32: lane i = even[i] in its low half, odd[i] in its high half (AMX's
 /// pair order), and the same for what rounding left out (the low parts).
@@ -92,35 +89,27 @@ struct SplitPairs {
   __m512i high, low;
 };
 
-SPANC_AVX512_BF16 inline __m512i interleavePairs(__m512 even, __m512 odd) {
-  const __m512i interleave = _mm512_set_epi16(
-      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(
-      interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even)));
-}
-
 /// The f32 values of a pair vector's even and odd halves.
-SPANC_AVX512_BF16 inline __m512 evenValues(__m512i pairs) {
+SPANC_AVX512BF16 inline __m512 evenValues(__m512i pairs) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
-SPANC_AVX512_BF16 inline __m512 oddValues(__m512i pairs) {
+SPANC_AVX512BF16 inline __m512 oddValues(__m512i pairs) {
   return _mm512_castsi512_ps(
       _mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xffff0000u))));
 }
 
 /// even and odd split into bf16 high parts and low parts (the rest,
 /// rounded): hi + lo carries ~16 significant bits, and f16 exactly.
-SPANC_AVX512_BF16 inline SplitPairs splitPairs(__m512 even, __m512 odd) {
-  const __m512i high = interleavePairs(even, odd);
-  const __m512i low = interleavePairs(_mm512_sub_ps(even, evenValues(high)),
-                                      _mm512_sub_ps(odd, oddValues(high)));
+SPANC_AVX512BF16 inline SplitPairs splitPairs(__m512 even, __m512 odd) {
+  const __m512i high = interleaveBf16Pairs(even, odd);
+  const __m512i low = interleaveBf16Pairs(_mm512_sub_ps(even, evenValues(high)),
+                                          _mm512_sub_ps(odd, oddValues(high)));
   return {high, low};
 }
 
 /// rows[i] (16 lanes of 32 bits) become columns: rows[j] lane i = old
 /// rows[i] lane j.
-SPANC_AVX512_BF16 inline void transpose16(__m512i (&rows)[16]) {
+SPANC_AVX512BF16 inline void transpose16(__m512i (&rows)[16]) {
   __m512i pairs[16], quads[16];
   for (int i = 0; i < 16; i += 2) {
     pairs[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
@@ -147,8 +136,8 @@ SPANC_AVX512_BF16 inline void transpose16(__m512i (&rows)[16]) {
   }
 }
 
-SPANC_AVX512_BF16 inline void storeTile(const __m512i (&rows)[16],
-                                        uint16_t *out) {
+SPANC_AVX512BF16 inline void storeTile(const __m512i (&rows)[16],
+                                       uint16_t *out) {
   for (int row = 0; row < 16; ++row)
     _mm512_store_si512(out + row * 32, rows[row]);
 }
@@ -156,8 +145,8 @@ SPANC_AVX512_BF16 inline void storeTile(const __m512i (&rows)[16],
 /// K of one block ([dim][16 slots]) as A tiles, per 32 dims a high-part
 /// tile then a low-part tile, each 16 slots x 16 dimension pairs.
 template <typename Element>
-SPANC_AVX512_BF16 void packKeyTiles(const Element *keysByDim, int headDim,
-                                    uint16_t *out) {
+SPANC_AVX512BF16 void packKeyTiles(const Element *keysByDim, int headDim,
+                                   uint16_t *out) {
   for (int chunk = 0; chunk < headDim / 32; ++chunk) {
     __m512i high[16], low[16];
     for (int pair = 0; pair < 16; ++pair) {
@@ -179,8 +168,8 @@ SPANC_AVX512_BF16 void packKeyTiles(const Element *keysByDim, int headDim,
 /// `valid` are zeros (their memory may hold anything, and a zero weight
 /// times a NaN is a NaN).
 template <typename Element>
-SPANC_AVX512_BF16 void packValueTiles(const Element *values, int valid,
-                                      int headDim, uint16_t *out) {
+SPANC_AVX512BF16 void packValueTiles(const Element *values, int valid,
+                                     int headDim, uint16_t *out) {
   const __m512 zero = _mm512_setzero_ps();
   for (int chunk = 0; chunk < headDim / 16; ++chunk) {
     __m512i columns[16];
@@ -200,8 +189,8 @@ SPANC_AVX512_BF16 void packValueTiles(const Element *values, int valid,
 /// The tile's scaled queries as B tiles: per 32 dims a high-part tile then
 /// a low-part tile, each 16 dimension pairs x 16 rows (rows past the tile
 /// zero queries: they score zero everywhere and are never written).
-SPANC_AVX512_BF16 void packQueryTiles(const TileState &tile, int headDim,
-                                      uint16_t *out) {
+SPANC_AVX512BF16 void packQueryTiles(const TileState &tile, int headDim,
+                                     uint16_t *out) {
   for (int chunk = 0; chunk < headDim / 32; ++chunk) {
     __m512i high[16], low[16];
     for (int row = 0; row < 16; ++row) {

@@ -5,7 +5,8 @@
 // multiplies bf16 natively (AVX-512-BF16 or AMX) and in f32 otherwise (or
 // when forced, for debugging): into AMX tile panels where the CPU has AMX
 // (AmxGemm.h: bf16 with f32 sums, the SwiGLU and the residual add in its
-// epilogue), else into the blocked layout oneDNN picks, whose matmul
+// epilogue; or no copy at all: borrowQuantized unpacks 4/8-bit tiles per
+// call), else into the blocked layout oneDNN picks, whose matmul
 // primitives are created once per (M, N, K) and cached. Activations are
 // converted to bf16 per call when the weights are bf16. oneDNN is hidden
 // behind this header.

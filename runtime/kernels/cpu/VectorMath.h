@@ -21,6 +21,19 @@
 
 namespace spanc::cpu {
 
+/// 16 lanes of (even, odd) bf16 pairs from two vectors of f32, rounded to
+/// nearest even: lane i holds even[i] in its low half and odd[i] in its
+/// high half, AMX's order for the K pairs of a B tile (and of the A tiles
+/// attention builds).
+SPANC_AVX512BF16 inline __m512i interleaveBf16Pairs(__m512 even, __m512 odd) {
+  // Words 0-15 of a cvtne2ps result are `even`, 16-31 `odd`.
+  const __m512i interleave = _mm512_set_epi16(
+      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(
+      interleave, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even)));
+}
+
 /// e^x for 16 lanes: 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, p a
 /// degree-7 Taylor polynomial (relative error below 1e-7 on that range).
 /// Inputs below -87 give ~e^-87 (callers mask lanes that must be 0).

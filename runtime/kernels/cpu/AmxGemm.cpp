@@ -51,111 +51,141 @@ __attribute__((target("amx-tile"))) void configureTiles() {
 
 __attribute__((target("amx-tile"))) void releaseTiles() { _tile_release(); }
 
-/// Unpacks the 16 rows of one 4/8-bit tile (a group's block of 32) into
-/// one bf16 B tile: tile row r holds the rows' K pair (2r, 2r+1), row j in
-/// dword j. The lanes of a PackedQuantMatrix tile are its rows too, so
-/// every step is lane-wise. Each value is bf16 of dequantizeRow's f32, q * d
-/// + m (Q4_1) or q * d (Q8_0): d is an f16 (11 significant bits) and q has
-/// at most 8, so q * d is exact in f32 and one FMA rounds as the reader's
+/// Unpacks one panel of borrowed weights into a buffer of kBlocks x 2 bf16
+/// B tiles (tile t: B tile t % 2 of K block t / 2) a few tile rows at a
+/// time, so that the work spreads evenly between tile products: the vector
+/// units then unpack in the shadow of the tile unit (a burst of a whole
+/// tile, ~200 instructions, between two blocks' products does not
+/// overlap). Plain weights: B tile i holds group 2 panel + i; gated: the
+/// gate group `panel`, then the up group `panel` of the second half.
+/// Groups past the matrix are zeros.
+///
+/// Tile row r holds the 16 rows' K pair (2r, 2r + 1), row j in dword j;
+/// the lanes of a PackedQuantMatrix tile are its rows too, so every step
+/// is lane-wise. Each value is bf16 of dequantizeRow's f32, q * d + m
+/// (Q4_1) or q * d (Q8_0): d is an f16 (11 significant bits) and q has at
+/// most 8, so q * d is exact in f32 and one FMA rounds as the reader's
 /// multiply, then add.
-SPANC_AVX512BF16 inline void storeTileRow(uint16_t *tile, int row, __m512 even,
-                                          __m512 odd) {
-  _mm512_store_si512(tile + 32 * row, interleaveBf16Pairs(even, odd));
-}
-
-SPANC_AVX512BF16 void unpackTile(QuantFormat format, const uint8_t *values,
-                                 const uint8_t *scales, uint16_t *tile) {
-  const __m512 scale = _mm512_cvtph_ps(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(scales)));
-  if (format == QuantFormat::Q4_1) {
-    // Vector p holds values 8p..8p+7 of each row: bytes 0-3 low nibbles
-    // are 8p..8p+3, high nibbles 8p+4..8p+7.
-    const __m512 minimum = _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i *>(values + quantlayout::kQ41Minimums)));
-    const __m512i nibble = _mm512_set1_epi32(0xf);
-    static constexpr int kShift[4] = {0, 16, 4, 20}; // pair (8p + 2s, +1)
-    for (int p = 0; p < 4; ++p) {
-      const __m512i packed = _mm512_loadu_si512(values + 64 * p);
-      for (int s = 0; s < 4; ++s) {
-        __m512 weights[2];
-        for (int half = 0; half < 2; ++half) {
-          __m512i q = _mm512_and_si512(
-              _mm512_srli_epi32(packed, unsigned(kShift[s] + 8 * half)),
-              nibble);
-          weights[half] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), scale, minimum);
-        }
-        storeTileRow(tile, 4 * p + s, weights[0], weights[1]);
-      }
-    }
-    return;
+class PanelUnpacker {
+public:
+  PanelUnpacker(const AmxWeights &weights, int64_t panel, uint16_t *out)
+      : source(weights.quant), out(out), tiles(2 * weights.quant.blocks) {
+    groups[0] = 2 * panel, groups[1] = 2 * panel + 1;
+    if (weights.gated)
+      groups[0] = panel, groups[1] = weights.rows / 2 / 16 + panel;
+    for (int64_t t = 0; t < std::min(tiles, kPrefetchTiles); ++t)
+      prefetch(t);
   }
-  // Q8_0: vector v holds values 4v..4v+3 of each row as w + 128.
-  const __m512i byte = _mm512_set1_epi32(0xff);
-  const __m512i offset = _mm512_set1_epi32(128);
-  for (int v = 0; v < 8; ++v) {
-    const __m512i packed = _mm512_loadu_si512(values + 64 * v);
-    for (int s = 0; s < 2; ++s) {
-      __m512 weights[2];
-      for (int half = 0; half < 2; ++half) {
-        __m512i q = _mm512_sub_epi32(
-            _mm512_and_si512(
-                _mm512_srli_epi32(packed, unsigned(16 * s + 8 * half)), byte),
-            offset);
-        weights[half] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale);
-      }
-      storeTileRow(tile, 2 * v + s, weights[0], weights[1]);
+
+  /// Tile rows left to unpack.
+  int64_t remaining() const { return (tiles - tile) * 16 - row; }
+
+  /// Unpacks the next `rows` tile rows (fewer at the end of the panel).
+  SPANC_AVX512BF16 inline void advance(int64_t rows) {
+    for (; rows > 0 && tile < tiles; --rows) {
+      if (row == 0)
+        startTile();
+      if (!absent)
+        unpackRow();
+      if (++row == 16)
+        row = 0, ++tile;
     }
   }
-}
 
-/// Tiles [firstTile, endTile) of panel `panel` of borrowed weights, tile
-/// t being B tile t % 2 of K block t / 2, unpacked into the panel buffer
-/// `out` (kBlocks x 2 tiles). Plain weights: B tile i holds group
-/// 2 panel + i; gated: the gate group `panel`, then the up group `panel` of
-/// the second half. Groups past the matrix are zeros.
-struct PanelSlice {
-  const AmxWeights *weights = nullptr;
-  int64_t panel = 0;
-  int64_t firstTile = 0, endTile = 0;
-  uint16_t *out = nullptr;
+private:
+  const uint8_t *valuesOf(int64_t t) const {
+    return source.bytes + quantlayout::valuesOffset(source.format,
+                                                    source.blocks,
+                                                    groups[t % 2], t / 2);
+  }
+
+  /// A panel's tiles are read a few rows at a time, too slowly for the
+  /// hardware prefetcher to follow: each tile's source is fetched
+  /// kPrefetchTiles tiles ahead.
+  void prefetch(int64_t t) const {
+    if (t >= tiles || groups[t % 2] >= source.groups)
+      return;
+    const uint8_t *values = valuesOf(t);
+    for (int64_t line = 0; line < PackedQuantMatrix::tileBytes(source.format);
+         line += 64)
+      _mm_prefetch(reinterpret_cast<const char *>(values + line), _MM_HINT_T0);
+  }
+
+  SPANC_AVX512BF16 void startTile() {
+    prefetch(tile + kPrefetchTiles);
+    target = out + tile * kTileElements;
+    absent = groups[tile % 2] >= source.groups;
+    if (absent) {
+      std::memset(target, 0, kTileElements * sizeof(uint16_t));
+      return;
+    }
+    values = valuesOf(tile);
+    _mm512_store_ps(
+        scale,
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(
+            source.bytes +
+            quantlayout::scalesOffset(source.format, source.blocks,
+                                      groups[tile % 2], tile / 2)))));
+    if (source.format == QuantFormat::Q4_1)
+      _mm512_store_ps(minimum, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                   reinterpret_cast<const __m256i *>(
+                                       values + quantlayout::kQ41Minimums))));
+  }
+
+  /// Tile row `row` of tile `tile`: the K pair (2 row, 2 row + 1) of the
+  /// 16 rows.
+  SPANC_AVX512BF16 inline void unpackRow() {
+    const __m512 scale = _mm512_load_ps(this->scale);
+    __m512 even, odd;
+    if (source.format == QuantFormat::Q4_1) {
+      const __m512 minimum = _mm512_load_ps(this->minimum);
+      // Vector p holds values 8p..8p+7 of each row: bytes 0-3 low nibbles
+      // are 8p..8p+3, high nibbles 8p+4..8p+7; pair (8p + 2s, + 1) sits at
+      // bit kShift[s] and 8 bits above.
+      static constexpr unsigned kShift[4] = {0, 16, 4, 20};
+      const __m512i packed = _mm512_loadu_si512(values + 64 * (row / 4));
+      const __m512i nibble = _mm512_set1_epi32(0xf);
+      const unsigned shift = kShift[row % 4];
+      even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(
+                                 _mm512_srli_epi32(packed, shift), nibble)),
+                             scale, minimum);
+      odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(
+                                _mm512_srli_epi32(packed, shift + 8), nibble)),
+                            scale, minimum);
+    } else {
+      // Q8_0: vector v holds values 4v..4v+3 of each row as w + 128.
+      const __m512i packed = _mm512_loadu_si512(values + 64 * (row / 2));
+      const __m512i byte = _mm512_set1_epi32(0xff);
+      const __m512i offset = _mm512_set1_epi32(128);
+      const unsigned shift = 16 * unsigned(row % 2);
+      even = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_sub_epi32(
+              _mm512_and_si512(_mm512_srli_epi32(packed, shift), byte),
+              offset)),
+          scale);
+      odd = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_sub_epi32(
+              _mm512_and_si512(_mm512_srli_epi32(packed, shift + 8), byte),
+              offset)),
+          scale);
+    }
+    _mm512_store_si512(target + 32 * row, interleaveBf16Pairs(even, odd));
+  }
+
+  const AmxQuantSource &source;
+  int64_t groups[2];
+  uint16_t *out;
+  const int64_t tiles;
+  int64_t tile = 0; ///< the tile being unpacked
+  int row = 0;      ///< its next row
+  // The tile being unpacked: where it goes, its source, scales, minimums.
+  uint16_t *target = nullptr;
+  const uint8_t *values = nullptr;
+  bool absent = false;
+  // As f32 arrays: a class member of a vector type would need AVX-512 in
+  // every function that touches the object.
+  alignas(64) float scale[16] = {}, minimum[16] = {};
 };
-
-void unpackPanelTiles(const PanelSlice &slice) {
-  const AmxWeights &weights = *slice.weights;
-  const AmxQuantSource &source = weights.quant;
-  int64_t groups[2] = {2 * slice.panel, 2 * slice.panel + 1};
-  if (weights.gated)
-    groups[0] = slice.panel, groups[1] = weights.rows / 2 / 16 + slice.panel;
-  const int64_t tiles = 2 * source.blocks;
-  for (int64_t t = slice.firstTile; t < slice.endTile; ++t) {
-    const int64_t block = t / 2, group = groups[t % 2];
-    uint16_t *tile = slice.out + t * kTileElements;
-    // A panel's tiles are read a few at a time between tile products, too
-    // few for the hardware prefetcher to follow: fetch the source of the
-    // tile kPrefetchTiles on (this slice's or the next's) meanwhile.
-    if (const int64_t ahead = t + kPrefetchTiles;
-        ahead < tiles && groups[ahead % 2] < source.groups) {
-      const uint8_t *values = source.bytes + quantlayout::valuesOffset(
-                                                 source.format, source.blocks,
-                                                 groups[ahead % 2], ahead / 2);
-      for (int64_t line = 0; line < PackedQuantMatrix::tileBytes(source.format);
-           line += 64)
-        _mm_prefetch(reinterpret_cast<const char *>(values + line),
-                     _MM_HINT_T0);
-    }
-    if (group >= source.groups) {
-      std::memset(tile, 0, kTileElements * sizeof(uint16_t));
-      continue;
-    }
-    unpackTile(source.format,
-               source.bytes + quantlayout::valuesOffset(
-                                  source.format, source.blocks, group, block),
-               source.bytes + quantlayout::scalesOffset(
-                                  source.format, source.blocks, group, block),
-               tile);
-  }
-}
 
 /// The four products of K block `block` into the 2x2 accumulators (tiles
 /// 0-3). Each load is issued right before its first product so that it
@@ -176,14 +206,15 @@ multiplyKBlock(const char *rows0, const char *rows16, int64_t aRowBytes,
 
 /// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32.
 ///
-/// `next`, if given, is a slice of another panel to unpack meanwhile, a few
-/// tiles after each block's products: the vector units unpack while the
-/// tile unit multiplies. Without one the loop holds the products alone (a
-/// call in the loop costs the copy path ~10 % of a prefill).
-__attribute__((target("amx-tile,amx-bf16"))) void
+/// `next`, if given, unpacks another panel meanwhile, `rowsPerBlock` tile
+/// rows after each block's products. Without one the loop holds the
+/// products alone (a call in the loop cost the copy path ~10 % of a
+/// prefill).
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
+                      "avx512bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
               int64_t kBlocks, float *c, int64_t cRowBytes,
-              const PanelSlice *next = nullptr) {
+              PanelUnpacker *next = nullptr, int64_t rowsPerBlock = 0) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -194,13 +225,9 @@ multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
     for (int64_t block = 0; block < kBlocks; ++block)
       multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
   } else {
-    const int64_t count = next->endTile - next->firstTile;
-    PanelSlice part = *next;
     for (int64_t block = 0; block < kBlocks; ++block) {
       multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
-      part.firstTile = next->firstTile + block * count / kBlocks;
-      part.endTile = next->firstTile + (block + 1) * count / kBlocks;
-      unpackPanelTiles(part);
+      next->advance(rowsPerBlock);
     }
   }
   char *out = reinterpret_cast<char *>(c);
@@ -365,35 +392,32 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     const int64_t chunks = (paddedM + chunkRows - 1) / chunkRows;
     const int64_t items = chunks * panels;
     // Multiplies item `item` by panel `b`, unpacking `next` (if any) into
-    // its buffer meanwhile, spread over the chunk's blocks of rows.
+    // its buffer meanwhile, spread evenly over the chunk's products.
     auto multiplyItem = [&](int64_t item, const uint16_t *b,
-                            const PanelSlice *next) {
+                            PanelUnpacker *next) {
       const int64_t chunk = item / panels * chunkRows, panel = item % panels;
       const int64_t chunkEnd = std::min(paddedM, chunk + chunkRows);
       const int64_t rowBlocks = (chunkEnd - chunk) / kBlock;
+      const int64_t rowsPerBlock =
+          next ? (next->remaining() + rowBlocks * kBlocks - 1) /
+                     (rowBlocks * kBlocks)
+               : 0;
       const int64_t column = panel * kBlock;
       const int64_t width = std::min(kBlock, n - column);
       float *out = y + (swiGlu ? panel * 16 : column);
       for (int64_t row = chunk; row < chunkEnd; row += kBlock) {
         const int64_t height = std::min(kBlock, m - row);
         const uint16_t *rows = a + row * paddedK;
-        PanelSlice slice;
-        if (next) {
-          const int64_t index = (row - chunk) / kBlock;
-          slice = *next;
-          slice.firstTile = index * 2 * kBlocks / rowBlocks;
-          slice.endTile = (index + 1) * 2 * kBlocks / rowBlocks;
-        }
-        const PanelSlice *part = next ? &slice : nullptr;
         if (epilogue == AmxEpilogue::Store && height == kBlock &&
             width == kBlock) {
           multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
-                        yStride * 4, part);
+                        yStride * 4, next, rowsPerBlock);
           continue;
         }
         // The block goes through a local tile; only its real part reaches
         // y.
-        multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4, part);
+        multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4, next,
+                      rowsPerBlock);
         if (epilogue == AmxEpilogue::Store) {
           for (int64_t r = 0; r < height; ++r)
             std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
@@ -417,15 +441,20 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
           scratch.panels.data() + 2 * thread * panelElements,
           scratch.panels.data() + (2 * thread + 1) * panelElements};
       int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
-      if (item < items)
-        unpackPanelTiles({&weights, item % panels, 0, 2 * kBlocks, buffers[0]});
+      if (item < items) {
+        PanelUnpacker first(weights, item % panels, buffers[0]);
+        first.advance(first.remaining());
+      }
       for (int current = 0; item < items; current ^= 1) {
         const int64_t following =
             nextItem.fetch_add(1, std::memory_order_relaxed);
-        PanelSlice next{&weights, following % panels, 0, 2 * kBlocks,
-                        buffers[current ^ 1]};
-        multiplyItem(item, buffers[current],
-                     following < items ? &next : nullptr);
+        if (following >= items) {
+          multiplyItem(item, buffers[current], nullptr);
+          break;
+        }
+        PanelUnpacker next(weights, following % panels, buffers[current ^ 1]);
+        multiplyItem(item, buffers[current], &next);
+        next.advance(next.remaining()); // what rounding left
         item = following;
       }
     }

@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kBlock = 32;      ///< rows of a micro-tile block, K step
 constexpr int64_t kChunkRows = 256; ///< activation rows kept hot in L2
-constexpr int64_t kBorrowedChunkRows = 512; ///< ... for borrowed weights
+constexpr int64_t kBorrowedChunkRows = 512; ///< the same, unpacking
 constexpr int64_t kTileElements = 512;      ///< bf16 values in one 1 KiB tile
 constexpr int64_t kPrefetchTiles = 8; ///< unpacking fetches this far ahead
 
@@ -141,17 +141,20 @@ private:
       const __m512 minimum = _mm512_load_ps(this->minimum);
       // Vector p holds values 8p..8p+7 of each row: bytes 0-3 low nibbles
       // are 8p..8p+3, high nibbles 8p+4..8p+7; pair (8p + 2s, + 1) sits at
-      // bit kShift[s] and 8 bits above.
+      // bit kShift[s] and 8 bits above. A nibble becomes its f32 value by
+      // a permute, which reads an index's low 4 bits only: no mask, no
+      // conversion.
       static constexpr unsigned kShift[4] = {0, 16, 4, 20};
+      const __m512 levels =
+          _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
       const __m512i packed = _mm512_loadu_si512(values + 64 * (row / 4));
-      const __m512i nibble = _mm512_set1_epi32(0xf);
       const unsigned shift = kShift[row % 4];
-      even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(
-                                 _mm512_srli_epi32(packed, shift), nibble)),
-                             scale, minimum);
-      odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(
-                                _mm512_srli_epi32(packed, shift + 8), nibble)),
-                            scale, minimum);
+      even = _mm512_fmadd_ps(
+          _mm512_permutexvar_ps(_mm512_srli_epi32(packed, shift), levels),
+          scale, minimum);
+      odd = _mm512_fmadd_ps(
+          _mm512_permutexvar_ps(_mm512_srli_epi32(packed, shift + 8), levels),
+          scale, minimum);
     } else {
       // Q8_0: vector v holds values 4v..4v+3 of each row as w + 128.
       const __m512i packed = _mm512_loadu_si512(values + 64 * (row / 2));
@@ -207,9 +210,8 @@ multiplyKBlock(const char *rows0, const char *rows16, int64_t aRowBytes,
 /// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32.
 ///
 /// `next`, if given, unpacks another panel meanwhile, `rowsPerBlock` tile
-/// rows after each block's products. Without one the loop holds the
-/// products alone (a call in the loop cost the copy path ~10 % of a
-/// prefill).
+/// rows after each block's products; without one the loop holds the
+/// products alone.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
                       "avx512bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,

@@ -19,18 +19,20 @@
 // Borrowed weights. A bf16 copy of every projection costs 2 bytes a weight
 // (SmolLM2: ~210 MB; an 8B model: 14 GiB) beside the 4/8-bit copy decode
 // reads. Weights borrowed from that copy (borrowAmxWeights) keep no bf16 of
-// their own: each work item unpacks its panel into a per-thread buffer
-// (96 KiB at K = 1 536, in L2) and multiplies a chunk of rows by it. The
-// unpacked values are the bf16 rounding of the file's dequantized f32 (the
-// GGUF reader's q * d + m: q * d is exact in f32, so one FMA rounds as its
-// multiply, then add), so a borrowed pack and packAmxWeights of the
-// dequantized matrix give the same bits.
+// their own: a work item (a chunk of rows times one panel) multiplies by a
+// panel unpacked into a per-thread buffer (96 KiB at K = 1 536, in L2)
+// while it unpacks the panel of the thread's next item into a second one,
+// a few tile rows after each block's products, so that the vector units
+// unpack while the tile unit multiplies; the items are claimed one ahead
+// from a shared counter. The unpacked values are the bf16 rounding of the
+// file's dequantized f32 (the GGUF reader's q * d + m: q * d is exact in
+// f32, so one FMA rounds as its multiply, then add), so a borrowed pack
+// and packAmxWeights of the dequantized matrix give the same bits.
 // Unpacking costs ~0.1-0.2 ns a weight (a dozen vector instructions a tile
-// row) once per panel and chunk of rows; the next item's panel unpacks
-// between this item's tile products, and its source tiles are prefetched,
-// yet it overlaps the tile unit only in part: a SmolLM2 prefill of 512
-// tokens takes ~7 % longer than from a copy (docs/ARCHITECTURE.md,
-// "Memory"), a span hit's few rows no longer.
+// row) once per panel and chunk of rows, and overlaps the products only in
+// part: a 512-token SmolLM2 prefill takes ~7 % longer than from a copy,
+// and a span hit's few rows, which unpack every weight for 32 rows of
+// products, ~4 ms (docs/ARCHITECTURE.md, "Memory").
 //
 // Epilogues. Each finished 32x32 block is stored, added to y (the residual
 // connection), or, for gated weights, turned into SwiGLU outputs: a gated

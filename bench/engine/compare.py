@@ -237,20 +237,18 @@ def main():
     if args.single_thread_rounds > 0:
         single = measure(args, 1, args.single_thread_rounds, 0)
     with open("/proc/cpuinfo") as f:
-        amx_host = " amx_tile" in f.read()
+        cpuinfo = f.read().splitlines()
+    has_amx = any(line.startswith("flags") and " amx_tile" in line
+                  for line in cpuinfo)
     weights = (weights_table(args, args.threads, args.weights_rounds)
-               if amx_host and args.weights_rounds > 0 else None)
+               if has_amx and args.weights_rounds > 0 else None)
     profiles = [(threads, profile(args, threads))
                 for threads in sorted({args.threads, 1} if single else
                                       {args.threads}, reverse=True)]
     load_after = os.getloadavg()
 
-    with open("/proc/cpuinfo") as f:
-        cpuinfo = f.read().splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo
                 if line.startswith("model name")), platform.processor())
-    has_amx = any(line.startswith("flags") and " amx_tile" in line
-                  for line in cpuinfo)
     # AMX's prompt GEMMs unpack the 4/8-bit decode weights per call
     # (--gemm-weights=borrowed, the default), not a bf16 copy.
     prefill_gemms = ("spanc's AMX tiles on the borrowed Q4_1/Q8_0 weights"

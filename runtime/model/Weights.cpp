@@ -229,9 +229,17 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
         return tensor.takeError();
       tensors[index].push_back(*tensor);
     }
+  llvm::SmallVector<cpu::QuantMatrix, 3> views[4];
   layer.hasQuantized = true;
-  for (const auto &stacked : tensors)
-    layer.hasQuantized = layer.hasQuantized && !quantViews(stacked).empty();
+  for (size_t index = 0; index < 4; ++index) {
+    views[index] = quantViews(tensors[index]);
+    layer.hasQuantized = layer.hasQuantized && !views[index].empty();
+  }
+  auto packQuantizedViews = [&] {
+    for (size_t index = 0; index < 4; ++index)
+      *quantized[index] =
+          cpu::packQuantMatrices(views[index].data(), views[index].size());
+  };
 
   if (borrow && layer.hasQuantized && engine.canBorrowQuantized()) {
     // The values are checked as dequantizing them would have.
@@ -239,11 +247,10 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
       for (const GgufTensor *tensor : stacked)
         if (llvm::Error error = checkFinite(file, *tensor))
           return error;
-    for (size_t index = 0; index < 4; ++index) {
-      packQuantized(tensors[index], *quantized[index]);
+    packQuantizedViews();
+    for (size_t index = 0; index < 4; ++index)
       *packed[index] =
           engine.borrowQuantized(*quantized[index], projections[index].gated);
-    }
     return llvm::Error::success();
   }
   for (size_t index = 0; index < 4; ++index) {
@@ -258,8 +265,7 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
   // and gate|up GEMMs ran ~30 % slower on an AMX host (placement in memory,
   // measured, not understood; bench engine --gemm-weights=copy --profile).
   if (layer.hasQuantized)
-    for (size_t index = 0; index < 4; ++index)
-      packQuantized(tensors[index], *quantized[index]);
+    packQuantizedViews();
   return llvm::Error::success();
 }
 

@@ -7,11 +7,14 @@
 // K/V elements, all in one process, interleaved per repetition so each
 // ratio is taken under the same machine load. Shapes:
 //   prefill: 512 new tokens after 1 536 cached (a 2k prompt's last chunk);
-//   hit:     a 16-token tail over 4 096 cached tokens (a span-cache hit);
+//   hit:     a 16-token tail over 4 096 cached tokens (a span-cache hit),
+//            and the default span mode's hits of bench/rag at 8 and 15
+//            documents (28 and 56 rows after 4 123 and 7 691 keys);
 //   decode:  1 token over 4 096 (batch 1) and 8 sequences x 1 over 2 048.
 // Prints medians with [min, max] of the kernel wall time per call and the
 // rope-in-kernel / rotated ratio; --threads=N (default 1) sets OpenMP
-// threads, --reps=N repetitions. A second table times the K/V write of a
+// threads, --reps=N repetitions, --only=TEXT runs the shapes whose name
+// holds TEXT. A second table times the K/V write of a
 // 512-token prefill chunk (one layer): KvStorage::writeTokens into f16 and
 // f32 storage against the per-token scalar transposing store the forward
 // pass used before (f32 storage, K/V rounded to f16 first).
@@ -74,14 +77,18 @@ struct Variant {
 
 int main(int argc, char **argv) {
   int repetitions = 15, threads = 1;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--reps=", 0) == 0)
       repetitions = std::max(1, std::atoi(arg.c_str() + 7));
     else if (arg.rfind("--threads=", 0) == 0)
       threads = std::max(1, std::atoi(arg.c_str() + 10));
+    else if (arg.rfind("--only=", 0) == 0)
+      only = arg.substr(7);
     else {
-      std::fprintf(stderr, "usage: %s [--reps=N] [--threads=N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps=N] [--threads=N] [--only=TEXT]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -89,7 +96,9 @@ int main(int argc, char **argv) {
   const Shape shapes[] = {{"prefill 512 after 1536", 1, 2048, 512},
                           {"prefill 512 after 7680", 1, 8192, 512},
                           {"hit: 16-token tail over 4096", 1, 4096 + 16, 16},
+                          {"hit: 28-token tail over 4123", 1, 4123 + 28, 28},
                           {"hit: 16-token tail over 7747", 1, 7747 + 16, 16},
+                          {"hit: 56-token tail over 7691", 1, 7691 + 56, 56},
                           {"decode 1 over 4096", 1, 4096, 1},
                           {"decode 8 x 1 over 2048", 8, 2048, 1}};
   int64_t maxBlocks = 0;
@@ -150,6 +159,8 @@ int main(int argc, char **argv) {
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   cpu::AttentionWorkspace workspace;
   for (const Shape &shape : shapes) {
+    if (std::string(shape.name).find(only) == std::string::npos)
+      continue;
     const int blocksPerSequence =
         (shape.contextTokens + BlockSize - 1) / BlockSize;
     std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,

@@ -82,6 +82,12 @@ public:
 
   /// Unpacks the next `rows` tile rows (fewer at the end of the panel).
   SPANC_AVX512BF16 inline void advance(int64_t rows) {
+    // Whole tiles at once where they fit: their scales stay in registers.
+    for (; rows >= 16 && row == 0 && tile < tiles; rows -= 16, ++tile) {
+      startTile();
+      if (!absent)
+        unpackTile();
+    }
     for (; rows > 0 && tile < tiles; --rows) {
       if (row == 0)
         startTile();
@@ -135,10 +141,30 @@ private:
   /// Tile row `row` of tile `tile`: the K pair (2 row, 2 row + 1) of the
   /// 16 rows.
   SPANC_AVX512BF16 inline void unpackRow() {
-    const __m512 scale = _mm512_load_ps(this->scale);
-    __m512 even, odd;
+    unpackTileRow(source.format, values, row, _mm512_load_ps(scale),
+                  _mm512_load_ps(minimum), target);
+  }
+
+  /// All 16 rows of tile `tile`, its scales and minimums in registers.
+  SPANC_AVX512BF16 inline void unpackTile() {
+    const __m512 scales = _mm512_load_ps(scale);
+    const __m512 minimums = _mm512_load_ps(minimum);
+    const uint8_t *from = values;
+    uint16_t *to = target;
     if (source.format == QuantFormat::Q4_1) {
-      const __m512 minimum = _mm512_load_ps(this->minimum);
+      for (int r = 0; r < 16; ++r)
+        unpackTileRow(QuantFormat::Q4_1, from, r, scales, minimums, to);
+    } else {
+      for (int r = 0; r < 16; ++r)
+        unpackTileRow(QuantFormat::Q8_0, from, r, scales, minimums, to);
+    }
+  }
+
+  SPANC_AVX512BF16 static inline void
+  unpackTileRow(QuantFormat format, const uint8_t *values, int row,
+                __m512 scale, __m512 minimum, uint16_t *target) {
+    __m512 even, odd;
+    if (format == QuantFormat::Q4_1) {
       // Vector p holds values 8p..8p+7 of each row: bytes 0-3 low nibbles
       // are 8p..8p+3, high nibbles 8p+4..8p+7; pair (8p + 2s, + 1) sits at
       // bit kShift[s] and 8 bits above. A nibble becomes its f32 value by
@@ -396,14 +422,13 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     // Multiplies item `item` by panel `b`, unpacking `next` (if any) into
     // its buffer meanwhile, spread evenly over the chunk's products.
     auto multiplyItem = [&](int64_t item, const uint16_t *b,
-                            PanelUnpacker *next) {
+                            PanelUnpacker *next, int64_t rowsPerBlock = 0) {
       const int64_t chunk = item / panels * chunkRows, panel = item % panels;
       const int64_t chunkEnd = std::min(paddedM, chunk + chunkRows);
       const int64_t rowBlocks = (chunkEnd - chunk) / kBlock;
-      const int64_t rowsPerBlock =
-          next ? (next->remaining() + rowBlocks * kBlocks - 1) /
-                     (rowBlocks * kBlocks)
-               : 0;
+      if (next && rowsPerBlock == 0)
+        rowsPerBlock = (next->remaining() + rowBlocks * kBlocks - 1) /
+                       (rowBlocks * kBlocks);
       const int64_t column = panel * kBlock;
       const int64_t width = std::min(kBlock, n - column);
       float *out = y + (swiGlu ? panel * 16 : column);
@@ -435,6 +460,21 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
       for (int64_t item = 0; item < items; ++item)
         multiplyItem(item, weights.data.data() + item % panels * panelElements,
                      nullptr);
+    } else if (paddedM == kBlock) {
+      // One block of rows: a panel's products are too few to hide the
+      // unpacking of the next panel, and tiles unpacked a whole panel
+      // before their products come back from L2. Each panel is unpacked
+      // kAheadBlocks K blocks ahead of its own products instead, so that
+      // its B tiles are loaded from L1 just after their stores.
+      uint16_t *buffer = scratch.panels.data() + 2 * thread * panelElements;
+      constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
+      for (int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
+           item < items;
+           item = nextItem.fetch_add(1, std::memory_order_relaxed)) {
+        PanelUnpacker panel(weights, item % panels, buffer);
+        panel.advance(kAheadBlocks * kRowsPerKBlock);
+        multiplyItem(item, buffer, &panel, kRowsPerKBlock);
+      }
     } else {
       // Borrowed panels are unpacked into two buffers a thread: each item
       // is claimed one ahead, so that its panel unpacks under the tile

@@ -30,9 +30,13 @@
 // and packAmxWeights of the dequantized matrix give the same bits.
 // Unpacking costs ~0.1-0.2 ns a weight (a dozen vector instructions a tile
 // row) once per panel and chunk of rows, and overlaps the products only in
-// part: a 512-token SmolLM2 prefill takes ~7 % longer than from a copy,
-// and a span hit's few rows, which unpack every weight for 32 rows of
-// products, ~4 ms (docs/ARCHITECTURE.md, "Memory").
+// part: a 512-token SmolLM2 prefill takes ~7 % longer than from a copy.
+// A call of at most 32 rows (a span hit's, a short tail's) has too few
+// products to hide the next panel's unpacking, and a panel unpacked that
+// far ahead is read back from L2: each panel is unpacked whole tiles at a
+// time two K blocks ahead of its own products instead (gemm_bench, M = 28,
+// one thread: gate|up 0.30 -> 0.20 ms; a hit's GEMMs 15.9 -> 12.6 ms at 8
+// documents; docs/ARCHITECTURE.md, "Memory").
 //
 // Epilogues. Each finished 32x32 block is stored, added to y (the residual
 // connection), or, for gated weights, turned into SwiGLU outputs: a gated

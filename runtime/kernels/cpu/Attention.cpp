@@ -76,11 +76,11 @@ void finishItem(const CallContext &context, const AttentionWorkItem &item,
   }
 }
 
-/// Runs one work item: a tile of rows against a range of its pages.
-template <typename Element>
-void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, bool useAmx, float *partial, float *output,
-             float *blockCache, int32_t *blockCacheTags) {
+/// Sets up the tile of one work item: its rows' limits and scaled queries
+/// (row-major, or dimension-major for foldBlockByDim), its empty softmax
+/// state.
+void setUpTile(const CallContext &context, const AttentionWorkItem &item,
+               bool byDim, TileState &tile) {
   const PagedAttentionShape &shape = *context.shape;
   const PagedAttentionBatch &batch = *context.batch;
   const int headDim = shape.headDim;
@@ -99,12 +99,9 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
       item.spanPages
           ? shape.scale / batch.spanScaling[item.sequence].temperature
           : shape.scale;
-  TileState tile;
   tile.rows = item.numRows;
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
   std::fill(tile.sum, tile.sum + kMaxRows, 0.0f);
-  // foldBlockByDim reads only queryByDim, the other paths only query.
-  const bool byDim = useAvx512 && !useAmx && tile.rows > kRowsToWidenBlock;
   alignas(64) int32_t rowOffsets[kMaxRows] = {};
   bool offsetsFit = true;
   for (int row = 0; row < tile.rows; ++row) {
@@ -127,37 +124,65 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
     }
     std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
   }
-  if (byDim) {
-    const float *base = context.queries + firstQueryRow * shape.queryRowStride;
-    if (offsetsFit) {
-      gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, scale,
-                         tile.queryByDim);
-    } else {
-      // Rows past the tile score as zero queries (and are masked out).
-      std::fill(tile.queryByDim, tile.queryByDim + headDim * kMaxRows, 0.0f);
-      for (int row = 0; row < tile.rows; ++row) {
-        int tileRow = item.firstRow + row;
-        int64_t token = tileRow / groupSize;
-        int head = item.kvHead * groupSize + tileRow % groupSize;
-        const float *query =
-            base + token * shape.queryRowStride + int64_t(head) * headDim;
-        for (int dim = 0; dim < headDim; ++dim)
-          tile.queryByDim[dim * kMaxRows + row] = query[dim] * scale;
-      }
-    }
+  if (!byDim)
+    return;
+  const float *base = context.queries + firstQueryRow * shape.queryRowStride;
+  if (offsetsFit) {
+    gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, scale,
+                       tile.queryByDim);
+    return;
   }
-  if constexpr (std::is_same_v<Element, uint16_t>) {
-    if (useAmx) {
-      foldPagesAmx(context, item, tile, blockCache, blockCacheTags);
-      finishItem(context, item, tile, partial, output);
-      return;
-    }
+  // Rows past the tile score as zero queries (and are masked out).
+  std::fill(tile.queryByDim, tile.queryByDim + headDim * kMaxRows, 0.0f);
+  for (int row = 0; row < tile.rows; ++row) {
+    int tileRow = item.firstRow + row;
+    int64_t token = tileRow / groupSize;
+    int head = item.kvHead * groupSize + tileRow % groupSize;
+    const float *query =
+        base + token * shape.queryRowStride + int64_t(head) * headDim;
+    for (int dim = 0; dim < headDim; ++dim)
+      tile.queryByDim[dim * kMaxRows + row] = query[dim] * scale;
   }
+}
+
+/// Runs one work item: a tile of rows against a range of its pages.
+template <typename Element>
+void runItem(const CallContext &context, const AttentionWorkItem &item,
+             bool useAvx512, float *partial, float *output, float *blockCache,
+             int32_t *blockCacheTags) {
+  TileState tile;
+  // foldBlockByDim reads only queryByDim, the other paths only query.
+  setUpTile(context, item, useAvx512 && item.numRows > kRowsToWidenBlock, tile);
   if (useAvx512)
     foldPagesAvx512<Element>(context, item, tile, blockCache, blockCacheTags);
   else
     foldPagesScalar<Element>(context, item, tile);
   finishItem(context, item, tile, partial, output);
+}
+
+/// Runs the AMX work items of one page pass (tiles of one sequence and KV
+/// head whose items start at one page) together.
+void runPassAmx(const CallContext &context,
+                const AttentionWorkItem *const *items, int count,
+                float *partials, float *output, float *blockCache,
+                int32_t *blockCacheTags) {
+  thread_local std::vector<TileState> tiles;
+  if (tiles.size() < size_t(count))
+    tiles.resize(size_t(count));
+  TileState *tilePointers[kMaxPassTiles];
+  for (int index = 0; index < count; ++index) {
+    setUpTile(context, *items[index], false, tiles[size_t(index)]);
+    tilePointers[index] = &tiles[size_t(index)];
+  }
+  foldTilesAmx(context, items, tilePointers, count, blockCache, blockCacheTags);
+  const int64_t stateFloats = int64_t(kMaxRows) * (2 + context.shape->headDim);
+  for (int index = 0; index < count; ++index) {
+    const AttentionWorkItem &item = *items[index];
+    finishItem(context, item, tiles[size_t(index)],
+               item.partial >= 0 ? partials + item.partial * stateFloats
+                                 : nullptr,
+               output);
+  }
 }
 
 /// The split states of one kind of pages of a row, combined: the
@@ -453,7 +478,7 @@ void pagedAttention(const PagedAttentionShape &shape,
   const int64_t entryFloats = int64_t(2) * shape.headDim * 16;
   const int64_t cacheFloats = int64_t(totalPages) * entryFloats;
   // AMX tiles keep packed pairs there, rotated or not.
-  const bool useCache = useAvx512 && anyManyRows &&
+  const bool useCache = options.useBlockCache && useAvx512 && anyManyRows &&
                         (options.keyRope || useAmx) &&
                         cacheFloats * numThreads <= kMaxBlockCacheFloats;
   if (useCache) {
@@ -482,26 +507,75 @@ void pagedAttention(const PagedAttentionShape &shape,
     return std::tie(x.sequence, x.kvHead, x.pageBegin, a) <
            std::tie(y.sequence, y.kvHead, y.pageBegin, b);
   });
-#pragma omp parallel for schedule(dynamic, 1) if (numItems > 1)
-  for (int64_t index = 0; index < numItems; ++index) {
-    const AttentionWorkItem &item =
-        workspace.items[size_t(order[size_t(index)])];
-    float *partial =
-        item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
-    const int thread = numItems > 1 ? omp_get_thread_num() : 0;
+  // Page passes: runs of `order` that one thread folds together. The AMX
+  // tiles of one sequence, KV head and first page share a pass (each of
+  // its pages is packed once for all of them), at most kMaxPassTiles, cut
+  // into even passes so that there are about two for each thread where
+  // the call has few; every other item is a pass of its own.
+  auto amxItem = [&](const AttentionWorkItem &item) {
+    return useAmx && !isDecode(batch, item.sequence);
+  };
+  std::vector<int32_t> &passes = workspace.passes;
+  passes.clear();
+  {
+    const int64_t target = std::max<int64_t>(1, 2 * numThreads);
+    int64_t amxTiles = 0;
+    for (const AttentionWorkItem &item : workspace.items)
+      amxTiles += amxItem(item);
+    const int64_t tilesPerPass =
+        std::clamp<int64_t>((amxTiles + target - 1) / target, 1, kMaxPassTiles);
+    for (int64_t begin = 0; begin < numItems;) {
+      const AttentionWorkItem &first =
+          workspace.items[size_t(order[size_t(begin)])];
+      int64_t end = begin + 1;
+      if (amxItem(first))
+        while (end < numItems) {
+          const AttentionWorkItem &item =
+              workspace.items[size_t(order[size_t(end)])];
+          if (item.sequence != first.sequence || item.kvHead != first.kvHead ||
+              item.pageBegin != first.pageBegin)
+            break;
+          ++end;
+        }
+      const int64_t runPasses = (end - begin + tilesPerPass - 1) / tilesPerPass;
+      for (int64_t pass = 0; pass < runPasses; ++pass)
+        passes.push_back(int32_t(begin + (end - begin) * pass / runPasses));
+      begin = end;
+    }
+    passes.push_back(int32_t(numItems));
+  }
+  const int64_t numPasses = int64_t(passes.size()) - 1;
+#pragma omp parallel for schedule(dynamic, 1) if (numPasses > 1)
+  for (int64_t pass = 0; pass < numPasses; ++pass) {
+    const int thread = numPasses > 1 ? omp_get_thread_num() : 0;
     float *cache = blockCache ? blockCache + thread * cacheFloats : nullptr;
     int32_t *tags =
         blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
+    const int32_t begin = passes[size_t(pass)];
+    const int32_t end = passes[size_t(pass) + 1];
+    const AttentionWorkItem &first =
+        workspace.items[size_t(order[size_t(begin)])];
     // Decode steps keep f32 products: packing each block into tiles for
     // one query row would cost more than the products save. The choice
     // depends on the sequence alone.
-    const bool itemAmx = useAmx && !isDecode(batch, item.sequence);
-    if (kv.precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, useAvx512, itemAmx, partial, output,
-                        cache, tags);
-    else
-      runItem<float>(context, item, useAvx512, false, partial, output, cache,
-                     tags);
+    if (amxItem(first)) {
+      const AttentionWorkItem *items[kMaxPassTiles];
+      for (int32_t index = begin; index < end; ++index)
+        items[index - begin] = &workspace.items[size_t(order[size_t(index)])];
+      runPassAmx(context, items, end - begin, partials, output, cache, tags);
+      continue;
+    }
+    for (int32_t index = begin; index < end; ++index) {
+      const AttentionWorkItem &item =
+          workspace.items[size_t(order[size_t(index)])];
+      float *partial =
+          item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
+      if (kv.precision == KvPrecision::F16)
+        runItem<uint16_t>(context, item, useAvx512, partial, output, cache,
+                          tags);
+      else
+        runItem<float>(context, item, useAvx512, partial, output, cache, tags);
+    }
   }
   if (numPartials == 0)
     return;

@@ -12,7 +12,9 @@
 // split over (sequence, KV head, tile of query rows) and over ranges of
 // pages whose partial softmax states are merged after (a prompt tile's in
 // fixed chunks of its page list, so a row's result never depends on its
-// tile; a decode tile's by its length).
+// tile; a decode tile's by its length). On the AMX path the tiles of one
+// sequence, KV head and chunk run together in page passes that pack each
+// page once for all of them (a span hit's few rows over a long context).
 // Scores use an online softmax, so no row of the score matrix is ever held.
 // With f16 K/V on a CPU with AMX, Q.K and P.V of sequences of several
 // queries run on AMX tiles (bf16 high and low parts, f32 sums), whatever
@@ -108,6 +110,9 @@ struct PagedAttentionOptions {
   /// the CPU has it (bf16 high/low products, f32 sums; see AttentionAmx.cpp);
   /// false keeps every product in f32.
   bool allowAmx = true;
+  /// Let prefill tiles reuse blocks rotated or packed per thread (the
+  /// block cache); false folds as a call too large for it does (tests).
+  bool useBlockCache = true;
   /// Minimum pages per key split of a decode tile; 0 picks the default (8
   /// pages).
   int minPagesPerSplit = 0;
@@ -144,6 +149,10 @@ struct AttentionWorkspace {
   /// its packed K/V is in the core's cache (tile-major, every tile would
   /// stream the whole context from memory). Results do not depend on it.
   std::vector<int32_t> order;
+  /// Page passes: where each run of `order` one thread folds together
+  /// starts (the AMX tiles of one sequence, KV head and key range share a
+  /// pass and pack each page once), then the end.
+  std::vector<int32_t> passes;
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Per thread and page of the call: that block's K and V for one KV head
   /// as prefill tiles read them (f32, K rotated with rope-in-kernel; or on

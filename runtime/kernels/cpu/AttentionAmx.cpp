@@ -31,8 +31,11 @@
 // one kind of instruction than the out-of-order window bridges. An absent
 // page (past the item or every row's limit) adds exact zeros at the place
 // a masked one would, so a row's bits do not depend on the other rows of
-// its tile. K and V pages are packed once per thread and page through the
-// block cache, or per step in a call without one. Measured figures:
+// its tile. A page pass (foldTilesAmx) walks the pages of several tiles
+// of one KV head together: each step's pages are packed once (per thread
+// and page through the block cache, or into one of two step buffers in a
+// call without one) and fed to every tile that sees them, each tile with
+// its own pipeline (TileFold). Measured figures:
 // bench/kv/AttentionBench.cpp, docs/ARCHITECTURE.md ("CPU attention").
 //
 //===----------------------------------------------------------------------===//
@@ -409,45 +412,43 @@ struct Step {
   __m512 max; ///< the step's max per lane
 };
 
-} // namespace
-
-/// The AMX path of runItem over the item's pages (f16 K/V): packs the
-/// queries once, each page's K and V once per thread (through the block
-/// cache, when the call has one) or per step, and folds them in steps of
-/// four pages, each step's scores issued while the step before is folded.
-SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
-                                 const AttentionWorkItem &item, TileState &tile,
-                                 float *blockCache, int32_t *blockCacheTags) {
-  const PagedAttentionBatch &batch = *context.batch;
-  const PagedKvView &kv = *context.kv;
-  const int headDim = context.shape->headDim;
-  const int64_t blockElements = int64_t(headDim) * 16;
-  const int pageHalves = headDim * 32;
-  alignas(64) float rotatedKeys[kMaxAmxHeadDim * 16];
+/// One tile's fold over the steps of its item: its packed queries, its
+/// running state and the two steps in flight (the one being folded, the
+/// one being scored). The steps a tile is fed are a prefix of its group's
+/// steps (AmxGroup below), so the group packs each page once for all of
+/// its tiles; the arithmetic of each row is the same whatever tiles share
+/// its group.
+struct TileFold {
   alignas(64) uint16_t queries[kMaxAmxHeadDim / 32 * 2 * kTileHalves];
-  packQueryTiles(tile, headDim, queries);
-  // Without a block cache, the pages of two steps are packed here (per
-  // thread, reused from call to call).
-  uint16_t *stepTiles = nullptr;
-  if (!blockCache) {
-    thread_local std::vector<uint16_t> scratch;
-    const size_t halves = size_t(2 * kStepPages * 2 * kMaxPageHalves + 32);
-    if (scratch.size() < halves)
-      scratch.resize(halves);
-    stepTiles = scratch.data() +
-                (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64 /
-                    sizeof(uint16_t);
-  }
   WeightTiles weights[kStepPages];
+  Step steps[2];
+  LaneState state;
+  int64_t firstLimit = 0, lastLimit = 0; ///< over the tile's rows
+  int32_t pageEnd = 0;
+  int current = 0;
+  bool started = false, finished = false;
+
+  SPANC_AMX_STEP void begin(const TileState &tile, int headDim,
+                            int64_t itemStart, int32_t itemPageEnd);
+  /// Folds the step in flight with `next` scored beside it, or, with
+  /// `next` null, the last step.
+  SPANC_AMX_STEP void advance(const StepPage *next, int headDim);
+  /// Feeds one step (at least one page present): scores it, and folds the
+  /// step before it.
+  SPANC_AMX_STEP void feed(const StepPage (&pages)[kStepPages], int headDim);
+  SPANC_AMX_STEP void finish(TileState &tile, int headDim);
+};
+
+SPANC_AMX_STEP void TileFold::begin(const TileState &tile, int headDim,
+                                    int64_t itemStart, int32_t itemPageEnd) {
+  packQueryTiles(tile, headDim, queries);
   for (WeightTiles &tiles : weights)
     std::memset(tiles.low + 8 * 32, 0, sizeof(uint16_t) * 8 * 32);
-
   // Limits relative to the item's first page, clamped to int32 (a page is
   // at most the item's length past it).
-  const int64_t itemStart = context.pageStarts[item.pageBegin];
   constexpr int64_t kSeesAll = int64_t(1) << 30;
   alignas(64) int32_t limits[kMaxRows];
-  int64_t firstLimit = tile.limit[0], lastLimit = tile.limit[0];
+  firstLimit = lastLimit = tile.limit[0];
   for (int row = 0; row < kMaxRows; ++row) {
     const int64_t limit =
         row < tile.rows ? tile.limit[row] - itemStart : kSeesAll;
@@ -457,170 +458,129 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
       lastLimit = std::max(lastLimit, tile.limit[row]);
     }
   }
-  LaneState state;
   state.max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   state.sum = _mm512_setzero_ps();
   state.limit = _mm512_load_si512(limits);
   std::memset(state.accumulator, 0, sizeof(float) * headDim * 16);
+  pageEnd = itemPageEnd;
+  current = 0;
+  started = finished = false;
+}
 
-  // The next step with a page to fold from `first` on (packing its pages
-  // into buffer `buffer` without a cache); false past the item or every
-  // row's limit.
-  auto prepare = [&](int32_t &first, int buffer, StepPage(&pages)[kStepPages]) {
-    for (; first < item.pageEnd && context.pageStarts[first] <= lastLimit;
-         first += kStepPages) {
-      bool any = false;
-      for (int slot = 0; slot < kStepPages; ++slot) {
-        pages[slot] = StepPage();
-        const int32_t page = first + slot;
-        if (page >= item.pageEnd)
-          continue;
-        const int valid = batch.validTokens[page];
-        const int64_t logicalStart = context.pageStarts[page];
-        if (valid == 0 || logicalStart > lastLimit)
-          continue;
-        const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
-                               item.kvHead * kv.headStride;
-        const uint16_t *keyBlock =
-            static_cast<const uint16_t *>(kv.keys) + offset;
-        const uint16_t *valueBlock =
-            static_cast<const uint16_t *>(kv.values) + offset;
-        uint16_t *keys, *values;
-        bool packed = false;
-        if (blockCache) {
-          // The thread's packed copy of this page for this KV head: K's
-          // and V's tiles, 2 * headDim * 32 halves, exactly the entry's
-          // 2 * blockElements floats.
-          keys = reinterpret_cast<uint16_t *>(blockCache + int64_t(page) * 2 *
-                                                               blockElements);
-          packed = blockCacheTags[page] == item.kvHead + 1;
-          blockCacheTags[page] = item.kvHead + 1;
-        } else {
-          keys = stepTiles + (buffer * kStepPages + slot) * 2 * pageHalves;
-        }
-        values = keys + pageHalves;
-        if (!packed) {
-          if (context.options->keyRope) {
-            rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
-            packKeyTiles(static_cast<const float *>(rotatedKeys), headDim,
-                         keys);
-          } else {
-            packKeyTiles(keyBlock, headDim, keys);
-          }
-          packValueTiles(valueBlock, valid, headDim, values);
-        }
-        pages[slot] =
-            StepPage{keys, values, valid, int32_t(logicalStart - itemStart),
-                     valid == 16 && logicalStart + 15 <= firstLimit};
-        any = true;
-      }
-      if (any)
-        return true;
-    }
-    return false;
-  };
+// A software pipeline over the steps, so that the tile unit and the
+// vector units work side by side at the grain of a page: step i's
+// weights are computed page by page between step i + 1's score
+// products, and step i's P.V products page by page between the max
+// passes over step i + 1's scores (each phase alone is a long run of
+// one kind of instruction that the out-of-order window cannot bridge).
+SPANC_AMX_STEP void TileFold::feed(const StepPage (&pages)[kStepPages],
+                                   int headDim) {
+  if (started) {
+    advance(pages, headDim);
+    return;
+  }
+  started = true;
+  Step &step = steps[current];
+  std::copy(pages, pages + kStepPages, step.pages);
+  for (int slot = 0; slot < kStepPages; ++slot)
+    if (step.pages[slot].keys)
+      scorePage(slot, headDim, queries, step.pages[slot].keys);
+  for (int slot = 0; slot < kStepPages; ++slot)
+    if (step.pages[slot].keys)
+      storeSlot(slot, step.scores[slot]);
+  step.max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int slot = 0; slot < kStepPages; ++slot)
+    if (step.pages[slot].keys)
+      step.max =
+          _mm512_max_ps(step.max, pageMax(step.pages[slot], step.scores[slot],
+                                          state.limit, step.visible[slot]));
+}
 
-  // A software pipeline over the steps, so that the tile unit and the
-  // vector units work side by side at the grain of a page: step i's
-  // weights are computed page by page between step i + 1's score
-  // products, and step i's P.V products page by page between the max
-  // passes over step i + 1's scores (each phase alone is a long run of
-  // one kind of instruction that the out-of-order window cannot bridge).
-  configureAttentionTiles();
-  Step steps[2];
+SPANC_AMX_STEP void TileFold::advance(const StepPage *nextPages, int headDim) {
   const __m512 negativeInfinity =
       _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  auto scoreStep = [&](Step &step) {
-    for (int slot = 0; slot < kStepPages; ++slot)
-      if (step.pages[slot].keys)
-        scorePage(slot, headDim, queries, step.pages[slot].keys);
-    for (int slot = 0; slot < kStepPages; ++slot)
-      if (step.pages[slot].keys)
-        storeSlot(slot, step.scores[slot]);
-  };
-  int32_t first = item.pageBegin;
-  int current = 0;
-  bool more = prepare(first, 0, steps[0].pages);
-  if (more) {
-    scoreStep(steps[0]);
-    steps[0].max = negativeInfinity;
-    for (int slot = 0; slot < kStepPages; ++slot)
-      if (steps[0].pages[slot].keys)
-        steps[0].max = _mm512_max_ps(
-            steps[0].max, pageMax(steps[0].pages[slot], steps[0].scores[slot],
-                                  state.limit, steps[0].visible[slot]));
-  }
-  while (more) {
-    Step &step = steps[current];
-    Step &next = steps[1 - current];
-    int32_t nextFirst = first + kStepPages;
-    const bool hasNext = prepare(nextFirst, 1 - current, next.pages);
+  Step &step = steps[current];
+  Step &next = steps[1 - current];
+  const bool hasNext = nextPages != nullptr;
+  if (hasNext)
+    std::copy(nextPages, nextPages + kStepPages, next.pages);
 
-    // This step's max, correction and weights, between the next step's
-    // score products.
-    const __m512 newMax = _mm512_max_ps(state.max, step.max);
-    const __mmask16 seen =
-        _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
-    const __m512 correction = _mm512_maskz_mov_ps(
-        seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
-    // A lane with no visible key yet keeps -inf; its weights are all
-    // masked, and subtracting 0 keeps them from being NaN first.
-    const __m512 subtract = _mm512_maskz_mov_ps(
-        _mm512_cmp_ps_mask(newMax, negativeInfinity, _CMP_NEQ_OQ), newMax);
-    __m512 stepSum = _mm512_setzero_ps();
+  // This step's max, correction and weights, between the next step's
+  // score products.
+  const __m512 newMax = _mm512_max_ps(state.max, step.max);
+  const __mmask16 seen =
+      _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
+  const __m512 correction =
+      _mm512_maskz_mov_ps(seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
+  // A lane with no visible key yet keeps -inf; its weights are all
+  // masked, and subtracting 0 keeps them from being NaN first.
+  const __m512 subtract = _mm512_maskz_mov_ps(
+      _mm512_cmp_ps_mask(newMax, negativeInfinity, _CMP_NEQ_OQ), newMax);
+  __m512 stepSum = _mm512_setzero_ps();
+  for (int chunk = 0; chunk < headDim / 32; ++chunk) {
+    if (hasNext) {
+      _tile_loadd(6, queries + chunk * 2 * kTileHalves, 64);
+      _tile_loadd(7, queries + chunk * 2 * kTileHalves + kTileHalves, 64);
+    }
     for (int slot = 0; slot < kStepPages; ++slot) {
-      if (step.pages[slot].keys)
+      if (chunk == 0 && step.pages[slot].keys)
         pageWeights(step.pages[slot], step.scores[slot], subtract,
                     step.visible[slot], weights[slot], stepSum);
-      if (hasNext && next.pages[slot].keys)
-        scorePage(slot, headDim, queries, next.pages[slot].keys);
-    }
-    state.sum = _mm512_add_ps(_mm512_mul_ps(state.sum, correction), stepSum);
-    state.max = newMax;
-    if (hasNext)
-      for (int slot = 0; slot < kStepPages; ++slot)
-        if (next.pages[slot].keys)
-          storeSlot(slot, next.scores[slot]);
-
-    // O^T = O^T * correction, only when some seen lane's max moved (a lane
-    // times 1 keeps its bits; one that had seen nothing is zero anyway).
-    if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
-                                _CMP_NEQ_UQ)) {
-      for (int dim = 0; dim < headDim; ++dim) {
-        float *row = state.accumulator + dim * 16;
-        _mm512_store_ps(row, _mm512_mul_ps(_mm512_load_ps(row), correction));
+      if (hasNext && next.pages[slot].keys) {
+        if (chunk == 0)
+          zeroSlot(slot);
+        dispatchScoreChunk(slot,
+                           next.pages[slot].keys + chunk * 2 * kTileHalves);
       }
     }
-    // O^T += V^T . P^T, four 16-dim chunks at a time on tiles 0-3, between
-    // the max passes over the next step's pages.
-    next.max = negativeInfinity;
-    const int chunks = headDim / 16;
-    for (int group = 0; group < chunks; group += 4) {
-      const int count = std::min(4, chunks - group);
-      for (int slot = 0; slot < count; ++slot)
-        loadSlot(slot, state.accumulator + (group + slot) * 16 * 16);
-      for (int page = 0; page < kStepPages; ++page) {
-        if (step.pages[page].keys) {
-          _tile_loadd(4, weights[page].doubled, 64);
-          _tile_loadd(5, weights[page].low, 64);
-          for (int slot = 0; slot < count; ++slot)
-            dispatchAccumulate(slot, step.pages[page].values +
-                                         (group + slot) * kTileHalves);
-        }
-        if (group == 0 && hasNext && next.pages[page].keys)
-          next.max = _mm512_max_ps(next.max,
-                                   pageMax(next.pages[page], next.scores[page],
-                                           state.limit, next.visible[page]));
-      }
-      for (int slot = 0; slot < count; ++slot)
-        storeSlot(slot, state.accumulator + (group + slot) * 16 * 16);
-    }
-    more = hasNext;
-    first = nextFirst;
-    current = 1 - current;
   }
-  releaseAttentionTiles();
+  state.sum = _mm512_add_ps(_mm512_mul_ps(state.sum, correction), stepSum);
+  state.max = newMax;
+  if (hasNext)
+    for (int slot = 0; slot < kStepPages; ++slot)
+      if (next.pages[slot].keys)
+        storeSlot(slot, next.scores[slot]);
 
+  // O^T = O^T * correction, only when some seen lane's max moved (a lane
+  // times 1 keeps its bits; one that had seen nothing is zero anyway).
+  if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
+                              _CMP_NEQ_UQ)) {
+    for (int dim = 0; dim < headDim; ++dim) {
+      float *row = state.accumulator + dim * 16;
+      _mm512_store_ps(row, _mm512_mul_ps(_mm512_load_ps(row), correction));
+    }
+  }
+  // O^T += V^T . P^T, four 16-dim chunks at a time on tiles 0-3, between
+  // the max passes over the next step's pages.
+  next.max = negativeInfinity;
+  const int chunks = headDim / 16;
+  for (int group = 0; group < chunks; group += 4) {
+    const int count = std::min(4, chunks - group);
+    for (int slot = 0; slot < count; ++slot)
+      loadSlot(slot, state.accumulator + (group + slot) * 16 * 16);
+    for (int page = 0; page < kStepPages; ++page) {
+      if (step.pages[page].keys) {
+        _tile_loadd(4, weights[page].doubled, 64);
+        _tile_loadd(5, weights[page].low, 64);
+        for (int slot = 0; slot < count; ++slot)
+          dispatchAccumulate(slot, step.pages[page].values +
+                                       (group + slot) * kTileHalves);
+      }
+      if (group == 0 && hasNext && next.pages[page].keys)
+        next.max =
+            _mm512_max_ps(next.max, pageMax(next.pages[page], next.scores[page],
+                                            state.limit, next.visible[page]));
+    }
+    for (int slot = 0; slot < count; ++slot)
+      storeSlot(slot, state.accumulator + (group + slot) * 16 * 16);
+  }
+  current = 1 - current;
+}
+
+SPANC_AMX_STEP void TileFold::finish(TileState &tile, int headDim) {
+  finished = true;
+  if (started)
+    advance(nullptr, headDim);
   // Back to rows: the tile state's max (in natural log units again), sum
   // and accumulator.
   _mm512_store_ps(tile.maxScore,
@@ -636,6 +596,160 @@ SPANC_AMX_STEP void foldPagesAmx(const CallContext &context,
       _mm512_storeu_si512(tile.accumulator + row * headDim + chunk * 16,
                           columns[row]);
   }
+}
+
+} // namespace
+
+/// The AMX path over a group of tiles of one sequence and KV head whose
+/// items start at one page: the group walks its pages four at a time,
+/// packs each page's K and V once (per thread through the block cache,
+/// when the call has one, else per step into one of two buffers) and
+/// feeds the step to every tile that sees a page of it.
+SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
+                                 const AttentionWorkItem *const *items,
+                                 TileState *const *tiles, int count,
+                                 float *blockCache, int32_t *blockCacheTags) {
+  const PagedAttentionBatch &batch = *context.batch;
+  const PagedKvView &kv = *context.kv;
+  const int headDim = context.shape->headDim;
+  const int64_t blockElements = int64_t(headDim) * 16;
+  const int pageHalves = headDim * 32;
+  const AttentionWorkItem &leader = *items[0];
+  const int64_t itemStart = context.pageStarts[leader.pageBegin];
+
+  thread_local std::vector<TileFold> folds;
+  if (folds.size() < size_t(count))
+    folds.resize(size_t(count));
+  int32_t groupEnd = leader.pageBegin;
+  int64_t groupLastLimit = std::numeric_limits<int64_t>::min();
+  for (int index = 0; index < count; ++index) {
+    folds[size_t(index)].begin(*tiles[index], headDim, itemStart,
+                               items[index]->pageEnd);
+    groupEnd = std::max(groupEnd, items[index]->pageEnd);
+    groupLastLimit = std::max(groupLastLimit, folds[size_t(index)].lastLimit);
+  }
+  // Without a block cache, the pages of two steps are packed here (per
+  // thread, reused from call to call): a tile folds the step before the
+  // one it is fed, and the steps every tile is fed are a prefix of the
+  // group's steps with a page present.
+  uint16_t *stepTiles = nullptr;
+  if (!blockCache) {
+    thread_local std::vector<uint16_t> scratch;
+    const size_t halves = size_t(2 * kStepPages * 2 * kMaxPageHalves + 32);
+    if (scratch.size() < halves)
+      scratch.resize(halves);
+    stepTiles = scratch.data() +
+                (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64 /
+                    sizeof(uint16_t);
+  }
+  alignas(64) float rotatedKeys[kMaxAmxHeadDim * 16];
+
+  // Whether some tile sees `page`, and where its K and V blocks start.
+  auto locate = [&](int32_t page, const uint16_t *&keyBlock,
+                    const uint16_t *&valueBlock) {
+    if (page >= groupEnd || batch.validTokens[page] == 0 ||
+        context.pageStarts[page] > groupLastLimit)
+      return false;
+    const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
+                           leader.kvHead * kv.headStride;
+    keyBlock = static_cast<const uint16_t *>(kv.keys) + offset;
+    valueBlock = static_cast<const uint16_t *>(kv.values) + offset;
+    return true;
+  };
+  // The K and V blocks of the step after `first` not packed yet, towards
+  // L2 while this step is folded: blocks are a few KiB apart (one KV
+  // head's slice of each), a stride the hardware prefetchers do not
+  // follow across pages, and a hit folds its pages only a few times.
+  const int64_t blockBytes = blockElements * int64_t(sizeof(uint16_t));
+  auto prefetchStep = [&](int32_t first) {
+    for (int slot = 0; slot < kStepPages; ++slot) {
+      const int32_t page = first + kStepPages + slot;
+      const uint16_t *keyBlock, *valueBlock;
+      if (!locate(page, keyBlock, valueBlock) ||
+          (blockCache && blockCacheTags[page] == leader.kvHead + 1))
+        continue;
+      for (int64_t byte = 0; byte < blockBytes; byte += 64) {
+        _mm_prefetch(reinterpret_cast<const char *>(keyBlock) + byte,
+                     _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char *>(valueBlock) + byte,
+                     _MM_HINT_T1);
+      }
+    }
+  };
+
+  configureAttentionTiles();
+  int buffer = 0;
+  for (int32_t first = leader.pageBegin;
+       first < groupEnd && context.pageStarts[first] <= groupLastLimit;
+       first += kStepPages) {
+    prefetchStep(first);
+    // The step's pages that some tile sees, packed.
+    StepPage packed[kStepPages];
+    bool any = false;
+    for (int slot = 0; slot < kStepPages; ++slot) {
+      const int32_t page = first + slot;
+      const uint16_t *keyBlock, *valueBlock;
+      if (!locate(page, keyBlock, valueBlock))
+        continue;
+      const int valid = batch.validTokens[page];
+      const int64_t logicalStart = context.pageStarts[page];
+      uint16_t *keys;
+      bool ready = false;
+      if (blockCache) {
+        // The thread's packed copy of this page for this KV head: K's and
+        // V's tiles, 2 * headDim * 32 halves, exactly the entry's 2 *
+        // blockElements floats.
+        keys = reinterpret_cast<uint16_t *>(blockCache +
+                                            int64_t(page) * 2 * blockElements);
+        ready = blockCacheTags[page] == leader.kvHead + 1;
+        blockCacheTags[page] = leader.kvHead + 1;
+      } else {
+        keys = stepTiles + (buffer * kStepPages + slot) * 2 * pageHalves;
+      }
+      uint16_t *values = keys + pageHalves;
+      if (!ready) {
+        if (context.options->keyRope) {
+          rotateKeyBlockAvx512(context, keyBlock, logicalStart, rotatedKeys);
+          packKeyTiles(static_cast<const float *>(rotatedKeys), headDim, keys);
+        } else {
+          packKeyTiles(keyBlock, headDim, keys);
+        }
+        packValueTiles(valueBlock, valid, headDim, values);
+      }
+      packed[slot] = StepPage{keys, values, valid,
+                              int32_t(logicalStart - itemStart), false};
+      any = true;
+    }
+    if (!any)
+      continue;
+    buffer = 1 - buffer;
+    // Each tile's view of the step: the pages inside its item and its
+    // rows' limits.
+    for (int index = 0; index < count; ++index) {
+      TileFold &fold = folds[size_t(index)];
+      StepPage pages[kStepPages];
+      bool sees = false;
+      for (int slot = 0; slot < kStepPages; ++slot) {
+        const int32_t page = first + slot;
+        if (!packed[slot].keys || page >= fold.pageEnd ||
+            context.pageStarts[page] > fold.lastLimit)
+          continue;
+        pages[slot] = packed[slot];
+        pages[slot].whole = packed[slot].valid == 16 &&
+                            context.pageStarts[page] + 15 <= fold.firstLimit;
+        sees = true;
+      }
+      if (sees)
+        fold.feed(pages, headDim);
+      else if (!fold.finished)
+        // Its last step's pages may be packed over from the next step on.
+        fold.finish(*tiles[index], headDim);
+    }
+  }
+  for (int index = 0; index < count; ++index)
+    if (!folds[size_t(index)].finished)
+      folds[size_t(index)].finish(*tiles[index], headDim);
+  releaseAttentionTiles();
 }
 
 } // namespace spanc::cpu::attention

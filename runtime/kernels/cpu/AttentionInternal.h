@@ -117,10 +117,16 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
                      TileState &tile, float *blockCache,
                      int32_t *blockCacheTags);
 
-/// The AMX path over the item's pages (f16 K/V, headDim % 32 == 0 and at
-/// most kMaxAmxHeadDim).
-void foldPagesAmx(const CallContext &context, const AttentionWorkItem &item,
-                  TileState &tile, float *blockCache, int32_t *blockCacheTags);
+/// The most tiles one page pass folds together (Attention.cpp).
+constexpr int kMaxPassTiles = 16;
+
+/// The AMX path over a page pass (f16 K/V, headDim % 32 == 0 and at most
+/// kMaxAmxHeadDim): `count` (at most kMaxPassTiles) items of one sequence
+/// and KV head that start at one page, each with its set-up tile.
+void foldTilesAmx(const CallContext &context,
+                  const AttentionWorkItem *const *items,
+                  TileState *const *tiles, int count, float *blockCache,
+                  int32_t *blockCacheTags);
 
 /// Copies the block's K for one head into `out` as f32 with each slot
 /// rotated to its logical index (rope-in-kernel), for 16-slot blocks: a

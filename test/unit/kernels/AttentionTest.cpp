@@ -563,7 +563,8 @@ TEST(PagedAttention, WideGroupsSpanSeveralTiles) {
 std::vector<std::vector<float>> runTails(KvPrecision precision, bool allowAmx,
                                          bool ropeInKernel,
                                          const TestSequence &pages,
-                                         const std::vector<int> &numQueries) {
+                                         const std::vector<int> &numQueries,
+                                         bool useBlockCache = true) {
   const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
   const int64_t numBlocks = 40;
   backend::KvStorageConfig config;
@@ -630,6 +631,7 @@ std::vector<std::vector<float>> runTails(KvPrecision precision, bool allowAmx,
   options.minPagesPerSplit = 1000;
   options.allowAmx = allowAmx;
   options.keyRope = ropeInKernel ? &ropeTable : nullptr;
+  options.useBlockCache = useBlockCache;
   AttentionWorkspace workspace;
   pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
                  output.data(), options, workspace);
@@ -663,6 +665,11 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
         // (3 to 21 rows per KV head) sharing the call with it.
         const std::vector<int> counts = {length, 1, 2, 5, 7};
         auto together = runTails(precision, allowAmx, rope, pages, counts);
+        // Folded without the block cache: the AMX path's page passes (up
+        // to kMaxPassTiles tiles of one KV head, each ending at its own
+        // page) pack each step once for all of their tiles instead.
+        EXPECT_EQ(together, runTails(precision, allowAmx, rope, pages, counts,
+                                     /*useBlockCache=*/false));
         for (size_t index = 1; index < counts.size(); ++index) {
           // The same tail alone in its call.
           auto alone =
@@ -688,6 +695,31 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
               << " vs the same rows in the prompt";
         }
       }
+}
+
+TEST(PagedAttention, PagePassesFoldEachTileAsAlone) {
+  // A long prompt's tiles end at their own pages (causal), several steps of
+  // four pages apart: a page pass keeps each tile's last step until it is
+  // folded, whether the pages come from the block cache or from the pass's
+  // own two step buffers.
+  TestSequence pages;
+  for (int page = 0; page < 36; ++page) {
+    pages.blockIds.push_back((page * 7) % 40);
+    pages.validTokens.push_back(page % 5 == 3 ? 9 : 16);
+  }
+  int length = 0;
+  for (int valid : pages.validTokens)
+    length += valid;
+  for (bool rope : {false, true}) {
+    SCOPED_TRACE(rope ? "rope-in-kernel" : "rotated K");
+    const std::vector<int> counts = {length, 3};
+    auto cached = runTails(KvPrecision::F16, true, rope, pages, counts);
+    auto uncached = runTails(KvPrecision::F16, true, rope, pages, counts,
+                             /*useBlockCache=*/false);
+    EXPECT_EQ(cached, uncached);
+    EXPECT_EQ(cached[1], runTails(KvPrecision::F16, true, rope, pages, {3},
+                                  /*useBlockCache=*/false)[0]);
+  }
 }
 
 } // namespace

@@ -23,6 +23,8 @@ constexpr int64_t kChunkRows = 256; ///< activation rows kept hot in L2
 constexpr int64_t kBorrowedChunkRows = 512; ///< the same, unpacking
 constexpr int64_t kTileElements = 512;      ///< bf16 values in one 1 KiB tile
 constexpr int64_t kPrefetchTiles = 8; ///< unpacking fetches this far ahead
+/// Row blocks each thread must have for the threads to split the rows.
+constexpr int64_t kMinRowBlocksPerThread = 1;
 
 /// The 64-byte operand of LDTILECFG (palette 1).
 struct TileConfig {
@@ -403,28 +405,27 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
           ? kBorrowedChunkRows
           : kChunkRows;
 
+  // Enough rows for every thread to have kMinRowBlocksPerThread blocks of
+  // 32: each thread rounds and multiplies its own rows by every panel, so
+  // its activations never leave its core's L2 (with every thread reading
+  // every row, two threads ran each item ~1.45x slower than one, and the
+  // GEMMs scaled 1.15-1.5x; split by rows, 2x). Fewer rows: the threads
+  // share the panels instead.
+  const int64_t maxThreads = omp_get_max_threads();
+  const bool splitRows =
+      paddedM / kBlock >= maxThreads * kMinRowBlocksPerThread;
+
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads();
     const int64_t thread = omp_get_thread_num();
-    // Every thread multiplies every row, so all rows are rounded first.
-    const int64_t rowsPerThread = (paddedM + threads - 1) / threads;
-    convertRows(x, m, k, paddedK, std::min(paddedM, thread * rowsPerThread),
-                std::min(paddedM, (thread + 1) * rowsPerThread), a);
-#pragma omp barrier
-    // Work items are (chunk of rows, panel), chunk by chunk, handed out
-    // dynamically: the two cores' tile throughput drifts apart for seconds
-    // at a time on a shared host, and a static split waits for the slower.
-    configureTiles();
     alignas(64) float edge[kBlock * kBlock];
-    const int64_t chunks = (paddedM + chunkRows - 1) / chunkRows;
-    const int64_t items = chunks * panels;
-    // Multiplies item `item` by panel `b`, unpacking `next` (if any) into
-    // its buffer meanwhile, spread evenly over the chunk's products.
-    auto multiplyItem = [&](int64_t item, const uint16_t *b,
-                            PanelUnpacker *next, int64_t rowsPerBlock = 0) {
-      const int64_t chunk = item / panels * chunkRows, panel = item % panels;
-      const int64_t chunkEnd = std::min(paddedM, chunk + chunkRows);
+    // Multiplies rows [chunk, chunkEnd) by panel `panel` held in `b`,
+    // unpacking `next` (if any) meanwhile, spread evenly over the
+    // products, or `rowsPerBlock` tile rows after each block's.
+    auto multiplyPanel = [&](int64_t chunk, int64_t chunkEnd, int64_t panel,
+                             const uint16_t *b, PanelUnpacker *next,
+                             int64_t rowsPerBlock = 0) {
       const int64_t rowBlocks = (chunkEnd - chunk) / kBlock;
       if (next && rowsPerBlock == 0)
         rowsPerBlock = (next->remaining() + rowBlocks * kBlocks - 1) /
@@ -455,49 +456,111 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
                     yStride);
       }
     };
-    if (!weights.isBorrowed()) {
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t item = 0; item < items; ++item)
-        multiplyItem(item, weights.data.data() + item % panels * panelElements,
-                     nullptr);
-    } else if (paddedM == kBlock) {
-      // One block of rows: a panel's products are too few to hide the
-      // unpacking of the next panel, and tiles unpacked a whole panel
-      // before their products come back from L2. Each panel is unpacked
-      // kAheadBlocks K blocks ahead of its own products instead, so that
-      // its B tiles are loaded from L1 just after their stores.
-      uint16_t *buffer = scratch.panels.data() + 2 * thread * panelElements;
-      constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
-      for (int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
-           item < items;
-           item = nextItem.fetch_add(1, std::memory_order_relaxed)) {
-        PanelUnpacker panel(weights, item % panels, buffer);
-        panel.advance(kAheadBlocks * kRowsPerKBlock);
-        multiplyItem(item, buffer, &panel, kRowsPerKBlock);
-      }
-    } else {
-      // Borrowed panels are unpacked into two buffers a thread: each item
-      // is claimed one ahead, so that its panel unpacks under the tile
-      // products of the item before.
-      uint16_t *buffers[2] = {
-          scratch.panels.data() + 2 * thread * panelElements,
-          scratch.panels.data() + (2 * thread + 1) * panelElements};
-      int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
-      if (item < items) {
+    // Borrowed panels are unpacked into two buffers a thread: the thread's
+    // next (chunk, panel) item unpacks under the tile products of the one
+    // before. `claim` hands out the thread's items in order, -1 past them.
+    uint16_t *buffers[2] = {nullptr, nullptr};
+    if (weights.isBorrowed()) {
+      buffers[0] = scratch.panels.data() + 2 * thread * panelElements;
+      buffers[1] = buffers[0] + panelElements;
+    }
+    auto runBorrowed = [&](auto claim, auto rowsOf) {
+      int64_t item = claim();
+      if (item < 0)
+        return;
+      {
         PanelUnpacker first(weights, item % panels, buffers[0]);
         first.advance(first.remaining());
       }
-      for (int current = 0; item < items; current ^= 1) {
-        const int64_t following =
-            nextItem.fetch_add(1, std::memory_order_relaxed);
-        if (following >= items) {
-          multiplyItem(item, buffers[current], nullptr);
+      for (int current = 0; item >= 0; current ^= 1) {
+        const int64_t following = claim();
+        int64_t chunk, chunkEnd;
+        rowsOf(item, chunk, chunkEnd);
+        if (following < 0) {
+          multiplyPanel(chunk, chunkEnd, item % panels, buffers[current],
+                        nullptr);
           break;
         }
         PanelUnpacker next(weights, following % panels, buffers[current ^ 1]);
-        multiplyItem(item, buffers[current], &next);
+        multiplyPanel(chunk, chunkEnd, item % panels, buffers[current], &next);
         next.advance(next.remaining()); // what rounding left
         item = following;
+      }
+    };
+
+    if (splitRows) {
+      // This thread's rows, whole blocks of 32; no barrier: no other
+      // thread reads them.
+      const int64_t blocks = paddedM / kBlock;
+      const int64_t rowBegin = blocks * thread / threads * kBlock;
+      const int64_t rowEnd = blocks * (thread + 1) / threads * kBlock;
+      convertRows(x, m, k, paddedK, rowBegin, rowEnd, a);
+      configureTiles();
+      const int64_t chunks = (rowEnd - rowBegin + chunkRows - 1) / chunkRows;
+      const int64_t items = chunks * panels;
+      auto rowsOf = [&](int64_t item, int64_t &chunk, int64_t &chunkEnd) {
+        chunk = rowBegin + item / panels * chunkRows;
+        chunkEnd = std::min(rowEnd, chunk + chunkRows);
+      };
+      if (!weights.isBorrowed()) {
+        for (int64_t item = 0; item < items; ++item) {
+          int64_t chunk, chunkEnd;
+          rowsOf(item, chunk, chunkEnd);
+          multiplyPanel(chunk, chunkEnd, item % panels,
+                        weights.data.data() + item % panels * panelElements,
+                        nullptr);
+        }
+      } else {
+        int64_t claimed = 0;
+        runBorrowed([&] { return claimed < items ? claimed++ : -1; }, rowsOf);
+      }
+    } else {
+      // Every thread multiplies every row, so all rows are rounded first.
+      const int64_t rowsPerThread = (paddedM + threads - 1) / threads;
+      convertRows(x, m, k, paddedK, std::min(paddedM, thread * rowsPerThread),
+                  std::min(paddedM, (thread + 1) * rowsPerThread), a);
+#pragma omp barrier
+      // Work items are (chunk of rows, panel), chunk by chunk, handed out
+      // dynamically.
+      configureTiles();
+      const int64_t chunks = (paddedM + chunkRows - 1) / chunkRows;
+      const int64_t items = chunks * panels;
+      auto rowsOf = [&](int64_t item, int64_t &chunk, int64_t &chunkEnd) {
+        chunk = item / panels * chunkRows;
+        chunkEnd = std::min(paddedM, chunk + chunkRows);
+      };
+      if (!weights.isBorrowed()) {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t item = 0; item < items; ++item) {
+          int64_t chunk, chunkEnd;
+          rowsOf(item, chunk, chunkEnd);
+          multiplyPanel(chunk, chunkEnd, item % panels,
+                        weights.data.data() + item % panels * panelElements,
+                        nullptr);
+        }
+      } else if (paddedM == kBlock) {
+        // One block of rows: a panel's products are too few to hide the
+        // unpacking of the next panel, and tiles unpacked a whole panel
+        // before their products come back from L2. Each panel is unpacked
+        // kAheadBlocks K blocks ahead of its own products instead, so that
+        // its B tiles are loaded from L1 just after their stores.
+        constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
+        for (int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
+             item < items;
+             item = nextItem.fetch_add(1, std::memory_order_relaxed)) {
+          PanelUnpacker panel(weights, item % panels, buffers[0]);
+          panel.advance(kAheadBlocks * kRowsPerKBlock);
+          multiplyPanel(0, kBlock, item % panels, buffers[0], &panel,
+                        kRowsPerKBlock);
+        }
+      } else {
+        runBorrowed(
+            [&] {
+              const int64_t item =
+                  nextItem.fetch_add(1, std::memory_order_relaxed);
+              return item < items ? item : -1;
+            },
+            rowsOf);
       }
     }
     releaseTiles();

@@ -16,6 +16,17 @@
 // zeros. Activations are rounded to bf16 per call into a scratch of
 // rows padded to 32 and K padded to 32.
 //
+// Threads. With at least one block of 32 rows a thread, each thread
+// rounds its own contiguous rows to bf16 and multiplies them by every
+// panel, so its activations never leave its core's L2. Handing (chunk,
+// panel) items to whichever thread was free made every thread read every
+// row: each item then ran ~1.45x slower with two threads than with one,
+// and the GEMMs scaled 1.15-1.5x on the 2-vCPU AMX host; split by rows
+// they scale ~2x (gemm_bench, M = 512: qkv 0.58 -> 0.28 ms, the copy's
+// products now beside oneDNN's; `spanc bench engine` pp512 4 400 -> 5 500
+// tokens/s). A call of fewer rows (a span hit's 28) shares the panels
+// between the threads instead (items from a shared counter).
+//
 // Borrowed weights. A bf16 copy of every projection costs 2 bytes a weight
 // (SmolLM2: ~210 MB; an 8B model: 14 GiB) beside the 4/8-bit copy decode
 // reads. Weights borrowed from that copy (borrowAmxWeights) keep no bf16 of
@@ -23,8 +34,8 @@
 // panel unpacked into a per-thread buffer (96 KiB at K = 1 536, in L2)
 // while it unpacks the panel of the thread's next item into a second one,
 // a few tile rows after each block's products, so that the vector units
-// unpack while the tile unit multiplies; the items are claimed one ahead
-// from a shared counter. The unpacked values are the bf16 rounding of the
+// unpack while the tile unit multiplies. Split by rows, every thread
+// unpacks every panel (once per chunk of its rows). The unpacked values are the bf16 rounding of the
 // file's dequantized f32 (the GGUF reader's q * d + m: q * d is exact in
 // f32, so one FMA rounds as its multiply, then add), so a borrowed pack
 // and packAmxWeights of the dequantized matrix give the same bits.

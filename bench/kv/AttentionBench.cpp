@@ -6,7 +6,8 @@
 // (rope-in-kernel: attention rotates every key it reads), with f16 and f32
 // K/V elements, all in one process, interleaved per repetition so each
 // ratio is taken under the same machine load. Shapes:
-//   prefill: 512 new tokens after 1 536 cached (a 2k prompt's last chunk);
+//   prefill: a fresh 512-token prompt, and 512 new tokens after 1 536
+//            cached (a 2k prompt's last chunk);
 //   hit:     a 16-token tail over 4 096 cached tokens (a span-cache hit),
 //            and the default span mode's hits of bench/rag at 8 and 15
 //            documents (28 and 56 rows after 4 123 and 7 691 keys);
@@ -93,7 +94,8 @@ int main(int argc, char **argv) {
     }
   }
   omp_set_num_threads(threads);
-  const Shape shapes[] = {{"prefill 512 after 1536", 1, 2048, 512},
+  const Shape shapes[] = {{"prefill 512 (a fresh prompt)", 1, 512, 512},
+                          {"prefill 512 after 1536", 1, 2048, 512},
                           {"prefill 512 after 7680", 1, 8192, 512},
                           {"hit: 16-token tail over 4096", 1, 4096 + 16, 16},
                           {"hit: 28-token tail over 4123", 1, 4123 + 28, 28},

@@ -414,10 +414,10 @@ struct Step {
 
 /// One tile's fold over the steps of its item: its packed queries, its
 /// running state and the two steps in flight (the one being folded, the
-/// one being scored). The steps a tile is fed are a prefix of its group's
-/// steps (AmxGroup below), so the group packs each page once for all of
+/// one being scored). The steps a tile is fed are a prefix of its pass's
+/// steps (foldTilesAmx below), so the pass packs each page once for all of
 /// its tiles; the arithmetic of each row is the same whatever tiles share
-/// its group.
+/// its pass.
 struct TileFold {
   alignas(64) uint16_t queries[kMaxAmxHeadDim / 32 * 2 * kTileHalves];
   WeightTiles weights[kStepPages];
@@ -600,8 +600,8 @@ SPANC_AMX_STEP void TileFold::finish(TileState &tile, int headDim) {
 
 } // namespace
 
-/// The AMX path over a group of tiles of one sequence and KV head whose
-/// items start at one page: the group walks its pages four at a time,
+/// The AMX path over a page pass, tiles of one sequence and KV head whose
+/// items start at one page: the pass walks its pages four at a time,
 /// packs each page's K and V once (per thread through the block cache,
 /// when the call has one, else per step into one of two buffers) and
 /// feeds the step to every tile that sees a page of it.
@@ -620,18 +620,18 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
   thread_local std::vector<TileFold> folds;
   if (folds.size() < size_t(count))
     folds.resize(size_t(count));
-  int32_t groupEnd = leader.pageBegin;
-  int64_t groupLastLimit = std::numeric_limits<int64_t>::min();
+  int32_t passEnd = leader.pageBegin;
+  int64_t passLastLimit = std::numeric_limits<int64_t>::min();
   for (int index = 0; index < count; ++index) {
     folds[size_t(index)].begin(*tiles[index], headDim, itemStart,
                                items[index]->pageEnd);
-    groupEnd = std::max(groupEnd, items[index]->pageEnd);
-    groupLastLimit = std::max(groupLastLimit, folds[size_t(index)].lastLimit);
+    passEnd = std::max(passEnd, items[index]->pageEnd);
+    passLastLimit = std::max(passLastLimit, folds[size_t(index)].lastLimit);
   }
   // Without a block cache, the pages of two steps are packed here (per
   // thread, reused from call to call): a tile folds the step before the
   // one it is fed, and the steps every tile is fed are a prefix of the
-  // group's steps with a page present.
+  // pass's steps with a page present.
   uint16_t *stepTiles = nullptr;
   if (!blockCache) {
     thread_local std::vector<uint16_t> scratch;
@@ -647,8 +647,8 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
   // Whether some tile sees `page`, and where its K and V blocks start.
   auto locate = [&](int32_t page, const uint16_t *&keyBlock,
                     const uint16_t *&valueBlock) {
-    if (page >= groupEnd || batch.validTokens[page] == 0 ||
-        context.pageStarts[page] > groupLastLimit)
+    if (page >= passEnd || batch.validTokens[page] == 0 ||
+        context.pageStarts[page] > passLastLimit)
       return false;
     const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
                            leader.kvHead * kv.headStride;
@@ -680,7 +680,7 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
   configureAttentionTiles();
   int buffer = 0;
   for (int32_t first = leader.pageBegin;
-       first < groupEnd && context.pageStarts[first] <= groupLastLimit;
+       first < passEnd && context.pageStarts[first] <= passLastLimit;
        first += kStepPages) {
     prefetchStep(first);
     // The step's pages that some tile sees, packed.

@@ -488,80 +488,68 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
       }
     };
 
+    // The rows this thread multiplies: its own blocks of 32 when the
+    // threads split the rows (no barrier: no other thread reads them),
+    // else all of them, rounded by all threads first.
+    int64_t rowBegin = 0, rowEnd = paddedM;
     if (splitRows) {
-      // This thread's rows, whole blocks of 32; no barrier: no other
-      // thread reads them.
       const int64_t blocks = paddedM / kBlock;
-      const int64_t rowBegin = blocks * thread / threads * kBlock;
-      const int64_t rowEnd = blocks * (thread + 1) / threads * kBlock;
+      rowBegin = blocks * thread / threads * kBlock;
+      rowEnd = blocks * (thread + 1) / threads * kBlock;
       convertRows(x, m, k, paddedK, rowBegin, rowEnd, a);
-      configureTiles();
-      const int64_t chunks = (rowEnd - rowBegin + chunkRows - 1) / chunkRows;
-      const int64_t items = chunks * panels;
-      auto rowsOf = [&](int64_t item, int64_t &chunk, int64_t &chunkEnd) {
-        chunk = rowBegin + item / panels * chunkRows;
-        chunkEnd = std::min(rowEnd, chunk + chunkRows);
-      };
-      if (!weights.isBorrowed()) {
-        for (int64_t item = 0; item < items; ++item) {
-          int64_t chunk, chunkEnd;
-          rowsOf(item, chunk, chunkEnd);
-          multiplyPanel(chunk, chunkEnd, item % panels,
-                        weights.data.data() + item % panels * panelElements,
-                        nullptr);
-        }
-      } else {
-        int64_t claimed = 0;
-        runBorrowed([&] { return claimed < items ? claimed++ : -1; }, rowsOf);
-      }
     } else {
-      // Every thread multiplies every row, so all rows are rounded first.
       const int64_t rowsPerThread = (paddedM + threads - 1) / threads;
       convertRows(x, m, k, paddedK, std::min(paddedM, thread * rowsPerThread),
                   std::min(paddedM, (thread + 1) * rowsPerThread), a);
 #pragma omp barrier
-      // Work items are (chunk of rows, panel), chunk by chunk, handed out
-      // dynamically.
-      configureTiles();
-      const int64_t chunks = (paddedM + chunkRows - 1) / chunkRows;
-      const int64_t items = chunks * panels;
-      auto rowsOf = [&](int64_t item, int64_t &chunk, int64_t &chunkEnd) {
-        chunk = item / panels * chunkRows;
-        chunkEnd = std::min(paddedM, chunk + chunkRows);
-      };
+    }
+    configureTiles();
+    // Work items are (chunk of those rows, panel), chunk by chunk.
+    const int64_t chunks = (rowEnd - rowBegin + chunkRows - 1) / chunkRows;
+    const int64_t items = chunks * panels;
+    auto rowsOf = [&](int64_t item, int64_t &chunk, int64_t &chunkEnd) {
+      chunk = rowBegin + item / panels * chunkRows;
+      chunkEnd = std::min(rowEnd, chunk + chunkRows);
+    };
+    auto multiplyCopied = [&](int64_t item) {
+      int64_t chunk, chunkEnd;
+      rowsOf(item, chunk, chunkEnd);
+      multiplyPanel(chunk, chunkEnd, item % panels,
+                    weights.data.data() + item % panels * panelElements,
+                    nullptr);
+    };
+    // Shared between the threads, items are handed out dynamically.
+    auto claimShared = [&] {
+      const int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
+      return item < items ? item : -1;
+    };
+    if (splitRows) {
       if (!weights.isBorrowed()) {
-#pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t item = 0; item < items; ++item) {
-          int64_t chunk, chunkEnd;
-          rowsOf(item, chunk, chunkEnd);
-          multiplyPanel(chunk, chunkEnd, item % panels,
-                        weights.data.data() + item % panels * panelElements,
-                        nullptr);
-        }
-      } else if (paddedM == kBlock) {
-        // One block of rows: a panel's products are too few to hide the
-        // unpacking of the next panel, and tiles unpacked a whole panel
-        // before their products come back from L2. Each panel is unpacked
-        // kAheadBlocks K blocks ahead of its own products instead, so that
-        // its B tiles are loaded from L1 just after their stores.
-        constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
-        for (int64_t item = nextItem.fetch_add(1, std::memory_order_relaxed);
-             item < items;
-             item = nextItem.fetch_add(1, std::memory_order_relaxed)) {
-          PanelUnpacker panel(weights, item % panels, buffers[0]);
-          panel.advance(kAheadBlocks * kRowsPerKBlock);
-          multiplyPanel(0, kBlock, item % panels, buffers[0], &panel,
-                        kRowsPerKBlock);
-        }
+        for (int64_t item = 0; item < items; ++item)
+          multiplyCopied(item);
       } else {
-        runBorrowed(
-            [&] {
-              const int64_t item =
-                  nextItem.fetch_add(1, std::memory_order_relaxed);
-              return item < items ? item : -1;
-            },
-            rowsOf);
+        int64_t claimed = 0;
+        runBorrowed([&] { return claimed < items ? claimed++ : -1; }, rowsOf);
       }
+    } else if (!weights.isBorrowed()) {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t item = 0; item < items; ++item)
+        multiplyCopied(item);
+    } else if (paddedM == kBlock) {
+      // One block of rows: a panel's products are too few to hide the
+      // unpacking of the next panel, and tiles unpacked a whole panel
+      // before their products come back from L2. Each panel is unpacked
+      // kAheadBlocks K blocks ahead of its own products instead, so that
+      // its B tiles are loaded from L1 just after their stores.
+      constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
+      for (int64_t item = claimShared(); item >= 0; item = claimShared()) {
+        PanelUnpacker panel(weights, item % panels, buffers[0]);
+        panel.advance(kAheadBlocks * kRowsPerKBlock);
+        multiplyPanel(0, kBlock, item % panels, buffers[0], &panel,
+                      kRowsPerKBlock);
+      }
+    } else {
+      runBorrowed(claimShared, rowsOf);
     }
     releaseTiles();
   }

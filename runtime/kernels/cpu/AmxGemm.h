@@ -24,8 +24,11 @@
 // and the GEMMs scaled 1.15-1.5x on the 2-vCPU AMX host; split by rows
 // they scale ~2x (gemm_bench, M = 512: qkv 0.58 -> 0.28 ms, the copy's
 // products now beside oneDNN's; `spanc bench engine` pp512 4 400 -> 5 500
-// tokens/s). A call of fewer rows (a span hit's 28) shares the panels
-// between the threads instead (items from a shared counter).
+// tokens/s). The split is static, so a core slowed by a neighbour on a
+// shared host delays the call (dynamic items absorbed that; the figures
+// above are medians on such a host). A call of fewer rows (a span hit's
+// 28) shares the panels between the threads instead (items from a shared
+// counter).
 //
 // Borrowed weights. A bf16 copy of every projection costs 2 bytes a weight
 // (SmolLM2: ~210 MB; an 8B model: 14 GiB) beside the 4/8-bit copy decode

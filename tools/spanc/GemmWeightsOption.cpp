@@ -13,8 +13,8 @@ void addGemmWeightsOption(po::options_description &options) {
       "gemm-weights", po::value<std::string>()->default_value("borrowed"),
       "what the AMX prompt GEMMs of a Q4_1/Q8_0 model read: borrowed (the "
       "4/8-bit weights decode reads, unpacked per call) or copy (a bf16 copy "
-      "of each projection: 2 bytes a weight more memory, somewhat faster "
-      "prefill; same answers)");
+      "of each projection: 2 bytes a weight more memory, about the same "
+      "prefill speed; same answers)");
 }
 
 std::optional<bool> readGemmWeightsOption(const char *command,

@@ -4,8 +4,10 @@
 // On AMX hosts the prompt GEMMs of a Q4_1/Q8_0 model read the 4/8-bit
 // weights decode reads, unpacked per call (AmxGemm.h, "Borrowed weights"),
 // by default; `--gemm-weights=copy` keeps a bf16 copy of every projection
-// instead: 2 bytes a weight more resident for somewhat faster prefill (the
-// numbers are in bench/results/engine-amx.md). Both give the same bits.
+// instead: 2 bytes a weight more resident, for about the same prefill
+// speed since the GEMMs split their rows between threads (within a few
+// percent either way: bench/results/engine-amx.md). Both give the same
+// bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_TOOLS_SPANC_GEMMWEIGHTSOPTION_H

@@ -38,13 +38,16 @@
 // while it unpacks the panel of the thread's next item into a second one,
 // a few tile rows after each block's products, so that the vector units
 // unpack while the tile unit multiplies. Split by rows, every thread
-// unpacks every panel (once per chunk of its rows). The unpacked values are the bf16 rounding of the
-// file's dequantized f32 (the GGUF reader's q * d + m: q * d is exact in
-// f32, so one FMA rounds as its multiply, then add), so a borrowed pack
-// and packAmxWeights of the dequantized matrix give the same bits.
-// Unpacking costs ~0.1-0.2 ns a weight (a dozen vector instructions a tile
-// row) once per panel and chunk of rows, and overlaps the products only in
-// part: a 512-token SmolLM2 prefill takes ~7 % longer than from a copy.
+// unpacks every panel (once per chunk of its rows). The unpacked values
+// are the bf16 rounding of the file's dequantized f32 (the GGUF reader's
+// q * d + m: q * d is exact in f32, so one FMA rounds as its multiply,
+// then add), so a borrowed pack and packAmxWeights of the dequantized
+// matrix give the same bits. Unpacking costs ~0.1-0.2 ns a weight (a
+// dozen vector instructions a tile row) once per panel and chunk of rows
+// and overlaps the products only in part, yet a 512-token SmolLM2
+// prefill runs about as fast as from a copy since the row split (the
+// copy's threads each read every bf16 weight from memory; it was ~7 %
+// slower before).
 // A call of at most 32 rows (a span hit's, a short tail's) has too few
 // products to hide the next panel's unpacking, and a panel unpacked that
 // far ahead is read back from L2: each panel is unpacked whole tiles at a

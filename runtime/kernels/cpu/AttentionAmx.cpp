@@ -656,33 +656,11 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
     valueBlock = static_cast<const uint16_t *>(kv.values) + offset;
     return true;
   };
-  // The K and V blocks of the step after `first` not packed yet, towards
-  // L2 while this step is folded: blocks are a few KiB apart (one KV
-  // head's slice of each), a stride the hardware prefetchers do not
-  // follow across pages, and a hit folds its pages only a few times.
-  const int64_t blockBytes = blockElements * int64_t(sizeof(uint16_t));
-  auto prefetchStep = [&](int32_t first) {
-    for (int slot = 0; slot < kStepPages; ++slot) {
-      const int32_t page = first + kStepPages + slot;
-      const uint16_t *keyBlock, *valueBlock;
-      if (!locate(page, keyBlock, valueBlock) ||
-          (blockCache && blockCacheTags[page] == leader.kvHead + 1))
-        continue;
-      for (int64_t byte = 0; byte < blockBytes; byte += 64) {
-        _mm_prefetch(reinterpret_cast<const char *>(keyBlock) + byte,
-                     _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char *>(valueBlock) + byte,
-                     _MM_HINT_T1);
-      }
-    }
-  };
-
   configureAttentionTiles();
   int buffer = 0;
   for (int32_t first = leader.pageBegin;
        first < passEnd && context.pageStarts[first] <= passLastLimit;
        first += kStepPages) {
-    prefetchStep(first);
     // The step's pages that some tile sees, packed.
     StepPage packed[kStepPages];
     bool any = false;

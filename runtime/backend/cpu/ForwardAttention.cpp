@@ -56,12 +56,12 @@ llvm::Error CpuForwardPass::attentionBlock(const model::LayerWeights &layer,
       shape.numHeads = config.numHeads + config.numKvHeads;
       cpu::ropeLlamaCpp(shape, step.positions.data(), queryKeyValue.data());
     } else {
-      cpu::applyRope(cpu::RopeShape{numTokens, config.numHeads, qkvDim},
+      // A row is [Q heads | K heads | V heads]: one pass rotates Q and,
+      // unless the attention kernel rotates the keys, K.
+      const int64_t rotatedHeads =
+          config.numHeads + (ropeInKernel ? 0 : config.numKvHeads);
+      cpu::applyRope(cpu::RopeShape{numTokens, rotatedHeads, qkvDim},
                      model.rope(), step.positions.data(), queryKeyValue.data());
-      if (!ropeInKernel)
-        cpu::applyRope(cpu::RopeShape{numTokens, config.numKvHeads, qkvDim},
-                       model.rope(), step.positions.data(),
-                       queryKeyValue.data() + queryDim);
     }
   }
   {

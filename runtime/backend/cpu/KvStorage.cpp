@@ -4,6 +4,7 @@
 
 #include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/VectorMath.h"
 
 #include <sys/mman.h>
 
@@ -15,6 +16,9 @@ namespace spanc::backend {
 namespace {
 
 using kernels::kMaxHeadDim;
+
+/// Runs x heads from which a write is split between the threads.
+constexpr int64_t kMinParallelRuns = 8;
 
 /// Stores one run of `count` (<= 16) tokens into consecutive slots
 /// [firstSlot, firstSlot + count) of one block and head, any precision.
@@ -33,8 +37,9 @@ void writeRunScalar(int headDim, int blockSize, int firstSlot, int count,
   }
 }
 
-/// The same for 16-slot blocks and headDim % 16 == 0: K's transpose is one
-/// gather of the run's tokens per dimension (a 16-lane column of the
+/// The same for 16-slot blocks and headDim % 16 == 0: K's transpose is, for
+/// a whole block, 16 token rows of 16 dims transposed in registers, else
+/// one gather of the run's tokens per dimension (a 16-lane column of the
 /// token-major rows), stored as one masked row of the dimension-major block.
 template <typename Element>
 SPANC_AVX512 void writeRunAvx512(int headDim, int firstSlot, int count,
@@ -63,6 +68,17 @@ SPANC_AVX512 void writeRunAvx512(int headDim, int firstSlot, int count,
       Element *out = keyBlock + firstSlot + index;
       for (int dim = 0; dim < headDim; ++dim)
         out[dim * 16] = row[dim];
+    }
+  } else if (count == 16) {
+    for (int chunk = 0; chunk < headDim; chunk += 16) {
+      __m512i rows[16];
+      for (int index = 0; index < 16; ++index)
+        rows[index] = _mm512_castps_si512(
+            _mm512_loadu_ps(keys + index * rowStride + chunk));
+      cpu::transpose16(rows);
+      for (int dim = 0; dim < 16; ++dim)
+        cpu::store16(keyBlock + (chunk + dim) * 16,
+                     _mm512_castsi512_ps(rows[dim]));
     }
   } else {
     for (int dim = 0; dim < headDim; ++dim) {
@@ -215,15 +231,20 @@ void KvStorage::writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
         slotIndices[token] != slotIndices[token - 1] + 1)
       runStarts_.push_back(token);
   runStarts_.push_back(count);
-  // One thread: a 512-token chunk of one layer takes ~0.1 ms here, less
-  // than an OpenMP region costs on a busy machine (measured 100x slower
-  // with 2 threads under load, bench/results/kv-attention.md).
+  // A prompt's runs are split between the threads (the main thread alone
+  // wrote a 512-token chunk of a layer in ~0.06 ms while the others
+  // waited, 2 % of a prefill); a decode step's few runs cost less than
+  // waking them. Runs sharing a block write disjoint slots, with masked
+  // or per-element stores.
   const int64_t numRuns = int64_t(runStarts_.size()) - 1;
-  for (int64_t run = 0; run < numRuns; ++run)
-    for (int head = 0; head < numHeads; ++head)
-      writeRun(runStarts_[size_t(run)],
-               int(runStarts_[size_t(run + 1)] - runStarts_[size_t(run)]),
-               head);
+  const int64_t items = numRuns * numHeads;
+#pragma omp parallel for schedule(static) if (items >= kMinParallelRuns)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t run = item / numHeads;
+    writeRun(runStarts_[size_t(run)],
+             int(runStarts_[size_t(run + 1)] - runStarts_[size_t(run)]),
+             int(item % numHeads));
+  }
 }
 
 void KvStorage::copyBlock(int64_t source, int64_t destination) {

@@ -160,29 +160,61 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   finishItem(context, item, tile, partial, output);
 }
 
+/// The rows of an AMX tile: limits, query and output places (the tile
+/// reads and writes them directly; setUpTile's copies and finishItem's
+/// pass cost as much as folding a few pages).
+void describeAmxTile(const CallContext &context, const AttentionWorkItem &item,
+                     float *partial, float *output, AmxTileRows &tile) {
+  const PagedAttentionShape &shape = *context.shape;
+  const PagedAttentionBatch &batch = *context.batch;
+  const int groupSize = shape.numQueryHeads / shape.numKvHeads;
+  const int32_t firstQueryRow = batch.queryOffsets[item.sequence];
+  const int64_t numQueries =
+      batch.queryOffsets[item.sequence + 1] - firstQueryRow;
+  const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
+  const int64_t length = context.pageStarts[sequencePages - 1] +
+                         batch.validTokens[sequencePages - 1];
+  const int32_t *queryIndices =
+      batch.queryIndices ? batch.queryIndices + firstQueryRow : nullptr;
+  tile.rows = item.numRows;
+  // Span pages of a scaled sequence score at the span temperature.
+  tile.scale = item.spanPages
+                   ? shape.scale / batch.spanScaling[item.sequence].temperature
+                   : shape.scale;
+  tile.partial = partial;
+  for (int row = 0; row < tile.rows; ++row) {
+    const int tileRow = item.firstRow + row;
+    const int64_t token = tileRow / groupSize;
+    const int64_t head = item.kvHead * groupSize + tileRow % groupSize;
+    tile.limit[row] =
+        queryIndices ? queryIndices[token] : length - numQueries + token;
+    tile.query[row] = context.queries +
+                      (firstQueryRow + token) * shape.queryRowStride +
+                      head * shape.headDim;
+    tile.output[row] = output +
+                       (firstQueryRow + token) * shape.outputRowStride +
+                       head * shape.headDim;
+  }
+}
+
 /// Runs the AMX work items of one page pass (tiles of one sequence and KV
 /// head whose items start at one page) together.
 void runPassAmx(const CallContext &context,
                 const AttentionWorkItem *const *items, int count,
                 float *partials, float *output, float *blockCache,
                 int32_t *blockCacheTags) {
-  thread_local std::vector<TileState> tiles;
-  if (tiles.size() < size_t(count))
-    tiles.resize(size_t(count));
-  TileState *tilePointers[kMaxPassTiles];
-  for (int index = 0; index < count; ++index) {
-    setUpTile(context, *items[index], false, tiles[size_t(index)]);
-    tilePointers[index] = &tiles[size_t(index)];
-  }
-  foldTilesAmx(context, items, tilePointers, count, blockCache, blockCacheTags);
   const int64_t stateFloats = int64_t(kMaxRows) * (2 + context.shape->headDim);
+  AmxTileRows tiles[kMaxPassTiles];
+  const AmxTileRows *tilePointers[kMaxPassTiles];
   for (int index = 0; index < count; ++index) {
     const AttentionWorkItem &item = *items[index];
-    finishItem(context, item, tiles[size_t(index)],
-               item.partial >= 0 ? partials + item.partial * stateFloats
-                                 : nullptr,
-               output);
+    describeAmxTile(context, item,
+                    item.partial >= 0 ? partials + item.partial * stateFloats
+                                      : nullptr,
+                    output, tiles[index]);
+    tilePointers[index] = &tiles[index];
   }
+  foldTilesAmx(context, items, tilePointers, count, blockCache, blockCacheTags);
 }
 
 /// The split states of one kind of pages of a row, combined: the
@@ -499,13 +531,17 @@ void pagedAttention(const PagedAttentionShape &shape,
   order.resize(size_t(numItems));
   for (int64_t index = 0; index < numItems; ++index)
     order[size_t(index)] = int32_t(index);
-  // Ties keep the plan's order (tile by tile); std::sort with the index as
-  // the last key, not std::stable_sort, which allocates on every call.
+  // Within a range, the tiles that see the most pages first: the passes
+  // cut from it then run heaviest first under the dynamic schedule below,
+  // so the call ends on light passes instead of a thread idling while the
+  // other folds the last, longest tiles. Ties keep the plan's order;
+  // std::sort with the index as the last key, not std::stable_sort, which
+  // allocates on every call.
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     const AttentionWorkItem &x = workspace.items[size_t(a)];
     const AttentionWorkItem &y = workspace.items[size_t(b)];
-    return std::tie(x.sequence, x.kvHead, x.pageBegin, a) <
-           std::tie(y.sequence, y.kvHead, y.pageBegin, b);
+    return std::tie(x.sequence, x.kvHead, x.pageBegin, y.pageEnd, a) <
+           std::tie(y.sequence, y.kvHead, y.pageBegin, x.pageEnd, b);
   });
   // Page passes: runs of `order` that one thread folds together. The AMX
   // tiles of one sequence, KV head and first page share a pass (each of

@@ -110,35 +110,6 @@ SPANC_AVX512BF16 inline SplitPairs splitPairs(__m512 even, __m512 odd) {
   return {high, low};
 }
 
-/// rows[i] (16 lanes of 32 bits) become columns: rows[j] lane i = old
-/// rows[i] lane j.
-SPANC_AVX512BF16 inline void transpose16(__m512i (&rows)[16]) {
-  __m512i pairs[16], quads[16];
-  for (int i = 0; i < 16; i += 2) {
-    pairs[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
-    pairs[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
-  }
-  // quads[4k + m], 128-bit lane L: rows 4k..4k+3 of column 4L + m.
-  for (int k = 0; k < 16; k += 4) {
-    quads[k] = _mm512_unpacklo_epi64(pairs[k], pairs[k + 2]);
-    quads[k + 1] = _mm512_unpackhi_epi64(pairs[k], pairs[k + 2]);
-    quads[k + 2] = _mm512_unpacklo_epi64(pairs[k + 1], pairs[k + 3]);
-    quads[k + 3] = _mm512_unpackhi_epi64(pairs[k + 1], pairs[k + 3]);
-  }
-  for (int m = 0; m < 4; ++m) {
-    const __m512i low01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0x44);
-    const __m512i high01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0xee);
-    const __m512i low23 =
-        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0x44);
-    const __m512i high23 =
-        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0xee);
-    rows[m] = _mm512_shuffle_i32x4(low01, low23, 0x88);
-    rows[4 + m] = _mm512_shuffle_i32x4(low01, low23, 0xdd);
-    rows[8 + m] = _mm512_shuffle_i32x4(high01, high23, 0x88);
-    rows[12 + m] = _mm512_shuffle_i32x4(high01, high23, 0xdd);
-  }
-}
-
 SPANC_AVX512BF16 inline void storeTile(const __m512i (&rows)[16],
                                        uint16_t *out) {
   for (int row = 0; row < 16; ++row)
@@ -192,19 +163,24 @@ SPANC_AVX512BF16 void packValueTiles(const Element *values, int valid,
 /// The tile's scaled queries as B tiles: per 32 dims a high-part tile then
 /// a low-part tile, each 16 dimension pairs x 16 rows (rows past the tile
 /// zero queries: they score zero everywhere and are never written).
-SPANC_AVX512BF16 void packQueryTiles(const TileState &tile, int headDim,
+SPANC_AVX512BF16 void packQueryTiles(const AmxTileRows &tile, int headDim,
                                      uint16_t *out) {
+  const __m512 scale = _mm512_set1_ps(tile.scale);
+  // Scores in log2 units: the weights are then powers of two.
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
   for (int chunk = 0; chunk < headDim / 32; ++chunk) {
     __m512i high[16], low[16];
     for (int row = 0; row < 16; ++row) {
-      const float *query = tile.query + row * headDim + chunk * 32;
       const bool inside = row < tile.rows;
-      // Scores in log2 units: the weights are then powers of two.
-      const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-      const __m512 first = inside ? _mm512_mul_ps(_mm512_loadu_ps(query), log2e)
-                                  : _mm512_setzero_ps();
+      const float *query = inside ? tile.query[row] + chunk * 32 : nullptr;
+      // (q * scale) * log2 e: the scaled query rounds as the other paths'.
+      const __m512 first =
+          inside ? _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(query), scale),
+                                 log2e)
+                 : _mm512_setzero_ps();
       const __m512 second =
-          inside ? _mm512_mul_ps(_mm512_loadu_ps(query + 16), log2e)
+          inside ? _mm512_mul_ps(
+                       _mm512_mul_ps(_mm512_loadu_ps(query + 16), scale), log2e)
                  : _mm512_setzero_ps();
       // Consecutive dims pair up: bf16 of dims 0..31 in order.
       high[row] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first));
@@ -428,7 +404,7 @@ struct TileFold {
   int current = 0;
   bool started = false, finished = false;
 
-  SPANC_AMX_STEP void begin(const TileState &tile, int headDim,
+  SPANC_AMX_STEP void begin(const AmxTileRows &tile, int headDim,
                             int64_t itemStart, int32_t itemPageEnd);
   /// Folds the step in flight with `next` scored beside it, or, with
   /// `next` null, the last step.
@@ -436,10 +412,11 @@ struct TileFold {
   /// Feeds one step (at least one page present): scores it, and folds the
   /// step before it.
   SPANC_AMX_STEP void feed(const StepPage (&pages)[kStepPages], int headDim);
-  SPANC_AMX_STEP void finish(TileState &tile, int headDim);
+  /// Folds the last step and writes the tile's result.
+  SPANC_AMX_STEP void finish(const AmxTileRows &tile, int headDim);
 };
 
-SPANC_AMX_STEP void TileFold::begin(const TileState &tile, int headDim,
+SPANC_AMX_STEP void TileFold::begin(const AmxTileRows &tile, int headDim,
                                     int64_t itemStart, int32_t itemPageEnd) {
   packQueryTiles(tile, headDim, queries);
   for (WeightTiles &tiles : weights)
@@ -577,24 +554,42 @@ SPANC_AMX_STEP void TileFold::advance(const StepPage *nextPages, int headDim) {
   current = 1 - current;
 }
 
-SPANC_AMX_STEP void TileFold::finish(TileState &tile, int headDim) {
+SPANC_AMX_STEP void TileFold::finish(const AmxTileRows &tile, int headDim) {
   finished = true;
   if (started)
     advance(nullptr, headDim);
-  // Back to rows: the tile state's max (in natural log units again), sum
-  // and accumulator.
-  _mm512_store_ps(tile.maxScore,
+  // Back to rows: the normalized output rows (acc * (1 / sum), 0 for a row
+  // that saw nothing), or a split's state with its max in natural log
+  // units again.
+  alignas(64) float maxima[16], sums[16], inverses[16];
+  const __mmask16 seen =
+      _mm512_cmp_ps_mask(state.sum, _mm512_setzero_ps(), _CMP_GT_OQ);
+  _mm512_store_ps(maxima,
                   _mm512_mul_ps(state.max, _mm512_set1_ps(0.693147180559945f)));
-  _mm512_store_ps(tile.sum, state.sum);
+  _mm512_store_ps(sums, state.sum);
+  _mm512_store_ps(inverses,
+                  _mm512_maskz_div_ps(seen, _mm512_set1_ps(1.0f), state.sum));
+  const int stateStride = 2 + headDim;
+  if (tile.partial)
+    for (int row = 0; row < tile.rows; ++row) {
+      tile.partial[row * stateStride] = maxima[row];
+      tile.partial[row * stateStride + 1] = sums[row];
+    }
   for (int chunk = 0; chunk < headDim / 16; ++chunk) {
     __m512i columns[16];
     for (int dim = 0; dim < 16; ++dim)
       columns[dim] =
           _mm512_load_si512(state.accumulator + (chunk * 16 + dim) * 16);
     transpose16(columns);
-    for (int row = 0; row < tile.rows; ++row)
-      _mm512_storeu_si512(tile.accumulator + row * headDim + chunk * 16,
-                          columns[row]);
+    for (int row = 0; row < tile.rows; ++row) {
+      const __m512 values = _mm512_castsi512_ps(columns[row]);
+      if (tile.partial)
+        _mm512_storeu_ps(tile.partial + row * stateStride + 2 + chunk * 16,
+                         values);
+      else
+        _mm512_storeu_ps(tile.output[row] + chunk * 16,
+                         _mm512_mul_ps(values, _mm512_set1_ps(inverses[row])));
+    }
   }
 }
 
@@ -607,7 +602,7 @@ SPANC_AMX_STEP void TileFold::finish(TileState &tile, int headDim) {
 /// feeds the step to every tile that sees a page of it.
 SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
                                  const AttentionWorkItem *const *items,
-                                 TileState *const *tiles, int count,
+                                 const AmxTileRows *const *tiles, int count,
                                  float *blockCache, int32_t *blockCacheTags) {
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;

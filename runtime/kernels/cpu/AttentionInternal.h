@@ -120,12 +120,26 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
 /// The most tiles one page pass folds together (Attention.cpp).
 constexpr int kMaxPassTiles = 16;
 
+/// An AMX tile's rows: each row's last visible logical key, where its
+/// query is read (scaled by `scale` as the tile packs it, so no row is
+/// copied first) and where its result goes: its normalized output row,
+/// or, for one split of a group, its state in `partial` (max, sum, then
+/// the accumulator, per row).
+struct AmxTileRows {
+  int rows = 0;
+  float scale = 1;
+  int64_t limit[kMaxRows];
+  const float *query[kMaxRows];
+  float *output[kMaxRows];
+  float *partial = nullptr;
+};
+
 /// The AMX path over a page pass (f16 K/V, headDim % 32 == 0 and at most
 /// kMaxAmxHeadDim): `count` (at most kMaxPassTiles) items of one sequence
-/// and KV head that start at one page, each with its set-up tile.
+/// and KV head that start at one page, each with its rows.
 void foldTilesAmx(const CallContext &context,
                   const AttentionWorkItem *const *items,
-                  TileState *const *tiles, int count, float *blockCache,
+                  const AmxTileRows *const *tiles, int count, float *blockCache,
                   int32_t *blockCacheTags);
 
 /// Copies the block's K for one head into `out` as f32 with each slot
@@ -133,7 +147,8 @@ void foldTilesAmx(const CallContext &context,
 /// pair's two dimension rows are two vectors, its cos/sin at the 16
 /// consecutive logical indices two loads from the pair-major table (slots
 /// past the valid ones are rotated too, by the next positions' angles, and
-/// never scored). Same arithmetic as rotateHead (a*c - b*s, a*s + b*c).
+/// never scored). rotateHead's formula (a*c - b*s, a*s + b*c), though
+/// not its bits: the compiler fuses a product and the sum into an FMA.
 /// Instantiated for f32 and f16 in AttentionAvx512.cpp; the AMX path packs
 /// the rotated keys.
 template <typename Element>

@@ -21,6 +21,35 @@
 
 namespace spanc::cpu {
 
+/// rows[i] (16 lanes of 32 bits) become columns: rows[j] lane i = old
+/// rows[i] lane j.
+SPANC_AVX512 inline void transpose16(__m512i (&rows)[16]) {
+  __m512i pairs[16], quads[16];
+  for (int i = 0; i < 16; i += 2) {
+    pairs[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  // quads[4k + m], 128-bit lane L: rows 4k..4k+3 of column 4L + m.
+  for (int k = 0; k < 16; k += 4) {
+    quads[k] = _mm512_unpacklo_epi64(pairs[k], pairs[k + 2]);
+    quads[k + 1] = _mm512_unpackhi_epi64(pairs[k], pairs[k + 2]);
+    quads[k + 2] = _mm512_unpacklo_epi64(pairs[k + 1], pairs[k + 3]);
+    quads[k + 3] = _mm512_unpackhi_epi64(pairs[k + 1], pairs[k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i low01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0x44);
+    const __m512i high01 = _mm512_shuffle_i32x4(quads[m], quads[4 + m], 0xee);
+    const __m512i low23 =
+        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0x44);
+    const __m512i high23 =
+        _mm512_shuffle_i32x4(quads[8 + m], quads[12 + m], 0xee);
+    rows[m] = _mm512_shuffle_i32x4(low01, low23, 0x88);
+    rows[4 + m] = _mm512_shuffle_i32x4(low01, low23, 0xdd);
+    rows[8 + m] = _mm512_shuffle_i32x4(high01, high23, 0x88);
+    rows[12 + m] = _mm512_shuffle_i32x4(high01, high23, 0xdd);
+  }
+}
+
 /// 16 lanes of (even, odd) bf16 pairs from two vectors of f32, rounded to
 /// nearest even: lane i holds even[i] in its low half and odd[i] in its
 /// high half, AMX's order for the K pairs of a B tile (and of the A tiles

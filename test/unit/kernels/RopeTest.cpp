@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/cpu/Rope.h"
 
+#include "runtime/kernels/FloatBits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "test/unit/kernels/ErrorBounds.h"
 
@@ -126,6 +127,46 @@ TEST(CpuRope, PartialRotaryDimLeavesTheRestAlone) {
 
 TEST(CpuRope, LinearScalingDividesThePosition) {
   checkApplyRope(RopeOrder::Normal, RopeScaling::Linear, 4, 64, 64);
+}
+
+TEST(CpuRope, EveryPathRotatesToRotateHeadsBits) {
+  // applyRope's vector path must round as rotateHead does (the AVX-512
+  // rows of a prompt and the scalar rotation of a relocated or decoded
+  // key meet in one cache). Shapes on and off the vector path's multiples.
+  struct Case {
+    RopeOrder order;
+    int headDim, rotaryDim;
+  };
+  for (const Case &c :
+       {Case{RopeOrder::Normal, 64, 64}, Case{RopeOrder::Normal, 128, 96},
+        Case{RopeOrder::Normal, 64, 40}, Case{RopeOrder::NeoX, 64, 64},
+        Case{RopeOrder::NeoX, 128, 64}, Case{RopeOrder::NeoX, 64, 48}}) {
+    RopeConfig config;
+    config.headDim = c.headDim;
+    config.rotaryDim = c.rotaryDim;
+    config.order = c.order;
+    RopeTable table(config, 8192);
+    const int numHeads = 5, rows = 7;
+    const int64_t stride = numHeads * c.headDim + 3;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    std::vector<float> x(size_t(rows * stride));
+    for (float &value : x)
+      value = normal(rng);
+    std::vector<float> expected = x;
+    const std::vector<int32_t> positions = {0, 1, 15, 16, 777, 4095, 8191};
+    applyRope(RopeShape{rows, numHeads, stride}, table, positions.data(),
+              x.data());
+    for (int row = 0; row < rows; ++row)
+      for (int head = 0; head < numHeads; ++head)
+        rotateHead(c.order, c.rotaryDim, table.row(positions[size_t(row)]),
+                   expected.data() + row * stride + head * c.headDim, 1);
+    for (size_t index = 0; index < x.size(); ++index)
+      ASSERT_EQ(spanc::kernels::floatToBits(x[index]),
+                spanc::kernels::floatToBits(expected[index]))
+          << "order " << int(c.order) << " head dim " << c.headDim
+          << " rotary dim " << c.rotaryDim << " element " << index;
+  }
 }
 
 TEST(CpuRope, RotationsComposeByAddingPositions) {

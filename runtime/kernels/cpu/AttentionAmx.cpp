@@ -48,6 +48,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -230,6 +231,10 @@ struct StepPage {
   bool whole = false;
 };
 
+/// A step's pages, copied as one value (a plain array went through a
+/// memmove call per tile and step).
+using StepPages = std::array<StepPage, kStepPages>;
+
 /// The running state of the tile, transposed: lane = row.
 struct LaneState {
   __m512 max, sum;
@@ -382,7 +387,7 @@ SPANC_AMX_STEP inline void pageWeights(const StepPage &page,
 /// A step's pages, their scores and the per-key visibility of the pages
 /// some row does not wholly see.
 struct Step {
-  StepPage pages[kStepPages];
+  StepPages pages;
   alignas(64) float scores[kStepPages][16 * 16];
   __mmask16 visible[kStepPages][16];
   __m512 max; ///< the step's max per lane
@@ -408,10 +413,10 @@ struct TileFold {
                             int64_t itemStart, int32_t itemPageEnd);
   /// Folds the step in flight with `next` scored beside it, or, with
   /// `next` null, the last step.
-  SPANC_AMX_STEP void advance(const StepPage *next, int headDim);
+  SPANC_AMX_STEP void advance(const StepPages *next, int headDim);
   /// Feeds one step (at least one page present): scores it, and folds the
   /// step before it.
-  SPANC_AMX_STEP void feed(const StepPage (&pages)[kStepPages], int headDim);
+  SPANC_AMX_STEP void feed(const StepPages &pages, int headDim);
   /// Folds the last step and writes the tile's result.
   SPANC_AMX_STEP void finish(const AmxTileRows &tile, int headDim);
 };
@@ -450,15 +455,14 @@ SPANC_AMX_STEP void TileFold::begin(const AmxTileRows &tile, int headDim,
 // products, and step i's P.V products page by page between the max
 // passes over step i + 1's scores (each phase alone is a long run of
 // one kind of instruction that the out-of-order window cannot bridge).
-SPANC_AMX_STEP void TileFold::feed(const StepPage (&pages)[kStepPages],
-                                   int headDim) {
+SPANC_AMX_STEP void TileFold::feed(const StepPages &pages, int headDim) {
   if (started) {
-    advance(pages, headDim);
+    advance(&pages, headDim);
     return;
   }
   started = true;
   Step &step = steps[current];
-  std::copy(pages, pages + kStepPages, step.pages);
+  step.pages = pages;
   for (int slot = 0; slot < kStepPages; ++slot)
     if (step.pages[slot].keys)
       scorePage(slot, headDim, queries, step.pages[slot].keys);
@@ -473,14 +477,14 @@ SPANC_AMX_STEP void TileFold::feed(const StepPage (&pages)[kStepPages],
                                           state.limit, step.visible[slot]));
 }
 
-SPANC_AMX_STEP void TileFold::advance(const StepPage *nextPages, int headDim) {
+SPANC_AMX_STEP void TileFold::advance(const StepPages *nextPages, int headDim) {
   const __m512 negativeInfinity =
       _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   Step &step = steps[current];
   Step &next = steps[1 - current];
   const bool hasNext = nextPages != nullptr;
   if (hasNext)
-    std::copy(nextPages, nextPages + kStepPages, next.pages);
+    next.pages = *nextPages;
 
   // This step's max, correction and weights, between the next step's
   // score products.
@@ -657,7 +661,7 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
        first < passEnd && context.pageStarts[first] <= passLastLimit;
        first += kStepPages) {
     // The step's pages that some tile sees, packed.
-    StepPage packed[kStepPages];
+    StepPages packed;
     bool any = false;
     for (int slot = 0; slot < kStepPages; ++slot) {
       const int32_t page = first + slot;
@@ -700,7 +704,7 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
     // rows' limits.
     for (int index = 0; index < count; ++index) {
       TileFold &fold = folds[size_t(index)];
-      StepPage pages[kStepPages];
+      StepPages pages;
       bool sees = false;
       for (int slot = 0; slot < kStepPages; ++slot) {
         const int32_t page = first + slot;

@@ -218,51 +218,6 @@ private:
   alignas(64) float scale[16] = {}, minimum[16] = {};
 };
 
-/// Applies a non-Store epilogue to a finished block held in `block` (32
-/// rows of 32), of which `height` rows and `width` columns are real.
-SPANC_AVX512 void finishBlock(AmxEpilogue epilogue, const float *block,
-                              int64_t height, int64_t width, float *y,
-                              int64_t yStride) {
-  for (int64_t r = 0; r < height; ++r) {
-    const float *products = block + r * kBlock;
-    float *out = y + r * yStride;
-    if (epilogue == AmxEpilogue::SwiGlu) {
-      // Columns 0-15: gate, 16-31: up, of the same 16 outputs.
-      _mm512_storeu_ps(out, swiGlu512(_mm512_load_ps(products),
-                                      _mm512_load_ps(products + 16)));
-      continue;
-    }
-    int64_t c = 0;
-    for (; c + 16 <= width; c += 16)
-      _mm512_storeu_ps(out + c, _mm512_add_ps(_mm512_loadu_ps(out + c),
-                                              _mm512_load_ps(products + c)));
-    for (; c < width; ++c)
-      out[c] += products[c];
-  }
-}
-
-/// A finished block whose epilogue runs a few rows at a time between the
-/// next block's products: by then its tile stores have landed, and the
-/// vector work overlaps the tile unit's. Run at once after its own
-/// products, the epilogue's loads waited for those stores (7 % of a
-/// prefill's samples sat on them).
-struct PendingEpilogue {
-  AmxEpilogue epilogue = AmxEpilogue::Store;
-  const float *block = nullptr;
-  int64_t height = 0, width = 0, row = 0;
-  float *y = nullptr;
-  int64_t yStride = 0;
-
-  int64_t remaining() const { return height - row; }
-  void advance(int64_t rows) {
-    const int64_t end = std::min(height, row + rows);
-    if (row < end)
-      finishBlock(epilogue, block + row * kBlock, end - row, width,
-                  y + row * yStride, yStride);
-    row = end;
-  }
-};
-
 /// The four products of K block `block` into the 2x2 accumulators (tiles
 /// 0-3). Each load is issued right before its first product so that it
 /// overlaps the previous product.
@@ -283,32 +238,26 @@ multiplyKBlock(const char *rows0, const char *rows16, int64_t aRowBytes,
 /// C[32][32] = A[32][K] * B-panel over kBlocks blocks of 32.
 ///
 /// `next`, if given, unpacks another panel meanwhile, `rowsPerBlock` tile
-/// rows after each block's products; `pending`, if given, finishes the
-/// previous block's epilogue meanwhile, spread evenly over the products.
+/// rows after each block's products; without one the loop holds the
+/// products alone.
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
                       "avx512bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,
               int64_t kBlocks, float *c, int64_t cRowBytes,
-              PanelUnpacker *next = nullptr, int64_t rowsPerBlock = 0,
-              PendingEpilogue *pending = nullptr) {
+              PanelUnpacker *next = nullptr, int64_t rowsPerBlock = 0) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   const char *rows0 = reinterpret_cast<const char *>(a);
   const char *rows16 = rows0 + 16 * aRowBytes;
-  const int64_t epilogueRows =
-      pending ? (pending->remaining() + kBlocks - 1) / kBlocks : 0;
-  if (!next && epilogueRows == 0) {
+  if (!next) {
     for (int64_t block = 0; block < kBlocks; ++block)
       multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
   } else {
     for (int64_t block = 0; block < kBlocks; ++block) {
       multiplyKBlock(rows0, rows16, aRowBytes, panel, block);
-      if (next)
-        next->advance(rowsPerBlock);
-      if (epilogueRows)
-        pending->advance(epilogueRows);
+      next->advance(rowsPerBlock);
     }
   }
   char *out = reinterpret_cast<char *>(c);
@@ -330,6 +279,29 @@ void convertRows(const float *x, int64_t m, int64_t k, int64_t paddedK,
     } else {
       std::fill(destination, destination + paddedK, uint16_t(0));
     }
+  }
+}
+
+/// Applies a non-Store epilogue to a finished block held in `block` (32
+/// rows of 32), of which `height` rows and `width` columns are real.
+SPANC_AVX512 void finishBlock(AmxEpilogue epilogue, const float *block,
+                              int64_t height, int64_t width, float *y,
+                              int64_t yStride) {
+  for (int64_t r = 0; r < height; ++r) {
+    const float *products = block + r * kBlock;
+    float *out = y + r * yStride;
+    if (epilogue == AmxEpilogue::SwiGlu) {
+      // Columns 0-15: gate, 16-31: up, of the same 16 outputs.
+      _mm512_storeu_ps(out, swiGlu512(_mm512_load_ps(products),
+                                      _mm512_load_ps(products + 16)));
+      continue;
+    }
+    int64_t c = 0;
+    for (; c + 16 <= width; c += 16)
+      _mm512_storeu_ps(out + c, _mm512_add_ps(_mm512_loadu_ps(out + c),
+                                              _mm512_load_ps(products + c)));
+    for (; c < width; ++c)
+      out[c] += products[c];
   }
 }
 
@@ -447,12 +419,7 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
   {
     const int64_t threads = omp_get_num_threads();
     const int64_t thread = omp_get_thread_num();
-    // A non-Store block goes through one of two local blocks: its epilogue
-    // (`pending`) runs under the products of the thread's next block, or
-    // after its last.
-    alignas(64) float edges[2][kBlock * kBlock];
-    int edgeIndex = 0;
-    PendingEpilogue pending;
+    alignas(64) float edge[kBlock * kBlock];
     // Multiplies rows [chunk, chunkEnd) by panel `panel` held in `b`,
     // unpacking `next` (if any) meanwhile, spread evenly over the
     // products, or `rowsPerBlock` tile rows after each block's.
@@ -472,23 +439,21 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
         if (epilogue == AmxEpilogue::Store && height == kBlock &&
             width == kBlock) {
           multiplyBlock(rows, aRowBytes, b, kBlocks, out + row * yStride,
-                        yStride * 4, next, rowsPerBlock, &pending);
+                        yStride * 4, next, rowsPerBlock);
           continue;
         }
         // The block goes through a local tile; only its real part reaches
         // y.
-        float *edge = edges[edgeIndex];
-        edgeIndex ^= 1;
         multiplyBlock(rows, aRowBytes, b, kBlocks, edge, kBlock * 4, next,
-                      rowsPerBlock, &pending);
+                      rowsPerBlock);
         if (epilogue == AmxEpilogue::Store) {
           for (int64_t r = 0; r < height; ++r)
             std::memcpy(out + (row + r) * yStride, edge + r * kBlock,
                         sizeof(float) * size_t(width));
           continue;
         }
-        pending = PendingEpilogue{
-            epilogue, edge, height, width, 0, out + row * yStride, yStride};
+        finishBlock(epilogue, edge, height, width, out + row * yStride,
+                    yStride);
       }
     };
     // Borrowed panels are unpacked into two buffers a thread: the thread's
@@ -586,7 +551,6 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     } else {
       runBorrowed(claimShared, rowsOf);
     }
-    pending.advance(kBlock); // the thread's last block
     releaseTiles();
   }
 }

@@ -17,7 +17,7 @@ createBackend(model::Model &model, const BackendOptions &options) {
     return std::unique_ptr<Backend>(std::move(*cuda));
   }
   auto cpu = CpuBackend::create(model, options.numBlocks, options.blockSize,
-                                options.keysRotated);
+                                options.keysRotated, options.prefaultKv);
   if (!cpu)
     return cpu.takeError();
   return std::unique_ptr<Backend>(std::move(*cpu));

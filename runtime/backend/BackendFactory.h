@@ -27,6 +27,9 @@ struct BackendOptions {
   unsigned blockSize = 16;
   /// K stored rotated (ReRoPE) or not (rope-in-kernel).
   bool keysRotated = false;
+  /// CPU: fault the K/V pool in at creation (KvStorageConfig::prefault).
+  /// CUDA allocates device memory up front either way.
+  bool prefaultKv = false;
   /// CUDA: which GPU.
   int deviceOrdinal = 0;
 };

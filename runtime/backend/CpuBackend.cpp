@@ -6,9 +6,11 @@ namespace spanc::backend {
 
 llvm::Expected<std::unique_ptr<CpuBackend>>
 CpuBackend::create(model::Model &model, int64_t numBlocks, unsigned blockSize,
-                   bool keysRotated) {
-  auto storage = KvStorage::create(
-      kvStorageConfigFor(model, numBlocks, int(blockSize), keysRotated));
+                   bool keysRotated, bool prefault) {
+  KvStorageConfig config =
+      kvStorageConfigFor(model, numBlocks, int(blockSize), keysRotated);
+  config.prefault = prefault;
+  auto storage = KvStorage::create(config);
   if (!storage)
     return storage.takeError();
   return std::unique_ptr<CpuBackend>(

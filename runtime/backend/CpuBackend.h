@@ -24,10 +24,10 @@ class CpuBackend final : public Backend {
 public:
   /// Sizes the K/V storage for `model`: `numBlocks` blocks of `blockSize`
   /// tokens, K stored rotated (ReRoPE) or not (rope-in-kernel).
-  static llvm::Expected<std::unique_ptr<CpuBackend>> create(model::Model &model,
-                                                            int64_t numBlocks,
-                                                            unsigned blockSize,
-                                                            bool keysRotated);
+  /// `prefault`: KvStorageConfig::prefault.
+  static llvm::Expected<std::unique_ptr<CpuBackend>>
+  create(model::Model &model, int64_t numBlocks, unsigned blockSize,
+         bool keysRotated, bool prefault = false);
 
   void tokenDistances(uint32_t layer, llvm::ArrayRef<int32_t> a,
                       llvm::ArrayRef<int32_t> b,

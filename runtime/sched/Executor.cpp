@@ -58,6 +58,7 @@ Executor::create(model::Model &model, const model::Tokenizer &tokenizer,
   backendOptions.blockSize = options.blockSize;
   backendOptions.keysRotated =
       options.relocationMode == kv::RelocationMode::Rerope;
+  backendOptions.prefaultKv = options.prefaultKv;
   auto device = backend::createBackend(model, backendOptions);
   if (!device)
     return device.takeError();

@@ -59,6 +59,11 @@ struct ExecutorOptions {
   unsigned blockSize = 16;
   /// KV cache capacity in tokens (rounded up to whole blocks).
   int64_t cacheTokens = 65536;
+  /// Fault the whole K/V pool in when the executor is made, so that no
+  /// request pays for first touching it (a server, a benchmark of
+  /// per-request latency); off, memory is taken as blocks are first
+  /// written (backend::KvStorageConfig::prefault).
+  bool prefaultKv = false;
   /// Tokens one forward step may process (decode tokens + prefill chunks).
   int64_t stepTokenBudget = 512;
   /// Keep each call's first-token logits in its outcome.

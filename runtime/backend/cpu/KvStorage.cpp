@@ -7,6 +7,7 @@
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,6 +17,19 @@ namespace spanc::backend {
 namespace {
 
 using kernels::kMaxHeadDim;
+
+/// Faults in [memory, memory + bytes) for writing, without changing it
+/// (fresh anonymous memory reads as zero): MADV_POPULATE_WRITE where the
+/// kernel has it (Linux 5.14), else a zero written to every page.
+void prefault(char *memory, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(memory, bytes, MADV_POPULATE_WRITE) == 0)
+    return;
+#endif
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  for (size_t offset = 0; offset < bytes; offset += page)
+    memory[offset] = 0;
+}
 
 /// Runs x heads from which a write is split between the threads.
 constexpr int64_t kMinParallelRuns = 8;
@@ -144,6 +158,8 @@ KvStorage::create(const KvStorageConfig &config) {
   // pages made that a stream of TLB misses (costly under a hypervisor).
   // Advisory only: without THP the storage works the same.
   madvise(memory, size_t(storage->sizeInBytes_), MADV_HUGEPAGE);
+  if (config.prefault)
+    prefault(static_cast<char *>(memory), size_t(storage->sizeInBytes_));
   storage->memory_ = static_cast<char *>(memory);
   return storage;
 }

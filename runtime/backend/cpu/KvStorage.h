@@ -53,13 +53,18 @@ struct KvStorageConfig {
   bool keysRotated = true;
   /// How elements are stored (f16 unless exact f32 K/V is asked for).
   cpu::KvPrecision precision = cpu::KvPrecision::F16;
+  /// Write every page once at creation: the pool's page faults are paid
+  /// at startup instead of by the first requests that write there (on a
+  /// VM whose memory the host backs lazily, ~3 ms a MiB with huge pages),
+  /// and the pool counts in RSS from then on.
+  bool prefault = false;
 };
 
 class KvStorage {
 public:
   /// Reserves the memory (anonymous mmap: pages are zero and cost no RSS
-  /// until written). Fails on a zero or inconsistent shape or when the
-  /// memory cannot be mapped.
+  /// until written, unless `prefault`). Fails on a zero or inconsistent
+  /// shape or when the memory cannot be mapped.
   static llvm::Expected<std::unique_ptr<KvStorage>>
   create(const KvStorageConfig &config);
   ~KvStorage();

@@ -13,6 +13,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include <random>
 #include <vector>
 
@@ -147,6 +151,35 @@ TEST(Storage, HalfPrecisionHalvesTheBytes) {
   // SmolLM2: 30 layers x 3 KV heads x 64 dims x 2 (K, V) per token.
   EXPECT_EQ((*half)->sizeInBytes(), 100 * 16 * 30 * 3 * 64 * 2 * 2);
   EXPECT_EQ((*full)->sizeInBytes(), 2 * (*half)->sizeInBytes());
+}
+
+/// This process's resident bytes (/proc/self/statm), or -1.
+int64_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = -1, resident = -1;
+  if (!(statm >> pages >> resident))
+    return -1;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+TEST(Storage, PrefaultTakesThePoolAtCreationAndKeepsItZero) {
+  // 64 MiB of f16 blocks: lazily mapped, it costs no RSS until written;
+  // prefaulted, all of it is resident at once and still reads zero.
+  KvStorageConfig config{8, 2, 64, 16, 1024, true, cpu::KvPrecision::F16};
+  ASSERT_EQ(config.numBlocks * 16 * 8 * 2 * 64 * 2 * 2, int64_t(64) << 20);
+  const int64_t before = residentBytes();
+  ASSERT_GT(before, 0) << "no /proc/self/statm";
+  auto lazy = KvStorage::create(config);
+  ASSERT_TRUE(bool(lazy)) << llvm::toString(lazy.takeError());
+  const int64_t afterLazy = residentBytes();
+  EXPECT_LT(afterLazy - before, int64_t(8) << 20);
+  config.prefault = true;
+  auto eager = KvStorage::create(config);
+  ASSERT_TRUE(bool(eager)) << llvm::toString(eager.takeError());
+  EXPECT_GE(residentBytes() - afterLazy, int64_t(60) << 20);
+  for (int64_t block : {int64_t(0), int64_t(511), int64_t(1023)})
+    for (int slot : {0, 15})
+      EXPECT_EQ((*eager)->key(7, block, 1, slot, 63), 0.0f);
 }
 
 TEST(Storage, BadShapesAreErrors) {

@@ -76,29 +76,51 @@ void finishItem(const CallContext &context, const AttentionWorkItem &item,
   }
 }
 
+/// Where a work item's rows stand in their sequence: its first query row,
+/// query count and length, its query indices (null: the last numQueries
+/// positions) and the score scale of its pages.
+struct ItemRows {
+  int32_t firstQueryRow;
+  int64_t numQueries, length;
+  const int32_t *queryIndices;
+  float scale;
+
+  /// The last logical key the query of `token` (of the item's sequence)
+  /// sees.
+  int64_t limit(int64_t token) const {
+    return queryIndices ? queryIndices[token] : length - numQueries + token;
+  }
+};
+
+ItemRows itemRows(const CallContext &context, const AttentionWorkItem &item) {
+  const PagedAttentionShape &shape = *context.shape;
+  const PagedAttentionBatch &batch = *context.batch;
+  ItemRows rows;
+  rows.firstQueryRow = batch.queryOffsets[item.sequence];
+  rows.numQueries = batch.queryOffsets[item.sequence + 1] - rows.firstQueryRow;
+  const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
+  rows.length = context.pageStarts[sequencePages - 1] +
+                batch.validTokens[sequencePages - 1];
+  rows.queryIndices =
+      batch.queryIndices ? batch.queryIndices + rows.firstQueryRow : nullptr;
+  // Span pages of a scaled sequence score at the span temperature.
+  rows.scale = item.spanPages
+                   ? shape.scale / batch.spanScaling[item.sequence].temperature
+                   : shape.scale;
+  return rows;
+}
+
 /// Sets up the tile of one work item: its rows' limits and scaled queries
 /// (row-major, or dimension-major for foldBlockByDim), its empty softmax
 /// state.
 void setUpTile(const CallContext &context, const AttentionWorkItem &item,
                bool byDim, TileState &tile) {
   const PagedAttentionShape &shape = *context.shape;
-  const PagedAttentionBatch &batch = *context.batch;
   const int headDim = shape.headDim;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int32_t firstQueryRow = batch.queryOffsets[item.sequence];
-  const int64_t numQueries =
-      batch.queryOffsets[item.sequence + 1] - firstQueryRow;
-  const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
-  const int64_t length = context.pageStarts[sequencePages - 1] +
-                         batch.validTokens[sequencePages - 1];
-  const int32_t *queryIndices =
-      batch.queryIndices ? batch.queryIndices + firstQueryRow : nullptr;
-
-  // Span pages of a scaled sequence score at the span temperature.
-  const float scale =
-      item.spanPages
-          ? shape.scale / batch.spanScaling[item.sequence].temperature
-          : shape.scale;
+  const ItemRows rows = itemRows(context, item);
+  const int32_t firstQueryRow = rows.firstQueryRow;
+  const float scale = rows.scale;
   tile.rows = item.numRows;
   std::fill(tile.maxScore, tile.maxScore + kMaxRows, kNegativeInfinity);
   std::fill(tile.sum, tile.sum + kMaxRows, 0.0f);
@@ -108,8 +130,7 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
     int tileRow = item.firstRow + row;
     int64_t token = tileRow / groupSize;
     int head = item.kvHead * groupSize + tileRow % groupSize;
-    tile.limit[row] =
-        queryIndices ? queryIndices[token] : length - numQueries + token;
+    tile.limit[row] = rows.limit(token);
     tile.maxScore[row] = kNegativeInfinity;
     tile.sum[row] = 0;
     const int64_t offset =
@@ -166,28 +187,17 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
 void describeAmxTile(const CallContext &context, const AttentionWorkItem &item,
                      float *partial, float *output, AmxTileRows &tile) {
   const PagedAttentionShape &shape = *context.shape;
-  const PagedAttentionBatch &batch = *context.batch;
   const int groupSize = shape.numQueryHeads / shape.numKvHeads;
-  const int32_t firstQueryRow = batch.queryOffsets[item.sequence];
-  const int64_t numQueries =
-      batch.queryOffsets[item.sequence + 1] - firstQueryRow;
-  const int32_t sequencePages = batch.pageOffsets[item.sequence + 1];
-  const int64_t length = context.pageStarts[sequencePages - 1] +
-                         batch.validTokens[sequencePages - 1];
-  const int32_t *queryIndices =
-      batch.queryIndices ? batch.queryIndices + firstQueryRow : nullptr;
+  const ItemRows rows = itemRows(context, item);
+  const int32_t firstQueryRow = rows.firstQueryRow;
   tile.rows = item.numRows;
-  // Span pages of a scaled sequence score at the span temperature.
-  tile.scale = item.spanPages
-                   ? shape.scale / batch.spanScaling[item.sequence].temperature
-                   : shape.scale;
+  tile.scale = rows.scale;
   tile.partial = partial;
   for (int row = 0; row < tile.rows; ++row) {
     const int tileRow = item.firstRow + row;
     const int64_t token = tileRow / groupSize;
     const int64_t head = item.kvHead * groupSize + tileRow % groupSize;
-    tile.limit[row] =
-        queryIndices ? queryIndices[token] : length - numQueries + token;
+    tile.limit[row] = rows.limit(token);
     tile.query[row] = context.queries +
                       (firstQueryRow + token) * shape.queryRowStride +
                       head * shape.headDim;

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/kernels/cpu/AlignedAllocator.h"
 #include "runtime/kernels/cpu/Gemm.h"
 
 #include <immintrin.h>
@@ -112,8 +113,8 @@ int main(int argc, char **argv) {
     auto onednnWeights = onednn.packWeights(w.data(), shape.n, shape.k);
     if (!onednnWeights)
       return fail(onednnWeights.takeError());
-    std::vector<float> yAmx(size_t(m * shape.n)), yOnednn(yAmx.size()),
-        yBorrowed(yAmx.size());
+    std::vector<float, AlignedAllocator<float>> yAmx(size_t(m * shape.n)),
+        yOnednn(yAmx.size()), yBorrowed(yAmx.size());
     std::vector<double> amxSeconds, borrowedSeconds, onednnSeconds;
     for (int repetition = -2; repetition < repetitions; ++repetition) {
       auto start = std::chrono::steady_clock::now();

@@ -18,6 +18,7 @@
 #include "runtime/backend/ForwardProfile.h"
 #include "runtime/backend/StepLayout.h"
 #include "runtime/backend/cpu/KvStorage.h"
+#include "runtime/kernels/cpu/AlignedAllocator.h"
 #include "runtime/kernels/cpu/Attention.h"
 #include "runtime/kernels/cpu/Gemm.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
@@ -103,8 +104,12 @@ private:
   cpu::AttentionWorkspace attentionWorkspace;
   std::vector<float> massScores, massQueries; ///< accumulateKeyMass scratch
   int64_t capacity = 0;
-  std::vector<float> hidden, normed, queryKeyValue, attention, projected,
-      gateUp, feedForward, selected;
+  // On cache-line boundaries: threads that split a GEMM's columns write
+  // neighbouring parts of each row, and a row start 16 bytes into a line
+  // (plain malloc) made two threads share a line at every split.
+  using Activations = std::vector<float, cpu::AlignedAllocator<float>>;
+  Activations hidden, normed, queryKeyValue, attention, projected, gateUp,
+      feedForward, selected;
 
   bool profiling = false;
   ForwardProfile opProfile;

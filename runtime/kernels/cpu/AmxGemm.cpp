@@ -23,7 +23,7 @@ constexpr int64_t kBorrowedChunkRows = 512; ///< the same, unpacking
 constexpr int64_t kTileElements = 512;      ///< bf16 values in one 1 KiB tile
 constexpr int64_t kPrefetchTiles = 8; ///< unpacking fetches this far ahead
 /// Row blocks each thread must have for the threads to split the rows.
-constexpr int64_t kMinRowBlocksPerThread = 1;
+constexpr int64_t kMinRowBlocksPerThread = 2;
 
 /// The 64-byte operand of LDTILECFG (palette 1).
 struct TileConfig {
@@ -408,7 +408,10 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
   // its activations never leave its core's L2 (with every thread reading
   // every row, two threads ran each item ~1.45x slower than one, and the
   // GEMMs scaled 1.15-1.5x; split by rows, 2x). Fewer rows: the threads
-  // share the panels instead.
+  // share the panels instead, each unpacking half of them; with one block
+  // a thread, every thread unpacked every panel, and a 64-row hit's GEMMs
+  // cost 2.1x a 32-row one's (gemm_bench, M = 56-96: 13-15 % faster
+  // shared; from 4 blocks a thread on, the same).
   const int64_t maxThreads = omp_get_max_threads();
   const bool splitRows =
       paddedM / kBlock >= maxThreads * kMinRowBlocksPerThread;

@@ -119,7 +119,9 @@ runEngineBench(const EngineBenchOptions &options) {
     if (llvm::Error error = timeSeries(
             options.promptTokens,
             [&]() -> llvm::Error {
-              auto logits = (*runner)->append(prompt, options.promptTokens);
+              auto logits = (*runner)->append(
+                  prompt, options.prefillChunk > 0 ? options.prefillChunk
+                                                   : options.promptTokens);
               return logits ? llvm::Error::success() : logits.takeError();
             },
             result.prefillTokensPerSecond, result.prefillProfile))

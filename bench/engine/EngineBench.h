@@ -22,6 +22,9 @@ namespace spanc::bench {
 struct EngineBenchOptions {
   std::string modelPath;
   int promptTokens = 512;
+  /// Tokens per forward pass of the prefill (0: the whole prompt in one):
+  /// llama-bench's default micro-batch, whose activations it sizes for.
+  int prefillChunk = 512;
   int generateTokens = 128;
   int repetitions = 5;
   bool forceF32 = false;

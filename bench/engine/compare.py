@@ -290,7 +290,10 @@ def main():
         f" (pp{args.pp[0]} + tg{args.tg})" + (
             f"; with the long prompts: llama.cpp "
             f"{rss['long']['llama.cpp'] / 2**20:.0f} MiB, spanc "
-            f"{rss['long']['spanc'] / 2**20:.0f} MiB." if len(args.pp) > 1
+            f"{rss['long']['spanc'] / 2**20:.0f} MiB. Both prefill a long "
+            "prompt in passes of 512 tokens (llama-bench's default "
+            "micro-batch, `spanc bench engine --prefill-chunk`), so neither "
+            "holds a whole prompt's activations." if len(args.pp) > 1
             else "."),
         "",
     ]

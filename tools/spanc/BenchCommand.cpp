@@ -73,6 +73,7 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.modelPath = values["model"].as<std::string>();
   options.promptTokens = values["prompt-tokens"].as<int>();
   options.generateTokens = values["gen-tokens"].as<int>();
+  options.prefillChunk = values["prefill-chunk"].as<int>();
   options.repetitions =
       values.count("repetitions") ? values["repetitions"].as<int>() : 5;
   options.forceF32 = values.count("f32") > 0;
@@ -97,7 +98,7 @@ int runEngineBenchmark(const po::variables_map &values) {
     options.repetitions = 1;
   }
   if (options.promptTokens < 0 || options.generateTokens < 0 ||
-      options.repetitions < 1)
+      options.prefillChunk < 0 || options.repetitions < 1)
     return reportError("bench", "engine: token counts must be >= 0 and "
                                 "repetitions >= 1");
   auto result = bench::runEngineBench(options);
@@ -256,8 +257,11 @@ int runBench(const std::vector<std::string> &args) {
        "engine: prompt length of the prefill test (ppN)")              //
       ("gen-tokens", po::value<int>()->default_value(128),             //
        "engine: decode steps of the generation test (tgN)")            //
-      ("f32", "engine: force f32 GEMMs")                               //
-      ("gemm", po::value<std::string>()->default_value("amx"),         //
+      ("prefill-chunk", po::value<int>()->default_value(512),          //
+       "engine: prompt tokens per forward pass (0: the whole prompt; "
+       "512 is llama-bench's micro-batch)")                    //
+      ("f32", "engine: force f32 GEMMs")                       //
+      ("gemm", po::value<std::string>()->default_value("amx"), //
        "engine: bf16 GEMM kernel, amx (spanc's; oneDNN where the CPU has "
        "no AMX) or onednn")                                              //
       ("numerics", po::value<std::string>()->default_value("default"),   //

@@ -519,43 +519,35 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
                     weights.data.data() + item % panels * panelElements,
                     nullptr);
     };
-    // Shared between the threads, each takes a contiguous run of items:
-    // handed out one at a time (a shared counter), neighbouring panels went
-    // to different cores, whose prefetchers then streamed neither, and the
-    // GEMMs of a 32-row hit ran no faster on two threads than on one
-    // (gemm_bench, M = 32: gate|up 0.117 ms one at a time, 0.081 ms in
-    // runs).
-    const int64_t sharedEnd = items * (thread + 1) / threads;
-    int64_t sharedNext = items * thread / threads;
-    auto claimShared = [&] {
-      return sharedNext < sharedEnd ? sharedNext++ : int64_t(-1);
-    };
-    if (splitRows) {
-      if (!weights.isBorrowed()) {
-        for (int64_t item = 0; item < items; ++item)
-          multiplyCopied(item);
-      } else {
-        int64_t claimed = 0;
-        runBorrowed([&] { return claimed < items ? claimed++ : -1; }, rowsOf);
-      }
-    } else if (!weights.isBorrowed()) {
-      for (int64_t item = claimShared(); item >= 0; item = claimShared())
+    // The items this thread multiplies, in order: every item of its own
+    // rows when the threads split the rows, else a contiguous run of the
+    // shared ones. Handed out one at a time (a shared counter),
+    // neighbouring panels went to different cores, whose prefetchers then
+    // streamed neither, and the GEMMs of a 32-row hit ran no faster on two
+    // threads than on one (gemm_bench, M = 32: gate|up 0.117 ms one at a
+    // time, 0.081 ms in runs).
+    int64_t nextItem = splitRows ? 0 : items * thread / threads;
+    const int64_t endItem = splitRows ? items : items * (thread + 1) / threads;
+    auto claim = [&] { return nextItem < endItem ? nextItem++ : int64_t(-1); };
+    if (!weights.isBorrowed()) {
+      for (int64_t item = claim(); item >= 0; item = claim())
         multiplyCopied(item);
     } else if (paddedM == kBlock) {
-      // One block of rows: a panel's products are too few to hide the
-      // unpacking of the next panel, and tiles unpacked a whole panel
-      // before their products come back from L2. Each panel is unpacked
-      // kAheadBlocks K blocks ahead of its own products instead, so that
-      // its B tiles are loaded from L1 just after their stores.
+      // One block of rows (never split: that takes two a thread): a panel's
+      // products are too few to hide the unpacking of the next panel, and tiles
+      // unpacked a whole panel before their products come back from L2. Each
+      // panel is unpacked kAheadBlocks K blocks ahead of its own products
+      // instead, so that its B tiles are loaded from L1 just after their
+      // stores.
       constexpr int64_t kAheadBlocks = 2, kRowsPerKBlock = 2 * 16;
-      for (int64_t item = claimShared(); item >= 0; item = claimShared()) {
+      for (int64_t item = claim(); item >= 0; item = claim()) {
         PanelUnpacker panel(weights, item % panels, buffers[0]);
         panel.advance(kAheadBlocks * kRowsPerKBlock);
         multiplyPanel(0, kBlock, item % panels, buffers[0], &panel,
                       kRowsPerKBlock);
       }
     } else {
-      runBorrowed(claimShared, rowsOf);
+      runBorrowed(claim, rowsOf);
     }
     releaseTiles();
   }

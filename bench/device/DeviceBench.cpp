@@ -43,24 +43,6 @@ double seconds(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
-/// FLOPs of a prefill's causal attention (QK^T and PV over its layers).
-double prefillAttentionFlops(const model::ModelConfig &config, int64_t tokens) {
-  const double pairs = double(tokens) * double(tokens + 1) / 2;
-  return 4.0 * pairs * config.headDim * config.numHeads * config.numLayers;
-}
-
-/// FLOPs of a prefill of `tokens` tokens: the GEMMs (every weight once per
-/// token) and the causal attention.
-double prefillFlops(const model::ModelConfig &config, int64_t tokens) {
-  const double dim = config.embeddingDim, ffn = config.feedForwardDim;
-  const double queryDim = double(config.numHeads) * config.headDim;
-  const double kvDim = double(config.numKvHeads) * config.headDim;
-  const double perLayer =
-      dim * (queryDim + 2 * kvDim) + queryDim * dim + 3 * dim * ffn;
-  const double gemm = 2.0 * double(tokens) * perLayer * config.numLayers;
-  return gemm + prefillAttentionFlops(config, tokens);
-}
-
 llvm::Error runDeviceBench(const BenchArgs &args) {
   auto lengths = args.intListSetting(
       "tokens", args.quick ? llvm::ArrayRef<int64_t>{128}
@@ -156,7 +138,12 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
     if (profiled)
       return profiled;
     const backend::ForwardProfile profile = device.profile();
-    const double attentionFlops = prefillAttentionFlops(config, length);
+    // The pass's own counts: the query-key pairs and token rows of its
+    // layers.
+    const double attentionFlops =
+        double(profile.attentionPairs) * config.attentionFlopsPerPair();
+    const double gemmFlops =
+        double(profile.tokenLayers) * config.projectionFlopsPerLayer();
     auto share = [&](double part) {
       return printed("%.1f ms (%.0f%%)", 1e3 * part,
                      100.0 * part / std::max(profiledSeconds, 1e-12));
@@ -172,17 +159,15 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
                        ? attentionFlops / profile.attentionSeconds / 1e12
                        : 0.0)
         << " | "
-        << printed("%.1f",
-                   profile.gemmSeconds() > 0
-                       ? (prefillFlops(config, length) - attentionFlops) /
-                             profile.gemmSeconds() / 1e12
-                       : 0.0)
+        << printed("%.1f", profile.gemmSeconds() > 0
+                               ? gemmFlops / profile.gemmSeconds() / 1e12
+                               : 0.0)
         << " |\n";
     tsv += printed("profile\t%lld\t0\t%.6f\t%.6f\t%.6f\t%.6f\n",
                    (long long)length, profiledSeconds, profile.attentionSeconds,
                    profile.gemmSeconds(), profile.otherLayerSeconds());
     Summary summary = summarize(times);
-    const double tflops = prefillFlops(config, length) / summary.median / 1e12;
+    const double tflops = config.prefillFlops(length) / summary.median / 1e12;
     out << llvm::format("| %lld | %.0f | %.2f [%.2f, %.2f] | %.1f | %.1f%% |\n",
                         (long long)length, double(length) / summary.median,
                         1e3 * summary.median, 1e3 * summary.min,

@@ -24,21 +24,6 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 } // namespace
 
-double prefillFlops(const model::ModelConfig &config, int64_t tokens) {
-  const double model = config.embeddingDim;
-  const double queryDim = double(config.numHeads) * config.headDim;
-  const double kvDim = double(config.numKvHeads) * config.headDim;
-  const double perTokenPerLayer = model * (queryDim + 2 * kvDim) +
-                                  queryDim * model +
-                                  3 * model * double(config.feedForwardDim);
-  const double n = double(tokens);
-  const double gemms = 2 * n * perTokenPerLayer * config.numLayers;
-  const double keysSeen = n * (n + 1) / 2;
-  const double attention = 2 * 2 * keysSeen * queryDim * config.numLayers;
-  const double head = 2 * model * double(config.vocabSize);
-  return gemms + attention + (tokens > 0 ? head : 0);
-}
-
 double median(std::vector<double> values) {
   if (values.empty())
     return 0;
@@ -76,7 +61,7 @@ runEngineBench(const EngineBenchOptions &options) {
   result.loadSeconds = secondsSince(loadStart);
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
-  result.prefillFlops = prefillFlops((*model)->config(), options.promptTokens);
+  result.prefillFlops = (*model)->config().prefillFlops(options.promptTokens);
   auto runner = backend::SequenceRunner::create(
       **model, std::max(options.promptTokens, options.generateTokens));
   if (!runner)

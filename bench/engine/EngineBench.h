@@ -41,7 +41,9 @@ struct EngineBenchResult {
   int64_t peakRssBytes = 0;
   std::string precision;
   std::string gemmKernel; ///< "amx" or "onednn"
-  /// Floating-point operations of one ppN pass (prefillFlops).
+  /// Floating-point operations of one ppN pass (ModelConfig::prefillFlops:
+  /// the output head for the last token only, as llama-bench's ppN and
+  /// spanc's prefill compute it).
   double prefillFlops = 0;
   backend::ForwardProfile
       prefillProfile; ///< summed over repetitions (if profiled)
@@ -50,14 +52,6 @@ struct EngineBenchResult {
 
 llvm::Expected<EngineBenchResult>
 runEngineBench(const EngineBenchOptions &options);
-
-/// The multiply-adds of one prefill of `tokens` tokens from an empty cache,
-/// as 2 FLOPs each: every projection and MLP GEMM per token, causal
-/// attention's QK^T and PV (token i sees i + 1 keys: the count grows with
-/// the square of the length), and the output head for the last token only
-/// (as llama-bench's ppN and spanc's prefill compute it). Norms, RoPE and
-/// softmax are left out: they are linear in the length and small.
-double prefillFlops(const model::ModelConfig &config, int64_t tokens);
 
 /// Median, and the sample standard deviation, of `values`.
 double median(std::vector<double> values);

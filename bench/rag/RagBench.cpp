@@ -209,17 +209,18 @@ llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
   if (!outcomes)
     return outcomes.takeError();
   const sched::CallStats &stats = outcomes->back().stats;
-  Row row{docs,
-          rep,
-          std::move(config),
-          1e3 * stats.ttftSeconds,
-          stats.promptTokens,
-          stats.reusedTokens,
-          stats.computedTokens,
-          stats.relocatedTokens,
-          double(stats.blendedTokens),
-          1e3 * stats.probeSeconds,
-          breakdownOf(executor.profile(), compileSeconds)};
+  Row row{
+      docs,
+      rep,
+      std::move(config),
+      1e3 * stats.ttftSeconds,
+      stats.promptTokens,
+      stats.reusedTokens,
+      stats.computedTokens,
+      stats.relocatedTokens,
+      double(stats.blendedTokens),
+      1e3 * stats.probeSeconds,
+      breakdownOf(executor.profile(), model.model().config(), compileSeconds)};
   llvm::errs() << llvm::format(
       "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
       "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",

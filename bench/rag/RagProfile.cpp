@@ -14,6 +14,7 @@
 namespace spanc::bench {
 
 PhaseBreakdown breakdownOf(const sched::PhaseProfile &profile,
+                           const model::ModelConfig &config,
                            double compileSeconds) {
   const backend::ForwardProfile &forward = profile.forward;
   PhaseBreakdown result;
@@ -35,6 +36,15 @@ PhaseBreakdown breakdownOf(const sched::PhaseProfile &profile,
                         result.gemmMs - result.otherMs - result.headMs);
   result.sampleMs = 1e3 * (profile.sampleSeconds + profile.updateSeconds);
   result.stepsMs = 1e3 * profile.stepSeconds;
+  auto gflops = [](double flops, double seconds) {
+    return seconds > 0 ? flops / seconds * 1e-9 : 0.0;
+  };
+  result.attentionGflops =
+      gflops(double(forward.attentionPairs) * config.attentionFlopsPerPair(),
+             forward.attentionSeconds);
+  result.gemmGflops =
+      gflops(double(forward.tokenLayers) * config.projectionFlopsPerLayer(),
+             forward.gemmSeconds());
   result.steps = double(profile.steps);
   result.passes = double(forward.passes);
   result.sequences = double(profile.sequences);
@@ -70,6 +80,8 @@ void writeBreakdownTable(
       {"relocation + repair", &PhaseBreakdown::relocateMs, 2},
       {"attention", &PhaseBreakdown::attentionMs, 1},
       {"GEMMs", &PhaseBreakdown::gemmMs, 1},
+      {"attention GFLOP/s", &PhaseBreakdown::attentionGflops, 0},
+      {"GEMM GFLOP/s", &PhaseBreakdown::gemmGflops, 0},
       {"other layer ops", &PhaseBreakdown::otherMs, 1},
       {"output head", &PhaseBreakdown::headMs, 1},
       {"forward outside ops", &PhaseBreakdown::outsideMs, 1},

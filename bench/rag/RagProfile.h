@@ -10,6 +10,7 @@
 #ifndef SPANC_BENCH_RAG_RAGPROFILE_H
 #define SPANC_BENCH_RAG_RAGPROFILE_H
 
+#include "runtime/model/ModelConfig.h"
 #include "runtime/sched/PhaseProfile.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -34,10 +35,15 @@ struct PhaseBreakdown {
   double outsideMs = 0;   ///< the forward pass outside its ops (layout...)
   double sampleMs = 0;    ///< sampling and the scheduler's update
   double stepsMs = 0;     ///< every step, whole
+  /// FLOP rates: attention's QK^T and PV over the pairs its rows saw, and
+  /// the layers' weight multiplications over their rows (0 without time).
+  double attentionGflops = 0, gemmGflops = 0;
   double steps = 0, passes = 0, sequences = 0, layers = 0;
 };
 
+/// `config` counts the FLOPs behind the forward pass's times.
 PhaseBreakdown breakdownOf(const sched::PhaseProfile &profile,
+                           const model::ModelConfig &config,
                            double compileSeconds);
 
 /// One line for the progress log.

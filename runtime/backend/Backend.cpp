@@ -24,6 +24,8 @@ ForwardProfile &ForwardProfile::operator+=(const ForwardProfile &other) {
   tokens += other.tokens;
   passes += other.passes;
   layers += other.layers;
+  tokenLayers += other.tokenLayers;
+  attentionPairs += other.attentionPairs;
   return *this;
 }
 
@@ -48,6 +50,8 @@ ForwardProfile Backend::profile() const {
   result.tokens = stepProfile.tokens;
   result.passes = stepProfile.passes;
   result.layers = stepProfile.layers;
+  result.tokenLayers = stepProfile.tokenLayers;
+  result.attentionPairs = stepProfile.attentionPairs;
   return result;
 }
 
@@ -69,6 +73,8 @@ llvm::Error Backend::layOut(llvm::ArrayRef<model::ForwardSequence> batch,
     stepProfile.tokens += step.numTokens();
     ++stepProfile.passes;
     stepProfile.layers += layers;
+    stepProfile.tokenLayers += step.numTokens() * layers;
+    stepProfile.attentionPairs += step.attentionPairs() * layers;
   }
   return llvm::Error::success();
 }

@@ -25,6 +25,12 @@ struct ForwardProfile {
   /// Forward passes, and the layers they ran (a repair's selection pass
   /// runs fewer than all).
   int64_t passes = 0, layers = 0;
+  /// The work behind the times, summed over each pass's layers: token rows
+  /// through the layers' weight multiplications, and query-key pairs each
+  /// query row attends to (a row sees its causal limit + 1 keys of its
+  /// page list). With ModelConfig's FLOPs per unit they give the GEMMs'
+  /// and attention's FLOP rates (`spanc bench rag`, `spanc bench device`).
+  int64_t tokenLayers = 0, attentionPairs = 0;
 
   ForwardProfile &operator+=(const ForwardProfile &other);
   /// The ops' time (the layout not included).

@@ -110,4 +110,18 @@ llvm::Error buildStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
   return llvm::Error::success();
 }
 
+int64_t StepLayout::attentionPairs() const {
+  int64_t pairs = 0;
+  for (int sequence = 0; sequence < numSequences(); ++sequence) {
+    const int32_t begin = queryOffsets[size_t(sequence)];
+    const int32_t end = queryOffsets[size_t(sequence) + 1];
+    const int64_t firstIndex =
+        int64_t(contextLengths[size_t(sequence)]) - (end - begin);
+    for (int32_t row = begin; row < end; ++row)
+      pairs += 1 + (anyQueryIndices ? queryIndices[size_t(row)]
+                                    : firstIndex + (row - begin));
+  }
+  return pairs;
+}
+
 } // namespace spanc::backend

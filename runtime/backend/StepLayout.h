@@ -79,6 +79,10 @@ struct StepLayout {
   int numSequences() const { return int(contextLengths.size()); }
   int64_t numPages() const { return int64_t(blockIds.size()); }
   int64_t numLogitRows() const { return int64_t(logitTokens.size()); }
+  /// The query-key pairs of one layer's attention: each new token sees the
+  /// keys of its page list up to its logical index (ForwardProfile's count
+  /// of the work behind attention's time).
+  int64_t attentionPairs() const;
 };
 
 /// Checks `batch` against `limits` and fills `layout` (its vectors keep

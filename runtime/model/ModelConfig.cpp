@@ -297,4 +297,29 @@ const char *ropeScalingName(RopeScalingType scaling) {
   return "unknown";
 }
 
+double ModelConfig::projectionFlopsPerLayer() const {
+  const double dim = embeddingDim, ffn = feedForwardDim;
+  const double queryDim = double(numHeads) * headDim;
+  const double kvDim = double(numKvHeads) * headDim;
+  return 2 * (dim * (queryDim + 2 * kvDim) + queryDim * dim + 3 * dim * ffn);
+}
+
+double ModelConfig::attentionFlopsPerPair() const {
+  return 4.0 * double(numHeads) * headDim;
+}
+
+double ModelConfig::outputHeadFlopsPerRow() const {
+  return 2.0 * embeddingDim * double(vocabSize);
+}
+
+double ModelConfig::prefillFlops(int64_t tokens) const {
+  if (tokens <= 0)
+    return 0;
+  const double n = double(tokens);
+  const double pairs = n * (n + 1) / 2;
+  return numLayers *
+             (n * projectionFlopsPerLayer() + pairs * attentionFlopsPerPair()) +
+         outputHeadFlopsPerRow();
+}
+
 } // namespace spanc::model

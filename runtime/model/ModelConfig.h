@@ -57,6 +57,19 @@ struct ModelConfig {
 
   /// Reads and validates the configuration; errors name the key at fault.
   static llvm::Expected<ModelConfig> fromGguf(const GgufFile &file);
+
+  /// FLOPs (a multiply-add is two) of one token through one layer's
+  /// weight multiplications: QKV, attention output, gate|up and down.
+  double projectionFlopsPerLayer() const;
+  /// FLOPs of one query token attending to one key in one layer: QK^T
+  /// and PV over every query head.
+  double attentionFlopsPerPair() const;
+  /// FLOPs of one row of logits.
+  double outputHeadFlopsPerRow() const;
+  /// FLOPs of a causal prefill of `tokens` fresh tokens (token i sees i + 1
+  /// keys): every layer's projections and attention, and one row of logits.
+  /// Norms, RoPE and softmax are left out: linear in the length and small.
+  double prefillFlops(int64_t tokens) const;
 };
 
 /// The context length a file declares (`<arch>.context_length`), without

@@ -75,8 +75,11 @@ void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
   if (forward.total() > 0) {
     line(2, "step layout", forward.layoutSeconds);
     line(2, "embedding", forward.embeddingSeconds);
+    char pairs[64];
+    std::snprintf(pairs, sizeof pairs, ", %.0f query-key pairs a layer",
+                  double(forward.attentionPairs) / layers);
     line(2, "attention", forward.attentionSeconds,
-         perLayer(forward.attentionSeconds));
+         perLayer(forward.attentionSeconds) + pairs);
     line(2, "GEMMs (qkv,out,ffn)", forward.gemmSeconds(),
          perLayer(forward.gemmSeconds()));
     line(2, "other layer ops", forward.otherLayerSeconds(),

@@ -249,4 +249,38 @@ TEST(StepLayout, TheCudaBackendRefusesSpanScalingWithAClearError) {
   EXPECT_EQ(failure({sequence}, cuda), "");
 }
 
+TEST(StepLayout, AttentionPairsCountTheKeysEachNewTokenSees) {
+  // A decode token over a 9-token page list (9 pairs) beside a fresh
+  // 3-token prompt (1 + 2 + 3).
+  std::vector<int32_t> promptTokens = {5, 6, 7}, promptBlocks = {1},
+                       promptValid = {3};
+  ForwardSequence prompt;
+  prompt.tokens = promptTokens;
+  prompt.blockIds = promptBlocks;
+  prompt.validTokens = promptValid;
+  std::vector<int32_t> decodeTokens = {8}, decodeBlocks = {3, 7, 9},
+                       decodeValid = {2, 4, 3};
+  ForwardSequence decode;
+  decode.tokens = decodeTokens;
+  decode.blockIds = decodeBlocks;
+  decode.validTokens = decodeValid;
+  ASSERT_EQ(failure({decode, prompt}), "");
+  StepLayout layout;
+  ASSERT_FALSE(bool(buildStepLayout({decode, prompt}, limits(), layout)));
+  EXPECT_EQ(layout.attentionPairs(), 9 + 6);
+  // Runs at their logical indices 2, 3, 6, 7, 8 of one page list: 3 + 4 +
+  // 7 + 8 + 9; beside them the prompt's rows still count 1 + 2 + 3.
+  std::vector<int32_t> runTokens = {5, 6, 7, 8, 9}, runBlocks = {3, 7, 4, 9},
+                       runValid = {2, 2, 2, 3}, indices = {2, 3, 6, 7, 8};
+  ForwardSequence runs;
+  runs.tokens = runTokens;
+  runs.blockIds = runBlocks;
+  runs.validTokens = runValid;
+  runs.queryIndices = indices;
+  ASSERT_FALSE(bool(buildStepLayout({runs}, limits(), layout)));
+  EXPECT_EQ(layout.attentionPairs(), 31);
+  ASSERT_FALSE(bool(buildStepLayout({runs, prompt}, limits(), layout)));
+  EXPECT_EQ(layout.attentionPairs(), 31 + 6);
+}
+
 } // namespace

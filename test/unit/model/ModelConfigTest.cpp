@@ -165,6 +165,28 @@ TEST(ModelConfig, MatchesSmolLM2sPublishedConfiguration) {
   EXPECT_FALSE(config->qkvBias);
 }
 
+TEST(ModelConfig, CountsTheFlopsOfAPrefill) {
+  // SmolLM2-135M's shape: a 512-token prefill is the 117.8 GFLOP that
+  // bench/results/engine*.md divide their times by.
+  ModelConfig config;
+  config.numLayers = 30;
+  config.embeddingDim = 576;
+  config.feedForwardDim = 1536;
+  config.numHeads = 9;
+  config.numKvHeads = 3;
+  config.headDim = 64;
+  config.vocabSize = 49152;
+  // QKV 576 x 960, output 576 x 576, gate|up 576 x 3072, down 1536 x 576.
+  EXPECT_EQ(config.projectionFlopsPerLayer(), 2.0 * 3538944);
+  EXPECT_EQ(config.attentionFlopsPerPair(), 4.0 * 9 * 64);
+  EXPECT_EQ(config.outputHeadFlopsPerRow(), 2.0 * 576 * 49152);
+  EXPECT_EQ(config.prefillFlops(0), 0.0);
+  // One token: its projections, one pair per layer and one row of logits.
+  EXPECT_EQ(config.prefillFlops(1),
+            30 * (2.0 * 3538944 + 2304) + 2.0 * 576 * 49152);
+  EXPECT_EQ(config.prefillFlops(512), 117850374144.0);
+}
+
 TEST(ModelConfig, AVocabularyOtherThanTheEmbeddingRowsIsAnError) {
   // Token ids past the embedding's rows would read past it; ids without a
   // text would decode to nothing.

@@ -58,6 +58,8 @@ namespace spanc::cpu::attention {
 namespace {
 
 constexpr int kStepPages = 4;
+/// How many steps ahead a pass prefetches its pages' K and V blocks.
+constexpr int kPrefetchSteps = 1;
 /// One AMX tile: 16 rows of 64 bytes (32 bf16 or 16 f32).
 constexpr int kTileHalves = 16 * 32;
 /// bf16 values of one page's packed K (or V) for head dim D: D * 32.
@@ -669,6 +671,25 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
   for (int32_t first = leader.pageBegin;
        first < passEnd && context.pageStarts[first] <= passLastLimit;
        first += kStepPages) {
+    // A later step's K and V blocks into the cache ahead of their packing
+    // (unless the thread's block cache has the page packed already): a
+    // page list's blocks lie anywhere in the pool, so the hardware
+    // prefetchers cannot run ahead into the next block. In the loop, not
+    // in a helper: GCC takes a function that only prefetches for pure and
+    // drops its calls.
+    for (int slot = 0; slot < kStepPages; ++slot) {
+      const int32_t page = first + kPrefetchSteps * kStepPages + slot;
+      const uint16_t *keyBlock, *valueBlock;
+      if (!locate(page, keyBlock, valueBlock) ||
+          (blockCache && blockCacheTags[page] == leader.kvHead + 1))
+        continue;
+      for (int64_t half = 0; half < blockElements; half += 32) {
+        _mm_prefetch(reinterpret_cast<const char *>(keyBlock + half),
+                     _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(valueBlock + half),
+                     _MM_HINT_T0);
+      }
+    }
     // The step's pages that some tile sees, packed.
     StepPages packed;
     bool any = false;

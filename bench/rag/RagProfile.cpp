@@ -39,12 +39,13 @@ PhaseBreakdown breakdownOf(const sched::PhaseProfile &profile,
   auto gflops = [](double flops, double seconds) {
     return seconds > 0 ? flops / seconds * 1e-9 : 0.0;
   };
-  result.attentionGflops =
-      gflops(double(forward.attentionPairs) * config.attentionFlopsPerPair(),
-             forward.attentionSeconds);
-  result.gemmGflops =
-      gflops(double(forward.tokenLayers) * config.projectionFlopsPerLayer(),
-             forward.gemmSeconds());
+  const double attentionFlops =
+      double(forward.attentionPairs) * config.attentionFlopsPerPair();
+  const double gemmFlops =
+      double(forward.tokenLayers) * config.projectionFlopsPerLayer();
+  result.attentionGflops = gflops(attentionFlops, forward.attentionSeconds);
+  result.gemmGflops = gflops(gemmFlops, forward.gemmSeconds());
+  result.layerGflop = 1e-9 * (attentionFlops + gemmFlops);
   result.steps = double(profile.steps);
   result.passes = double(forward.passes);
   result.sequences = double(profile.sequences);

@@ -38,6 +38,8 @@ struct PhaseBreakdown {
   /// FLOP rates: attention's QK^T and PV over the pairs its rows saw, and
   /// the layers' weight multiplications over their rows (0 without time).
   double attentionGflops = 0, gemmGflops = 0;
+  /// The layers' work, both kinds, in GFLOP.
+  double layerGflop = 0;
   double steps = 0, passes = 0, sequences = 0, layers = 0;
 };
 

@@ -57,6 +57,22 @@ def check_rag(rows, md):
         if row["config"] == "span-hit-rerope":
             check(int(row["relocated"]) > 0, "rag: rerope relocated nothing on a shuffle")
     check("## Headline ratios" in md and "stock / hit" in md, "rag.md has no ratio table")
+    # The work ratio: stock recomputes every document, the hit a block or
+    # two, so stock's layers do many times the hit's FLOPs.
+    lines = md.splitlines()
+    at = next((index for index, line in enumerate(lines)
+               if "stock / hit in FLOPs (rope-in-kernel)" in line), None)
+    check(at is not None, "rag.md's ratio table has no FLOP ratio column")
+    if at is not None:
+        column = [cell.strip() for cell in lines[at].split("|")].index(
+            "stock / hit in FLOPs (rope-in-kernel)")
+        row4 = next((line for line in lines[at:] if line.startswith("| 4 |")), "")
+        cells = [cell.strip() for cell in row4.split("|")]
+        work = cells[column].rstrip("×") if column < len(cells) else ""
+        check(work.replace(".", "", 1).isdigit() and float(work) > 4,
+              f"rag.md: stock / hit in FLOPs at 4 docs is {work!r}")
+    check("attention GFLOP/s" in md and "GEMM GFLOP/s" in md,
+          "rag.md's breakdown has no FLOP rates")
     check("## Span accuracy modes" in md and
           "| docs | mode | miss | hit | stock / hit |" in md and
           "| 4 | isolated |" in md and "| 4 | prefix+end1 |" in md,

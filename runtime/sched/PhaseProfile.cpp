@@ -32,7 +32,8 @@ PhaseProfile &PhaseProfile::operator+=(const PhaseProfile &other) {
 }
 
 void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
-                       double compileSeconds) {
+                       double compileSeconds,
+                       const model::ModelConfig *config) {
   const backend::ForwardProfile &forward = profile.forward;
   const double total = profile.stepSeconds;
   os << llvm::format("phases: %llu steps, %lld forward passes (%lld layers, "
@@ -75,13 +76,30 @@ void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
   if (forward.total() > 0) {
     line(2, "step layout", forward.layoutSeconds);
     line(2, "embedding", forward.embeddingSeconds);
+    auto rate = [](double flops, double seconds) {
+      if (seconds <= 0)
+        return std::string();
+      char text[32];
+      std::snprintf(text, sizeof text, ", %.0f GFLOP/s",
+                    flops / seconds * 1e-9);
+      return std::string(text);
+    };
+    std::string attentionRate, gemmRate;
+    if (config) {
+      attentionRate =
+          rate(double(forward.attentionPairs) * config->attentionFlopsPerPair(),
+               forward.attentionSeconds);
+      gemmRate =
+          rate(double(forward.tokenLayers) * config->projectionFlopsPerLayer(),
+               forward.gemmSeconds());
+    }
     char pairs[64];
-    std::snprintf(pairs, sizeof pairs, ", %.0f query-key pairs a layer",
-                  double(forward.attentionPairs) / layers);
+    std::snprintf(pairs, sizeof pairs, ", %lld query-key pairs in all",
+                  (long long)forward.attentionPairs);
     line(2, "attention", forward.attentionSeconds,
-         perLayer(forward.attentionSeconds) + pairs);
+         perLayer(forward.attentionSeconds) + pairs + attentionRate);
     line(2, "GEMMs (qkv,out,ffn)", forward.gemmSeconds(),
-         perLayer(forward.gemmSeconds()));
+         perLayer(forward.gemmSeconds()) + gemmRate);
     line(2, "other layer ops", forward.otherLayerSeconds(),
          perLayer(forward.otherLayerSeconds()));
     line(4, "norms", forward.normSeconds);

@@ -16,6 +16,7 @@
 #define SPANC_RUNTIME_SCHED_PHASEPROFILE_H
 
 #include "runtime/backend/ForwardProfile.h"
+#include "runtime/model/ModelConfig.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -61,9 +62,11 @@ inline void lap(std::chrono::steady_clock::time_point &mark, double &seconds) {
 /// The profile as a table of phases in ms (and per layer for the forward
 /// pass's ops), each line's share of the steps' time; `compileSeconds`,
 /// when positive, is printed first (compiling and planning happen before
-/// a run, outside its steps).
+/// a run, outside its steps). With the model's `config`, attention and
+/// the GEMMs also show their FLOP rates.
 void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
-                       double compileSeconds = 0);
+                       double compileSeconds = 0,
+                       const model::ModelConfig *config = nullptr);
 
 } // namespace spanc::sched
 

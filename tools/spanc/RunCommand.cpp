@@ -430,7 +430,7 @@ runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
               const po::variables_map &values, unsigned repeat,
               const sched::TokenCallback &onToken, bool streamed,
               std::vector<sched::CallOutcome> &outcomes, nlohmann::json &runs,
-              double compileSeconds) {
+              double compileSeconds, const model::ModelConfig &config) {
   // After omp_set_num_threads: --threads is its ceiling. Adapted after
   // every scheduler step (the progress callback).
   cpu::AdaptiveThreads adaptiveThreads;
@@ -487,7 +487,7 @@ runRepeatedly(sched::Executor &executor, const plan::Plan &plan,
       printStats(plan, outcomes, wall, llvm::errs());
       if (detailed)
         sched::printPhaseProfile(llvm::errs(), executor.profile(),
-                                 iteration == 0 ? compileSeconds : 0);
+                                 iteration == 0 ? compileSeconds : 0, &config);
     }
   }
   return std::nullopt;
@@ -667,9 +667,10 @@ int runRun(const std::vector<std::string> &args) {
 
   std::vector<sched::CallOutcome> outcomes;
   nlohmann::json runs = nlohmann::json::array();
-  if (std::optional<int> stopped = runRepeatedly(
-          **executor, *plan, values, unsigned(*repeatCount), onToken,
-          streamed.has_value(), outcomes, runs, compileSeconds))
+  if (std::optional<int> stopped =
+          runRepeatedly(**executor, *plan, values, unsigned(*repeatCount),
+                        onToken, streamed.has_value(), outcomes, runs,
+                        compileSeconds, (*model)->config()))
     return *stopped;
 
   bool allSucceeded =

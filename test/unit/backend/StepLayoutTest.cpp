@@ -54,17 +54,27 @@ TEST(StepLayout, NewTokensTakeTheLastSlotsSkippingPartialBlockPadding) {
   EXPECT_EQ(layout.maxContextLength, 9);
 }
 
-TEST(StepLayout, QueryIndicesPlaceEachTokenAtItsLogicalIndex) {
-  // Two runs of one request in one sequence: a recomputed block (logical
-  // 2..3, block 7) and the tail (6..8, block 9), over the tail's page list;
-  // each token's slot and RoPE position follow its own index.
+/// Two runs of one request in one sequence: a recomputed block (logical
+/// 2..3, block 7) and the tail (6..8, block 9), over the tail's page list.
+struct TwoRuns {
   std::vector<int32_t> tokens = {5, 6, 7, 8, 9}, blocks = {3, 7, 4, 9},
                        valid = {2, 2, 2, 3}, indices = {2, 3, 6, 7, 8};
-  ForwardSequence sequence;
-  sequence.tokens = tokens;
-  sequence.blockIds = blocks;
-  sequence.validTokens = valid;
-  sequence.queryIndices = indices;
+  /// The sequence over these vectors (valid while this object is).
+  ForwardSequence sequence() const {
+    ForwardSequence result;
+    result.tokens = tokens;
+    result.blockIds = blocks;
+    result.validTokens = valid;
+    result.queryIndices = indices;
+    return result;
+  }
+};
+
+TEST(StepLayout, QueryIndicesPlaceEachTokenAtItsLogicalIndex) {
+  // Each token's slot and RoPE position follow its own index.
+  const TwoRuns runs;
+  const std::vector<int32_t> &indices = runs.indices;
+  ForwardSequence sequence = runs.sequence();
   StepLayout layout;
   ASSERT_FALSE(bool(buildStepLayout({sequence}, limits(), layout)));
   EXPECT_TRUE(layout.anyQueryIndices);
@@ -270,13 +280,8 @@ TEST(StepLayout, AttentionPairsCountTheKeysEachNewTokenSees) {
   EXPECT_EQ(layout.attentionPairs(), 9 + 6);
   // Runs at their logical indices 2, 3, 6, 7, 8 of one page list: 3 + 4 +
   // 7 + 8 + 9; beside them the prompt's rows still count 1 + 2 + 3.
-  std::vector<int32_t> runTokens = {5, 6, 7, 8, 9}, runBlocks = {3, 7, 4, 9},
-                       runValid = {2, 2, 2, 3}, indices = {2, 3, 6, 7, 8};
-  ForwardSequence runs;
-  runs.tokens = runTokens;
-  runs.blockIds = runBlocks;
-  runs.validTokens = runValid;
-  runs.queryIndices = indices;
+  const TwoRuns twoRuns;
+  const ForwardSequence runs = twoRuns.sequence();
   ASSERT_FALSE(bool(buildStepLayout({runs}, limits(), layout)));
   EXPECT_EQ(layout.attentionPairs(), 31);
   ASSERT_FALSE(bool(buildStepLayout({runs, prompt}, limits(), layout)));

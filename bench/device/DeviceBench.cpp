@@ -140,10 +140,8 @@ llvm::Error runDeviceBench(const BenchArgs &args) {
     const backend::ForwardProfile profile = device.profile();
     // The pass's own counts: the query-key pairs and token rows of its
     // layers.
-    const double attentionFlops =
-        double(profile.attentionPairs) * config.attentionFlopsPerPair();
-    const double gemmFlops =
-        double(profile.tokenLayers) * config.projectionFlopsPerLayer();
+    const double attentionFlops = profile.attentionFlops(config);
+    const double gemmFlops = profile.gemmFlops(config);
     auto share = [&](double part) {
       return printed("%.1f ms (%.0f%%)", 1e3 * part,
                      100.0 * part / std::max(profiledSeconds, 1e-12));

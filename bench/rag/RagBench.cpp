@@ -223,12 +223,12 @@ llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
       double(stats.blendedTokens),
       1e3 * stats.probeSeconds,
       breakdownOf(executor.profile(), model.model().config(), compileSeconds)};
+  row.layerGflop = row.breakdown.layerGflop;
   llvm::errs() << llvm::format(
       "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
       "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",
       docs, rep, row.config.c_str(), row.ttftMs, row.prompt, row.reused,
       row.computed, row.relocated, row.repairedTokens, row.probeMs);
-  row.layerGflop = row.breakdown.layerGflop;
   llvm::errs() << "rag:   " << describeBreakdown(row.breakdown) << "\n";
   rows.push_back(std::move(row));
   return llvm::Error::success();

@@ -39,10 +39,8 @@ PhaseBreakdown breakdownOf(const sched::PhaseProfile &profile,
   auto gflops = [](double flops, double seconds) {
     return seconds > 0 ? flops / seconds * 1e-9 : 0.0;
   };
-  const double attentionFlops =
-      double(forward.attentionPairs) * config.attentionFlopsPerPair();
-  const double gemmFlops =
-      double(forward.tokenLayers) * config.projectionFlopsPerLayer();
+  const double attentionFlops = forward.attentionFlops(config);
+  const double gemmFlops = forward.gemmFlops(config);
   result.attentionGflops = gflops(attentionFlops, forward.attentionSeconds);
   result.gemmGflops = gflops(gemmFlops, forward.gemmSeconds());
   result.layerGflop = 1e-9 * (attentionFlops + gemmFlops);

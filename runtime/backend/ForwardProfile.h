@@ -10,6 +10,8 @@
 #ifndef SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H
 #define SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H
 
+#include "runtime/model/ModelConfig.h"
+
 #include <cstdint>
 
 namespace spanc::backend {
@@ -31,6 +33,15 @@ struct ForwardProfile {
   /// page list). With ModelConfig's FLOPs per unit they give the GEMMs'
   /// and attention's FLOP rates (`spanc bench rag`, `spanc bench device`).
   int64_t tokenLayers = 0, attentionPairs = 0;
+
+  /// The FLOPs behind attentionSeconds and gemmSeconds(), at `config`'s
+  /// FLOPs per query-key pair and per token row.
+  double attentionFlops(const model::ModelConfig &config) const {
+    return double(attentionPairs) * config.attentionFlopsPerPair();
+  }
+  double gemmFlops(const model::ModelConfig &config) const {
+    return double(tokenLayers) * config.projectionFlopsPerLayer();
+  }
 
   ForwardProfile &operator+=(const ForwardProfile &other);
   /// The ops' time (the layout not included).

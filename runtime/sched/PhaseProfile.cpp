@@ -87,11 +87,8 @@ void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
     std::string attentionRate, gemmRate;
     if (config) {
       attentionRate =
-          rate(double(forward.attentionPairs) * config->attentionFlopsPerPair(),
-               forward.attentionSeconds);
-      gemmRate =
-          rate(double(forward.tokenLayers) * config->projectionFlopsPerLayer(),
-               forward.gemmSeconds());
+          rate(forward.attentionFlops(*config), forward.attentionSeconds);
+      gemmRate = rate(forward.gemmFlops(*config), forward.gemmSeconds());
     }
     char pairs[64];
     std::snprintf(pairs, sizeof pairs, ", %lld query-key pairs in all",

@@ -93,8 +93,6 @@ struct Row {
   double probeMs = 0;
   /// Where its time went (sched::PhaseProfile), its compile included.
   PhaseBreakdown breakdown;
-  /// breakdown.layerGflop, for medianOf.
-  double layerGflop = 0;
 };
 
 /// Rows of one configuration at one document count.
@@ -223,7 +221,6 @@ llvm::Error measureCall(const ModelSession &model, sched::Executor &executor,
       double(stats.blendedTokens),
       1e3 * stats.probeSeconds,
       breakdownOf(executor.profile(), model.model().config(), compileSeconds)};
-  row.layerGflop = row.breakdown.layerGflop;
   llvm::errs() << llvm::format(
       "rag: docs %2u rep %2u %-24s ttft %9.1f ms prompt %5u reused %5u "
       "computed %5u relocated %5u repaired %5.0f probe %6.1f ms\n",
@@ -405,15 +402,28 @@ std::string ragTsv(llvm::ArrayRef<Row> rows) {
   return tsv;
 }
 
-/// The median of `field` over the rows of one configuration at one
+/// The median of `value(row)` over the rows of one configuration at one
 /// document count; 0 when there are none.
-double medianOf(llvm::ArrayRef<Row> rows, unsigned docs, llvm::StringRef config,
-                double Row::*field = &Row::ttftMs) {
+template <typename Value>
+double medianWhere(llvm::ArrayRef<Row> rows, unsigned docs,
+                   llvm::StringRef config, Value value) {
   std::vector<double> values;
   for (const Row &row : rows)
     if (row.docs == docs && row.config == config)
-      values.push_back(row.*field);
+      values.push_back(value(row));
   return values.empty() ? 0.0 : summarize(values).median;
+}
+
+/// The median of a row's `field`, or of its phase breakdown's.
+double medianOf(llvm::ArrayRef<Row> rows, unsigned docs, llvm::StringRef config,
+                double Row::*field = &Row::ttftMs) {
+  return medianWhere(rows, docs, config,
+                     [field](const Row &row) { return row.*field; });
+}
+double medianOf(llvm::ArrayRef<Row> rows, unsigned docs, llvm::StringRef config,
+                double PhaseBreakdown::*field) {
+  return medianWhere(rows, docs, config,
+                     [field](const Row &row) { return row.breakdown.*field; });
 }
 
 /// rag.md's title and setup: what ran, where, and how it was scaled.
@@ -573,14 +583,14 @@ void writeHeadlineRatios(llvm::raw_ostream &out, const RagSettings &settings,
     }
     // The layers' work of stock over the hit's: the ratio a hit reaches
     // at the stock prefill's FLOP rate.
-    const double stockWork =
-        medianOf(rows, docs, "prefix-warm-shuffled", &Row::layerGflop);
+    const double stockWork = medianOf(rows, docs, "prefix-warm-shuffled",
+                                      &PhaseBreakdown::layerGflop);
     for (kv::RelocationMode mode : relocations)
       out << " "
           << formatRatio(stockWork, medianOf(rows, docs,
                                              std::string("span-hit-") +
                                                  kv::relocationModeName(mode),
-                                             &Row::layerGflop))
+                                             &PhaseBreakdown::layerGflop))
           << " |";
     if (withPeer) {
       double peerShuffled = medianOf(rows, docs, "llama-server-shuffled");

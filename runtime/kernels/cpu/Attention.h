@@ -17,8 +17,8 @@
 // page once for all of them (a span hit's few rows over a long context).
 // Scores use an online softmax, so no row of the score matrix is ever held.
 // With f16 K/V on a CPU with AMX, Q.K and P.V of sequences of several
-// queries run on AMX tiles (bf16 high and low parts, f32 sums), whatever
-// the size of each tile.
+// queries run on AMX tiles (Q.K from bf16 high and low parts, P.V from
+// bf16 weights, f32 sums), whatever the size of each tile.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H

@@ -14,16 +14,22 @@
 //     alone would move the softmax weights by percents);
 //   the online softmax over the step's keys, one vector per key: the
 //     step's max per lane, the correction 2^(old - new), weights
-//     2^(s - max) (masked keys exactly zero), split into bf16 high and low
-//     parts as B tiles of key pairs ([Ph ; Ph] and [Pl ; 0]), and the row
-//     sums of exactly the weights P.V uses (VDPBF16PS of each part with
-//     ones);
+//     2^(s - max) (masked keys exactly zero) rounded to bf16 as a B tile
+//     of key pairs ([P ; P]), as flash attention on GPUs feeds P to its
+//     P.V products (a weight moves by at most 2^-8 of itself, and its
+//     polynomial needs no more precision than that; the error enters the
+//     output linearly, where the scores' would be exponentiated), and the
+//     row sums of exactly the weights P.V uses (VDPBF16PS with ones);
 //   O^T[dim][row] += V^T . P^T on AMX: per page and 16 dims an A tile
-//     [Vh | Vl] (f16 V splits exactly), two products per tile: Vh.Ph +
-//     Vl.Ph + Vh.Pl, accumulated into O^T tiles kept in memory; O^T is
+//     [Vh | Vl] (f16 V splits exactly) times [P ; P]: Vh.P + Vl.P in one
+//     product, accumulated into O^T tiles kept in memory; O^T is
 //     multiplied by the corrections only in a step where some lane's max
 //     moved (a lane whose max did not move has correction exactly 1, so
 //     its bits are the same either way).
+// The tile unit holds a vector port while it multiplies (on Sapphire
+// Rapids a 16-cycle product halves the vector throughput beside it), so
+// products and vector instructions both count: P in bf16 halved the P.V
+// products and dropped a third of the weights' instructions.
 // The steps run as a software pipeline at the grain of a page (step i's
 // weights between step i + 1's score products, step i's P.V between the
 // max passes over step i + 1's scores), so that the tile unit and the
@@ -67,9 +73,9 @@ constexpr int kMaxPageHalves = kMaxAmxHeadDim * 32;
 
 /// Tiles, 16 rows of 64 bytes each. Scores: 0-3 the step's pages, 4 and 5
 /// a page's K high and low parts, 6 and 7 the queries' high and low
-/// parts. P.V: 0-3 the O^T chunks of a group, 4 and 5 a page's [Ph ; Ph]
-/// and [Pl ; 0], 6 and 7 value tiles (two, so that a load need not wait
-/// for the previous product).
+/// parts. P.V: 0-3 the O^T chunks of a group, 4 a page's [P ; P], 6 and 7
+/// value tiles (two, so that a load need not wait for the previous
+/// product).
 struct AttentionTileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;
@@ -201,10 +207,11 @@ SPANC_AVX512BF16 void packQueryTiles(const AmxTileRows &tile, int headDim,
   }
 }
 
-/// 2^x for x <= 0 (softmax weights, the scores being in log2 units):
-/// x = n + r with |r| <= 1/2, 2^r = e^(r ln 2) by its degree-6 Taylor
-/// polynomial (relative error ~1e-7, far below the 2^-16 the weights keep),
-/// scaled by 2^n. Below -126 (the smallest normal f32) it clamps, as exp512
+/// 2^x for x <= 0 (the correction 2^(old max - new max), the scores being
+/// in log2 units): x = n + r with |r| <= 1/2, 2^r = e^(r ln 2) by its
+/// degree-6 Taylor polynomial (relative error ~1e-7: the correction scales
+/// every weight folded before it, so it keeps f32's precision), scaled by
+/// 2^n. Below -126 (the smallest normal f32) it clamps, as exp512
 /// does at -87.
 SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
@@ -217,6 +224,22 @@ SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108664821580e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650695910071e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/// 2^x for x <= 0 to the precision of a bf16 weight: as softmaxExp2 with
+/// a degree-3 polynomial fitted to 2^r on [-1/2, 1/2] (relative error
+/// 1.0e-4, against bf16's rounding of up to 2^-8 = 3.9e-3; exactly 1 at
+/// 0). The correction keeps softmaxExp2: it scales every weight before.
+SPANC_AVX512 inline __m512 weightExp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+  const __m512 n =
+      _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(5.500892922282219e-2f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.422109693288803e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.932829022407532e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
 }
@@ -287,11 +310,10 @@ SPANC_AMX_STEP inline void dispatchScoreChunk(int slot, const uint16_t *keys) {
 }
 
 /// P.V of one page into the O^T chunk held in tile `slot`: its value tile
-/// times [Ph ; Ph] (4) and [Pl ; 0] (5).
+/// [Vh | Vl] times [P ; P] (4).
 #define SPANC_ACCUMULATE_VALUES(Slot, ValueTile)                               \
   _tile_loadd(ValueTile, values, 64);                                          \
-  _tile_dpbf16ps(Slot, ValueTile, 4);                                          \
-  _tile_dpbf16ps(Slot, ValueTile, 5)
+  _tile_dpbf16ps(Slot, ValueTile, 4)
 SPANC_AMX_STEP inline void dispatchAccumulate(int slot,
                                               const uint16_t *values) {
   SPANC_ON_SLOT(slot, SPANC_ACCUMULATE_VALUES);
@@ -312,11 +334,10 @@ SPANC_AMX_STEP inline void zeroSlot(int slot) {
   SPANC_ON_SLOT(slot, SPANC_ZERO_SLOT);
 }
 
-/// The weight tiles of one page: [Ph ; Ph] then [Pl ; 0] (rows 8-15 of the
-/// second stay zero for the whole item).
-struct WeightTiles {
+/// The weight tile of one page: [P ; P], the 8 key pairs twice (the value
+/// tile's rows are [Vh | Vl]).
+struct WeightTile {
   alignas(64) uint16_t doubled[kTileHalves];
-  alignas(64) uint16_t low[kTileHalves];
 };
 
 /// The scores of one page into tile `slot` (S^T, 16 slots x 16 rows): per
@@ -358,31 +379,29 @@ SPANC_AMX_STEP inline __m512 pageMax(const StepPage &page, const float *scores,
   return max;
 }
 
-/// One page's weights 2^(s - subtract) (masked keys exactly zero) as B
-/// tiles of key pairs, and their sums as P.V will use them (VDPBF16PS of
-/// each lane's pair of high parts, then of low parts, with ones).
+/// One page's weights 2^(s - subtract) (masked keys exactly zero) in bf16
+/// as a B tile of key pairs, and their sums as P.V will use them
+/// (VDPBF16PS of each lane's pair with ones).
 SPANC_AMX_STEP inline void pageWeights(const StepPage &page,
                                        const float *scores, __m512 subtract,
                                        const __mmask16 *visible,
-                                       WeightTiles &tiles, __m512 &sum) {
+                                       WeightTile &tile, __m512 &sum) {
   const __m512bh ones =
       reinterpret_cast<__m512bh>(_mm512_set1_epi16(int16_t(0x3f80)));
   for (int pair = 0; pair < 8; ++pair) {
     const int even = 2 * pair, odd = even + 1;
-    __m512 evenWeight = softmaxExp2(
-        _mm512_sub_ps(_mm512_load_ps(scores + even * 16), subtract));
+    __m512 evenWeight =
+        weightExp2(_mm512_sub_ps(_mm512_load_ps(scores + even * 16), subtract));
     __m512 oddWeight =
-        softmaxExp2(_mm512_sub_ps(_mm512_load_ps(scores + odd * 16), subtract));
+        weightExp2(_mm512_sub_ps(_mm512_load_ps(scores + odd * 16), subtract));
     if (!page.whole) {
       evenWeight = _mm512_maskz_mov_ps(visible[even], evenWeight);
       oddWeight = _mm512_maskz_mov_ps(visible[odd], oddWeight);
     }
-    const SplitPairs split = splitPairs(evenWeight, oddWeight);
-    _mm512_store_si512(tiles.doubled + pair * 32, split.high);
-    _mm512_store_si512(tiles.doubled + (8 + pair) * 32, split.high);
-    _mm512_store_si512(tiles.low + pair * 32, split.low);
-    sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(split.high), ones);
-    sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(split.low), ones);
+    const __m512i pairs = interleaveBf16Pairs(evenWeight, oddWeight);
+    _mm512_store_si512(tile.doubled + pair * 32, pairs);
+    _mm512_store_si512(tile.doubled + (8 + pair) * 32, pairs);
+    sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(pairs), ones);
   }
 }
 
@@ -400,39 +419,46 @@ struct Step {
 /// one being scored). The steps a tile is fed are a prefix of its pass's
 /// steps (foldTilesAmx below), so the pass packs each page once for all of
 /// its tiles; the arithmetic of each row is the same whatever tiles share
-/// its pass.
+/// its pass. A step's fold is two halves (weigh, then accumulate) that the
+/// pass runs over all of its tiles in turn: between a tile's halves the
+/// other tiles' work runs while its weights' stores reach the cache for
+/// the tile loads that read them, and its score tiles' stores for the
+/// vector loads (neither forwards from a store in flight).
 struct TileFold {
   alignas(64) uint16_t queries[kMaxAmxHeadDim / 32 * 2 * kTileHalves];
-  /// The step's weight tiles, written and read inside one advance: one
-  /// array per pass that all its tiles share (a tile's own was 8 KiB more
-  /// of each step's working set beside the step's 32 KiB of pages;
-  /// attention_bench 1-3 % faster shared).
-  WeightTiles *weights = nullptr;
+  /// The step's weight tiles, written by weigh and read by accumulate.
+  WeightTile weights[kStepPages];
   Step steps[2];
   LaneState state;
+  /// Between weigh and accumulate: the step's correction, the lanes that
+  /// had seen a key before it, and whether the next step was scored.
+  __m512 correction;
+  __mmask16 seen = 0;
+  bool scoredNext = false;
   int64_t firstLimit = 0, lastLimit = 0; ///< over the tile's rows
   int32_t pageEnd = 0;
   int current = 0;
   bool started = false, finished = false;
 
   SPANC_AMX_STEP void begin(const AmxTileRows &tile, int headDim,
-                            int64_t itemStart, int32_t itemPageEnd,
-                            WeightTiles *sharedWeights);
-  /// Folds the step in flight with `next` scored beside it, or, with
-  /// `next` null, the last step.
-  SPANC_AMX_STEP void advance(const StepPages *next, int headDim);
-  /// Feeds one step (at least one page present): scores it, and folds the
-  /// step before it.
-  SPANC_AMX_STEP void feed(const StepPages &pages, int headDim);
+                            int64_t itemStart, int32_t itemPageEnd);
+  /// The first half of folding the step in flight: its max, correction
+  /// and weights, with `next` (if not null) scored beside them.
+  SPANC_AMX_STEP void weigh(const StepPages *next, int headDim);
+  /// The second half: O^T corrected and P.V accumulated, beside the max
+  /// passes over the next step's scores.
+  SPANC_AMX_STEP void accumulate(int headDim);
+  /// Feeds one step (at least one page present): scores it, or, past the
+  /// first, weighs the step before it beside scoring it (true: accumulate
+  /// must follow).
+  SPANC_AMX_STEP bool feed(const StepPages &pages, int headDim);
   /// Folds the last step and writes the tile's result.
   SPANC_AMX_STEP void finish(const AmxTileRows &tile, int headDim);
 };
 
 SPANC_AMX_STEP void TileFold::begin(const AmxTileRows &tile, int headDim,
-                                    int64_t itemStart, int32_t itemPageEnd,
-                                    WeightTiles *sharedWeights) {
+                                    int64_t itemStart, int32_t itemPageEnd) {
   packQueryTiles(tile, headDim, queries);
-  weights = sharedWeights;
   // Limits relative to the item's first page, clamped to int32 (a page is
   // at most the item's length past it).
   constexpr int64_t kSeesAll = int64_t(1) << 30;
@@ -462,10 +488,10 @@ SPANC_AMX_STEP void TileFold::begin(const AmxTileRows &tile, int headDim,
 // products, and step i's P.V products page by page between the max
 // passes over step i + 1's scores (each phase alone is a long run of
 // one kind of instruction that the out-of-order window cannot bridge).
-SPANC_AMX_STEP void TileFold::feed(const StepPages &pages, int headDim) {
+SPANC_AMX_STEP bool TileFold::feed(const StepPages &pages, int headDim) {
   if (started) {
-    advance(&pages, headDim);
-    return;
+    weigh(&pages, headDim);
+    return true;
   }
   started = true;
   Step &step = steps[current];
@@ -482,23 +508,24 @@ SPANC_AMX_STEP void TileFold::feed(const StepPages &pages, int headDim) {
       step.max =
           _mm512_max_ps(step.max, pageMax(step.pages[slot], step.scores[slot],
                                           state.limit, step.visible[slot]));
+  return false;
 }
 
-SPANC_AMX_STEP void TileFold::advance(const StepPages *nextPages, int headDim) {
+SPANC_AMX_STEP void TileFold::weigh(const StepPages *nextPages, int headDim) {
   const __m512 negativeInfinity =
       _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   Step &step = steps[current];
   Step &next = steps[1 - current];
   const bool hasNext = nextPages != nullptr;
+  scoredNext = hasNext;
   if (hasNext)
     next.pages = *nextPages;
 
   // This step's max, correction and weights, between the next step's
   // score products.
   const __m512 newMax = _mm512_max_ps(state.max, step.max);
-  const __mmask16 seen =
-      _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
-  const __m512 correction =
+  seen = _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
+  correction =
       _mm512_maskz_mov_ps(seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));
   // A lane with no visible key yet keeps -inf; its weights are all
   // masked, and subtracting 0 keeps them from being NaN first.
@@ -528,7 +555,14 @@ SPANC_AMX_STEP void TileFold::advance(const StepPages *nextPages, int headDim) {
     for (int slot = 0; slot < kStepPages; ++slot)
       if (next.pages[slot].keys)
         storeSlot(slot, next.scores[slot]);
+}
 
+SPANC_AMX_STEP void TileFold::accumulate(int headDim) {
+  const __m512 negativeInfinity =
+      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  Step &step = steps[current];
+  Step &next = steps[1 - current];
+  const bool hasNext = scoredNext;
   // O^T = O^T * correction, only when some seen lane's max moved (a lane
   // times 1 keeps its bits; one that had seen nothing is zero anyway).
   if (_mm512_mask_cmp_ps_mask(seen, correction, _mm512_set1_ps(1.0f),
@@ -549,7 +583,6 @@ SPANC_AMX_STEP void TileFold::advance(const StepPages *nextPages, int headDim) {
     for (int page = 0; page < kStepPages; ++page) {
       if (step.pages[page].keys) {
         _tile_loadd(4, weights[page].doubled, 64);
-        _tile_loadd(5, weights[page].low, 64);
         for (int slot = 0; slot < count; ++slot)
           dispatchAccumulate(slot, step.pages[page].values +
                                        (group + slot) * kTileHalves);
@@ -567,8 +600,10 @@ SPANC_AMX_STEP void TileFold::advance(const StepPages *nextPages, int headDim) {
 
 SPANC_AMX_STEP void TileFold::finish(const AmxTileRows &tile, int headDim) {
   finished = true;
-  if (started)
-    advance(nullptr, headDim);
+  if (started) {
+    weigh(nullptr, headDim);
+    accumulate(headDim);
+  }
   // Back to rows: the normalized output rows (acc * (1 / sum), 0 for a row
   // that saw nothing), or a split's state with its max in natural log
   // units again.
@@ -626,15 +661,11 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
   thread_local std::vector<TileFold> folds;
   if (folds.size() < size_t(count))
     folds.resize(size_t(count));
-  // Rows 8-15 of each [Pl ; 0] tile stay zero: pageWeights writes rows 0-7.
-  alignas(64) WeightTiles weights[kStepPages];
-  for (WeightTiles &tiles : weights)
-    std::memset(tiles.low + 8 * 32, 0, sizeof(uint16_t) * 8 * 32);
   int32_t passEnd = leader.pageBegin;
   int64_t passLastLimit = std::numeric_limits<int64_t>::min();
   for (int index = 0; index < count; ++index) {
     folds[size_t(index)].begin(*tiles[index], headDim, itemStart,
-                               items[index]->pageEnd, weights);
+                               items[index]->pageEnd);
     passEnd = std::max(passEnd, items[index]->pageEnd);
     passLastLimit = std::max(passLastLimit, folds[size_t(index)].lastLimit);
   }
@@ -731,8 +762,11 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
       continue;
     buffer = 1 - buffer;
     // Each tile's view of the step: the pages inside its item and its
-    // rows' limits.
+    // rows' limits. The tiles weigh the step before it, then accumulate
+    // it (TileFold).
+    bool accumulates[kMaxPassTiles];
     for (int index = 0; index < count; ++index) {
+      accumulates[index] = false;
       TileFold &fold = folds[size_t(index)];
       StepPages pages;
       bool sees = false;
@@ -747,11 +781,14 @@ SPANC_AMX_STEP void foldTilesAmx(const CallContext &context,
         sees = true;
       }
       if (sees)
-        fold.feed(pages, headDim);
+        accumulates[index] = fold.feed(pages, headDim);
       else if (!fold.finished)
         // Its last step's pages may be packed over from the next step on.
         fold.finish(*tiles[index], headDim);
     }
+    for (int index = 0; index < count; ++index)
+      if (accumulates[index])
+        folds[size_t(index)].accumulate(headDim);
   }
   for (int index = 0; index < count; ++index)
     if (!folds[size_t(index)].finished)

@@ -45,9 +45,13 @@ constexpr double kLambda = 8;
 /// The relative error of exp512 (VectorMath.h: a degree-7 polynomial,
 /// below 1e-7 on its range) and of std::exp (about one unit roundoff).
 constexpr double kExpError = 1e-7 + kUnitRoundoff;
-/// The AMX path's exp2 (AttentionAmx.cpp: a degree-6 polynomial in the
-/// reduced argument, ~1.2e-7, plus its few roundings).
-constexpr double kAmxExpError = 2e-7 + 4 * kUnitRoundoff;
+/// The AMX path's exp2 of a weight (AttentionAmx.cpp: a degree-3
+/// polynomial in the reduced argument, 1.0e-4, plus its few roundings; the
+/// correction's degree-6 one is far below it).
+constexpr double kAmxWeightExpError = 1.1e-4 + 4 * kUnitRoundoff;
+/// Rounding to bf16 (8 significant bits) moves a value by at most 2^-8 of
+/// it: the AMX path's weights P as P.V uses them.
+constexpr double kBf16RoundingError = 0x1p-8;
 /// bf16 keeps 8 significant bits: rounding to nearest moves a value by at
 /// most 2^-8 of it (1 + 2^-8 is a tie), and rounding that rest to bf16
 /// leaves 2^-8 of the rest: 2^-16 of the value. (Not 2^-9 and 2^-18: that
@@ -63,7 +67,7 @@ struct PathArithmetic {
   /// Relative error of a score q.k, against scale * sum_d |q_d k_d|.
   double dot;
   /// Relative error of one softmax weight as P.V uses it (exp, and on the
-  /// AMX path the bf16 split of P; the normalizer sums the same weights).
+  /// AMX path the bf16 rounding of P; the normalizer sums the same weights).
   double weight;
 };
 
@@ -77,12 +81,13 @@ PathArithmetic f32Products(int headDim) {
 /// AMX: Qh.Kh + Qh.Kl + Ql.Kh, each operand's low part rounded to bf16
 /// (2^-16 of the operand each, q and k; f16 K splits exactly, but the
 /// bound does not lean on it) and Ql.Kl dropped (2^-16 of the product):
-/// 3 * 2^-16 per product, then an f32 sum of 3 * headDim terms. P is split
-/// the same way (2^-16 per weight).
+/// 3 * 2^-16 per product, then an f32 sum of 3 * headDim terms. P is
+/// rounded to bf16 (2^-8 per weight; the normalizer sums the same rounded
+/// weights).
 PathArithmetic amxProducts(int headDim) {
   return {3 * kBf16SplitError +
               (kLambda * std::sqrt(3.0 * headDim) + 2) * kUnitRoundoff,
-          kAmxExpError + kBf16SplitError + 4 * kUnitRoundoff};
+          kAmxWeightExpError + kBf16RoundingError + 4 * kUnitRoundoff};
 }
 
 struct TestSequence {
@@ -252,7 +257,7 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
             queries.data() + row * queryStride + head * testCase.headDim;
         std::vector<double> scores(size_t(limit + 1));
         // Each score's error bound: the dot's, relative to sum |q_d k_d|
-        // times its scale, plus the weight's own (exp, bf16 split).
+        // times its scale, plus the weight's own (exp, bf16 rounding).
         std::vector<double> scoreErrors(size_t(limit + 1));
         double kindMax[2] = {-1e300, -1e300};
         for (int64_t key = 0; key <= limit; ++key) {

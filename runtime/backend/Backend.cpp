@@ -24,6 +24,7 @@ ForwardProfile &ForwardProfile::operator+=(const ForwardProfile &other) {
   tokens += other.tokens;
   passes += other.passes;
   layers += other.layers;
+  passesInOneRegion += other.passesInOneRegion;
   tokenLayers += other.tokenLayers;
   attentionPairs += other.attentionPairs;
   return *this;

@@ -3,8 +3,9 @@
 // Wall time per kind of op, summed over the passes a backend ran while its
 // profile was on (Backend::setProfiling; `spanc bench engine --profile`,
 // `spanc run --stats=detailed`, `spanc bench rag`'s hit breakdown). Each op
-// is timed on the calling thread around its parallel region, so thread
-// wake-ups and barriers count in the op they serve.
+// is timed on the calling thread around its parallel region (in a decode
+// step run in one region, on its master thread between barriers), so
+// thread wake-ups and barriers count in the op they serve.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_BACKEND_FORWARDPROFILE_H
@@ -27,6 +28,9 @@ struct ForwardProfile {
   /// Forward passes, and the layers they ran (a repair's selection pass
   /// runs fewer than all).
   int64_t passes = 0, layers = 0;
+  /// CPU: the passes whose layers ran in one parallel region (a decode
+  /// step of a few rows, runtime/backend/cpu/ForwardDecodeTeam.cpp).
+  int64_t passesInOneRegion = 0;
   /// The work behind the times, summed over each pass's layers: token rows
   /// through the layers' weight multiplications, and query-key pairs each
   /// query row attends to (a row sees its causal limit + 1 keys of its

@@ -18,21 +18,50 @@
 
 namespace spanc::backend {
 
-llvm::Error CpuForwardPass::feedForwardFused(const model::LayerWeights &layer,
-                                             int64_t numRows) {
-  // Decode-size steps: gate|up, SwiGLU, the quantization of its output and
-  // the down projection in one parallel region with one barrier. Each
-  // thread takes a range of 32-column blocks of the FFN width: the gate and
-  // up rows of those columns (groups g and g + ffnDim/16 of the stacked
-  // matrix), their SwiGLU and their activation blocks, so that nothing but
-  // the down projection (which reads every block) waits for the others.
-  // The arithmetic per element is that of the unfused path.
+void CpuForwardPass::gateUpShare(const model::LayerWeights &layer,
+                                 const cpu::QuantizedActivations &normedRows,
+                                 int thread, int threads) {
+  // Thread `thread` of `threads` takes a range of 32-column blocks of the
+  // FFN width: the gate and up rows of those columns (groups g and
+  // g + ffnDim/16 of the stacked matrix), their SwiGLU and their
+  // activation blocks, so that nothing but the down projection (which
+  // reads every block) waits for the others. The arithmetic per element is
+  // that of the unfused path.
   const model::ModelConfig &config = model.config();
-  const int64_t dim = config.embeddingDim;
   const int64_t ffnDim = config.feedForwardDim;
   const int64_t ffnGroups = ffnDim / cpu::PackedQuantMatrix::kGroupRows;
   const int64_t units = ffnDim / 32;
-  const bool llamaNumerics = model.numerics() == model::Numerics::LlamaCpp;
+  const int64_t first = units * thread / threads;
+  const int64_t end = units * (thread + 1) / threads;
+  const int64_t groupsPerUnit = 32 / cpu::PackedQuantMatrix::kGroupRows;
+  if (end <= first)
+    return;
+  cpu::quantGemvGroups(layer.gateUpQuantized, normedRows, gateUp.data(),
+                       2 * ffnDim, first * groupsPerUnit, end * groupsPerUnit);
+  cpu::quantGemvGroups(layer.gateUpQuantized, normedRows, gateUp.data(),
+                       2 * ffnDim, ffnGroups + first * groupsPerUnit,
+                       ffnGroups + end * groupsPerUnit);
+  const cpu::RowShape shape{normedRows.rows, (end - first) * 32, 2 * ffnDim,
+                            ffnDim};
+  const float *gate = gateUp.data() + first * 32;
+  const float *up = gate + ffnDim;
+  float *out = feedForward.data() + first * 32;
+  if (model.numerics() == model::Numerics::LlamaCpp)
+    cpu::swiGluLlamaCpp(shape, gate, up, out);
+  else
+    cpu::swiGlu(shape, gate, up, out);
+  cpu::quantizeActivationBlocks(feedForward.data(), ffnDim, first, end,
+                                feedForwardActivations);
+}
+
+llvm::Error CpuForwardPass::feedForwardFused(const model::LayerWeights &layer,
+                                             int64_t numRows) {
+  // Decode-size steps: gate|up, SwiGLU, the quantization of its output and
+  // the down projection in one parallel region with one barrier
+  // (gateUpShare).
+  const model::ModelConfig &config = model.config();
+  const int64_t dim = config.embeddingDim;
+  const int64_t ffnDim = config.feedForwardDim;
   cpu::quantizeActivations(normed.data(), numRows, dim, dim,
                            layer.gateUpQuantized.format, quantizedActivations);
   cpu::prepareActivations(numRows, ffnDim, layer.downQuantized.format,
@@ -41,30 +70,8 @@ llvm::Error CpuForwardPass::feedForwardFused(const model::LayerWeights &layer,
   std::chrono::steady_clock::time_point middle;
 #pragma omp parallel
   {
-    const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
-    const int64_t first = units * thread / threads;
-    const int64_t end = units * (thread + 1) / threads;
-    const int64_t groupsPerUnit = 32 / cpu::PackedQuantMatrix::kGroupRows;
-    if (end > first) {
-      cpu::quantGemvGroups(layer.gateUpQuantized, quantizedActivations,
-                           gateUp.data(), 2 * ffnDim, first * groupsPerUnit,
-                           end * groupsPerUnit);
-      cpu::quantGemvGroups(layer.gateUpQuantized, quantizedActivations,
-                           gateUp.data(), 2 * ffnDim,
-                           ffnGroups + first * groupsPerUnit,
-                           ffnGroups + end * groupsPerUnit);
-      const cpu::RowShape shape{numRows, (end - first) * 32, 2 * ffnDim,
-                                ffnDim};
-      const float *gate = gateUp.data() + first * 32;
-      const float *up = gate + ffnDim;
-      float *out = feedForward.data() + first * 32;
-      if (llamaNumerics)
-        cpu::swiGluLlamaCpp(shape, gate, up, out);
-      else
-        cpu::swiGlu(shape, gate, up, out);
-      cpu::quantizeActivationBlocks(feedForward.data(), ffnDim, first, end,
-                                    feedForwardActivations);
-    }
+    gateUpShare(layer, quantizedActivations, omp_get_thread_num(),
+                omp_get_num_threads());
 #pragma omp barrier
 #pragma omp master
     if (profiling)

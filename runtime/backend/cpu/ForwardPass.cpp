@@ -174,13 +174,16 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
     cpu::embeddingLookup(model.weights().tokenEmbedding(), step.tokenIds.data(),
                          numTokens, hidden.data(), config.embeddingDim);
   }
-  for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
-    const model::LayerWeights &layer = model.weights().layers()[layerIndex];
-    if (llvm::Error error = attentionBlock(layer, layerIndex, step, storage))
-      return error;
-    if (llvm::Error error = feedForwardBlock(layer))
-      return error;
-  }
+  if (canRunLayersInTeam(step, numLayers))
+    runLayersInTeam(step, storage, numLayers);
+  else
+    for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
+      const model::LayerWeights &layer = model.weights().layers()[layerIndex];
+      if (llvm::Error error = attentionBlock(layer, layerIndex, step, storage))
+        return error;
+      if (llvm::Error error = feedForwardBlock(layer))
+        return error;
+    }
   if (!output)
     return llvm::Error::success();
   output->rowOffsets.assign(step.rowOffsets.begin(), step.rowOffsets.end());

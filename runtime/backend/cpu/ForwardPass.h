@@ -5,11 +5,13 @@
 // in a KvStorage. Per layer an attention block (norm, QKV, RoPE, the K/V
 // write, paged attention, a repair's key-mass probe, the output projection:
 // ForwardAttention.cpp) and a feed-forward block (ForwardFeedForward.cpp),
-// then the logits of the rows the step asks for (ForwardLogits.cpp). Every
-// numerics rule (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows
-// multiply the 4/8-bit weights in place with int8 activations, prompt rows
-// the packed bf16/f32 weights; llama.cpp numerics take the file's blocks
-// everywhere. The model (runtime/model) only describes and packs weights.
+// then the logits of the rows the step asks for (ForwardLogits.cpp); a
+// step of a few decode rows runs its layers in one parallel region
+// (ForwardDecodeTeam.cpp, the same bits). Every numerics rule
+// (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows multiply the
+// 4/8-bit weights in place with int8 activations, prompt rows the packed
+// bf16/f32 weights; llama.cpp numerics take the file's blocks everywhere.
+// The model (runtime/model) only describes and packs weights.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_BACKEND_CPU_FORWARDPASS_H
@@ -55,6 +57,9 @@ public:
   void enableProfile(bool enabled) { profiling = enabled; }
   const ForwardProfile &profile() const { return opProfile; }
   void resetProfile() { opProfile = ForwardProfile(); }
+  /// false: every step runs kernel by kernel, each its own parallel region
+  /// (the reference the one-region decode path is tested against).
+  void enableLayersInTeam(bool enabled) { layersInTeam = enabled; }
 
 private:
   /// Sizes the activations for a step of `numTokens` rows.
@@ -84,6 +89,22 @@ private:
   /// GEMVs) in one parallel region; reads `normed`, writes `projected`.
   llvm::Error feedForwardFused(const model::LayerWeights &layer,
                                int64_t numRows);
+  /// Thread `thread` of `threads`' share of gate|up, SwiGLU and the
+  /// quantization of its output into feedForwardActivations (prepared).
+  void gateUpShare(const model::LayerWeights &layer,
+                   const cpu::QuantizedActivations &normedRows, int thread,
+                   int threads);
+
+  /// ForwardDecodeTeam.cpp: whether layers [0, numLayers) of the step run
+  /// in one parallel region (a few decode rows on the 4/8-bit weights).
+  bool canRunLayersInTeam(const StepLayout &step, uint32_t numLayers) const;
+  /// Runs them so: the same bits as the per-kernel path.
+  void runLayersInTeam(const StepLayout &step, KvStorage &storage,
+                       uint32_t numLayers);
+  /// One layer, called by every thread of the region.
+  void layerInTeam(const model::LayerWeights &layer, uint32_t layerIndex,
+                   const StepLayout &step, KvStorage &storage, int thread,
+                   int threads);
   /// ForwardLogits.cpp: the output norm and head over the wanted rows.
   llvm::Error logits(const StepLayout &step, model::ForwardOutput &output);
 
@@ -111,8 +132,17 @@ private:
   Activations hidden, normed, queryKeyValue, attention, projected, gateUp,
       feedForward, selected;
 
+  /// Per thread of a team step (runLayersInTeam): its copy of the
+  /// normalized rows and their int8 activations.
+  struct TeamScratch {
+    Activations normed;
+    cpu::QuantizedActivations activations;
+  };
+  std::vector<TeamScratch> teamScratch;
+
   bool profiling = false;
   ForwardProfile opProfile;
+  bool layersInTeam = true;
 };
 
 } // namespace spanc::backend

@@ -4,6 +4,7 @@
 
 #include "runtime/kernels/Limits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
+#include "runtime/kernels/cpu/RowLoop.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
 #include <sys/mman.h>
@@ -254,13 +255,12 @@ void KvStorage::writeTokens(int layer, int64_t count, const int32_t *slotBlocks,
   // or per-element stores.
   const int64_t numRuns = int64_t(runStarts_.size()) - 1;
   const int64_t items = numRuns * numHeads;
-#pragma omp parallel for schedule(static) if (items >= kMinParallelRuns)
-  for (int64_t item = 0; item < items; ++item) {
+  cpu::forEachRow(items, items >= kMinParallelRuns, [&](int64_t item) {
     const int64_t run = item / numHeads;
     writeRun(runStarts_[size_t(run)],
              int(runStarts_[size_t(run + 1)] - runStarts_[size_t(run)]),
              int(item % numHeads));
-  }
+  });
 }
 
 void KvStorage::copyBlock(int64_t source, int64_t destination) {

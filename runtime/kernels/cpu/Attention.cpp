@@ -482,31 +482,44 @@ int32_t planWorkItems(const PagedAttentionShape &shape,
   return numPartials;
 }
 
-} // namespace
+/// One call, planned: its work items, their order and page passes (in the
+/// workspace) and what every pass needs. Plain values, so a team can share
+/// one thread's plan (copyprivate).
+struct PlannedCall {
+  CallContext context;
+  bool useAvx512 = false, useAmx = false;
+  int32_t numPartials = 0;
+  int32_t totalPages = 0;
+  int64_t stateFloats = 0;
+  int64_t numPasses = 0;
+  int64_t cacheFloats = 0; ///< per thread
+  float *blockCache = nullptr;
+  int32_t *blockCacheTags = nullptr;
+};
 
-void pagedAttention(const PagedAttentionShape &shape,
-                    const PagedAttentionBatch &batch, const PagedKvView &kv,
-                    const float *queries, float *output,
-                    const PagedAttentionOptions &options,
-                    AttentionWorkspace &workspace) {
-  const bool useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
-                         kv.blockSize == 16 && shape.headDim % 16 == 0;
+/// Plans a call that `numThreads` threads will run.
+PlannedCall planCall(const PagedAttentionShape &shape,
+                     const PagedAttentionBatch &batch, const PagedKvView &kv,
+                     const float *queries, const PagedAttentionOptions &options,
+                     AttentionWorkspace &workspace, int numThreads) {
+  PlannedCall call;
+  call.useAvx512 = !options.forceScalar && cpuFeatures().hasAvx512() &&
+                   kv.blockSize == 16 && shape.headDim % 16 == 0;
   // A property of the call's shape and storage (and, below, of each
   // sequence's query count): every tile of a sequence takes the same path.
-  const bool useAmx = useAvx512 && options.allowAmx &&
-                      kv.precision == KvPrecision::F16 &&
-                      shape.headDim % 32 == 0 &&
-                      shape.headDim <= kMaxAmxHeadDim && amxBf16Usable();
-  const int32_t numPartials = planWorkItems(shape, batch, options, workspace);
-  const int32_t totalPages = batch.pageOffsets[batch.numSequences];
-  const int64_t stateFloats = int64_t(kMaxRows) * (2 + shape.headDim);
-  if (workspace.partials.size() < size_t(numPartials * stateFloats))
-    workspace.partials.resize(size_t(numPartials * stateFloats));
-
-  CallContext context{
+  call.useAmx = call.useAvx512 && options.allowAmx &&
+                kv.precision == KvPrecision::F16 && shape.headDim % 32 == 0 &&
+                shape.headDim <= kMaxAmxHeadDim && amxBf16Usable();
+  const bool useAvx512 = call.useAvx512, useAmx = call.useAmx;
+  call.numPartials = planWorkItems(shape, batch, options, workspace);
+  call.totalPages = batch.pageOffsets[batch.numSequences];
+  call.stateFloats = int64_t(kMaxRows) * (2 + shape.headDim);
+  if (workspace.partials.size() < size_t(call.numPartials * call.stateFloats))
+    workspace.partials.resize(size_t(call.numPartials * call.stateFloats));
+  call.context = CallContext{
       &shape, &kv, &options, &batch, workspace.pageStarts.data(), queries};
   const int64_t numItems = int64_t(workspace.items.size());
-  float *partials = workspace.partials.data();
+  const int32_t totalPages = call.totalPages;
 
   // The per-thread block cache, for rope-in-kernel prefill tiles (rotating
   // a block costs about a tenth of folding it into a 16-row tile; merely
@@ -516,9 +529,12 @@ void pagedAttention(const PagedAttentionShape &shape,
   bool anyManyRows = false;
   for (const AttentionWorkItem &item : workspace.items)
     anyManyRows |= item.numRows > kRowsToWidenBlock;
-  const int numThreads = numItems > 1 ? omp_get_max_threads() : 1;
+  // A call of one item runs on one thread (thread 0's entries).
+  if (numItems <= 1)
+    numThreads = 1;
   const int64_t entryFloats = int64_t(2) * shape.headDim * 16;
   const int64_t cacheFloats = int64_t(totalPages) * entryFloats;
+  call.cacheFloats = cacheFloats;
   // AMX tiles keep packed pairs there, rotated or not.
   const bool useCache = options.useBlockCache && useAvx512 && anyManyRows &&
                         (options.keyRope || useAmx) &&
@@ -528,15 +544,12 @@ void pagedAttention(const PagedAttentionShape &shape,
     if (workspace.blockCache.size() < size_t(cacheFloats * numThreads + 16))
       workspace.blockCache.resize(size_t(cacheFloats * numThreads + 16));
     workspace.blockCacheTags.assign(size_t(totalPages) * numThreads, 0);
-  }
-  float *blockCache = nullptr;
-  if (useCache) {
-    blockCache = workspace.blockCache.data();
+    float *blockCache = workspace.blockCache.data();
     blockCache += (64 - reinterpret_cast<uintptr_t>(blockCache) % 64) % 64 /
                   sizeof(float);
+    call.blockCache = blockCache;
+    call.blockCacheTags = workspace.blockCacheTags.data();
   }
-  int32_t *blockCacheTags =
-      useCache ? workspace.blockCacheTags.data() : nullptr;
   std::vector<int32_t> &order = workspace.order;
   order.resize(size_t(numItems));
   for (int64_t index = 0; index < numItems; ++index)
@@ -590,56 +603,113 @@ void pagedAttention(const PagedAttentionShape &shape,
     }
     passes.push_back(int32_t(numItems));
   }
-  const int64_t numPasses = int64_t(passes.size()) - 1;
-#pragma omp parallel for schedule(dynamic, 1) if (numPasses > 1)
-  for (int64_t pass = 0; pass < numPasses; ++pass) {
-    const int thread = numPasses > 1 ? omp_get_thread_num() : 0;
-    float *cache = blockCache ? blockCache + thread * cacheFloats : nullptr;
-    int32_t *tags =
-        blockCache ? blockCacheTags + int64_t(thread) * totalPages : nullptr;
-    const int32_t begin = passes[size_t(pass)];
-    const int32_t end = passes[size_t(pass) + 1];
-    const AttentionWorkItem &first =
-        workspace.items[size_t(order[size_t(begin)])];
-    // Decode steps keep f32 products: packing each block into tiles for
-    // one query row would cost more than the products save. The choice
-    // depends on the sequence alone.
-    if (amxItem(first)) {
-      const AttentionWorkItem *items[kMaxPassTiles];
-      for (int32_t index = begin; index < end; ++index)
-        items[index - begin] = &workspace.items[size_t(order[size_t(index)])];
-      runPassAmx(context, items, end - begin, partials, output, cache, tags);
-      continue;
-    }
-    for (int32_t index = begin; index < end; ++index) {
-      const AttentionWorkItem &item =
-          workspace.items[size_t(order[size_t(index)])];
-      float *partial =
-          item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
-      if (kv.precision == KvPrecision::F16)
-        runItem<uint16_t>(context, item, useAvx512, partial, output, cache,
-                          tags);
-      else
-        runItem<float>(context, item, useAvx512, partial, output, cache, tags);
-    }
+  call.numPasses = int64_t(passes.size()) - 1;
+  return call;
+}
+
+/// Folds page pass `pass` of a planned call on thread `thread` (its block
+/// cache entries; 0 where the call has one pass).
+void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
+             int64_t pass, int thread, float *output) {
+  const CallContext &context = call.context;
+  float *cache =
+      call.blockCache ? call.blockCache + thread * call.cacheFloats : nullptr;
+  int32_t *tags = call.blockCache
+                      ? call.blockCacheTags + int64_t(thread) * call.totalPages
+                      : nullptr;
+  const std::vector<int32_t> &order = workspace.order;
+  const int32_t begin = workspace.passes[size_t(pass)];
+  const int32_t end = workspace.passes[size_t(pass) + 1];
+  const AttentionWorkItem &first =
+      workspace.items[size_t(order[size_t(begin)])];
+  float *partials = workspace.partials.data();
+  // Decode steps keep f32 products: packing each block into tiles for
+  // one query row would cost more than the products save. The choice
+  // depends on the sequence alone.
+  if (call.useAmx && !isDecode(*context.batch, first.sequence)) {
+    const AttentionWorkItem *items[kMaxPassTiles];
+    for (int32_t index = begin; index < end; ++index)
+      items[index - begin] = &workspace.items[size_t(order[size_t(index)])];
+    runPassAmx(context, items, end - begin, partials, output, cache, tags);
+    return;
   }
-  if (numPartials == 0)
+  for (int32_t index = begin; index < end; ++index) {
+    const AttentionWorkItem &item =
+        workspace.items[size_t(order[size_t(index)])];
+    float *partial = item.partial >= 0
+                         ? partials + item.partial * call.stateFloats
+                         : nullptr;
+    if (context.kv->precision == KvPrecision::F16)
+      runItem<uint16_t>(context, item, call.useAvx512, partial, output, cache,
+                        tags);
+    else
+      runItem<float>(context, item, call.useAvx512, partial, output, cache,
+                     tags);
+  }
+}
+
+/// Merges split group `group` of a planned call into its output rows.
+void mergeSplitGroup(const PlannedCall &call,
+                     const AttentionWorkspace &workspace, int64_t group,
+                     float *output) {
+  const AttentionWorkItem *first =
+      workspace.items.data() + workspace.groups[size_t(group)];
+  if (first->partial < 0)
+    return;
+  bool anySpanPages = false;
+  for (int split = 0; split < first->numSplits; ++split)
+    anySpanPages |= first[split].spanPages;
+  const float *partials = workspace.partials.data();
+  if (anySpanPages)
+    mergeScaledGroup(call.context, first, partials, output);
+  else
+    mergeGroup(call.context, first, partials, output);
+}
+
+} // namespace
+
+void pagedAttention(const PagedAttentionShape &shape,
+                    const PagedAttentionBatch &batch, const PagedKvView &kv,
+                    const float *queries, float *output,
+                    const PagedAttentionOptions &options,
+                    AttentionWorkspace &workspace) {
+  const PlannedCall call = planCall(shape, batch, kv, queries, options,
+                                    workspace, omp_get_max_threads());
+  const int64_t numPasses = call.numPasses;
+#pragma omp parallel for schedule(dynamic, 1) if (numPasses > 1)
+  for (int64_t pass = 0; pass < numPasses; ++pass)
+    runPass(call, workspace, pass, numPasses > 1 ? omp_get_thread_num() : 0,
+            output);
+  if (call.numPartials == 0)
     return;
   const int64_t numGroups = int64_t(workspace.groups.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t group = 0; group < numGroups; ++group) {
-    const AttentionWorkItem *first =
-        workspace.items.data() + workspace.groups[size_t(group)];
-    if (first->partial < 0)
-      continue;
-    bool anySpanPages = false;
-    for (int split = 0; split < first->numSplits; ++split)
-      anySpanPages |= first[split].spanPages;
-    if (anySpanPages)
-      mergeScaledGroup(context, first, partials, output);
-    else
-      mergeGroup(context, first, partials, output);
-  }
+  for (int64_t group = 0; group < numGroups; ++group)
+    mergeSplitGroup(call, workspace, group, output);
+}
+
+void pagedAttentionInTeam(const PagedAttentionShape &shape,
+                          const PagedAttentionBatch &batch,
+                          const PagedKvView &kv, const float *queries,
+                          float *output, const PagedAttentionOptions &options,
+                          AttentionWorkspace &workspace) {
+  // One thread plans and hands the plan to the others; the work-sharing
+  // loops bind to the caller's team (orphaned), each ending in a barrier.
+  PlannedCall call;
+#pragma omp single copyprivate(call)
+  call = planCall(shape, batch, kv, queries, options, workspace,
+                  omp_get_num_threads());
+  const int64_t numPasses = call.numPasses;
+#pragma omp for schedule(dynamic, 1)
+  for (int64_t pass = 0; pass < numPasses; ++pass)
+    runPass(call, workspace, pass, numPasses > 1 ? omp_get_thread_num() : 0,
+            output);
+  if (call.numPartials == 0)
+    return;
+  const int64_t numGroups = int64_t(workspace.groups.size());
+#pragma omp for schedule(static)
+  for (int64_t group = 0; group < numGroups; ++group)
+    mergeSplitGroup(call, workspace, group, output);
 }
 
 } // namespace spanc::cpu

@@ -172,6 +172,16 @@ void pagedAttention(const PagedAttentionShape &shape,
                     const PagedAttentionOptions &options,
                     AttentionWorkspace &workspace);
 
+/// pagedAttention for the threads of an enclosing parallel region (a
+/// decode step's layers in one region): every thread of the team calls it
+/// with the same arguments; it returns on each after the last barrier,
+/// with every output row written. The same results as pagedAttention.
+void pagedAttentionInTeam(const PagedAttentionShape &shape,
+                          const PagedAttentionBatch &batch,
+                          const PagedKvView &kv, const float *queries,
+                          float *output, const PagedAttentionOptions &options,
+                          AttentionWorkspace &workspace);
+
 } // namespace spanc::cpu
 
 #endif // SPANC_RUNTIME_KERNELS_CPU_ATTENTION_H

@@ -1,6 +1,7 @@
 //===- Elementwise.cpp - Row-wise CPU kernels of a decoder layer ----------===//
 
 #include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/RowLoop.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
@@ -46,14 +47,13 @@ void rmsNorm(const RowShape &shape, const float *x, const float *weight,
              float epsilon, float *out) {
   const int64_t cols = shape.cols;
   if (cpuFeatures().hasAvx512()) {
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-    for (int64_t row = 0; row < shape.rows; ++row)
+    forEachRow(shape.rows, true, [&](int64_t row) {
       rmsNormRowAvx512(x + row * shape.inputStride, weight, cols, epsilon,
                        out + row * shape.outputStride);
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-  for (int64_t row = 0; row < shape.rows; ++row) {
+  forEachRow(shape.rows, true, [&](int64_t row) {
     const float *__restrict in = x + row * shape.inputStride;
     float *__restrict dst = out + row * shape.outputStride;
     float sum = 0;
@@ -62,14 +62,13 @@ void rmsNorm(const RowShape &shape, const float *x, const float *weight,
     const float scale = 1.0f / std::sqrt(sum / float(cols) + epsilon);
     for (int64_t col = 0; col < cols; ++col)
       dst[col] = in[col] * scale * weight[col];
-  }
+  });
 }
 
 void rmsNormDoubleSum(const RowShape &shape, const float *x,
                       const float *weight, float epsilon, float *out) {
   const int64_t cols = shape.cols;
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-  for (int64_t row = 0; row < shape.rows; ++row) {
+  forEachRow(shape.rows, true, [&](int64_t row) {
     const float *__restrict in = x + row * shape.inputStride;
     float *__restrict dst = out + row * shape.outputStride;
     double sum = 0;
@@ -83,7 +82,7 @@ void rmsNormDoubleSum(const RowShape &shape, const float *x,
       const float scaled = in[col] * scale;
       dst[col] = scaled * weight[col];
     }
-  }
+  });
 }
 
 namespace {
@@ -104,34 +103,32 @@ void swiGlu(const RowShape &shape, const float *gate, const float *up,
             float *out) {
   const int64_t cols = shape.cols;
   if (cpuFeatures().hasAvx512()) {
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-    for (int64_t row = 0; row < shape.rows; ++row)
+    forEachRow(shape.rows, true, [&](int64_t row) {
       swiGluRowAvx512(gate + row * shape.inputStride,
                       up + row * shape.inputStride,
                       out + row * shape.outputStride, cols);
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-  for (int64_t row = 0; row < shape.rows; ++row) {
+  forEachRow(shape.rows, true, [&](int64_t row) {
     const float *__restrict g = gate + row * shape.inputStride;
     const float *__restrict u = up + row * shape.inputStride;
     float *__restrict dst = out + row * shape.outputStride;
 #pragma omp simd
     for (int64_t col = 0; col < cols; ++col)
       dst[col] = g[col] / (1.0f + std::exp(-g[col])) * u[col];
-  }
+  });
 }
 
 void addInPlace(const RowShape &shape, float *x, const float *y) {
   const int64_t cols = shape.cols;
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-  for (int64_t row = 0; row < shape.rows; ++row) {
+  forEachRow(shape.rows, true, [&](int64_t row) {
     float *__restrict dst = x + row * shape.inputStride;
     const float *__restrict src = y + row * shape.inputStride;
 #pragma omp simd
     for (int64_t col = 0; col < cols; ++col)
       dst[col] += src[col];
-  }
+  });
 }
 
 void decodeF32Row(const void *row, float *out, int64_t count, const void *) {

@@ -1,6 +1,7 @@
 //===- Rope.cpp - Rotary position embedding on the CPU --------------------===//
 
 #include "runtime/kernels/cpu/Rope.h"
+#include "runtime/kernels/cpu/RowLoop.h"
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
@@ -185,20 +186,19 @@ void applyRope(const RopeShape &shape, const RopeTable &table,
   const int vectorMultiple = config.order == RopeOrder::Normal ? 16 : 32;
   if (cpuFeatures().hasAvx512() && config.rotaryDim % vectorMultiple == 0 &&
       config.rotaryDim <= kMaxVectorRotaryDim) {
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-    for (int64_t row = 0; row < shape.rows; ++row)
+    forEachRow(shape.rows, true, [&](int64_t row) {
       rotateRowAvx512(config, table.row(positions[row]), shape.numHeads,
                       x + row * shape.rowStride);
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (shape.rows > 1)
-  for (int64_t row = 0; row < shape.rows; ++row) {
+  forEachRow(shape.rows, true, [&](int64_t row) {
     const float *cosSin = table.row(positions[row]);
     float *rowData = x + row * shape.rowStride;
     for (int64_t head = 0; head < shape.numHeads; ++head)
       rotateHead(config.order, config.rotaryDim, cosSin,
                  rowData + head * headDim, 1);
-  }
+  });
 }
 
 } // namespace spanc::cpu

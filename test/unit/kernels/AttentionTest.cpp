@@ -14,7 +14,9 @@
 // a score error dS_j moves the output by sum_j p_j dS_j (v_j - out) to first
 // order, and the f32 sums of P.V add a rounding error of their own. The
 // AMX path is less accurate by design (bf16 high/low parts: ~16 bits per
-// product instead of 24) and is held to its own, larger bound.
+// product instead of 24) and is held to its own, larger bound. Every case
+// also runs pagedAttentionInTeam inside a two-thread region and must give
+// pagedAttention's bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -227,6 +229,19 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   for (int round = 0; round < 2; ++round)
     pagedAttention(shape, batch, storage.layerView(layer), queries.data(),
                    output.data(), options, workspace);
+  // The same call by a team of threads that is already running (a decode
+  // step's layers in one region): the same bits, whatever thread folds
+  // which pass.
+  {
+    std::vector<float> teamOutput(output.size(), 0.0f);
+    AttentionWorkspace teamWorkspace;
+#pragma omp parallel num_threads(2)
+    pagedAttentionInTeam(shape, batch, storage.layerView(layer), queries.data(),
+                         teamOutput.data(), options, teamWorkspace);
+    EXPECT_EQ(0, std::memcmp(teamOutput.data(), output.data(),
+                             output.size() * sizeof(float)))
+        << "pagedAttentionInTeam";
+  }
 
   const int groupSize = testCase.numQueryHeads / testCase.numKvHeads;
   for (size_t index = 0; index < testCase.sequences.size(); ++index) {

@@ -6,7 +6,9 @@
 // logits; several sequences batched give what each gives alone; a page list
 // with padding slots and scattered blocks gives what a contiguous one does
 // (padding takes no position); rope-in-kernel storage gives what rotated
-// storage does. Agreement with llama.cpp is tested in ReferenceTest.cpp.
+// storage does; a decode step's layers in one parallel region give the
+// kernel-by-kernel path's bits. Agreement with llama.cpp is tested in
+// ReferenceTest.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,9 +18,11 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -290,6 +294,76 @@ TEST(Forward, RopeInKernelMatchesRotatedKeys) {
         maxDifference(output.row(row), reference.row(row), reference.vocabSize),
         kTolerance)
         << "row " << row;
+}
+
+// A decode step of a few rows runs its layers in one parallel region
+// (runtime/backend/cpu/ForwardDecodeTeam.cpp): every logit keeps the bits
+// of the kernel-by-kernel path, on the default numerics (int8 decode rows,
+// f16 K/V), with K stored rotated and rope-in-kernel, for one, two and
+// four decode rows and a step past the limit of rows (kernel path in both).
+TEST(Forward, DecodeInOneRegionGivesTheKernelPathsBits) {
+  if (!llvm::sys::fs::exists(modelPath()))
+    GTEST_SKIP() << "model not found at " << modelPath();
+  auto loaded = Model::load(modelPath(), ModelOptions());
+  ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+  Model &model = **loaded;
+  if (!model.quantizedDecodeRows())
+    GTEST_SKIP() << "this kernel path multiplies decode rows on the packed "
+                    "weights (no int8 GEMV), so no step runs in one region";
+  // The region needs a team whatever the host's cores.
+  const int savedThreads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  constexpr int kSequences = 5;
+  for (bool keysRotated : {true, false}) {
+    std::unique_ptr<backend::CpuBackend> team = makeStorage(model, keysRotated);
+    std::unique_ptr<backend::CpuBackend> kernels =
+        makeStorage(model, keysRotated);
+    kernels->pass().enableLayersInTeam(false);
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int> lengths;
+    for (int index = 0; index < kSequences; ++index) {
+      tokens.push_back(someTokens(40, 10 + index));
+      lengths.push_back(20 + 3 * index);
+    }
+    auto step = [&](int first, int count, bool prompt) {
+      std::vector<std::vector<int32_t>> stepTokens, positions;
+      std::vector<Pages> pages;
+      for (int index = first; index < first + count; ++index) {
+        const int start = prompt ? 0 : lengths[size_t(index)];
+        const int end = lengths[size_t(index)] + (prompt ? 0 : 1);
+        stepTokens.emplace_back(tokens[size_t(index)].begin() + start,
+                                tokens[size_t(index)].begin() + end);
+        positions.push_back(iota(start, end - start));
+        pages.emplace_back(int32_t(index * 8), end);
+        if (!prompt)
+          ++lengths[size_t(index)];
+      }
+      std::vector<ForwardSequence> batch;
+      for (size_t index = 0; index < stepTokens.size(); ++index)
+        batch.push_back({stepTokens[index], positions[index],
+                         pages[index].blockIds, pages[index].validTokens,
+                         LogitsRequest::Last});
+      ForwardOutput byTeam, byKernels;
+      ASSERT_FALSE(bool(team->forward(batch, byTeam)));
+      ASSERT_FALSE(bool(kernels->forward(batch, byKernels)));
+      ASSERT_EQ(byTeam.logits.size(), byKernels.logits.size());
+      EXPECT_EQ(std::memcmp(byTeam.logits.data(), byKernels.logits.data(),
+                            byTeam.logits.size() * sizeof(float)),
+                0)
+          << "keys rotated " << keysRotated << ", sequences " << first << ".."
+          << first + count - 1 << (prompt ? " (prompt)" : "");
+    };
+    step(0, kSequences, /*prompt=*/true);
+    for (int round = 0; round < 3; ++round) {
+      step(0, 1, false);
+      step(1, 2, false);
+      step(0, 4, false);
+      step(0, 5, false);
+    }
+    EXPECT_EQ(team->pass().profile().passesInOneRegion, 9);
+    EXPECT_EQ(kernels->pass().profile().passesInOneRegion, 0);
+  }
+  omp_set_num_threads(savedThreads);
 }
 
 TEST(Forward, BadBatchesAreErrorsNotCrashes) {

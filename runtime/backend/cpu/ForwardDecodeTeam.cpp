@@ -1,0 +1,212 @@
+//===- ForwardDecodeTeam.cpp - A decode step's layers in one parallel region =//
+//
+// A decode step runs each layer as a dozen short kernels. As parallel
+// regions of their own they cost a fork and join each (~0.8 us on two
+// cores, ~180 a token: 7 % of a token), and the other threads idle through
+// every one-row kernel (norms, quantization, RoPE, the K/V write). Here a
+// step of a few decode rows on the 4/8-bit weights runs all its layers in
+// one region: the threads split each GEMV's output rows as the separate
+// kernels do, meet at a barrier (~0.2 us) where one's output is the next
+// one's input, and each normalizes and quantizes the few activation rows
+// itself instead of waiting while one thread does. Every element comes
+// from the same function on the same inputs as on the kernel-by-kernel
+// path, so the bits are the same (ForwardTest,
+// DecodeInOneRegionGivesTheKernelPathsBits).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/backend/cpu/ForwardPass.h"
+#include "runtime/kernels/cpu/Elementwise.h"
+#include "runtime/kernels/cpu/Rope.h"
+
+#include <omp.h>
+
+#include <chrono>
+
+namespace spanc::backend {
+
+namespace {
+
+/// The most rows a team step takes: each thread normalizes and quantizes
+/// every row itself, which costs more than the barriers it saves past a
+/// few rows (a batch of many decode rows also amortizes its forks).
+constexpr int64_t kMaxTeamRows = 4;
+
+/// Output rows [begin, end) of a GEMV whose rows come in groups of
+/// kGroupRows: thread `thread` of `threads`' contiguous share of the
+/// groups (so each core's prefetcher streams one run of the weights).
+struct GroupShare {
+  int64_t begin, end;
+};
+GroupShare groupShare(const cpu::PackedQuantMatrix &weights, int thread,
+                      int threads) {
+  return {weights.groups * thread / threads,
+          weights.groups * (thread + 1) / threads};
+}
+
+/// The output columns a share of groups writes.
+GroupShare columnsOf(const cpu::PackedQuantMatrix &weights, GroupShare share) {
+  const int64_t rows = cpu::PackedQuantMatrix::kGroupRows;
+  return {std::min(share.begin * rows, weights.rows),
+          std::min(share.end * rows, weights.rows)};
+}
+
+/// Thread 0's clock between the phases of a layer (the others wait at the
+/// same barriers, so its intervals are the step's).
+class PhaseClock {
+public:
+  explicit PhaseClock(bool enabled) : enabled(enabled) {
+    if (enabled)
+      last = std::chrono::steady_clock::now();
+  }
+  void lap(double &counter) {
+    if (!enabled)
+      return;
+    const auto now = std::chrono::steady_clock::now();
+    counter += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+
+private:
+  bool enabled;
+  std::chrono::steady_clock::time_point last;
+};
+
+} // namespace
+
+bool CpuForwardPass::canRunLayersInTeam(const StepLayout &step,
+                                        uint32_t numLayers) const {
+  const model::ModelConfig &config = model.config();
+  if (!layersInTeam || model.numerics() == model::Numerics::LlamaCpp ||
+      numTokens == 0 || quantizedRows != numTokens ||
+      numTokens > kMaxTeamRows || config.feedForwardDim % 32 != 0 ||
+      omp_get_max_threads() < 2 || omp_in_parallel())
+    return false;
+  for (uint32_t index = 0; index < numLayers; ++index)
+    if (!model.weights().layers()[index].hasQuantized)
+      return false;
+  // A repair's key-mass probe runs its own parallel regions.
+  for (const model::ForwardSequence &sequence : step.sequences)
+    if (!sequence.keyMass.empty())
+      return false;
+  return true;
+}
+
+void CpuForwardPass::runLayersInTeam(const StepLayout &step, KvStorage &storage,
+                                     uint32_t numLayers) {
+  ++opProfile.passesInOneRegion;
+  const int64_t rowFloats = numTokens * model.config().embeddingDim;
+  const size_t maxThreads = size_t(omp_get_max_threads());
+  if (teamScratch.size() < maxThreads)
+    teamScratch.resize(maxThreads);
+  for (TeamScratch &scratch : teamScratch)
+    if (scratch.normed.size() < size_t(rowFloats))
+      scratch.normed.resize(size_t(rowFloats));
+#pragma omp parallel
+  {
+    const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
+    for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex)
+      layerInTeam(model.weights().layers()[layerIndex], layerIndex, step,
+                  storage, thread, threads);
+  }
+}
+
+void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
+                                 uint32_t layerIndex, const StepLayout &step,
+                                 KvStorage &storage, int thread, int threads) {
+  const model::ModelConfig &config = model.config();
+  const int64_t rows = numTokens;
+  const int64_t dim = config.embeddingDim;
+  const int64_t headDim = config.headDim;
+  const int64_t queryDim = int64_t(config.numHeads) * headDim;
+  const int64_t kvDim = int64_t(config.numKvHeads) * headDim;
+  const int64_t qkvDim = queryDim + 2 * kvDim;
+  const cpu::RowShape hiddenRows{rows, dim, dim, dim};
+  TeamScratch &mine = teamScratch[size_t(thread)];
+  PhaseClock clock(profiling && thread == 0);
+  // Adds this thread's columns of `projected` into the residual stream.
+  auto addOwnColumns = [&](GroupShare columns) {
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t col = columns.begin; col < columns.end; ++col)
+        hidden[size_t(row * dim + col)] += projected[size_t(row * dim + col)];
+  };
+
+  // Attention half. Every thread: the norm and int8 rows of its own.
+  cpu::rmsNorm(hiddenRows, hidden.data(), layer.attentionNorm.data(),
+               config.rmsEpsilon, mine.normed.data());
+  cpu::quantizeActivations(mine.normed.data(), rows, dim, dim,
+                           layer.queryKeyValueQuantized.format,
+                           mine.activations);
+  clock.lap(opProfile.normSeconds);
+  {
+    const cpu::PackedQuantMatrix &weights = layer.queryKeyValueQuantized;
+    const GroupShare share = groupShare(weights, thread, threads);
+    cpu::quantGemvGroups(weights, mine.activations, queryKeyValue.data(),
+                         qkvDim, share.begin, share.end);
+    if (!layer.queryKeyValueBias.empty()) {
+      const GroupShare columns = columnsOf(weights, share);
+      const float *bias = layer.queryKeyValueBias.data();
+      for (int64_t token = 0; token < rows; ++token)
+        for (int64_t col = columns.begin; col < columns.end; ++col)
+          queryKeyValue[size_t(token * qkvDim + col)] += bias[col];
+    }
+  }
+#pragma omp barrier
+  clock.lap(opProfile.qkvSeconds);
+#pragma omp master
+  {
+    // One row's RoPE and K/V write cost less than splitting them would.
+    const int64_t rotatedHeads =
+        config.numHeads + (ropeInKernel ? 0 : config.numKvHeads);
+    cpu::applyRope(cpu::RopeShape{rows, rotatedHeads, qkvDim}, model.rope(),
+                   step.positions.data(), queryKeyValue.data());
+    clock.lap(opProfile.ropeSeconds);
+    storage.writeTokens(int(layerIndex), rows, step.slotBlocks.data(),
+                        step.slotIndices.data(),
+                        queryKeyValue.data() + queryDim,
+                        queryKeyValue.data() + queryDim + kvDim, qkvDim);
+    // The down projection's int8 rows (written by every thread below) take
+    // this layer's format; the barrier orders it before their writes.
+    cpu::prepareActivations(rows, config.feedForwardDim,
+                            layer.downQuantized.format, feedForwardActivations);
+  }
+#pragma omp barrier
+  clock.lap(opProfile.kvWriteSeconds);
+  cpu::pagedAttentionInTeam(attentionShape, attentionBatch,
+                            storage.layerView(int(layerIndex)),
+                            queryKeyValue.data(), attention.data(),
+                            attentionOptions, attentionWorkspace);
+  clock.lap(opProfile.attentionSeconds);
+  {
+    const cpu::PackedQuantMatrix &weights = layer.attentionOutputQuantized;
+    cpu::quantizeActivations(attention.data(), rows, queryDim, queryDim,
+                             weights.format, mine.activations);
+    const GroupShare share = groupShare(weights, thread, threads);
+    cpu::quantGemvGroups(weights, mine.activations, projected.data(), dim,
+                         share.begin, share.end);
+    addOwnColumns(columnsOf(weights, share));
+  }
+#pragma omp barrier
+  clock.lap(opProfile.attentionOutputSeconds);
+
+  // Feed-forward half.
+  cpu::rmsNorm(hiddenRows, hidden.data(), layer.feedForwardNorm.data(),
+               config.rmsEpsilon, mine.normed.data());
+  cpu::quantizeActivations(mine.normed.data(), rows, dim, dim,
+                           layer.gateUpQuantized.format, mine.activations);
+  clock.lap(opProfile.normSeconds);
+  gateUpShare(layer, mine.activations, thread, threads);
+#pragma omp barrier
+  clock.lap(opProfile.gateUpSeconds);
+  {
+    const cpu::PackedQuantMatrix &weights = layer.downQuantized;
+    const GroupShare share = groupShare(weights, thread, threads);
+    cpu::quantGemvGroups(weights, feedForwardActivations, projected.data(), dim,
+                         share.begin, share.end);
+    addOwnColumns(columnsOf(weights, share));
+  }
+#pragma omp barrier
+  clock.lap(opProfile.downSeconds);
+}
+
+} // namespace spanc::backend

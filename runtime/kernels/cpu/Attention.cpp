@@ -666,39 +666,11 @@ void mergeSplitGroup(const PlannedCall &call,
     mergeGroup(call.context, first, partials, output);
 }
 
-} // namespace
-
-void pagedAttention(const PagedAttentionShape &shape,
-                    const PagedAttentionBatch &batch, const PagedKvView &kv,
-                    const float *queries, float *output,
-                    const PagedAttentionOptions &options,
-                    AttentionWorkspace &workspace) {
-  const PlannedCall call = planCall(shape, batch, kv, queries, options,
-                                    workspace, omp_get_max_threads());
-  const int64_t numPasses = call.numPasses;
-#pragma omp parallel for schedule(dynamic, 1) if (numPasses > 1)
-  for (int64_t pass = 0; pass < numPasses; ++pass)
-    runPass(call, workspace, pass, numPasses > 1 ? omp_get_thread_num() : 0,
-            output);
-  if (call.numPartials == 0)
-    return;
-  const int64_t numGroups = int64_t(workspace.groups.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t group = 0; group < numGroups; ++group)
-    mergeSplitGroup(call, workspace, group, output);
-}
-
-void pagedAttentionInTeam(const PagedAttentionShape &shape,
-                          const PagedAttentionBatch &batch,
-                          const PagedKvView &kv, const float *queries,
-                          float *output, const PagedAttentionOptions &options,
-                          AttentionWorkspace &workspace) {
-  // One thread plans and hands the plan to the others; the work-sharing
-  // loops bind to the caller's team (orphaned), each ending in a barrier.
-  PlannedCall call;
-#pragma omp single copyprivate(call)
-  call = planCall(shape, batch, kv, queries, options, workspace,
-                  omp_get_num_threads());
+/// The passes, then the merges, of a planned call, shared by the threads of
+/// the calling team: work-sharing loops bound to the innermost enclosing
+/// region (orphaned), each ending in a barrier.
+void runPlannedCall(const PlannedCall &call, AttentionWorkspace &workspace,
+                    float *output) {
   const int64_t numPasses = call.numPasses;
 #pragma omp for schedule(dynamic, 1)
   for (int64_t pass = 0; pass < numPasses; ++pass)
@@ -710,6 +682,39 @@ void pagedAttentionInTeam(const PagedAttentionShape &shape,
 #pragma omp for schedule(static)
   for (int64_t group = 0; group < numGroups; ++group)
     mergeSplitGroup(call, workspace, group, output);
+}
+
+} // namespace
+
+void pagedAttention(const PagedAttentionShape &shape,
+                    const PagedAttentionBatch &batch, const PagedKvView &kv,
+                    const float *queries, float *output,
+                    const PagedAttentionOptions &options,
+                    AttentionWorkspace &workspace) {
+  const PlannedCall call = planCall(shape, batch, kv, queries, options,
+                                    workspace, omp_get_max_threads());
+  // One pass and nothing to merge: no threads to wake (and, inside a
+  // caller's region, no work-sharing loop bound to its team).
+  if (call.numPasses <= 1 && call.numPartials == 0) {
+    if (call.numPasses == 1)
+      runPass(call, workspace, 0, 0, output);
+    return;
+  }
+#pragma omp parallel
+  runPlannedCall(call, workspace, output);
+}
+
+void pagedAttentionInTeam(const PagedAttentionShape &shape,
+                          const PagedAttentionBatch &batch,
+                          const PagedKvView &kv, const float *queries,
+                          float *output, const PagedAttentionOptions &options,
+                          AttentionWorkspace &workspace) {
+  // One thread plans and hands the plan to the others.
+  PlannedCall call;
+#pragma omp single copyprivate(call)
+  call = planCall(shape, batch, kv, queries, options, workspace,
+                  omp_get_num_threads());
+  runPlannedCall(call, workspace, output);
 }
 
 } // namespace spanc::cpu

@@ -21,6 +21,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace spanc::backend {
@@ -32,20 +33,22 @@ namespace {
 /// few rows (a batch of many decode rows also amortizes its forks).
 constexpr int64_t kMaxTeamRows = 4;
 
-/// Output rows [begin, end) of a GEMV whose rows come in groups of
-/// kGroupRows: thread `thread` of `threads`' contiguous share of the
-/// groups (so each core's prefetcher streams one run of the weights).
-struct GroupShare {
+/// A range [begin, end) of groups or columns.
+struct Range {
   int64_t begin, end;
 };
-GroupShare groupShare(const cpu::PackedQuantMatrix &weights, int thread,
-                      int threads) {
+
+/// Thread `thread` of `threads`' contiguous share of a GEMV's groups of
+/// kGroupRows output rows (so each core's prefetcher streams one run of
+/// the weights).
+Range groupShare(const cpu::PackedQuantMatrix &weights, int thread,
+                 int threads) {
   return {weights.groups * thread / threads,
           weights.groups * (thread + 1) / threads};
 }
 
 /// The output columns a share of groups writes.
-GroupShare columnsOf(const cpu::PackedQuantMatrix &weights, GroupShare share) {
+Range columnsOf(const cpu::PackedQuantMatrix &weights, Range share) {
   const int64_t rows = cpu::PackedQuantMatrix::kGroupRows;
   return {std::min(share.begin * rows, weights.rows),
           std::min(share.end * rows, weights.rows)};
@@ -124,27 +127,34 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
   const cpu::RowShape hiddenRows{rows, dim, dim, dim};
   TeamScratch &mine = teamScratch[size_t(thread)];
   PhaseClock clock(profiling && thread == 0);
+  // This thread's share of y = x W (rows of `stride` floats); returns the
+  // columns of y it wrote.
+  auto multiplyOwnShare = [&](const cpu::PackedQuantMatrix &weights,
+                              const cpu::QuantizedActivations &x, float *y,
+                              int64_t stride) {
+    const Range share = groupShare(weights, thread, threads);
+    cpu::quantGemvGroups(weights, x, y, stride, share.begin, share.end);
+    return columnsOf(weights, share);
+  };
   // Adds this thread's columns of `projected` into the residual stream.
-  auto addOwnColumns = [&](GroupShare columns) {
-    for (int64_t row = 0; row < rows; ++row)
-      for (int64_t col = columns.begin; col < columns.end; ++col)
-        hidden[size_t(row * dim + col)] += projected[size_t(row * dim + col)];
+  auto addOwnColumns = [&](Range columns) {
+    cpu::addInPlace(cpu::RowShape{rows, columns.end - columns.begin, dim, dim},
+                    hidden.data() + columns.begin,
+                    projected.data() + columns.begin);
   };
 
   // Attention half. Every thread: the norm and int8 rows of its own.
-  cpu::rmsNorm(hiddenRows, hidden.data(), layer.attentionNorm.data(),
-               config.rmsEpsilon, mine.normed.data());
+  normalize(hiddenRows, hidden.data(), layer.attentionNorm.data(),
+            mine.normed.data());
   cpu::quantizeActivations(mine.normed.data(), rows, dim, dim,
                            layer.queryKeyValueQuantized.format,
                            mine.activations);
   clock.lap(opProfile.normSeconds);
   {
-    const cpu::PackedQuantMatrix &weights = layer.queryKeyValueQuantized;
-    const GroupShare share = groupShare(weights, thread, threads);
-    cpu::quantGemvGroups(weights, mine.activations, queryKeyValue.data(),
-                         qkvDim, share.begin, share.end);
+    const Range columns =
+        multiplyOwnShare(layer.queryKeyValueQuantized, mine.activations,
+                         queryKeyValue.data(), qkvDim);
     if (!layer.queryKeyValueBias.empty()) {
-      const GroupShare columns = columnsOf(weights, share);
       const float *bias = layer.queryKeyValueBias.data();
       for (int64_t token = 0; token < rows; ++token)
         for (int64_t col = columns.begin; col < columns.end; ++col)
@@ -177,34 +187,25 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
                             queryKeyValue.data(), attention.data(),
                             attentionOptions, attentionWorkspace);
   clock.lap(opProfile.attentionSeconds);
-  {
-    const cpu::PackedQuantMatrix &weights = layer.attentionOutputQuantized;
-    cpu::quantizeActivations(attention.data(), rows, queryDim, queryDim,
-                             weights.format, mine.activations);
-    const GroupShare share = groupShare(weights, thread, threads);
-    cpu::quantGemvGroups(weights, mine.activations, projected.data(), dim,
-                         share.begin, share.end);
-    addOwnColumns(columnsOf(weights, share));
-  }
+  cpu::quantizeActivations(attention.data(), rows, queryDim, queryDim,
+                           layer.attentionOutputQuantized.format,
+                           mine.activations);
+  addOwnColumns(multiplyOwnShare(layer.attentionOutputQuantized,
+                                 mine.activations, projected.data(), dim));
 #pragma omp barrier
   clock.lap(opProfile.attentionOutputSeconds);
 
   // Feed-forward half.
-  cpu::rmsNorm(hiddenRows, hidden.data(), layer.feedForwardNorm.data(),
-               config.rmsEpsilon, mine.normed.data());
+  normalize(hiddenRows, hidden.data(), layer.feedForwardNorm.data(),
+            mine.normed.data());
   cpu::quantizeActivations(mine.normed.data(), rows, dim, dim,
                            layer.gateUpQuantized.format, mine.activations);
   clock.lap(opProfile.normSeconds);
   gateUpShare(layer, mine.activations, thread, threads);
 #pragma omp barrier
   clock.lap(opProfile.gateUpSeconds);
-  {
-    const cpu::PackedQuantMatrix &weights = layer.downQuantized;
-    const GroupShare share = groupShare(weights, thread, threads);
-    cpu::quantGemvGroups(weights, feedForwardActivations, projected.data(), dim,
-                         share.begin, share.end);
-    addOwnColumns(columnsOf(weights, share));
-  }
+  addOwnColumns(multiplyOwnShare(layer.downQuantized, feedForwardActivations,
+                                 projected.data(), dim));
 #pragma omp barrier
   clock.lap(opProfile.downSeconds);
 }

@@ -228,20 +228,22 @@ SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/// 2^x for x <= 0 to the precision of a bf16 weight: as softmaxExp2 with
-/// a degree-3 polynomial fitted to 2^r on [-1/2, 1/2] (relative error
-/// 1.0e-4, against bf16's rounding of up to 2^-8 = 3.9e-3; exactly 1 at
-/// 0). The correction keeps softmaxExp2: it scales every weight before.
+/// 2^x for x <= 0 to the precision of a bf16 weight: x = n + r with n =
+/// floor(x) and r in [0, 1) in one VREDUCEPS, 2^r by a degree-3
+/// polynomial fitted to it there (relative error 8.6e-5, against bf16's
+/// rounding of up to 2^-8 = 3.9e-3; exactly 1 at 0), and VSCALEFPS, which
+/// scales by 2^floor(x) itself: five instructions where a clamp, a
+/// rounding and a subtraction made seven. Below -126 the result is an f32
+/// denormal or zero, which the bf16 rounding makes zero. The correction
+/// keeps softmaxExp2: it scales every weight before.
 SPANC_AVX512 inline __m512 weightExp2(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
-  const __m512 n =
-      _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(5.500892922282219e-2f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.422109693288803e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.932829022407532e-1f));
+  const __m512 r =
+      _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(7.706629484891891e-2f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.2764579951763153e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.951165795326233e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_scalef_ps(p, x);
 }
 
 /// One page of a step as the tile step reads it: packed K and V tiles, or

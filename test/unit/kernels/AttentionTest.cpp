@@ -47,7 +47,7 @@ constexpr double kLambda = 8;
 /// below 1e-7 on its range) and of std::exp (about one unit roundoff).
 constexpr double kExpError = 1e-7 + kUnitRoundoff;
 /// The AMX path's exp2 of a weight (AttentionAmx.cpp: a degree-3
-/// polynomial in the reduced argument, 1.0e-4, plus its few roundings; the
+/// polynomial in the reduced argument, 8.6e-5, plus its few roundings; the
 /// correction's degree-6 one is far below it).
 constexpr double kAmxWeightExpError = 1.1e-4 + 4 * kUnitRoundoff;
 /// Rounding to bf16 (8 significant bits) moves a value by at most 2^-8 of

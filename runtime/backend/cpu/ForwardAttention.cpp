@@ -10,6 +10,7 @@
 #include "runtime/backend/cpu/AttentionMass.h"
 #include "runtime/backend/cpu/ForwardPass.h"
 #include "runtime/backend/cpu/OpTimer.h"
+#include "runtime/kernels/cpu/Elementwise.h"
 #include "runtime/kernels/cpu/HalfAccumulatingAttention.h"
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
 #include "runtime/kernels/cpu/Rope.h"
@@ -39,13 +40,9 @@ llvm::Error CpuForwardPass::attentionBlock(const model::LayerWeights &layer,
                     layer.hasQuantized, normed.data(), queryKeyValue.data(),
                     cpu::GemmOutput::Store))
       return error;
-    if (!layer.queryKeyValueBias.empty()) {
-      const float *bias = layer.queryKeyValueBias.data();
-#pragma omp parallel for schedule(static)
-      for (int64_t token = 0; token < numTokens; ++token)
-        for (int64_t col = 0; col < qkvDim; ++col)
-          queryKeyValue[size_t(token * qkvDim + col)] += bias[col];
-    }
+    if (!layer.queryKeyValueBias.empty())
+      cpu::addBias(cpu::RowShape{numTokens, qkvDim, qkvDim, qkvDim},
+                   queryKeyValue.data(), layer.queryKeyValueBias.data());
   }
   {
     OpTimer timer(profiling, opProfile.ropeSeconds);

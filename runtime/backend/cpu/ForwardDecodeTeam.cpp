@@ -154,12 +154,11 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
     const Range columns =
         multiplyOwnShare(layer.queryKeyValueQuantized, mine.activations,
                          queryKeyValue.data(), qkvDim);
-    if (!layer.queryKeyValueBias.empty()) {
-      const float *bias = layer.queryKeyValueBias.data();
-      for (int64_t token = 0; token < rows; ++token)
-        for (int64_t col = columns.begin; col < columns.end; ++col)
-          queryKeyValue[size_t(token * qkvDim + col)] += bias[col];
-    }
+    if (!layer.queryKeyValueBias.empty())
+      cpu::addBias(
+          cpu::RowShape{rows, columns.end - columns.begin, qkvDim, qkvDim},
+          queryKeyValue.data() + columns.begin,
+          layer.queryKeyValueBias.data() + columns.begin);
   }
 #pragma omp barrier
   clock.lap(opProfile.qkvSeconds);

@@ -131,6 +131,16 @@ void addInPlace(const RowShape &shape, float *x, const float *y) {
   });
 }
 
+void addBias(const RowShape &shape, float *x, const float *bias) {
+  const int64_t cols = shape.cols;
+  forEachRow(shape.rows, true, [&](int64_t row) {
+    float *__restrict dst = x + row * shape.outputStride;
+#pragma omp simd
+    for (int64_t col = 0; col < cols; ++col)
+      dst[col] += bias[col];
+  });
+}
+
 void decodeF32Row(const void *row, float *out, int64_t count, const void *) {
   std::memcpy(out, row, size_t(count) * sizeof(float));
 }

@@ -41,6 +41,10 @@ void swiGlu(const RowShape &shape, const float *gate, const float *up,
 /// x[r][c] += y[r][c] (the residual connection), both with `inputStride`.
 void addInPlace(const RowShape &shape, float *x, const float *y);
 
+/// x[r][c] += bias[c], x rows `shape.outputStride` apart (a projection's
+/// bias, added to a block of its output columns).
+void addBias(const RowShape &shape, float *x, const float *bias);
+
 /// Decodes `count` elements of one stored row into f32 (a dequantizer).
 using DecodeRowFn = void (*)(const void *row, float *out, int64_t count,
                              const void *context);

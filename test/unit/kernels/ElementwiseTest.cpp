@@ -110,6 +110,20 @@ TEST(CpuAddInPlace, AddsTheResidual) {
   EXPECT_EQ(x, expected);
 }
 
+TEST(CpuAddBias, AddsTheBiasToABlockOfColumnsOfEachRow) {
+  // Columns 2..7 of 3 rows 12 floats apart; the rest stays as it was.
+  const int64_t rows = 3, stride = 12, first = 2, cols = 6;
+  std::vector<float> x = randomVector(size_t(rows * stride), 6);
+  const std::vector<float> bias = randomVector(size_t(stride), 7);
+  std::vector<float> expected = x;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t col = first; col < first + cols; ++col)
+      expected[size_t(row * stride + col)] += bias[size_t(col)];
+  addBias(RowShape{rows, cols, stride, stride}, x.data() + first,
+          bias.data() + first);
+  EXPECT_EQ(x, expected);
+}
+
 /// A toy 2-bit decoder that proves the table's decoder and row stride are
 /// used, not just memcpy of f32 rows.
 void decodeNibbles(const void *row, float *out, int64_t count,

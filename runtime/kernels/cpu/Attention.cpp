@@ -497,6 +497,13 @@ struct PlannedCall {
   int32_t *blockCacheTags = nullptr;
 };
 
+/// Whether a planned call folds `item` on AMX tiles. Decode steps keep f32
+/// products: packing each block into tiles for one query row would cost
+/// more than the products save. The choice depends on the sequence alone.
+bool foldsOnAmx(const PlannedCall &call, const AttentionWorkItem &item) {
+  return call.useAmx && !isDecode(*call.context.batch, item.sequence);
+}
+
 /// Plans a call that `numThreads` threads will run.
 PlannedCall planCall(const PagedAttentionShape &shape,
                      const PagedAttentionBatch &batch, const PagedKvView &kv,
@@ -571,23 +578,20 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   // its pages is packed once for all of them), at most kMaxPassTiles, cut
   // into even passes so that there are about two for each thread where
   // the call has few; every other item is a pass of its own.
-  auto amxItem = [&](const AttentionWorkItem &item) {
-    return useAmx && !isDecode(batch, item.sequence);
-  };
   std::vector<int32_t> &passes = workspace.passes;
   passes.clear();
   {
     const int64_t target = std::max<int64_t>(1, 2 * numThreads);
     int64_t amxTiles = 0;
     for (const AttentionWorkItem &item : workspace.items)
-      amxTiles += amxItem(item);
+      amxTiles += foldsOnAmx(call, item);
     const int64_t tilesPerPass =
         std::clamp<int64_t>((amxTiles + target - 1) / target, 1, kMaxPassTiles);
     for (int64_t begin = 0; begin < numItems;) {
       const AttentionWorkItem &first =
           workspace.items[size_t(order[size_t(begin)])];
       int64_t end = begin + 1;
-      if (amxItem(first))
+      if (foldsOnAmx(call, first))
         while (end < numItems) {
           const AttentionWorkItem &item =
               workspace.items[size_t(order[size_t(end)])];
@@ -623,10 +627,7 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
   const AttentionWorkItem &first =
       workspace.items[size_t(order[size_t(begin)])];
   float *partials = workspace.partials.data();
-  // Decode steps keep f32 products: packing each block into tiles for
-  // one query row would cost more than the products save. The choice
-  // depends on the sequence alone.
-  if (call.useAmx && !isDecode(*context.batch, first.sequence)) {
+  if (foldsOnAmx(call, first)) {
     const AttentionWorkItem *items[kMaxPassTiles];
     for (int32_t index = begin; index < end; ++index)
       items[index - begin] = &workspace.items[size_t(order[size_t(index)])];

@@ -169,12 +169,17 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
 /// Runs one work item: a tile of rows against a range of its pages.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, float *partial, float *output, float *blockCache,
-             int32_t *blockCacheTags) {
+             bool useAvx512, bool decode, float *partial, float *output,
+             float *blockCache, int32_t *blockCacheTags) {
   TileState tile;
   // foldBlockByDim reads only queryByDim, the other paths only query.
-  setUpTile(context, item, useAvx512 && item.numRows > kRowsToWidenBlock, tile);
-  if (useAvx512)
+  const bool decodeSteps = useAvx512 && decode;
+  setUpTile(context, item,
+            useAvx512 && !decodeSteps && item.numRows > kRowsToWidenBlock,
+            tile);
+  if (decodeSteps)
+    foldDecodePagesAvx512<Element>(context, item, tile);
+  else if (useAvx512)
     foldPagesAvx512<Element>(context, item, tile, blockCache, blockCacheTags);
   else
     foldPagesScalar<Element>(context, item, tile);
@@ -640,12 +645,13 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     float *partial = item.partial >= 0
                          ? partials + item.partial * call.stateFloats
                          : nullptr;
+    const bool decode = isDecode(*context.batch, item.sequence);
     if (context.kv->precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, call.useAvx512, partial, output, cache,
-                        tags);
+      runItem<uint16_t>(context, item, call.useAvx512, decode, partial, output,
+                        cache, tags);
     else
-      runItem<float>(context, item, call.useAvx512, partial, output, cache,
-                     tags);
+      runItem<float>(context, item, call.useAvx512, decode, partial, output,
+                     cache, tags);
   }
 }
 

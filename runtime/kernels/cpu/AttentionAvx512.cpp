@@ -1,13 +1,18 @@
 //===- AttentionAvx512.cpp - The AVX-512 attention tile steps -------------===//
 //
-// Needs blockSize 16 and headDim % 16 == 0. Two tile steps: decode-size
-// tiles (foldBlockByRow) score one vector of slots per row; prefill tiles
-// (foldBlockByDim) hold the 16 rows as vector lanes, so the softmax
-// bookkeeping is lane-wise with no horizontal reduction per row. Both do
-// the same float operations per row in the same order (test:
+// Needs blockSize 16 and headDim % 16 == 0. Prompt rows take two tile
+// steps: few-row tiles (foldBlockByRow) score one vector of slots per row;
+// larger tiles (foldBlockByDim) hold the 16 rows as vector lanes, so the
+// softmax bookkeeping is lane-wise with no horizontal reduction per row.
+// Both do the same float operations per row in the same order (test:
 // RowResultsDoNotDependOnTheTile), because the executor needs a span-cache
-// hit's short tail to give the bits the long prompt gave. P.V runs over
-// groups of rows sharing each value load.
+// hit's short tail to give the bits the long prompt gave. Decode rows
+// (foldDecodePagesAvx512) fold four pages per softmax step instead: a
+// token's few rows score one page at a time as chains of 64 dependent
+// FMAs, which wait out the FMA latency, while four pages' chains run side
+// by side (attention_bench, a decode over 4 096 keys: 0.12-0.13 -> 0.10-
+// 0.11 ms; docs/ARCHITECTURE.md, "CPU attention"). P.V runs over groups of
+// rows sharing each value load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -132,20 +137,22 @@ SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
   }
 }
 
-/// P.V for `Rows` consecutive rows that see the same `count` slots of a
-/// block, over `Chunks` 16-dim chunks: each value vector is loaded once for
-/// all rows, and the Rows x Chunks accumulator chains are independent (one
-/// row's chunks are too few chains to hide the FMA latency). Row r's weight
-/// of slot s is weights[r * rowStep + s * slotStep]. Every row computes
-/// exactly
-///   acc = acc * correction; for slot in [0, count): acc += w[slot] * v[slot]
+/// P.V for `Rows` consecutive rows over `Chunks` 16-dim chunks from
+/// `firstDim`, against the first counts[b] slots of each of `blocks` value
+/// blocks in turn: each value vector is loaded once for all rows, and the
+/// Rows x Chunks accumulator chains are independent (one row's chunks are
+/// too few chains to hide the FMA latency). Row r's weight of slot s of
+/// block b is weights[r * rowStep + (16 * b + s) * slotStep]. Every row
+/// computes exactly
+///   acc = acc * correction; for each block, slot: acc += w * v
 /// in that order, so its result does not depend on which rows share the
 /// group.
 template <int Rows, int Chunks, typename ValueElement>
 SPANC_AVX512 inline void
 accumulateRows(float *accumulator, int headDim, const float *corrections,
                const float *weights, int rowStep, int slotStep,
-               const ValueElement *value, int count) {
+               const ValueElement *const *values, const int *counts, int blocks,
+               int firstDim) {
   __m512 sums[Rows][Chunks];
   for (int row = 0; row < Rows; ++row) {
     const __m512 scale = _mm512_set1_ps(corrections[row]);
@@ -153,16 +160,20 @@ accumulateRows(float *accumulator, int headDim, const float *corrections,
       sums[row][chunk] = _mm512_mul_ps(
           _mm512_loadu_ps(accumulator + row * headDim + chunk * 16), scale);
   }
-  for (int slot = 0; slot < count; ++slot) {
-    __m512 values[Chunks];
-    for (int chunk = 0; chunk < Chunks; ++chunk)
-      values[chunk] = load16(value + slot * headDim + chunk * 16);
-    for (int row = 0; row < Rows; ++row) {
-      const __m512 weight =
-          _mm512_set1_ps(weights[row * rowStep + slot * slotStep]);
+  for (int block = 0; block < blocks; ++block) {
+    const ValueElement *value = values[block] + firstDim;
+    const float *blockWeights = weights + block * 16 * slotStep;
+    for (int slot = 0; slot < counts[block]; ++slot) {
+      __m512 vectors[Chunks];
       for (int chunk = 0; chunk < Chunks; ++chunk)
-        sums[row][chunk] =
-            _mm512_fmadd_ps(weight, values[chunk], sums[row][chunk]);
+        vectors[chunk] = load16(value + slot * headDim + chunk * 16);
+      for (int row = 0; row < Rows; ++row) {
+        const __m512 weight =
+            _mm512_set1_ps(blockWeights[row * rowStep + slot * slotStep]);
+        for (int chunk = 0; chunk < Chunks; ++chunk)
+          sums[row][chunk] =
+              _mm512_fmadd_ps(weight, vectors[chunk], sums[row][chunk]);
+      }
     }
   }
   for (int row = 0; row < Rows; ++row)
@@ -176,28 +187,29 @@ template <int Rows, typename ValueElement>
 SPANC_AVX512 inline void
 accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
                    const float *weights, int rowStep, int slotStep,
-                   const ValueElement *value, int count) {
+                   const ValueElement *const *values, const int *counts,
+                   int blocks) {
   const int chunks = headDim / 16;
   int chunk = 0;
   for (; chunk + 4 <= chunks; chunk += 4)
     accumulateRows<Rows, 4>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, value + chunk * 16,
-                            count);
+                            weights, rowStep, slotStep, values, counts, blocks,
+                            chunk * 16);
   switch (chunks - chunk) {
   case 3:
     accumulateRows<Rows, 3>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, value + chunk * 16,
-                            count);
+                            weights, rowStep, slotStep, values, counts, blocks,
+                            chunk * 16);
     break;
   case 2:
     accumulateRows<Rows, 2>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, value + chunk * 16,
-                            count);
+                            weights, rowStep, slotStep, values, counts, blocks,
+                            chunk * 16);
     break;
   case 1:
     accumulateRows<Rows, 1>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, value + chunk * 16,
-                            count);
+                            weights, rowStep, slotStep, values, counts, blocks,
+                            chunk * 16);
     break;
   default:
     break;
@@ -225,19 +237,19 @@ SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
     switch (rows) {
     case 4:
       accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, valueBlock, counts[row]);
+                            rowStep, slotStep, &valueBlock, counts + row, 1);
       break;
     case 3:
       accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, valueBlock, counts[row]);
+                            rowStep, slotStep, &valueBlock, counts + row, 1);
       break;
     case 2:
       accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, valueBlock, counts[row]);
+                            rowStep, slotStep, &valueBlock, counts + row, 1);
       break;
     default:
       accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, valueBlock, counts[row]);
+                            rowStep, slotStep, &valueBlock, counts + row, 1);
       break;
     }
     row += rows;
@@ -344,6 +356,135 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
                  kMaxRows, valueBlock);
 }
 
+/// Scores of `Rows` decode rows against a step's kDecodeStepPages key
+/// blocks: out[row][16 * page + slot]. Each score is scoreRows' FMA chain
+/// over dims; the Rows x pages chains run side by side (a block at a time,
+/// a decode tile's few chains would each wait out the FMA latency).
+template <int Rows, typename KeyElement>
+SPANC_AVX512 inline void scoreStepRows(const float *query, int headDim,
+                                       const KeyElement *const *keyBlocks,
+                                       float *out) {
+  __m512 accumulators[Rows][kDecodeStepPages];
+  for (int row = 0; row < Rows; ++row)
+    for (int page = 0; page < kDecodeStepPages; ++page)
+      accumulators[row][page] = _mm512_setzero_ps();
+  for (int dim = 0; dim < headDim; ++dim) {
+    __m512 keys[kDecodeStepPages];
+    for (int page = 0; page < kDecodeStepPages; ++page)
+      keys[page] = load16(keyBlocks[page] + dim * 16);
+    for (int row = 0; row < Rows; ++row) {
+      const __m512 element = _mm512_set1_ps(query[row * headDim + dim]);
+      for (int page = 0; page < kDecodeStepPages; ++page)
+        accumulators[row][page] =
+            _mm512_fmadd_ps(element, keys[page], accumulators[row][page]);
+    }
+  }
+  for (int row = 0; row < Rows; ++row)
+    for (int page = 0; page < kDecodeStepPages; ++page)
+      _mm512_storeu_ps(out + row * 16 * kDecodeStepPages + page * 16,
+                       accumulators[row][page]);
+}
+
+/// One online-softmax step of a decode tile over up to kDecodeStepPages
+/// pages (an absent one has valid 0 and any readable key block): one max,
+/// one correction and one sum per row for the step's keys. A row's
+/// arithmetic is its own (its limit decides its masks; P.V walks each
+/// page's valid slots, adding exact zeros for the ones it does not see).
+template <typename KeyElement, typename ValueElement>
+SPANC_AVX512 void foldDecodeStep(const CallContext &context, TileState &tile,
+                                 const KeyElement *const *keyBlocks,
+                                 const ValueElement *const *valueBlocks,
+                                 const int *valid, const int64_t *starts) {
+  constexpr int kStepSlots = 16 * kDecodeStepPages;
+  const int headDim = context.shape->headDim;
+  alignas(64) float scores[kMaxRows * kStepSlots];
+  alignas(64) float weights[kMaxRows * kStepSlots];
+  alignas(64) float blockMax[kMaxRows];
+  alignas(64) float corrections[kMaxRows];
+  alignas(64) float blockSums[kMaxRows] = {};
+  alignas(64) float newMax[kMaxRows];
+  __mmask16 sees[kMaxRows][kDecodeStepPages];
+  for (int row = 0; row < tile.rows; row += 4) {
+    const float *query = tile.query + row * headDim;
+    float *out = scores + row * kStepSlots;
+    switch (std::min(4, tile.rows - row)) {
+    case 4:
+      scoreStepRows<4>(query, headDim, keyBlocks, out);
+      break;
+    case 3:
+      scoreStepRows<3>(query, headDim, keyBlocks, out);
+      break;
+    case 2:
+      scoreStepRows<2>(query, headDim, keyBlocks, out);
+      break;
+    default:
+      scoreStepRows<1>(query, headDim, keyBlocks, out);
+      break;
+    }
+  }
+  const __m512 negativeInfinity = _mm512_set1_ps(kNegativeInfinity);
+  for (int row = 0; row < kMaxRows; ++row)
+    blockMax[row] = kNegativeInfinity;
+  for (int row = 0; row < tile.rows; ++row) {
+    __m512 max = negativeInfinity;
+    for (int page = 0; page < kDecodeStepPages; ++page) {
+      const int64_t count = std::clamp<int64_t>(
+          std::min<int64_t>(valid[page], tile.limit[row] - starts[page] + 1), 0,
+          16);
+      sees[row][page] = __mmask16((1u << count) - 1);
+      max = _mm512_max_ps(
+          max, _mm512_mask_loadu_ps(negativeInfinity, sees[row][page],
+                                    scores + row * kStepSlots + page * 16));
+    }
+    blockMax[row] = _mm512_reduce_max_ps(max);
+  }
+  _mm512_store_ps(newMax,
+                  updateMaxima(tile, 0, _mm512_load_ps(blockMax), corrections));
+  for (int row = 0; row < tile.rows; ++row) {
+    __m512 pageWeights[kDecodeStepPages];
+    for (int page = 0; page < kDecodeStepPages; ++page) {
+      const __mmask16 mask = sees[row][page];
+      const float *rowScores = scores + row * kStepSlots + page * 16;
+      pageWeights[page] = _mm512_maskz_mov_ps(
+          mask, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, rowScores),
+                                     _mm512_set1_ps(newMax[row]))));
+      _mm512_store_ps(weights + row * kStepSlots + page * 16,
+                      pageWeights[page]);
+    }
+    static_assert(kDecodeStepPages == 4, "the step sum adds four pages");
+    blockSums[row] =
+        sumLanes(_mm512_add_ps(_mm512_add_ps(pageWeights[0], pageWeights[1]),
+                               _mm512_add_ps(pageWeights[2], pageWeights[3])));
+  }
+  updateSums(tile, 0, corrections, _mm512_load_ps(blockSums));
+  for (int row = 0; row < tile.rows; row += 4) {
+    float *accumulator = tile.accumulator + row * headDim;
+    const float *rowWeights = weights + row * kStepSlots;
+    switch (std::min(4, tile.rows - row)) {
+    case 4:
+      accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
+                            kStepSlots, 1, valueBlocks, valid,
+                            kDecodeStepPages);
+      break;
+    case 3:
+      accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
+                            kStepSlots, 1, valueBlocks, valid,
+                            kDecodeStepPages);
+      break;
+    case 2:
+      accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
+                            kStepSlots, 1, valueBlocks, valid,
+                            kDecodeStepPages);
+      break;
+    default:
+      accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
+                            kStepSlots, 1, valueBlocks, valid,
+                            kDecodeStepPages);
+      break;
+    }
+  }
+}
+
 } // namespace
 
 template <typename Element>
@@ -425,5 +566,67 @@ template void foldPagesAvx512<float>(const CallContext &,
 template void foldPagesAvx512<uint16_t>(const CallContext &,
                                         const AttentionWorkItem &, TileState &,
                                         float *, int32_t *);
+
+template <typename Element>
+void foldDecodePagesAvx512(const CallContext &context,
+                           const AttentionWorkItem &item, TileState &tile) {
+  const PagedAttentionBatch &batch = *context.batch;
+  const PagedKvView &kv = *context.kv;
+  int64_t lastLimit = tile.limit[0];
+  for (int row = 1; row < tile.rows; ++row)
+    lastLimit = std::max(lastLimit, tile.limit[row]);
+  const bool rotate = context.options->keyRope != nullptr;
+  alignas(64) float rotatedKeys[kDecodeStepPages][kernels::kMaxHeadDim * 16];
+  const Element *keyBlocks[kDecodeStepPages];
+  const float *rotatedBlocks[kDecodeStepPages] = {};
+  const Element *valueBlocks[kDecodeStepPages];
+  int valid[kDecodeStepPages];
+  int64_t starts[kDecodeStepPages];
+  int32_t page = item.pageBegin;
+  while (true) {
+    // The step: the next kDecodeStepPages pages with keys the rows see.
+    int pages = 0;
+    for (; page < item.pageEnd && pages < kDecodeStepPages; ++page) {
+      const int64_t logicalStart = context.pageStarts[page];
+      if (logicalStart > lastLimit)
+        break;
+      if (batch.validTokens[page] == 0)
+        continue;
+      const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
+                             item.kvHead * kv.headStride;
+      keyBlocks[pages] = static_cast<const Element *>(kv.keys) + offset;
+      valueBlocks[pages] = static_cast<const Element *>(kv.values) + offset;
+      valid[pages] = batch.validTokens[page];
+      starts[pages] = logicalStart;
+      if (rotate) {
+        rotateKeyBlockAvx512(context, keyBlocks[pages], logicalStart,
+                             rotatedKeys[pages]);
+        rotatedBlocks[pages] = rotatedKeys[pages];
+      }
+      ++pages;
+    }
+    if (pages == 0)
+      return;
+    // Absent pages score the first page's keys, all masked.
+    for (int absent = pages; absent < kDecodeStepPages; ++absent) {
+      keyBlocks[absent] = keyBlocks[0];
+      rotatedBlocks[absent] = rotatedBlocks[0];
+      valueBlocks[absent] = valueBlocks[0];
+      valid[absent] = 0;
+      starts[absent] = starts[0];
+    }
+    if (rotate)
+      foldDecodeStep(context, tile, rotatedBlocks, valueBlocks, valid, starts);
+    else
+      foldDecodeStep(context, tile, keyBlocks, valueBlocks, valid, starts);
+  }
+}
+
+template void foldDecodePagesAvx512<float>(const CallContext &,
+                                           const AttentionWorkItem &,
+                                           TileState &);
+template void foldDecodePagesAvx512<uint16_t>(const CallContext &,
+                                              const AttentionWorkItem &,
+                                              TileState &);
 
 } // namespace spanc::cpu::attention

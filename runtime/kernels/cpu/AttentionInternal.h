@@ -117,6 +117,17 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
                      TileState &tile, float *blockCache,
                      int32_t *blockCacheTags);
 
+/// Pages per online-softmax step of a decode tile (foldDecodePagesAvx512).
+constexpr int kDecodeStepPages = 4;
+
+/// The AVX-512 path of decode rows (RowKind::Decode; blockSize 16, headDim
+/// % 16 == 0): the tile's rows (a token's query heads) fold the item's
+/// pages kDecodeStepPages at a time, the scores of a step's pages computed
+/// side by side, one max, correction and sum per row and step.
+template <typename Element>
+void foldDecodePagesAvx512(const CallContext &context,
+                           const AttentionWorkItem &item, TileState &tile);
+
 /// The most tiles one page pass folds together (Attention.cpp).
 constexpr int kMaxPassTiles = 16;
 

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,90 @@ struct PageList {
   std::vector<int32_t> validTokens;
 };
 
+/// The shape of every case here: SmolLM2's heads (9 query, 3 KV), head dim
+/// 64, blocks of 16.
+constexpr int kQueryHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
+constexpr int64_t kRowWidth = int64_t(kQueryHeads) * kHeadDim;
+
+RopeConfig ropeConfig() {
+  RopeConfig config;
+  config.headDim = config.rotaryDim = kHeadDim;
+  config.theta = 10000.0f;
+  return config;
+}
+
+/// One layer of `numBlocks` blocks with random K/V in every slot, the RoPE
+/// table of `ropePositions` positions, and the random queries of `length`
+/// logical tokens (token t's query is the same in every call of a seed).
+struct RandomKv {
+  RandomKv(KvPrecision precision, bool ropeInKernel, int64_t numBlocks,
+           int length, unsigned seed, int64_t ropePositions)
+      : rope(ropeConfig(), ropePositions) {
+    backend::KvStorageConfig config;
+    config.precision = precision;
+    config.numLayers = 1;
+    config.numKvHeads = kKvHeads;
+    config.headDim = kHeadDim;
+    config.blockSize = kBlockSize;
+    config.numBlocks = numBlocks;
+    config.keysRotated = !ropeInKernel;
+    auto created = backend::KvStorage::create(config);
+    EXPECT_TRUE(bool(created)) << llvm::toString(created.takeError());
+    storage = std::move(*created);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> key(kKvHeads * kHeadDim), value(key.size());
+    for (int64_t block = 0; block < numBlocks; ++block)
+      for (int slot = 0; slot < kBlockSize; ++slot) {
+        for (size_t index = 0; index < key.size(); ++index) {
+          key[index] = normal(rng);
+          value[index] = normal(rng);
+        }
+        storage->writeToken(0, block, slot, key.data(), value.data());
+      }
+    tokenQueries.resize(size_t(length * kRowWidth));
+    for (float &x : tokenQueries)
+      x = normal(rng);
+  }
+
+  /// Runs `batch` on the host's path; returns each sequence's output rows.
+  std::vector<std::vector<float>> run(const PagedAttentionBatch &batch,
+                                      const float *queries,
+                                      PagedAttentionOptions options,
+                                      bool ropeInKernel) const {
+    PagedAttentionShape shape;
+    shape.numQueryHeads = kQueryHeads;
+    shape.numKvHeads = kKvHeads;
+    shape.headDim = kHeadDim;
+    shape.scale = 1.0f / std::sqrt(float(kHeadDim));
+    shape.queryRowStride = shape.outputRowStride = kRowWidth;
+    options.keyRope = ropeInKernel ? &rope : nullptr;
+    const int32_t rows = batch.queryOffsets[batch.numSequences];
+    std::vector<float> output(size_t(rows * kRowWidth), 0.0f);
+    AttentionWorkspace workspace;
+    pagedAttention(shape, batch, storage->layerView(0), queries, output.data(),
+                   options, workspace);
+    std::vector<std::vector<float>> result;
+    for (int sequence = 0; sequence < batch.numSequences; ++sequence)
+      result.emplace_back(
+          output.begin() + batch.queryOffsets[sequence] * kRowWidth,
+          output.begin() + batch.queryOffsets[sequence + 1] * kRowWidth);
+    return result;
+  }
+
+  std::unique_ptr<backend::KvStorage> storage;
+  RopeTable rope;
+  std::vector<float> tokenQueries;
+};
+
+/// The logical tokens of a page list.
+int lengthOf(const PageList &pages) {
+  int length = 0;
+  for (int valid : pages.validTokens)
+    length += valid;
+  return length;
+}
+
 /// Runs the AVX-512 path (scalar where the CPU lacks it) on sequences that
 /// all share `pages` of one random storage, sequence s asking for its last
 /// numQueries[s] tokens; returns each sequence's output rows, without key
@@ -40,42 +125,7 @@ std::vector<std::vector<float>>
 runTails(KvPrecision precision, bool allowAmx, bool ropeInKernel,
          const PageList &pages, const std::vector<int> &numQueries,
          bool useBlockCache = true, std::vector<uint8_t> decodeRows = {}) {
-  const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
-  const int64_t numBlocks = 40;
-  backend::KvStorageConfig config;
-  config.precision = precision;
-  config.numLayers = 1;
-  config.numKvHeads = numKvHeads;
-  config.headDim = headDim;
-  config.blockSize = blockSize;
-  config.numBlocks = numBlocks;
-  config.keysRotated = !ropeInKernel;
-  auto storage = backend::KvStorage::create(config);
-  EXPECT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
-  std::mt19937 rng(99);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> key(numKvHeads * headDim), value(key.size());
-  for (int64_t block = 0; block < numBlocks; ++block)
-    for (int slot = 0; slot < blockSize; ++slot) {
-      for (size_t index = 0; index < key.size(); ++index) {
-        key[index] = normal(rng);
-        value[index] = normal(rng);
-      }
-      (*storage)->writeToken(0, block, slot, key.data(), value.data());
-    }
-  RopeConfig ropeConfig;
-  ropeConfig.headDim = ropeConfig.rotaryDim = headDim;
-  ropeConfig.theta = 10000.0f;
-  RopeTable ropeTable(ropeConfig, 1024);
-
-  // The query of logical token t is the same in every call: seeded by t.
-  int length = 0;
-  for (int valid : pages.validTokens)
-    length += valid;
-  const int64_t width = int64_t(numQueryHeads) * headDim;
-  std::vector<float> tokenQueries(size_t(length * width));
-  for (float &x : tokenQueries)
-    x = normal(rng);
+  const RandomKv kv(precision, ropeInKernel, 40, lengthOf(pages), 99, 1024);
   std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
                        validTokens;
   std::vector<float> queries;
@@ -86,16 +136,9 @@ runTails(KvPrecision precision, bool allowAmx, bool ropeInKernel,
                     pages.blockIds.end());
     validTokens.insert(validTokens.end(), pages.validTokens.begin(),
                        pages.validTokens.end());
-    queries.insert(queries.end(), tokenQueries.end() - count * width,
-                   tokenQueries.end());
+    queries.insert(queries.end(), kv.tokenQueries.end() - count * kRowWidth,
+                   kv.tokenQueries.end());
   }
-  std::vector<float> output(queries.size(), 0.0f);
-  PagedAttentionShape shape;
-  shape.numQueryHeads = numQueryHeads;
-  shape.numKvHeads = numKvHeads;
-  shape.headDim = headDim;
-  shape.scale = 1.0f / std::sqrt(float(headDim));
-  shape.queryRowStride = shape.outputRowStride = width;
   PagedAttentionBatch batch;
   batch.numSequences = int(numQueries.size());
   batch.queryOffsets = queryOffsets.data();
@@ -108,16 +151,8 @@ runTails(KvPrecision precision, bool allowAmx, bool ropeInKernel,
   PagedAttentionOptions options;
   options.minPagesPerSplit = 1000;
   options.allowAmx = allowAmx;
-  options.keyRope = ropeInKernel ? &ropeTable : nullptr;
   options.useBlockCache = useBlockCache;
-  AttentionWorkspace workspace;
-  pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
-                 output.data(), options, workspace);
-  std::vector<std::vector<float>> rows;
-  for (size_t sequence = 0; sequence < numQueries.size(); ++sequence)
-    rows.emplace_back(output.begin() + queryOffsets[sequence] * width,
-                      output.begin() + queryOffsets[sequence + 1] * width);
-  return rows;
+  return kv.run(batch, queries.data(), options, ropeInKernel);
 }
 
 TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
@@ -208,41 +243,7 @@ std::vector<std::vector<float>>
 runIndexed(KvPrecision precision, bool allowAmx, bool ropeInKernel,
            const PageList &pages, const std::vector<IndexedSequence> &sequences,
            bool explicitIndices, int splitPages) {
-  const int numQueryHeads = 9, numKvHeads = 3, headDim = 64, blockSize = 16;
-  const int64_t numBlocks = 96;
-  backend::KvStorageConfig config;
-  config.precision = precision;
-  config.numLayers = 1;
-  config.numKvHeads = numKvHeads;
-  config.headDim = headDim;
-  config.blockSize = blockSize;
-  config.numBlocks = numBlocks;
-  config.keysRotated = !ropeInKernel;
-  auto storage = backend::KvStorage::create(config);
-  EXPECT_TRUE(bool(storage)) << llvm::toString(storage.takeError());
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> key(numKvHeads * headDim), value(key.size());
-  for (int64_t block = 0; block < numBlocks; ++block)
-    for (int slot = 0; slot < blockSize; ++slot) {
-      for (size_t index = 0; index < key.size(); ++index) {
-        key[index] = normal(rng);
-        value[index] = normal(rng);
-      }
-      (*storage)->writeToken(0, block, slot, key.data(), value.data());
-    }
-  RopeConfig ropeConfig;
-  ropeConfig.headDim = ropeConfig.rotaryDim = headDim;
-  ropeConfig.theta = 10000.0f;
-  RopeTable ropeTable(ropeConfig, 2048);
-  int length = 0;
-  for (int valid : pages.validTokens)
-    length += valid;
-  // The query of logical token t is the same in every call: seeded by t.
-  const int64_t width = int64_t(numQueryHeads) * headDim;
-  std::vector<float> tokenQueries(size_t(length * width));
-  for (float &x : tokenQueries)
-    x = normal(rng);
+  const RandomKv kv(precision, ropeInKernel, 96, lengthOf(pages), 7, 2048);
   std::vector<int32_t> queryOffsets = {0}, pageOffsets = {0}, blockIds,
                        validTokens, indices;
   std::vector<float> queries;
@@ -257,16 +258,9 @@ runIndexed(KvPrecision precision, bool allowAmx, bool ropeInKernel,
     indices.insert(indices.end(), sequence.indices.begin(),
                    sequence.indices.end());
     for (int32_t index : sequence.indices)
-      queries.insert(queries.end(), tokenQueries.begin() + index * width,
-                     tokenQueries.begin() + (index + 1) * width);
+      queries.insert(queries.end(), kv.tokenQueries.begin() + index * kRowWidth,
+                     kv.tokenQueries.begin() + (index + 1) * kRowWidth);
   }
-  std::vector<float> output(queries.size(), 0.0f);
-  PagedAttentionShape shape;
-  shape.numQueryHeads = numQueryHeads;
-  shape.numKvHeads = numKvHeads;
-  shape.headDim = headDim;
-  shape.scale = 1.0f / std::sqrt(float(headDim));
-  shape.queryRowStride = shape.outputRowStride = width;
   PagedAttentionBatch batch;
   batch.numSequences = int(sequences.size());
   batch.queryOffsets = queryOffsets.data();
@@ -276,16 +270,8 @@ runIndexed(KvPrecision precision, bool allowAmx, bool ropeInKernel,
   batch.queryIndices = explicitIndices ? indices.data() : nullptr;
   PagedAttentionOptions options;
   options.allowAmx = allowAmx;
-  options.keyRope = ropeInKernel ? &ropeTable : nullptr;
   options.promptSplitPages = splitPages;
-  AttentionWorkspace workspace;
-  pagedAttention(shape, batch, (*storage)->layerView(0), queries.data(),
-                 output.data(), options, workspace);
-  std::vector<std::vector<float>> rows;
-  for (size_t sequence = 0; sequence < sequences.size(); ++sequence)
-    rows.emplace_back(output.begin() + queryOffsets[sequence] * width,
-                      output.begin() + queryOffsets[sequence + 1] * width);
-  return rows;
+  return kv.run(batch, queries.data(), options, ropeInKernel);
 }
 
 /// The logical indices [first, first + count).

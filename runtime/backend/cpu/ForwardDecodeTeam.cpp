@@ -105,6 +105,12 @@ void CpuForwardPass::runLayersInTeam(const StepLayout &step, KvStorage &storage,
   for (TeamScratch &scratch : teamScratch)
     if (scratch.normed.size() < size_t(rowFloats))
       scratch.normed.resize(size_t(rowFloats));
+  // Every layer attends over the same batch: planned once here, each
+  // layer's call runs the plan on every thread (planning at each layer on
+  // one thread and handing the plan over cost ~1.4 us a layer).
+  teamAttentionPlan = cpu::planPagedAttention(
+      attentionShape, attentionBatch, storage.layerView(0), attentionOptions,
+      attentionWorkspace, int(maxThreads));
 #pragma omp parallel
   {
     const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
@@ -162,14 +168,19 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
   }
 #pragma omp barrier
   clock.lap(opProfile.qkvSeconds);
-#pragma omp master
-  {
-    // One row's RoPE and K/V write cost less than splitting them would.
-    const int64_t rotatedHeads =
-        config.numHeads + (ropeInKernel ? 0 : config.numKvHeads);
-    cpu::applyRope(cpu::RopeShape{rows, rotatedHeads, qkvDim}, model.rope(),
-                   step.positions.data(), queryKeyValue.data());
+  // The first thread rotates the queries while the last rotates the keys
+  // (unless the kernel does) and writes them: the same per-head RoPE either
+  // way, in half the wait.
+  if (thread == 0) {
+    cpu::applyRope(cpu::RopeShape{rows, int64_t(config.numHeads), qkvDim},
+                   model.rope(), step.positions.data(), queryKeyValue.data());
     clock.lap(opProfile.ropeSeconds);
+  }
+  if (thread == threads - 1) {
+    if (!ropeInKernel)
+      cpu::applyRope(cpu::RopeShape{rows, int64_t(config.numKvHeads), qkvDim},
+                     model.rope(), step.positions.data(),
+                     queryKeyValue.data() + queryDim);
     storage.writeTokens(int(layerIndex), rows, step.slotBlocks.data(),
                         step.slotIndices.data(),
                         queryKeyValue.data() + queryDim,
@@ -181,10 +192,16 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
   }
 #pragma omp barrier
   clock.lap(opProfile.kvWriteSeconds);
-  cpu::pagedAttentionInTeam(attentionShape, attentionBatch,
-                            storage.layerView(int(layerIndex)),
-                            queryKeyValue.data(), attention.data(),
-                            attentionOptions, attentionWorkspace);
+  if (teamAttentionPlan.blockCache)
+    cpu::pagedAttentionInTeam(attentionShape, attentionBatch,
+                              storage.layerView(int(layerIndex)),
+                              queryKeyValue.data(), attention.data(),
+                              attentionOptions, attentionWorkspace);
+  else
+    cpu::pagedAttentionPlannedInTeam(
+        teamAttentionPlan, attentionShape, attentionBatch,
+        storage.layerView(int(layerIndex)), queryKeyValue.data(),
+        attention.data(), attentionOptions, attentionWorkspace);
   clock.lap(opProfile.attentionSeconds);
   cpu::quantizeActivations(attention.data(), rows, queryDim, queryDim,
                            layer.attentionOutputQuantized.format,

@@ -139,6 +139,8 @@ private:
     cpu::QuantizedActivations activations;
   };
   std::vector<TeamScratch> teamScratch;
+  /// A team step's attention plan, made once for all of its layers.
+  cpu::PagedAttentionPlan teamAttentionPlan;
 
   bool profiling = false;
   ForwardProfile opProfile;

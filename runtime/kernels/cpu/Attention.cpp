@@ -29,6 +29,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -488,18 +489,10 @@ int32_t planWorkItems(const PagedAttentionShape &shape,
 }
 
 /// One call, planned: its work items, their order and page passes (in the
-/// workspace) and what every pass needs. Plain values, so a team can share
-/// one thread's plan (copyprivate).
-struct PlannedCall {
+/// workspace), what every pass needs and the call's context. Plain values,
+/// so a team can share one thread's plan (copyprivate).
+struct PlannedCall : PagedAttentionPlan {
   CallContext context;
-  bool useAvx512 = false, useAmx = false;
-  int32_t numPartials = 0;
-  int32_t totalPages = 0;
-  int64_t stateFloats = 0;
-  int64_t numPasses = 0;
-  int64_t cacheFloats = 0; ///< per thread
-  float *blockCache = nullptr;
-  int32_t *blockCacheTags = nullptr;
 };
 
 /// Whether a planned call folds `item` on AMX tiles. Decode steps keep f32
@@ -540,7 +533,8 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   // caches anyway).
   bool anyManyRows = false;
   for (const AttentionWorkItem &item : workspace.items)
-    anyManyRows |= item.numRows > kRowsToWidenBlock;
+    anyManyRows |= item.numRows > kRowsToWidenBlock &&
+                   !(useAvx512 && isDecode(batch, item.sequence));
   // A call of one item runs on one thread (thread 0's entries).
   if (numItems <= 1)
     numThreads = 1;
@@ -721,6 +715,31 @@ void pagedAttentionInTeam(const PagedAttentionShape &shape,
 #pragma omp single copyprivate(call)
   call = planCall(shape, batch, kv, queries, options, workspace,
                   omp_get_num_threads());
+  runPlannedCall(call, workspace, output);
+}
+
+PagedAttentionPlan planPagedAttention(const PagedAttentionShape &shape,
+                                      const PagedAttentionBatch &batch,
+                                      const PagedKvView &kv,
+                                      const PagedAttentionOptions &options,
+                                      AttentionWorkspace &workspace,
+                                      int numThreads) {
+  return planCall(shape, batch, kv, nullptr, options, workspace, numThreads);
+}
+
+void pagedAttentionPlannedInTeam(const PagedAttentionPlan &plan,
+                                 const PagedAttentionShape &shape,
+                                 const PagedAttentionBatch &batch,
+                                 const PagedKvView &kv, const float *queries,
+                                 float *output,
+                                 const PagedAttentionOptions &options,
+                                 AttentionWorkspace &workspace) {
+  // Each thread builds the call from its own arguments: no hand-over.
+  assert(!plan.blockCache && "a plan with a block cache serves one call");
+  PlannedCall call;
+  static_cast<PagedAttentionPlan &>(call) = plan;
+  call.context = CallContext{
+      &shape, &kv, &options, &batch, workspace.pageStarts.data(), queries};
   runPlannedCall(call, workspace, output);
 }
 

@@ -163,6 +163,25 @@ struct AttentionWorkspace {
   std::vector<int32_t> blockCacheTags;
 };
 
+/// A call's plan as plain values (its work items, order and passes are in
+/// the workspace that made it), for calls that share one: the layers of a
+/// decode step see the same shape, batch and options, so the step plans
+/// once (planPagedAttention) and each layer's call runs the plan
+/// (pagedAttentionPlannedInTeam) instead of planning on one thread and
+/// handing the plan to the others at every layer.
+struct PagedAttentionPlan {
+  bool useAvx512 = false, useAmx = false;
+  int32_t numPartials = 0;
+  int32_t totalPages = 0;
+  int64_t stateFloats = 0;
+  int64_t numPasses = 0;
+  int64_t cacheFloats = 0; ///< per thread
+  /// Per-thread packed blocks of one call's K/V (null: none); a plan that
+  /// has them serves one call only.
+  float *blockCache = nullptr;
+  int32_t *blockCacheTags = nullptr;
+};
+
 /// output[row][head*headDim + d] = softmax(q k^T * scale) v, causal over
 /// logical indices, for every sequence of `batch` (with SpanScaling where
 /// the batch asks for it).
@@ -181,6 +200,27 @@ void pagedAttentionInTeam(const PagedAttentionShape &shape,
                           const PagedKvView &kv, const float *queries,
                           float *output, const PagedAttentionOptions &options,
                           AttentionWorkspace &workspace);
+
+/// Plans a call for `numThreads` threads into `workspace`: the items,
+/// order and passes every call of pagedAttentionPlannedInTeam with the same
+/// shape, batch (its values too), K/V layout and options then runs.
+PagedAttentionPlan planPagedAttention(const PagedAttentionShape &shape,
+                                      const PagedAttentionBatch &batch,
+                                      const PagedKvView &kv,
+                                      const PagedAttentionOptions &options,
+                                      AttentionWorkspace &workspace,
+                                      int numThreads);
+
+/// pagedAttentionInTeam on a plan made by planPagedAttention into the same
+/// workspace (one without a block cache): every thread of the team calls
+/// it with the same arguments; the same results.
+void pagedAttentionPlannedInTeam(const PagedAttentionPlan &plan,
+                                 const PagedAttentionShape &shape,
+                                 const PagedAttentionBatch &batch,
+                                 const PagedKvView &kv, const float *queries,
+                                 float *output,
+                                 const PagedAttentionOptions &options,
+                                 AttentionWorkspace &workspace);
 
 } // namespace spanc::cpu
 

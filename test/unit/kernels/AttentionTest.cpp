@@ -15,7 +15,8 @@
 // order, and the f32 sums of P.V add a rounding error of their own. The
 // AMX path is less accurate by design (bf16 high/low parts: ~16 bits per
 // product instead of 24) and is held to its own, larger bound. Every case
-// also runs pagedAttentionInTeam in a two-thread region: the same results.
+// also runs pagedAttentionInTeam in a two-thread region, and (planned once)
+// pagedAttentionPlannedInTeam twice: the same results.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -236,6 +238,19 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   pagedAttentionInTeam(shape, batch, storage.layerView(layer), queries.data(),
                        teamOutput.data(), options, teamWorkspace);
   EXPECT_TRUE(teamOutput == output) << "pagedAttentionInTeam";
+  // And planned once for two layers' calls (a decode step's), where the
+  // plan keeps no block cache (one that does serves one call).
+  const PagedAttentionPlan plan = planPagedAttention(
+      shape, batch, storage.layerView(layer), options, teamWorkspace, 2);
+  if (!plan.blockCache)
+    for (int call = 0; call < 2; ++call) {
+      std::fill(teamOutput.begin(), teamOutput.end(), 0.0f);
+#pragma omp parallel num_threads(2)
+      pagedAttentionPlannedInTeam(plan, shape, batch, storage.layerView(layer),
+                                  queries.data(), teamOutput.data(), options,
+                                  teamWorkspace);
+      EXPECT_TRUE(teamOutput == output) << "pagedAttentionPlannedInTeam";
+    }
 
   const int groupSize = testCase.numQueryHeads / testCase.numKvHeads;
   for (size_t index = 0; index < testCase.sequences.size(); ++index) {

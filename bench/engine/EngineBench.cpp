@@ -63,7 +63,8 @@ runEngineBench(const EngineBenchOptions &options) {
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
   result.prefillFlops = (*model)->config().prefillFlops(options.promptTokens);
   auto runner = backend::SequenceRunner::create(
-      **model, std::max(options.promptTokens, options.generateTokens));
+      **model, std::max(options.promptTokens,
+                        options.generateDepth + options.generateTokens));
   if (!runner)
     return runner.takeError();
 
@@ -74,20 +75,35 @@ runEngineBench(const EngineBenchOptions &options) {
   std::vector<int32_t> prompt(size_t(options.promptTokens));
   for (int32_t &id : prompt)
     id = token(rng);
+  std::vector<int32_t> depth(size_t(options.generateDepth));
+  for (int32_t &id : depth)
+    id = token(rng);
+  const int64_t chunk =
+      options.prefillChunk > 0 ? options.prefillChunk : options.promptTokens;
 
   // As llama-bench does: every prefill repetition, then every decode
   // repetition, each series after its own warm-up (repetition 0: primitive
   // creation, page faults). Interleaving them would time each prefill after
   // a decode pass over the 4/8-bit weights has pushed the bf16 ones out of
   // the last-level cache.
+  // `context` tokens are prefilled, untimed and unprofiled, after each
+  // reset.
   auto timeSeries = [&](int64_t tokens, llvm::function_ref<llvm::Error()> run,
                         std::vector<double> &tokensPerSecond,
-                        backend::ForwardProfile &profile) -> llvm::Error {
+                        backend::ForwardProfile &profile,
+                        llvm::ArrayRef<int32_t> context = {}) -> llvm::Error {
     for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
       bool measured = repetition > 0;
       backend::CpuForwardPass &pass = *(*runner)->cpuPass();
-      pass.enableProfile(options.profile && measured);
+      pass.enableProfile(false);
       (*runner)->reset();
+      if (!context.empty())
+        if (auto logits = (*runner)->append(
+                context, options.prefillChunk > 0 ? options.prefillChunk
+                                                  : int64_t(context.size()));
+            !logits)
+          return logits.takeError();
+      pass.enableProfile(options.profile && measured);
       pass.resetProfile();
       auto start = std::chrono::steady_clock::now();
       if (llvm::Error error = run())
@@ -104,9 +120,7 @@ runEngineBench(const EngineBenchOptions &options) {
     if (llvm::Error error = timeSeries(
             options.promptTokens,
             [&]() -> llvm::Error {
-              auto logits = (*runner)->append(
-                  prompt, options.prefillChunk > 0 ? options.prefillChunk
-                                                   : options.promptTokens);
+              auto logits = (*runner)->append(prompt, chunk);
               return logits ? llvm::Error::success() : logits.takeError();
             },
             result.prefillTokensPerSecond, result.prefillProfile))
@@ -124,7 +138,7 @@ runEngineBench(const EngineBenchOptions &options) {
               }
               return llvm::Error::success();
             },
-            result.decodeTokensPerSecond, result.decodeProfile))
+            result.decodeTokensPerSecond, result.decodeProfile, depth))
       return error;
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

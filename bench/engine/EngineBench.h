@@ -26,6 +26,9 @@ struct EngineBenchOptions {
   /// llama-bench's default micro-batch, whose activations it sizes for.
   int prefillChunk = 512;
   int generateTokens = 128;
+  /// Tokens of context the decode test starts from (llama-bench's -d,
+  /// "tg128 @ d4096"): prefilled, untimed, before each repetition.
+  int generateDepth = 0;
   int repetitions = 5;
   bool forceF32 = false;
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;

@@ -36,6 +36,12 @@ def run_measured(command):
     return out, usage.ru_maxrss * 1024
 
 
+def depth_test(gen, depth):
+    """llama-bench's name of a generation test: "tg128", or "tg128 @ d4096"
+    when it starts from `depth` tokens of context."""
+    return f"tg{gen}" + (f" @ d{depth}" if depth else "")
+
+
 def llama_samples(out):
     """Samples (tokens/s) by test name ("pp512", "tg128") from llama-bench
     -o json, and the build information."""
@@ -46,7 +52,9 @@ def llama_samples(out):
         if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
             samples.setdefault(f"pp{entry['n_prompt']}", []).extend(values)
         elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
-            samples.setdefault(f"tg{entry['n_gen']}", []).extend(values)
+            samples.setdefault(depth_test(entry["n_gen"],
+                                          entry.get("n_depth", 0)),
+                               []).extend(values)
         info = {"build": entry.get("build_commit", ""),
                 "cpu": entry.get("cpu_info", ""),
                 "type": entry.get("model_type", ""),
@@ -91,6 +99,27 @@ def run_pair(args, threads, prompts, gen, reps, samples, rss, flops):
     return llama_info, spanc_info
 
 
+def run_depth_pair(args, threads, samples, rss):
+    """Decoding --tg tokens after --depth tokens of context (prefilled
+    untimed), llama-bench then spanc."""
+    test = depth_test(args.tg, args.depth)
+    out, peak = run_measured([
+        args.llama_bench, "-m", args.model, "-t", str(threads), "-p", "0",
+        "-n", str(args.tg), "-d", str(args.depth), "-r", str(args.long_reps),
+        "-o", "json"])
+    found, _ = llama_samples(out)
+    samples.setdefault(("llama.cpp", test), []).extend(found.get(test, []))
+    rss["llama.cpp"] = max(rss["llama.cpp"], peak)
+    out, peak = run_measured([
+        args.spanc, "bench", "engine", "-m", args.model, "-t", str(threads),
+        "--prompt-tokens", "0", "--gen-tokens", str(args.tg), "--gen-depth",
+        str(args.depth), "-r", str(args.long_reps), "--json"])
+    info = json.loads(out.strip().splitlines()[-1])
+    samples.setdefault(("spanc", test), []).extend(info["tg_samples"])
+    rss["spanc"] = max(rss["spanc"], peak)
+    return test
+
+
 def measure(args, threads, rounds, long_rounds):
     """Alternating rounds of llama-bench and spanc bench engine: the short
     tests (--pp's first size and tg) every round, the long prompts in
@@ -118,13 +147,22 @@ def measure(args, threads, rounds, long_rounds):
                       for size in args.pp[1:])
                   for engine in ("llama.cpp", "spanc")) +
               f" tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
+    for round_index in range(long_rounds if args.depth > 0 else 0):
+        test = run_depth_pair(args, threads, samples, long_rss)
+        print(f"{threads} threads, depth round {round_index + 1}/"
+              f"{long_rounds}: " + "; ".join(
+                  f"{engine} {test} "
+                  f"{statistics.median(samples[(engine, test)]):.1f}"
+                  for engine in ("llama.cpp", "spanc")) +
+              f" tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
     stats = {key: summary(value) for key, value in samples.items()}
     rss["long"] = long_rss
     return samples, stats, rss, llama_info, spanc_info, flops
 
 
 def tests(args):
-    return [f"pp{size}" for size in args.pp] + [f"tg{args.tg}"]
+    return [f"pp{size}" for size in args.pp] + [f"tg{args.tg}"] + (
+        [depth_test(args.tg, args.depth)] if args.depth > 0 else [])
 
 
 def table(args, stats):
@@ -224,6 +262,9 @@ def main():
     parser.add_argument("--long-rounds", type=int, default=2)
     parser.add_argument("--long-reps", type=int, default=1)
     parser.add_argument("--tg", type=int, default=128)
+    parser.add_argument("--depth", type=int, default=4096,
+                        help="context the tg test also starts from in "
+                        "--long-rounds (llama-bench -d; 0: none)")
     parser.add_argument("--single-thread-rounds", type=int, default=0)
     parser.add_argument("--weights-rounds", type=int, default=3,
                         help="rounds of borrowed vs copied AMX GEMM weights "
@@ -334,7 +375,9 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    shown = tests(args)
+    shown = [test for test in tests(args)
+             if all((engine, test) in stats for engine in ("llama.cpp",
+                                                           "spanc"))]
     figure, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 4))
     for axis, test in zip(axes, shown):
         engines = ["llama.cpp", "spanc"]

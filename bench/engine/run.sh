@@ -2,8 +2,9 @@
 # bench/engine/run.sh — spanc's CPU engine beside llama.cpp (llama-bench) on
 # the same GGUF, same threads, in one run: pp512 and tg128, several rounds
 # alternating the two engines, medians with spread and peak RSS; then the
-# long prompts (pp4096, pp8192) in fewer rounds, with each prefill's time
-# per FLOP beside pp512's; on an AMX host, spanc's prompt GEMMs on the
+# long prompts (pp4096, pp8192) and decoding after 4 096 tokens of context
+# (tg128 @ d4096) in fewer rounds, with each prefill's time per FLOP
+# beside pp512's; on an AMX host, spanc's prompt GEMMs on the
 # borrowed 4/8-bit weights beside a bf16 copy. Writes
 # bench/results/engine.md and engine.png.
 #
@@ -11,6 +12,8 @@
 #                       [--single-thread-rounds=N]  (default 3; 0: no 1-thread table)
 #                       [--pp=512,4096,8192] [--long-rounds=N] (default 2)
 #                       [--weights-rounds=N] (default 3; 0: no weights table)
+#                       [--depth=N] (default 4096: tg128 @ d4096 in the long
+#                                    rounds, llama-bench's -d; 0: none)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -25,6 +28,7 @@ single=3
 pp=512,4096,8192
 long_rounds=2
 weights_rounds=3
+depth=4096
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 for arg in "$@"; do
   case "$arg" in
@@ -36,6 +40,7 @@ for arg in "$@"; do
     --pp=*) pp="${arg#*=}" ;;
     --long-rounds=*) long_rounds="${arg#*=}" ;;
     --weights-rounds=*) weights_rounds="${arg#*=}" ;;
+    --depth=*) depth="${arg#*=}" ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
 done
@@ -59,7 +64,7 @@ python=/usr/bin/python3
 "$python" bench/engine/compare.py --spanc="$spanc" --llama-bench="$llama_bench" \
   --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
   --single-thread-rounds="$single" --pp="$pp" --long-rounds="$long_rounds" \
-  --weights-rounds="$weights_rounds" \
+  --weights-rounds="$weights_rounds" --depth="$depth" \
   --peer-dir="$peer_dir" --out=bench/results/engine
 # Decode cost in CPU time (robust to the shared machine's load).
 {

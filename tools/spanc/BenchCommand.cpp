@@ -73,6 +73,7 @@ int runEngineBenchmark(const po::variables_map &values) {
   options.modelPath = values["model"].as<std::string>();
   options.promptTokens = values["prompt-tokens"].as<int>();
   options.generateTokens = values["gen-tokens"].as<int>();
+  options.generateDepth = values["gen-depth"].as<int>();
   options.prefillChunk = values["prefill-chunk"].as<int>();
   options.repetitions =
       values.count("repetitions") ? values["repetitions"].as<int>() : 5;
@@ -95,10 +96,12 @@ int runEngineBenchmark(const po::variables_map &values) {
   if (values.count("quick")) {
     options.promptTokens = std::min(options.promptTokens, 64);
     options.generateTokens = std::min(options.generateTokens, 16);
+    options.generateDepth = std::min(options.generateDepth, 64);
     options.repetitions = 1;
   }
   if (options.promptTokens < 0 || options.generateTokens < 0 ||
-      options.prefillChunk < 0 || options.repetitions < 1)
+      options.generateDepth < 0 || options.prefillChunk < 0 ||
+      options.repetitions < 1)
     return reportError("bench", "engine: token counts must be >= 0 and "
                                 "repetitions >= 1");
   auto result = bench::runEngineBench(options);
@@ -125,6 +128,7 @@ int runEngineBenchmark(const po::variables_map &values) {
         << cpu::cpuFeatures().describe()
         << "\", \"pp_tokens\": " << options.promptTokens
         << ", \"tg_tokens\": " << options.generateTokens
+        << ", \"tg_depth\": " << options.generateDepth
         << ", \"pp_flops\": " << llvm::format("%.6g", result->prefillFlops)
         << ", \"pp_samples\": " << list(result->prefillTokensPerSecond)
         << ", \"tg_samples\": " << list(result->decodeTokensPerSecond)
@@ -143,9 +147,12 @@ int runEngineBenchmark(const po::variables_map &values) {
                         prefill, prefillSpread,
                         result->prefillTokensPerSecond.size());
   if (options.generateTokens > 0)
-    out << llvm::format("| tg%d | %.1f | %.1f | %zu |\n",
-                        options.generateTokens, decode, decodeSpread,
-                        result->decodeTokensPerSecond.size());
+    out << llvm::format(
+        "| tg%d%s | %.1f | %.1f | %zu |\n", options.generateTokens,
+        options.generateDepth > 0
+            ? (" @ d" + std::to_string(options.generateDepth)).c_str()
+            : "",
+        decode, decodeSpread, result->decodeTokensPerSecond.size());
   if (options.promptTokens > 0)
     out << llvm::format("pp%d: %.1f GFLOP a pass (GEMMs, causal attention, "
                         "last-token head), %.1f GFLOP/s\n",
@@ -257,7 +264,10 @@ int runBench(const std::vector<std::string> &args) {
        "engine: prompt length of the prefill test (ppN)")              //
       ("gen-tokens", po::value<int>()->default_value(128),             //
        "engine: decode steps of the generation test (tgN)")            //
-      ("prefill-chunk", po::value<int>()->default_value(512),          //
+      ("gen-depth", po::value<int>()->default_value(0),                //
+       "engine: context tokens the generation test starts from, "
+       "prefilled untimed (llama-bench's -d: tgN @ dD)")      //
+      ("prefill-chunk", po::value<int>()->default_value(512), //
        "engine: prompt tokens per forward pass (0: the whole prompt; "
        "512 is llama-bench's micro-batch)")                    //
       ("f32", "engine: force f32 GEMMs")                       //

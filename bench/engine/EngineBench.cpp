@@ -62,6 +62,20 @@ runEngineBench(const EngineBenchOptions &options) {
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
   result.prefillFlops = (*model)->config().prefillFlops(options.promptTokens);
+  const int64_t context = (*model)->config().contextLength;
+  if (context > 0 && options.promptTokens > context)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "engine: --prompt-tokens %d exceeds the model's context (%lld tokens)",
+        options.promptTokens, static_cast<long long>(context));
+  if (context > 0 &&
+      int64_t(options.generateDepth) + options.generateTokens > context)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "engine: --gen-depth %d + --gen-tokens %d exceed the model's context "
+        "(%lld tokens)",
+        options.generateDepth, options.generateTokens,
+        static_cast<long long>(context));
   auto runner = backend::SequenceRunner::create(
       **model, std::max(options.promptTokens,
                         options.generateDepth + options.generateTokens));

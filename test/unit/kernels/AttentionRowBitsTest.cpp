@@ -117,6 +117,15 @@ int lengthOf(const PageList &pages) {
   return length;
 }
 
+/// Ten pages scattered over the pool, two of them partial mid-list (9 and
+/// 3 valid slots) and the last partial: 131 tokens.
+PageList tenPagesTwoPartial() {
+  PageList pages;
+  pages.blockIds = {3, 17, 8, 21, 5, 30, 12, 1, 25, 9};
+  pages.validTokens = {16, 16, 9, 16, 16, 3, 16, 16, 16, 11};
+  return pages;
+}
+
 /// Runs the AVX-512 path (scalar where the CPU lacks it) on sequences that
 /// all share `pages` of one random storage, sequence s asking for its last
 /// numQueries[s] tokens; returns each sequence's output rows, without key
@@ -161,12 +170,8 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
   // inside full 16-row tiles among other tokens and sequences; the
   // executor needs the same bits either way, so each row's arithmetic must
   // not depend on its tile's size, neighbours or lane.
-  PageList pages;
-  pages.blockIds = {3, 17, 8, 21, 5, 30, 12, 1, 25, 9};
-  pages.validTokens = {16, 16, 9, 16, 16, 3, 16, 16, 16, 11};
-  int length = 0;
-  for (int valid : pages.validTokens)
-    length += valid;
+  const PageList pages = tenPagesTwoPartial();
+  const int length = lengthOf(pages);
   for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
     for (bool allowAmx : {false, true})
       for (bool rope : {false, true}) {
@@ -212,9 +217,7 @@ TEST(PagedAttention, PagePassesFoldEachTileAsAlone) {
     pages.blockIds.push_back((page * 7) % 40);
     pages.validTokens.push_back(page % 5 == 3 ? 9 : 16);
   }
-  int length = 0;
-  for (int valid : pages.validTokens)
-    length += valid;
+  const int length = lengthOf(pages);
   for (bool rope : {false, true}) {
     SCOPED_TRACE(rope ? "rope-in-kernel" : "rotated K");
     const std::vector<int> counts = {length, 3};
@@ -342,12 +345,8 @@ TEST(PagedAttention, DecodeRowsAreTheirOwnWhateverSharesTheirCall) {
   // time with f32 products: not the bits of the same token as a prompt row,
   // but their own whatever shares the call. Ten pages, two of them partial
   // mid-list, end in a step of two.
-  PageList pages;
-  pages.blockIds = {3, 17, 8, 21, 5, 30, 12, 1, 25, 9};
-  pages.validTokens = {16, 16, 9, 16, 16, 3, 16, 16, 16, 11};
-  int length = 0;
-  for (int valid : pages.validTokens)
-    length += valid;
+  const PageList pages = tenPagesTwoPartial();
+  const int length = lengthOf(pages);
   for (KvPrecision precision : {KvPrecision::F32, KvPrecision::F16})
     for (bool rope : {false, true}) {
       SCOPED_TRACE(std::string(precision == KvPrecision::F16 ? "f16" : "f32") +

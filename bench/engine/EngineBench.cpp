@@ -92,29 +92,30 @@ runEngineBench(const EngineBenchOptions &options) {
   std::vector<int32_t> depth(size_t(options.generateDepth));
   for (int32_t &id : depth)
     id = token(rng);
-  const int64_t chunk =
-      options.prefillChunk > 0 ? options.prefillChunk : options.promptTokens;
+  // Tokens per forward pass of a prefill of `tokens` (0: all in one).
+  auto chunkOf = [&](int64_t tokens) -> int64_t {
+    return options.prefillChunk > 0 ? options.prefillChunk : tokens;
+  };
 
   // As llama-bench does: every prefill repetition, then every decode
   // repetition, each series after its own warm-up (repetition 0: primitive
   // creation, page faults). Interleaving them would time each prefill after
   // a decode pass over the 4/8-bit weights has pushed the bf16 ones out of
   // the last-level cache.
-  // `context` tokens are prefilled, untimed and unprofiled, after each
+  // The `prefix` tokens are prefilled, untimed and unprofiled, after each
   // reset.
   auto timeSeries = [&](int64_t tokens, llvm::function_ref<llvm::Error()> run,
                         std::vector<double> &tokensPerSecond,
                         backend::ForwardProfile &profile,
-                        llvm::ArrayRef<int32_t> context = {}) -> llvm::Error {
+                        llvm::ArrayRef<int32_t> prefix = {}) -> llvm::Error {
     for (int repetition = 0; repetition <= options.repetitions; ++repetition) {
       bool measured = repetition > 0;
       backend::CpuForwardPass &pass = *(*runner)->cpuPass();
       pass.enableProfile(false);
       (*runner)->reset();
-      if (!context.empty())
-        if (auto logits = (*runner)->append(
-                context, options.prefillChunk > 0 ? options.prefillChunk
-                                                  : int64_t(context.size()));
+      if (!prefix.empty())
+        if (auto logits =
+                (*runner)->append(prefix, chunkOf(int64_t(prefix.size())));
             !logits)
           return logits.takeError();
       pass.enableProfile(options.profile && measured);
@@ -134,7 +135,8 @@ runEngineBench(const EngineBenchOptions &options) {
     if (llvm::Error error = timeSeries(
             options.promptTokens,
             [&]() -> llvm::Error {
-              auto logits = (*runner)->append(prompt, chunk);
+              auto logits =
+                  (*runner)->append(prompt, chunkOf(options.promptTokens));
               return logits ? llvm::Error::success() : logits.takeError();
             },
             result.prefillTokensPerSecond, result.prefillProfile))

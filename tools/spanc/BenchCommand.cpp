@@ -146,13 +146,14 @@ int runEngineBenchmark(const po::variables_map &values) {
     out << llvm::format("| pp%d | %.1f | %.1f | %zu |\n", options.promptTokens,
                         prefill, prefillSpread,
                         result->prefillTokensPerSecond.size());
-  if (options.generateTokens > 0)
-    out << llvm::format(
-        "| tg%d%s | %.1f | %.1f | %zu |\n", options.generateTokens,
-        options.generateDepth > 0
-            ? (" @ d" + std::to_string(options.generateDepth)).c_str()
-            : "",
-        decode, decodeSpread, result->decodeTokensPerSecond.size());
+  if (options.generateTokens > 0) {
+    // llama-bench's names: tg128, or tg128 @ d4096 after a context.
+    std::string test = "tg" + std::to_string(options.generateTokens);
+    if (options.generateDepth > 0)
+      test += " @ d" + std::to_string(options.generateDepth);
+    out << llvm::format("| %s | %.1f | %.1f | %zu |\n", test.c_str(), decode,
+                        decodeSpread, result->decodeTokensPerSecond.size());
+  }
   if (options.promptTokens > 0)
     out << llvm::format("pp%d: %.1f GFLOP a pass (GEMMs, causal attention, "
                         "last-token head), %.1f GFLOP/s\n",

@@ -192,16 +192,10 @@ void CpuForwardPass::layerInTeam(const model::LayerWeights &layer,
   }
 #pragma omp barrier
   clock.lap(opProfile.kvWriteSeconds);
-  if (teamAttentionPlan.blockCache)
-    cpu::pagedAttentionInTeam(attentionShape, attentionBatch,
-                              storage.layerView(int(layerIndex)),
-                              queryKeyValue.data(), attention.data(),
-                              attentionOptions, attentionWorkspace);
-  else
-    cpu::pagedAttentionPlannedInTeam(
-        teamAttentionPlan, attentionShape, attentionBatch,
-        storage.layerView(int(layerIndex)), queryKeyValue.data(),
-        attention.data(), attentionOptions, attentionWorkspace);
+  cpu::pagedAttentionPlannedInTeam(
+      teamAttentionPlan, attentionShape, attentionBatch,
+      storage.layerView(int(layerIndex)), queryKeyValue.data(),
+      attention.data(), attentionOptions, attentionWorkspace);
   clock.lap(opProfile.attentionSeconds);
   cpu::quantizeActivations(attention.data(), rows, queryDim, queryDim,
                            layer.attentionOutputQuantized.format,

@@ -724,7 +724,13 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionShape &shape,
                                       const PagedAttentionOptions &options,
                                       AttentionWorkspace &workspace,
                                       int numThreads) {
-  return planCall(shape, batch, kv, nullptr, options, workspace, numThreads);
+  // Without the block cache: its entries hold one call's (one layer's)
+  // K/V. A step that plans once has a few rows per sequence, one tile per
+  // KV head, which the cache would not spare any packing.
+  PagedAttentionOptions oneTimeBlocks = options;
+  oneTimeBlocks.useBlockCache = false;
+  return planCall(shape, batch, kv, nullptr, oneTimeBlocks, workspace,
+                  numThreads);
 }
 
 void pagedAttentionPlannedInTeam(const PagedAttentionPlan &plan,
@@ -735,7 +741,7 @@ void pagedAttentionPlannedInTeam(const PagedAttentionPlan &plan,
                                  const PagedAttentionOptions &options,
                                  AttentionWorkspace &workspace) {
   // Each thread builds the call from its own arguments: no hand-over.
-  assert(!plan.blockCache && "a plan with a block cache serves one call");
+  assert(!plan.blockCache && "planPagedAttention plans without the cache");
   PlannedCall call;
   static_cast<PagedAttentionPlan &>(call) = plan;
   call.context = CallContext{

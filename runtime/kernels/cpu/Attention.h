@@ -176,8 +176,8 @@ struct PagedAttentionPlan {
   int64_t stateFloats = 0;
   int64_t numPasses = 0;
   int64_t cacheFloats = 0; ///< per thread
-  /// Per-thread packed blocks of one call's K/V (null: none); a plan that
-  /// has them serves one call only.
+  /// Per-thread packed blocks of one call's K/V (null: none; always for
+  /// planPagedAttention's plans, which serve several calls).
   float *blockCache = nullptr;
   int32_t *blockCacheTags = nullptr;
 };
@@ -201,9 +201,10 @@ void pagedAttentionInTeam(const PagedAttentionShape &shape,
                           float *output, const PagedAttentionOptions &options,
                           AttentionWorkspace &workspace);
 
-/// Plans a call for `numThreads` threads into `workspace`: the items,
-/// order and passes every call of pagedAttentionPlannedInTeam with the same
-/// shape, batch (its values too), K/V layout and options then runs.
+/// Plans a call for `numThreads` threads into `workspace`, without the
+/// block cache: the items, order and passes every call of
+/// pagedAttentionPlannedInTeam with the same shape, batch (its values too),
+/// K/V layout and options then runs.
 PagedAttentionPlan planPagedAttention(const PagedAttentionShape &shape,
                                       const PagedAttentionBatch &batch,
                                       const PagedKvView &kv,
@@ -212,8 +213,8 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionShape &shape,
                                       int numThreads);
 
 /// pagedAttentionInTeam on a plan made by planPagedAttention into the same
-/// workspace (one without a block cache): every thread of the team calls
-/// it with the same arguments; the same results.
+/// workspace: every thread of the team calls it with the same arguments;
+/// the same results.
 void pagedAttentionPlannedInTeam(const PagedAttentionPlan &plan,
                                  const PagedAttentionShape &shape,
                                  const PagedAttentionBatch &batch,

@@ -238,19 +238,18 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
   pagedAttentionInTeam(shape, batch, storage.layerView(layer), queries.data(),
                        teamOutput.data(), options, teamWorkspace);
   EXPECT_TRUE(teamOutput == output) << "pagedAttentionInTeam";
-  // And planned once for two layers' calls (a decode step's), where the
-  // plan keeps no block cache (one that does serves one call).
+  // And planned once for two layers' calls (a decode step's).
   const PagedAttentionPlan plan = planPagedAttention(
       shape, batch, storage.layerView(layer), options, teamWorkspace, 2);
-  if (!plan.blockCache)
-    for (int call = 0; call < 2; ++call) {
-      std::fill(teamOutput.begin(), teamOutput.end(), 0.0f);
+  EXPECT_EQ(plan.blockCache, nullptr);
+  for (int call = 0; call < 2; ++call) {
+    std::fill(teamOutput.begin(), teamOutput.end(), 0.0f);
 #pragma omp parallel num_threads(2)
-      pagedAttentionPlannedInTeam(plan, shape, batch, storage.layerView(layer),
-                                  queries.data(), teamOutput.data(), options,
-                                  teamWorkspace);
-      EXPECT_TRUE(teamOutput == output) << "pagedAttentionPlannedInTeam";
-    }
+    pagedAttentionPlannedInTeam(plan, shape, batch, storage.layerView(layer),
+                                queries.data(), teamOutput.data(), options,
+                                teamWorkspace);
+    EXPECT_TRUE(teamOutput == output) << "pagedAttentionPlannedInTeam";
+  }
 
   const int groupSize = testCase.numQueryHeads / testCase.numKvHeads;
   for (size_t index = 0; index < testCase.sequences.size(); ++index) {

@@ -14,9 +14,10 @@
 //     alone would move the softmax weights by percents);
 //   the online softmax over the step's keys, one vector per key: the
 //     step's max per lane, the correction 2^(old - new), weights
-//     2^(s - max) (masked keys exactly zero) rounded to bf16 as a B tile
-//     of key pairs ([P ; P]), as flash attention on GPUs feeds P to its
-//     P.V products (a weight moves by at most 2^-8 of itself, and its
+//     (1 + 2^-8) 2^(s - max) (masked keys exactly zero) truncated to bf16
+//     as a B tile of key pairs ([P ; P]), as flash attention on GPUs feeds
+//     P to its P.V products (a weight moves by at most ~2^-8 of itself, the
+//     common factor cancels in the normalization, and its
 //     polynomial needs no more precision than that; the error enters the
 //     output linearly, where the scores' would be exponentiated), and the
 //     row sums of exactly the weights P.V uses (VDPBF16PS with ones);
@@ -228,22 +229,37 @@ SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/// 2^x for x <= 0 to the precision of a bf16 weight: x = n + r with n =
-/// floor(x) and r in [0, 1) in one VREDUCEPS, 2^r by a degree-3
-/// polynomial fitted to it there (relative error 8.6e-5, against bf16's
-/// rounding of up to 2^-8 = 3.9e-3; exactly 1 at 0), and VSCALEFPS, which
-/// scales by 2^floor(x) itself: five instructions where a clamp, a
-/// rounding and a subtraction made seven. Below -126 the result is an f32
-/// denormal or zero, which the bf16 rounding makes zero. The correction
-/// keeps softmaxExp2: it scales every weight before.
+/// (1 + 2^-8) 2^x for x <= 0 to the precision of a bf16 weight that
+/// pageWeights truncates: x = n + r with n = floor(x) and r in [0, 1) in
+/// one VREDUCEPS, 2^r by a degree-3 polynomial fitted to it there
+/// (relative error 8.6e-5, against bf16's spacing of up to 2^-7), its
+/// coefficients scaled by 1 + 2^-8 so that truncating to bf16 moves a
+/// weight by at most ~2^-8 of it either way, as rounding would (the common
+/// factor cancels in the normalization; 1 + 2^-8 truncates to exactly 1,
+/// the max's weight), and VSCALEFPS, which scales by 2^floor(x) reading x
+/// itself. Below -126 the result is an f32 denormal or zero, which the
+/// truncation makes zero or a denormal weight. The correction keeps
+/// softmaxExp2: it scales every weight before.
 SPANC_AVX512 inline __m512 weightExp2(__m512 x) {
   const __m512 r =
       _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(7.706629484891891e-2f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.2764579951763153e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.951165795326233e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  constexpr float kCentre = 1.0f + 0x1p-8f;
+  __m512 p = _mm512_set1_ps(7.706629484891891e-2f * kCentre);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.2764579951763153e-1f * kCentre));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.951165795326233e-1f * kCentre));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kCentre));
   return _mm512_scalef_ps(p, x);
+}
+
+/// 16 lanes of (even, odd) weight pairs in bf16, truncated: odd's high
+/// half over even's, one shift and one bitwise select (rounding with
+/// VCVTNE2PS2BF16 and putting the pairs in order with VPERMW took three
+/// instructions, two of them on the port a tile product holds).
+SPANC_AVX512 inline __m512i truncatedBf16Pairs(__m512 even, __m512 odd) {
+  return _mm512_ternarylogic_epi32(
+      _mm512_castps_si512(odd),
+      _mm512_srli_epi32(_mm512_castps_si512(even), 16),
+      _mm512_set1_epi32(int32_t(0xffff0000u)), 0xe4); // c ? a : b
 }
 
 /// One page of a step as the tile step reads it: packed K and V tiles, or
@@ -400,7 +416,7 @@ SPANC_AMX_STEP inline void pageWeights(const StepPage &page,
       evenWeight = _mm512_maskz_mov_ps(visible[even], evenWeight);
       oddWeight = _mm512_maskz_mov_ps(visible[odd], oddWeight);
     }
-    const __m512i pairs = interleaveBf16Pairs(evenWeight, oddWeight);
+    const __m512i pairs = truncatedBf16Pairs(evenWeight, oddWeight);
     _mm512_store_si512(tile.doubled + pair * 32, pairs);
     _mm512_store_si512(tile.doubled + (8 + pair) * 32, pairs);
     sum = _mm512_dpbf16_ps(sum, reinterpret_cast<__m512bh>(pairs), ones);

@@ -52,9 +52,11 @@ constexpr double kExpError = 1e-7 + kUnitRoundoff;
 /// polynomial in the reduced argument, 8.6e-5, plus its few roundings; the
 /// correction's degree-6 one is far below it).
 constexpr double kAmxWeightExpError = 1.1e-4 + 4 * kUnitRoundoff;
-/// Rounding to bf16 (8 significant bits) moves a value by at most 2^-8 of
-/// it: the AMX path's weights P as P.V uses them.
-constexpr double kBf16RoundingError = 0x1p-8;
+/// The AMX path's weights P as P.V uses them: (1 + 2^-8) times the weight,
+/// truncated to bf16 (8 significant bits: down by less than 2^-7 of it),
+/// are within 2^-8 + 2^-15 of it either way (the common factor cancels in
+/// the normalization).
+constexpr double kBf16RoundingError = 0x1p-8 + 0x1p-15;
 /// bf16 keeps 8 significant bits: rounding to nearest moves a value by at
 /// most 2^-8 of it (1 + 2^-8 is a tie), and rounding that rest to bf16
 /// leaves 2^-8 of the rest: 2^-16 of the value. (Not 2^-9 and 2^-18: that

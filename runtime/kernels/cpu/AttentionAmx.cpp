@@ -24,9 +24,14 @@
 //   O^T[dim][row] += V^T . P^T on AMX: per page and 16 dims an A tile
 //     [Vh | Vl] (f16 V splits exactly) times [P ; P]: Vh.P + Vl.P in one
 //     product, accumulated into O^T tiles kept in memory; O^T is
-//     multiplied by the corrections only in a step where some lane's max
-//     moved (a lane whose max did not move has correction exactly 1, so
-//     its bits are the same either way).
+//     multiplied by the corrections only in a step where some lane's
+//     reference moved (a lane whose reference did not move has correction
+//     exactly 1, so its bits are the same either way). A lane's reference
+//     is not its running max: it moves to the step's max only when that
+//     passes it by more than kMaxLead (8, in log2 units), so weights run up
+//     to 2^8 (as exact in bf16 and f32 as weights up to 1) and a tile of
+//     16 rows rescales at a few steps instead of at every step where one
+//     of its rows finds a larger score.
 // The tile unit holds a vector port while it multiplies (on Sapphire
 // Rapids a 16-cycle product halves the vector throughput beside it), so
 // products and vector instructions both count: P in bf16 halved the P.V
@@ -65,6 +70,9 @@ namespace spanc::cpu::attention {
 namespace {
 
 constexpr int kStepPages = 4;
+/// How far (log2 units) a step's max may pass a lane's reference before
+/// the reference moves to it: weights stay below 2^kMaxLead.
+constexpr float kMaxLead = 8;
 /// How many steps ahead a pass prefetches its pages' K and V blocks.
 constexpr int kPrefetchSteps = 1;
 /// One AMX tile: 16 rows of 64 bytes (32 bf16 or 16 f32).
@@ -280,6 +288,8 @@ using StepPages = std::array<StepPage, kStepPages>;
 
 /// The running state of the tile, transposed: lane = row.
 struct LaneState {
+  /// Each lane's reference (the largest score seen, or up to kMaxLead
+  /// below it: weighed against it, the row's weights sum to `sum`).
   __m512 max, sum;
   /// Each row's last visible logical index minus the item's first page's
   /// (rows past the tile see everything).
@@ -544,7 +554,14 @@ SPANC_AMX_STEP void TileFold::weigh(bool scoreNext, int headDim) {
 
   // This step's max, correction and weights, between the next step's
   // score products.
-  const __m512 newMax = _mm512_max_ps(state.max, step.max);
+  // A lane's reference moves only when the step's max passes it by more
+  // than kMaxLead (see the file comment).
+  const __m512 newMax = _mm512_mask_mov_ps(
+      state.max,
+      _mm512_cmp_ps_mask(step.max,
+                         _mm512_add_ps(state.max, _mm512_set1_ps(kMaxLead)),
+                         _CMP_GT_OQ),
+      step.max);
   seen = _mm512_cmp_ps_mask(state.max, negativeInfinity, _CMP_NEQ_OQ);
   correction =
       _mm512_maskz_mov_ps(seen, softmaxExp2(_mm512_sub_ps(state.max, newMax)));

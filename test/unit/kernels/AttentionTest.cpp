@@ -114,6 +114,8 @@ struct Case {
   bool ropeInKernel = false;
   RopeOrder ropeOrder = RopeOrder::Normal;
   std::vector<TestSequence> sequences;
+  /// Per block, a factor on its random keys (empty: 1 everywhere).
+  std::vector<float> blockKeyGain;
 };
 
 /// Fills every slot of every block with random K/V and runs the kernel and
@@ -157,6 +159,9 @@ double runCaseWith(const Case &testCase, bool forceScalar, int minPagesPerSplit,
         x = normal(rng);
       for (float &x : value)
         x = normal(rng);
+      if (!testCase.blockKeyGain.empty())
+        for (float &x : key)
+          x *= testCase.blockKeyGain[size_t(block)];
       storage.writeToken(layer, block, slot, key.data(), value.data());
       if (precision == KvPrecision::F16)
         for (int index = 0; index < kvWidth; ++index) {
@@ -437,6 +442,21 @@ TestSequence contiguous(int firstBlock, int numTokens, int numQueries,
 TEST(PagedAttention, PrefillOfOneContiguousSequenceIsCausal) {
   Case testCase;
   testCase.sequences = {contiguous(0, 77, 77)};
+  runCase(testCase, false);
+  runCase(testCase, true);
+}
+
+TEST(PagedAttention, ScoresThatJumpLateRescaleTheFold) {
+  // Keys 8 times larger from the sixth block on and 40 times from the
+  // eleventh: rows that see them meet scores far above every earlier one
+  // (tens of log2 units, then more than 127: a weight taken against the
+  // earlier max would overflow), so a fold's max moves mid-way, past the
+  // lead the AMX path lets it take before rescaling (kMaxLead).
+  Case testCase;
+  testCase.blockKeyGain.assign(size_t(testCase.numBlocks), 1.0f);
+  for (size_t block = 5; block < testCase.blockKeyGain.size(); ++block)
+    testCase.blockKeyGain[block] = block < 10 ? 8.0f : 40.0f;
+  testCase.sequences = {contiguous(0, 300, 40), contiguous(30, 200, 1)};
   runCase(testCase, false);
   runCase(testCase, true);
 }

@@ -5,8 +5,8 @@
 // matching of answers, and the seeded, distinct person names.
 //
 //===----------------------------------------------------------------------===//
-#include "bench/common/Names.h"
 #include "bench/common/ModelSession.h"
+#include "bench/common/Names.h"
 
 #include <gtest/gtest.h>
 

@@ -36,8 +36,8 @@ TEST(RmsNormCuda, MatchesCpuReferenceOnTheSmolLM2Width) {
   for (float &v : weight)
     v = normal(rng);
   rmsNormReference(x, weight, expected, rows, cols, 1e-5f);
-  ASSERT_EQ(spanc::cuda::rmsNormOnDevice(x.data(), weight.data(),
-                                         actual.data(), rows, cols, 1e-5f),
+  ASSERT_EQ(spanc::cuda::rmsNormOnDevice(x.data(), weight.data(), actual.data(),
+                                         rows, cols, 1e-5f),
             "");
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_NEAR(actual[i], expected[i], 1e-4f) << "at " << i;

@@ -13,13 +13,14 @@
 //     Kh.Qh + Kl.Qh + Kh.Ql with f32 sums (scores to ~16 bits, where bf16
 //     alone would move the softmax weights by percents);
 //   the online softmax over the step's keys, one vector per key: the
-//     step's max per lane, the correction 2^(old - new), weights
-//     (1 + 2^-8) 2^(s - max) (masked keys exactly zero) truncated to bf16
-//     as a B tile of key pairs ([P ; P]), as flash attention on GPUs feeds
-//     P to its P.V products (a weight moves by at most ~2^-8 of itself, the
-//     common factor cancels in the normalization, and its
-//     polynomial needs no more precision than that; the error enters the
-//     output linearly, where the scores' would be exponentiated), and the
+//     step's max per lane, the correction 2^(old - new) of the lane's
+//     reference (below), weights (1 + 2^-8) 2^(s - reference) (masked keys
+//     exactly zero) truncated to bf16 as a B tile of key pairs ([P ; P]),
+//     as flash attention on GPUs feeds P to its P.V products (a weight
+//     moves by at most ~2^-8 of itself, the common factor cancels in the
+//     normalization, and its polynomial needs no more precision than that;
+//     the error enters the output linearly, where the scores' would be
+//     exponentiated), and the
 //     row sums of exactly the weights P.V uses (VDPBF16PS with ones);
 //   O^T[dim][row] += V^T . P^T on AMX: per page and 16 dims an A tile
 //     [Vh | Vl] (f16 V splits exactly) times [P ; P]: Vh.P + Vl.P in one
@@ -237,14 +238,14 @@ SPANC_AVX512 inline __m512 softmaxExp2(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/// (1 + 2^-8) 2^x for x <= 0 to the precision of a bf16 weight that
+/// (1 + 2^-8) 2^x for x <= kMaxLead to the precision of a bf16 weight that
 /// pageWeights truncates: x = n + r with n = floor(x) and r in [0, 1) in
 /// one VREDUCEPS, 2^r by a degree-3 polynomial fitted to it there
 /// (relative error 8.6e-5, against bf16's spacing of up to 2^-7), its
 /// coefficients scaled by 1 + 2^-8 so that truncating to bf16 moves a
 /// weight by at most ~2^-8 of it either way, as rounding would (the common
 /// factor cancels in the normalization; 1 + 2^-8 truncates to exactly 1,
-/// the max's weight), and VSCALEFPS, which scales by 2^floor(x) reading x
+/// the reference's weight), and VSCALEFPS, which scales by 2^floor(x) reading x
 /// itself. Below -126 the result is an f32 denormal or zero, which the
 /// truncation makes zero or a denormal weight. The correction keeps
 /// softmaxExp2: it scales every weight before.

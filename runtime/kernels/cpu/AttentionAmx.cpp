@@ -20,8 +20,8 @@
 //     moves by at most ~2^-8 of itself, the common factor cancels in the
 //     normalization, and its polynomial needs no more precision than that;
 //     the error enters the output linearly, where the scores' would be
-//     exponentiated), and the
-//     row sums of exactly the weights P.V uses (VDPBF16PS with ones);
+//     exponentiated), and the row sums of exactly the weights P.V uses
+//     (VDPBF16PS with ones);
 //   O^T[dim][row] += V^T . P^T on AMX: per page and 16 dims an A tile
 //     [Vh | Vl] (f16 V splits exactly) times [P ; P]: Vh.P + Vl.P in one
 //     product, accumulated into O^T tiles kept in memory; O^T is

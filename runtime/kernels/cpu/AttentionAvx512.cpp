@@ -220,6 +220,35 @@ accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
 /// shared value vectors and a weight, fit the 32 vector registers.
 constexpr int kRowsPerGroup = 4;
 
+/// accumulateRowGroup for `rows` (1 to kRowsPerGroup) rows, dispatched to
+/// the instance of that many.
+template <typename ValueElement>
+SPANC_AVX512 inline void
+accumulateGroupOf(int rows, float *accumulator, int headDim,
+                  const float *corrections, const float *weights, int rowStep,
+                  int slotStep, const ValueElement *const *values,
+                  const int *counts, int blocks) {
+  static_assert(kRowsPerGroup == 4, "one case per group size");
+  switch (rows) {
+  case 4:
+    accumulateRowGroup<4>(accumulator, headDim, corrections, weights, rowStep,
+                          slotStep, values, counts, blocks);
+    break;
+  case 3:
+    accumulateRowGroup<3>(accumulator, headDim, corrections, weights, rowStep,
+                          slotStep, values, counts, blocks);
+    break;
+  case 2:
+    accumulateRowGroup<2>(accumulator, headDim, corrections, weights, rowStep,
+                          slotStep, values, counts, blocks);
+    break;
+  default:
+    accumulateRowGroup<1>(accumulator, headDim, corrections, weights, rowStep,
+                          slotStep, values, counts, blocks);
+    break;
+  }
+}
+
 /// P.V of rows [firstRow, tile.rows) over runs of rows with the same count
 /// (all rows off the diagonal; on it, the heads of one token).
 template <typename ValueElement>
@@ -232,26 +261,9 @@ SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
     while (rows < kRowsPerGroup && row + rows < tile.rows &&
            counts[row + rows] == counts[row])
       ++rows;
-    float *accumulator = tile.accumulator + row * headDim;
-    const float *rowWeights = weights + row * rowStep;
-    switch (rows) {
-    case 4:
-      accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, &valueBlock, counts + row, 1);
-      break;
-    case 3:
-      accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, &valueBlock, counts + row, 1);
-      break;
-    case 2:
-      accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, &valueBlock, counts + row, 1);
-      break;
-    default:
-      accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
-                            rowStep, slotStep, &valueBlock, counts + row, 1);
-      break;
-    }
+    accumulateGroupOf(rows, tile.accumulator + row * headDim, headDim,
+                      corrections + row, weights + row * rowStep, rowStep,
+                      slotStep, &valueBlock, counts + row, 1);
     row += rows;
   }
 }
@@ -457,32 +469,11 @@ SPANC_AVX512 void foldDecodeStep(const CallContext &context, TileState &tile,
                                _mm512_add_ps(pageWeights[2], pageWeights[3])));
   }
   updateSums(tile, 0, corrections, _mm512_load_ps(blockSums));
-  for (int row = 0; row < tile.rows; row += 4) {
-    float *accumulator = tile.accumulator + row * headDim;
-    const float *rowWeights = weights + row * kStepSlots;
-    switch (std::min(4, tile.rows - row)) {
-    case 4:
-      accumulateRowGroup<4>(accumulator, headDim, corrections + row, rowWeights,
-                            kStepSlots, 1, valueBlocks, valid,
-                            kDecodeStepPages);
-      break;
-    case 3:
-      accumulateRowGroup<3>(accumulator, headDim, corrections + row, rowWeights,
-                            kStepSlots, 1, valueBlocks, valid,
-                            kDecodeStepPages);
-      break;
-    case 2:
-      accumulateRowGroup<2>(accumulator, headDim, corrections + row, rowWeights,
-                            kStepSlots, 1, valueBlocks, valid,
-                            kDecodeStepPages);
-      break;
-    default:
-      accumulateRowGroup<1>(accumulator, headDim, corrections + row, rowWeights,
-                            kStepSlots, 1, valueBlocks, valid,
-                            kDecodeStepPages);
-      break;
-    }
-  }
+  for (int row = 0; row < tile.rows; row += kRowsPerGroup)
+    accumulateGroupOf(std::min(kRowsPerGroup, tile.rows - row),
+                      tile.accumulator + row * headDim, headDim,
+                      corrections + row, weights + row * kStepSlots, kStepSlots,
+                      1, valueBlocks, valid, kDecodeStepPages);
 }
 
 } // namespace

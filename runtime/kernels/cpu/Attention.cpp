@@ -170,11 +170,10 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
 /// Runs one work item: a tile of rows against a range of its pages.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, bool decode, float *partial, float *output,
+             bool useAvx512, bool decodeSteps, float *partial, float *output,
              float *blockCache, int32_t *blockCacheTags) {
   TileState tile;
   // foldBlockByDim reads only queryByDim, the other paths only query.
-  const bool decodeSteps = useAvx512 && decode;
   setUpTile(context, item,
             useAvx512 && !decodeSteps && item.numRows > kRowsToWidenBlock,
             tile);
@@ -502,6 +501,12 @@ bool foldsOnAmx(const PlannedCall &call, const AttentionWorkItem &item) {
   return call.useAmx && !isDecode(*call.context.batch, item.sequence);
 }
 
+/// Whether a planned call folds `item` in decode steps of four pages
+/// (foldDecodePagesAvx512): a decode sequence's rows on the AVX-512 path.
+bool foldsDecodeSteps(const PlannedCall &call, const AttentionWorkItem &item) {
+  return call.useAvx512 && isDecode(*call.context.batch, item.sequence);
+}
+
 /// Plans a call that `numThreads` threads will run.
 PlannedCall planCall(const PagedAttentionShape &shape,
                      const PagedAttentionBatch &batch, const PagedKvView &kv,
@@ -533,8 +538,8 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   // caches anyway).
   bool anyManyRows = false;
   for (const AttentionWorkItem &item : workspace.items)
-    anyManyRows |= item.numRows > kRowsToWidenBlock &&
-                   !(useAvx512 && isDecode(batch, item.sequence));
+    anyManyRows |=
+        item.numRows > kRowsToWidenBlock && !foldsDecodeSteps(call, item);
   // A call of one item runs on one thread (thread 0's entries).
   if (numItems <= 1)
     numThreads = 1;
@@ -639,13 +644,13 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     float *partial = item.partial >= 0
                          ? partials + item.partial * call.stateFloats
                          : nullptr;
-    const bool decode = isDecode(*context.batch, item.sequence);
+    const bool decodeSteps = foldsDecodeSteps(call, item);
     if (context.kv->precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, call.useAvx512, decode, partial, output,
-                        cache, tags);
+      runItem<uint16_t>(context, item, call.useAvx512, decodeSteps, partial,
+                        output, cache, tags);
     else
-      runItem<float>(context, item, call.useAvx512, decode, partial, output,
-                     cache, tags);
+      runItem<float>(context, item, call.useAvx512, decodeSteps, partial,
+                     output, cache, tags);
   }
 }
 

@@ -15,7 +15,9 @@
 #   test/fuzz/build.sh [OUT] [TARGET...]   # default OUT: /tmp/spanc-fuzz, all
 #   test/fuzz/run.sh TARGET SECONDS        # runs one, merges into its corpus
 #
-# The ANTLR parser is generated into OUT, so nothing is written into the
+# Each target compiles the project sources its Bazel corpus replay test
+# depends on (`bazel query`), so the lists follow the BUILD files. The
+# ANTLR parser is generated into OUT, so nothing is written into the
 # source tree. Objects are rebuilt when their source, a project header or
 # this script changed.
 set -euo pipefail
@@ -56,37 +58,28 @@ flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer
        -DPCRE2_CODE_UNIT_WIDTH=8
        -I"$root" -I"$out/include" -I"$out/antlr4-runtime"
        -I/usr/lib/llvm-14/include -w)
+# Every target links the system libraries any of them uses; the linker
+# keeps those a target needs.
 libs=(-L/usr/lib/llvm-14/lib -lLLVMSupport -lLLVMDemangle -lz -ltinfo
-      -lpthread -ldl)
+      -Wl,--as-needed -lantlr4-runtime -lpcre2-8 -ldnnl -lxxhash
+      -lcpp-httplib -lsqlite3 -Wl,--no-as-needed -lpthread -ldl)
 
-frontend_sources=(
+# A target's sources are those of its corpus replay test in Bazel (the same
+# harness linked with gcc and ReplayMain.cpp instead of libFuzzer), so the
+# lists follow the BUILD files as sources move: the project's .cpp files
+# among the test's dependencies, less the harness and the replay main.
+sources_of() { # LABEL HARNESS: prints the absolute paths, one a line
+  local label="$1" harness="$2"
+  (cd "$root" && bazel query --noshow_progress \
+     "kind('source file', deps($label))" 2>/dev/null) |
+    grep -E '^//[^:]*:[^ ]+\.cpp$' | grep -v -e ':ReplayMain\.cpp$' \
+      -e ":$(basename "$harness")\$" |
+    sed -E 's#^//([^:]*):(.*)$#'"$root"'/\1/\2#; s#//#/#g'
+}
+# The lexer and parser the frontend targets also need, generated above.
+antlr_sources=(
   "$out/include/grammar/SpanLexer.cpp" "$out/include/grammar/SpanParser.cpp"
   "$out/include/grammar/SpanVisitor.cpp" "$out/include/grammar/SpanBaseVisitor.cpp"
-  "$root"/ir/*.cpp
-  "$root/frontend/SyntaxTree.cpp" "$root/frontend/Lowering.cpp"
-  "$root/frontend/SpnlJson.cpp"
-  "$root/passes/PassManager.cpp" "$root/passes/DeadOps.cpp"
-  "$root/passes/DesugarChat.cpp" "$root/passes/PlusSimplify.cpp"
-  "$root/passes/TreeReduce.cpp" "$root/passes/PlusDistribute.cpp"
-  "$root/passes/CommonSubtrees.cpp" "$root/passes/BulkOrder.cpp"
-  "$root/codegen/Lowering.cpp" "$root/plan/Plan.cpp"
-)
-frontend_sources+=("$root"/support/*.cpp)
-reader_sources=(
-  "$root/runtime/model/Gguf.cpp" "$root/runtime/model/Quantization.cpp"
-  "$root/runtime/model/ModelConfig.cpp" "$root/runtime/model/Tokenizer.cpp"
-  "$root/runtime/model/ChatTemplate.cpp"
-)
-model_sources=(
-  "$root/runtime/model/Gguf.cpp" "$root/runtime/model/Quantization.cpp"
-  "$root/runtime/model/ModelConfig.cpp" "$root/runtime/model/Weights.cpp"
-  "$root/runtime/model/Model.cpp" "$root/runtime/model/Engine.cpp"
-  "$root/runtime/kv/KvStorage.cpp"
-  "$root"/runtime/kernels/cpu/*.cpp
-)
-http_sources=(
-  "$root/server/Connections.cpp" "$root/server/ApiError.cpp"
-  "$root/server/ClientSocket.cpp"
 )
 
 # Compiles SOURCES... into objects (two at a time: the machine is shared)
@@ -124,26 +117,33 @@ link() { # NAME HARNESS EXTRA_LIBS...
 for target in "${targets[@]}"; do
   case "$target" in
   span | json | ir)
-    compile "${frontend_sources[@]}"
     harness="$(tr '[:lower:]' '[:upper:]' <<<"${target:0:1}")${target:1}"
     [[ "$target" == ir ]] && harness=Ir
-    link "$target" "$root/test/fuzz/${harness}Fuzzer.cpp" -lantlr4-runtime
+    harness="$root/test/fuzz/${harness}Fuzzer.cpp"
+    label="//test/fuzz:${target}_corpus_test" generated=("${antlr_sources[@]}")
     ;;
   gguf)
-    compile "${reader_sources[@]}"
-    link gguf "$root/test/fuzz/gguf/GgufFuzzer.cpp" -lpcre2-8
+    harness="$root/test/fuzz/gguf/GgufFuzzer.cpp"
+    label=//test/fuzz/gguf:gguf_corpus_test generated=()
     ;;
   model)
-    compile "${model_sources[@]}"
-    link model "$root/test/fuzz/gguf/ModelFuzzer.cpp" -ldnnl
+    harness="$root/test/fuzz/gguf/ModelFuzzer.cpp"
+    label=//test/fuzz/gguf:model_corpus_test generated=()
     ;;
   http)
-    compile "${http_sources[@]}"
-    link http "$root/test/fuzz/HttpFuzzer.cpp" -lcpp-httplib
+    harness="$root/test/fuzz/HttpFuzzer.cpp"
+    label=//test/fuzz:http_corpus_test generated=()
     ;;
   *)
     echo "unknown target '$target' (span, json, ir, gguf, model, http)" >&2
     exit 2
     ;;
   esac
+  mapfile -t sources < <(sources_of "$label" "$harness")
+  if ((${#sources[@]} == 0)); then
+    echo "no sources for $label (does 'bazel query' work here?)" >&2
+    exit 1
+  fi
+  compile "${sources[@]}" "${generated[@]}"
+  link "$target" "$harness"
 done

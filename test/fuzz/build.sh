@@ -94,7 +94,8 @@ compile() {
           "$root/test/fuzz/build.sh" -nt "$object" ||
           -n "$(find "$root/ir" "$root/frontend" "$root/passes" \
                     "$root/codegen" "$root/plan" "$root/support" \
-                    "$root/runtime" "$root/server" "$root/test/fuzz" \
+                    "$root/retrieval" "$root/runtime" "$root/server" \
+                    "$root/test/fuzz" \
                     -name '*.h' \
                     -newer "$object" 2>/dev/null | head -1)" ]]; then
       "$cxx" "${flags[@]}" -c "$source" -o "$object" &

@@ -5,7 +5,10 @@
 // f32, f16, Q4_1 and Q8_0 projections; tied and untied output heads), so
 // that the fuzzer starts from files that load and run and mutates from
 // there. Shape: 1 layer, embedding 32, 2 query heads and 1 KV head of
-// dimension 16, FFN 32, 8 tokens: a few KB each.
+// dimension 16, FFN 32, 8 tokens: a few KB each. Two more (seed-*-hd32)
+// have heads of dimension 32 (embedding 64, FFN 64), the smallest the
+// AMX attention folds (AttentionAmx.cpp), so that on a host with AMX the
+// fuzzer reaches those tiles too.
 //
 //   make_model_seeds OUT_DIR    # writes OUT_DIR/seed-*.bin
 //
@@ -27,8 +30,15 @@ using namespace spanc::model;
 
 namespace {
 
-constexpr uint64_t EmbeddingDim = 32, NumHeads = 2, NumKvHeads = 1,
-                   HeadDim = 16, FeedForwardDim = 32, VocabSize = 8;
+constexpr uint64_t NumHeads = 2, NumKvHeads = 1, VocabSize = 8;
+
+/// A seed's widths: heads of `headDim`, an embedding of NumHeads of them,
+/// an FFN as wide as the embedding.
+struct SeedShape {
+  uint64_t headDim;
+  uint64_t embeddingDim() const { return NumHeads * headDim; }
+  uint64_t feedForwardDim() const { return embeddingDim(); }
+};
 
 class SeedWriter {
 public:
@@ -91,7 +101,11 @@ private:
   std::mt19937 random;
 };
 
-std::string makeSeed(const std::string &arch, GgmlType matrixType, bool tied) {
+std::string makeSeed(const std::string &arch, GgmlType matrixType, bool tied,
+                     SeedShape shape) {
+  const uint64_t EmbeddingDim = shape.embeddingDim(),
+                 FeedForwardDim = shape.feedForwardDim(),
+                 HeadDim = shape.headDim;
   GgufWriter writer;
   writer.addString("general.architecture", arch);
   writer.addString("general.name", "fuzz-seed");
@@ -104,7 +118,8 @@ std::string makeSeed(const std::string &arch, GgmlType matrixType, bool tied) {
   writer.addFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   writer.addFloat32(arch + ".rope.freq_base", 10000.0f);
 
-  SeedWriter weights(matrixType, 7u + uint32_t(matrixType) + (tied ? 100 : 0));
+  SeedWriter weights(matrixType, 7u + uint32_t(matrixType) + (tied ? 100 : 0) +
+                                     (HeadDim == 16 ? 0 : 1000));
   weights.matrix(writer, "token_embd.weight", EmbeddingDim, VocabSize);
   const uint64_t queryDim = NumHeads * HeadDim, kvDim = NumKvHeads * HeadDim;
   weights.vector(writer, "blk.0.attn_norm.weight", EmbeddingDim, 1.0f);
@@ -139,6 +154,7 @@ int main(int argc, char **argv) {
     GgmlType type;
     const char *typeName;
     bool tied;
+    uint64_t headDim = 16;
   };
   const Seed seeds[] = {
       {"llama", GgmlType::F32, "f32", true},
@@ -147,12 +163,15 @@ int main(int argc, char **argv) {
       {"llama", GgmlType::Q8_0, "q8_0", false},
       {"qwen2", GgmlType::F32, "f32", false},
       {"qwen2", GgmlType::Q8_0, "q8_0", true},
+      {"llama", GgmlType::Q8_0, "q8_0", false, 32},
+      {"llama", GgmlType::Q4_1, "q4_1", true, 32},
   };
   for (const Seed &seed : seeds) {
     llvm::SmallString<256> path(argv[1]);
-    llvm::sys::path::append(path, std::string("seed-") + seed.arch + "-" +
-                                      seed.typeName +
-                                      (seed.tied ? "-tied" : "") + ".bin");
+    llvm::sys::path::append(path,
+                            std::string("seed-") + seed.arch + "-" +
+                                seed.typeName + (seed.tied ? "-tied" : "") +
+                                (seed.headDim == 16 ? "" : "-hd32") + ".bin");
     std::error_code error;
     llvm::raw_fd_ostream out(path, error);
     if (error) {
@@ -160,7 +179,7 @@ int main(int argc, char **argv) {
                    << "\n";
       return 1;
     }
-    out << makeSeed(seed.arch, seed.type, seed.tied);
+    out << makeSeed(seed.arch, seed.type, seed.tied, SeedShape{seed.headDim});
   }
   return 0;
 }

@@ -103,42 +103,44 @@ private:
 
 std::string makeSeed(const std::string &arch, GgmlType matrixType, bool tied,
                      SeedShape shape) {
-  const uint64_t EmbeddingDim = shape.embeddingDim(),
-                 FeedForwardDim = shape.feedForwardDim(),
-                 HeadDim = shape.headDim;
+  const uint64_t embeddingDim = shape.embeddingDim(),
+                 feedForwardDim = shape.feedForwardDim();
   GgufWriter writer;
   writer.addString("general.architecture", arch);
   writer.addString("general.name", "fuzz-seed");
   writer.addUInt32(arch + ".block_count", 1);
-  writer.addUInt32(arch + ".embedding_length", EmbeddingDim);
-  writer.addUInt32(arch + ".feed_forward_length", FeedForwardDim);
+  writer.addUInt32(arch + ".embedding_length", embeddingDim);
+  writer.addUInt32(arch + ".feed_forward_length", feedForwardDim);
   writer.addUInt32(arch + ".attention.head_count", NumHeads);
   writer.addUInt32(arch + ".attention.head_count_kv", NumKvHeads);
   writer.addUInt32(arch + ".context_length", 64);
   writer.addFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   writer.addFloat32(arch + ".rope.freq_base", 10000.0f);
 
+  // The wider seeds draw from streams of their own; the 16-wide seeds keep
+  // their bytes.
   SeedWriter weights(matrixType, 7u + uint32_t(matrixType) + (tied ? 100 : 0) +
-                                     (HeadDim == 16 ? 0 : 1000));
-  weights.matrix(writer, "token_embd.weight", EmbeddingDim, VocabSize);
-  const uint64_t queryDim = NumHeads * HeadDim, kvDim = NumKvHeads * HeadDim;
-  weights.vector(writer, "blk.0.attn_norm.weight", EmbeddingDim, 1.0f);
-  weights.matrix(writer, "blk.0.attn_q.weight", EmbeddingDim, queryDim);
-  weights.matrix(writer, "blk.0.attn_k.weight", EmbeddingDim, kvDim);
-  weights.matrix(writer, "blk.0.attn_v.weight", EmbeddingDim, kvDim);
+                                     (shape.headDim == 16 ? 0 : 1000));
+  weights.matrix(writer, "token_embd.weight", embeddingDim, VocabSize);
+  const uint64_t queryDim = NumHeads * shape.headDim,
+                 kvDim = NumKvHeads * shape.headDim;
+  weights.vector(writer, "blk.0.attn_norm.weight", embeddingDim, 1.0f);
+  weights.matrix(writer, "blk.0.attn_q.weight", embeddingDim, queryDim);
+  weights.matrix(writer, "blk.0.attn_k.weight", embeddingDim, kvDim);
+  weights.matrix(writer, "blk.0.attn_v.weight", embeddingDim, kvDim);
   if (arch == "qwen2") {
     weights.vector(writer, "blk.0.attn_q.bias", queryDim, 0.0f);
     weights.vector(writer, "blk.0.attn_k.bias", kvDim, 0.0f);
     weights.vector(writer, "blk.0.attn_v.bias", kvDim, 0.0f);
   }
-  weights.matrix(writer, "blk.0.attn_output.weight", queryDim, EmbeddingDim);
-  weights.vector(writer, "blk.0.ffn_norm.weight", EmbeddingDim, 1.0f);
-  weights.matrix(writer, "blk.0.ffn_gate.weight", EmbeddingDim, FeedForwardDim);
-  weights.matrix(writer, "blk.0.ffn_up.weight", EmbeddingDim, FeedForwardDim);
-  weights.matrix(writer, "blk.0.ffn_down.weight", FeedForwardDim, EmbeddingDim);
-  weights.vector(writer, "output_norm.weight", EmbeddingDim, 1.0f);
+  weights.matrix(writer, "blk.0.attn_output.weight", queryDim, embeddingDim);
+  weights.vector(writer, "blk.0.ffn_norm.weight", embeddingDim, 1.0f);
+  weights.matrix(writer, "blk.0.ffn_gate.weight", embeddingDim, feedForwardDim);
+  weights.matrix(writer, "blk.0.ffn_up.weight", embeddingDim, feedForwardDim);
+  weights.matrix(writer, "blk.0.ffn_down.weight", feedForwardDim, embeddingDim);
+  weights.vector(writer, "output_norm.weight", embeddingDim, 1.0f);
   if (!tied)
-    weights.matrix(writer, "output.weight", EmbeddingDim, VocabSize);
+    weights.matrix(writer, "output.weight", embeddingDim, VocabSize);
   return writer.write();
 }
 
@@ -168,10 +170,12 @@ int main(int argc, char **argv) {
   };
   for (const Seed &seed : seeds) {
     llvm::SmallString<256> path(argv[1]);
-    llvm::sys::path::append(path,
-                            std::string("seed-") + seed.arch + "-" +
-                                seed.typeName + (seed.tied ? "-tied" : "") +
-                                (seed.headDim == 16 ? "" : "-hd32") + ".bin");
+    llvm::sys::path::append(
+        path,
+        std::string("seed-") + seed.arch + "-" + seed.typeName +
+            (seed.tied ? "-tied" : "") +
+            (seed.headDim == 16 ? "" : "-hd" + std::to_string(seed.headDim)) +
+            ".bin");
     std::error_code error;
     llvm::raw_fd_ostream out(path, error);
     if (error) {

@@ -244,8 +244,8 @@ multiplyKBlock(const char *rows0, const char *rows16, int64_t aRowBytes,
 /// of `nextOutFloats`, `nextOutStride` floats apart): its lines are fetched
 /// for writing a few per K block, so that neither the tile stores nor the
 /// epilogue's read-modify-write wait for lines that are not in the cache
-/// (`spanc bench engine --prompt-tokens 512 --profile`, 2 threads, 3 pairs:
-/// qkv 90-93 -> 79-81 ms, the other GEMMs 0-3 % faster).
+/// (`spanc bench engine --prompt-tokens 512 --profile`, 2 threads, 6 pairs:
+/// qkv 87-93 -> 79-82 ms, the other GEMMs 0-3 % faster).
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,"
                       "avx512bf16"))) void
 multiplyBlock(const uint16_t *a, int64_t aRowBytes, const uint16_t *panel,

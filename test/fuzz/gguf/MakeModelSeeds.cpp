@@ -31,6 +31,8 @@ using namespace spanc::model;
 namespace {
 
 constexpr uint64_t NumHeads = 2, NumKvHeads = 1, VocabSize = 8;
+/// The first seeds' head width; wider seeds are named and drawn apart.
+constexpr uint64_t BaseHeadDim = 16;
 
 /// A seed's widths: heads of `headDim`, an embedding of NumHeads of them,
 /// an FFN as wide as the embedding.
@@ -120,7 +122,7 @@ std::string makeSeed(const std::string &arch, GgmlType matrixType, bool tied,
   // The wider seeds draw from streams of their own; the 16-wide seeds keep
   // their bytes.
   SeedWriter weights(matrixType, 7u + uint32_t(matrixType) + (tied ? 100 : 0) +
-                                     (shape.headDim == 16 ? 0 : 1000));
+                                     (shape.headDim == BaseHeadDim ? 0 : 1000));
   weights.matrix(writer, "token_embd.weight", embeddingDim, VocabSize);
   const uint64_t queryDim = NumHeads * shape.headDim,
                  kvDim = NumKvHeads * shape.headDim;
@@ -156,7 +158,7 @@ int main(int argc, char **argv) {
     GgmlType type;
     const char *typeName;
     bool tied;
-    uint64_t headDim = 16;
+    uint64_t headDim = BaseHeadDim;
   };
   const Seed seeds[] = {
       {"llama", GgmlType::F32, "f32", true},
@@ -170,12 +172,13 @@ int main(int argc, char **argv) {
   };
   for (const Seed &seed : seeds) {
     llvm::SmallString<256> path(argv[1]);
-    llvm::sys::path::append(
-        path,
-        std::string("seed-") + seed.arch + "-" + seed.typeName +
-            (seed.tied ? "-tied" : "") +
-            (seed.headDim == 16 ? "" : "-hd" + std::to_string(seed.headDim)) +
-            ".bin");
+    llvm::sys::path::append(path,
+                            std::string("seed-") + seed.arch + "-" +
+                                seed.typeName + (seed.tied ? "-tied" : "") +
+                                (seed.headDim == BaseHeadDim
+                                     ? ""
+                                     : "-hd" + std::to_string(seed.headDim)) +
+                                ".bin");
     std::error_code error;
     llvm::raw_fd_ostream out(path, error);
     if (error) {

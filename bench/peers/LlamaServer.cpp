@@ -200,6 +200,9 @@ llvm::Expected<PeerCompletion> LlamaServer::complete(llvm::StringRef prompt,
   PeerCompletion completion;
   completion.promptMs = timings["prompt_ms"].get<double>();
   completion.promptTokens = timings["prompt_n"].get<int>();
+  if (body.contains("tokens_evaluated") &&
+      body["tokens_evaluated"].is_number_integer())
+    completion.promptTokensTotal = body["tokens_evaluated"].get<int>();
   completion.wallMs =
       std::chrono::duration<double, std::milli>(end - begin).count();
   completion.text = body["content"].get<std::string>();

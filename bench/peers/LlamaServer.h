@@ -44,6 +44,10 @@ struct PeerCompletion {
   /// of the prompt it had to compute (the rest came from its cache).
   double promptMs = 0;
   int promptTokens = 0;
+  /// The whole prompt's length by the server's own tokenizer
+  /// (tokens_evaluated), which may differ from ours by a few tokens of the
+  /// rendered chat markup; 0 when the server does not say.
+  int promptTokensTotal = 0;
   /// Client-side wall time from request to the response (n_predict = 1:
   /// about TTFT plus the HTTP round trip).
   double wallMs = 0;

@@ -245,8 +245,8 @@ llvm::Error measurePeer(RagPeer &peer, const plan::Plan &planA,
             config,
             completion->promptMs,
             uint32_t(completion->promptTokensTotal),
-            uint32_t(completion->promptTokensTotal -
-                     completion->promptTokensComputed),
+            uint32_t(std::max(0, completion->promptTokensTotal -
+                                     completion->promptTokensComputed)),
             uint32_t(completion->promptTokensComputed),
             0,
             0,

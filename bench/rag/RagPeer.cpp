@@ -57,7 +57,12 @@ llvm::Expected<PeerTiming> RagPeer::complete(const plan::Plan &plan) {
     return completion.takeError();
   PeerTiming timing;
   timing.promptMs = completion->promptMs;
-  timing.promptTokensTotal = int(ids.size());
+  // The server tokenizes the rendered text itself, which can differ from
+  // our ids by a few tokens of chat markup: count its prompt by its own
+  // tokenizer where it says, so that reused = total - computed holds.
+  timing.promptTokensTotal = completion->promptTokensTotal > 0
+                                 ? completion->promptTokensTotal
+                                 : int(ids.size());
   timing.promptTokensComputed = completion->promptTokens;
   return timing;
 }

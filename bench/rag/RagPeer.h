@@ -23,8 +23,9 @@ namespace spanc::bench {
 
 struct PeerTiming {
   double promptMs = 0;
-  /// Tokens of the whole prompt (by our tokenizer) and those the server
-  /// computed (timings.prompt_n; the rest came from its cache).
+  /// Tokens of the whole prompt (by the server's tokenizer where it says,
+  /// else ours) and those the server computed (timings.prompt_n; the rest
+  /// came from its cache).
   int promptTokensTotal = 0;
   int promptTokensComputed = 0;
 };

@@ -106,6 +106,9 @@ TEST(LlamaServer, RepeatedPromptIsServedFromItsCache) {
   // The server recomputes at least one token of a cached prompt.
   EXPECT_LE(second->promptTokens, 2);
   EXPECT_GE(second->promptTokens, 0);
+  // The whole prompt's length by the server's tokenizer, computed or not.
+  EXPECT_EQ(second->promptTokensTotal, first->promptTokensTotal);
+  EXPECT_GE(first->promptTokensTotal, first->promptTokens);
   // Temperature 0: the same answer.
   EXPECT_EQ(second->text, first->text);
 

@@ -279,10 +279,12 @@ def main():
         single = measure(args, 1, args.single_thread_rounds, 0)
     with open("/proc/cpuinfo") as f:
         cpuinfo = f.read().splitlines()
-    has_amx = any(line.startswith("flags") and " amx_tile" in line
-                  for line in cpuinfo)
+    flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    has_amx = " amx_tile" in flags
+    # spanc's bf16 panel GEMMs: AMX tiles, else AVX-512 BF16 (Gemm.h).
+    has_panels = has_amx or " avx512_bf16" in flags
     weights = (weights_table(args, args.threads, args.weights_rounds)
-               if has_amx and args.weights_rounds > 0 else None)
+               if has_panels and args.weights_rounds > 0 else None)
     profiles = [(threads, profile(args, threads))
                 for threads in sorted({args.threads, 1} if single else
                                       {args.threads}, reverse=True)]
@@ -290,10 +292,12 @@ def main():
 
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo
                 if line.startswith("model name")), platform.processor())
-    # AMX's prompt GEMMs unpack the 4/8-bit decode weights per call
+    # The panel GEMMs unpack the 4/8-bit decode weights per call
     # (--gemm-weights=borrowed, the default), not a bf16 copy.
     prefill_gemms = ("spanc's AMX tiles on the borrowed Q4_1/Q8_0 weights"
-                     if has_amx else "oneDNN")
+                     if has_amx else
+                     "spanc's AVX-512 BF16 kernel on the borrowed Q4_1/Q8_0 "
+                     "weights" if has_panels else "oneDNN")
     fix_note = ""
     source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
                               "ggml-cpu", "amx", "mmq.cpp")
@@ -356,7 +360,7 @@ def main():
         lines += table(args, single[1])
         lines += [""]
     if weights:
-        lines += ["## The AMX prompt GEMMs' weights: borrowed 4/8-bit or a "
+        lines += ["## The bf16 prompt GEMMs' weights: borrowed 4/8-bit or a "
                   "bf16 copy", "",
                   f"`spanc bench engine --gemm-weights=borrowed|copy`, "
                   f"alternating, {args.weights_rounds} rounds of {args.reps} "

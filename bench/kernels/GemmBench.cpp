@@ -1,14 +1,16 @@
-//===- GemmBench.cpp - spanc's AMX GEMM beside oneDNN's matmul ------------===//
+//===- GemmBench.cpp - spanc's panel GEMMs beside oneDNN's matmul ---------===//
 //
 // The prefill GEMMs of SmolLM2-135M (M tokens x the qkv, attn-out, gate|up
-// and down weights) on the same random Q4_1 weights three ways: spanc's AMX
-// kernel on a bf16 copy, the same kernel borrowing the Q4_1 tiles
+// and down weights) on the same random Q4_1 weights three ways: spanc's
+// panel kernel (AMX tiles, or AVX-512 BF16 where the CPU has no AMX) on a
+// bf16 copy, the same kernel borrowing the Q4_1 tiles
 // (GemmEngine::borrowQuantized: unpacked per call; its outputs must equal
 // the copy's bit for bit) and oneDNN's matmul, alternating repetitions so
-// that all see the same machine, and the largest difference between AMX's
-// and oneDNN's outputs. Prints a markdown table.
+// that all see the same machine, and the largest difference between the
+// kernel's and oneDNN's outputs. Prints a markdown table.
 //
-//   gemm_bench [M] [repetitions] [threads]     (defaults 512 20 2)
+//   gemm_bench [M] [repetitions] [threads] [amx|avx512bf16]
+//                                          (defaults 512 20 2, the CPU's)
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -83,17 +86,22 @@ int main(int argc, char **argv) {
                           {"attn-out", 576, 576},
                           {"gate|up", 3072, 576},
                           {"down", 576, 1536}};
-  GemmEngine amx(GemmPrecision::Bf16, GemmKernel::Amx);
+  std::optional<GemmKernel> wanted =
+      parseGemmKernel(argc > 4 ? argv[4] : "amx");
+  GemmEngine amx(GemmPrecision::Bf16, wanted.value_or(GemmKernel::OneDnn));
   GemmEngine onednn(GemmPrecision::Bf16, GemmKernel::OneDnn);
-  if (amx.kernel() != GemmKernel::Amx) {
-    std::fprintf(stderr, "gemm_bench: this CPU cannot run AMX bf16\n");
+  if (!usesPanels(amx.kernel()) || (argc > 4 && amx.kernel() != *wanted)) {
+    std::fprintf(stderr, "gemm_bench: this CPU cannot run %s\n",
+                 argc > 4 ? argv[4] : "a bf16 panel kernel (amx, avx512bf16)");
     return 1;
   }
-  std::printf("M = %lld, %d threads, %d repetitions (median)\n\n", (long long)m,
-              omp_get_max_threads(), repetitions);
-  std::printf("| gemm | N x K | amx ms | TFLOP/s | borrowed Q4_1 ms | TFLOP/s "
-              "| borrowed / amx | oneDNN ms | TFLOP/s | oneDNN / amx | max "
-              "|diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const char *kernel = gemmKernelName(amx.kernel());
+  std::printf("M = %lld, %d threads, %d repetitions (median), kernel %s\n\n",
+              (long long)m, omp_get_max_threads(), repetitions, kernel);
+  std::printf("| gemm | N x K | %s ms | TFLOP/s | borrowed Q4_1 ms | TFLOP/s "
+              "| borrowed / %s | oneDNN ms | TFLOP/s | oneDNN / %s | max "
+              "|diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+              kernel, kernel, kernel);
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Shape &shape : shapes) {

@@ -208,9 +208,10 @@ def check_default_cold_warm(spanc, model):
                   (path, " ".join(mode) or "(default)"))
             if not mode:
                 default_answers = cold
-        # The AMX prompt GEMMs' two weight sources (the borrowed 4-bit
+        # The bf16 prompt GEMMs' two weight sources (the borrowed 4-bit
         # tiles, unpacked per call, or a bf16 copy) give the same bits, so
-        # the same answers (without AMX both run oneDNN's copy).
+        # the same answers (without AMX or AVX-512 BF16 both run oneDNN's
+        # copy).
         copied = answers(run(spanc, model, path, "--gemm-weights", "copy"))
         check(copied == default_answers,
               "%s: --gemm-weights=copy and borrowed answers differ: %r vs %r"

@@ -81,7 +81,8 @@ int runEngineBenchmark(const po::variables_map &values) {
   std::optional<cpu::GemmKernel> gemmKernel =
       cpu::parseGemmKernel(values["gemm"].as<std::string>());
   if (!gemmKernel)
-    return reportError("bench", "engine: --gemm must be amx or onednn");
+    return reportError("bench",
+                       "engine: --gemm must be amx, avx512bf16 or onednn");
   options.gemmKernel = *gemmKernel;
   std::optional<bool> gemmWeightCopy = readGemmWeightsOption("bench", values);
   if (!gemmWeightCopy)
@@ -273,8 +274,9 @@ int runBench(const std::vector<std::string> &args) {
        "512 is llama-bench's micro-batch)")                    //
       ("f32", "engine: force f32 GEMMs")                       //
       ("gemm", po::value<std::string>()->default_value("amx"), //
-       "engine: bf16 GEMM kernel, amx (spanc's; oneDNN where the CPU has "
-       "no AMX) or onednn")                                              //
+       "engine: bf16 GEMM kernel: amx (spanc's AMX tiles; its AVX-512 "
+       "BF16 kernel where the CPU has no AMX, oneDNN where it has neither), "
+       "avx512bf16 (spanc's AVX-512 BF16 kernel) or onednn")             //
       ("numerics", po::value<std::string>()->default_value("default"),   //
        "engine: default, or llama (llama.cpp's arithmetic bit for bit)") //
       ("profile", "engine: time every op and print where time goes")     //

@@ -11,7 +11,8 @@ namespace spanc::cli {
 void addGemmWeightsOption(po::options_description &options) {
   options.add_options()(
       "gemm-weights", po::value<std::string>()->default_value("borrowed"),
-      "what the AMX prompt GEMMs of a Q4_1/Q8_0 model read: borrowed (the "
+      "what spanc's bf16 prompt GEMMs (AMX or AVX-512 BF16) of a Q4_1/Q8_0 "
+      "model read: borrowed (the "
       "4/8-bit weights decode reads, unpacked per call) or copy (a bf16 copy "
       "of each projection: 2 bytes a weight more memory, about the same "
       "prefill speed; same answers)");

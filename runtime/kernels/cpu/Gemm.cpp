@@ -3,6 +3,7 @@
 #include "runtime/kernels/cpu/Gemm.h"
 
 #include "runtime/kernels/cpu/AmxGemm.h"
+#include "runtime/kernels/cpu/Avx512Bf16Gemm.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Elementwise.h"
 
@@ -135,19 +136,30 @@ const char *gemmPrecisionName(GemmPrecision precision) {
 }
 
 const char *gemmKernelName(GemmKernel kernel) {
-  return kernel == GemmKernel::Amx ? "amx" : "onednn";
+  switch (kernel) {
+  case GemmKernel::Amx:
+    return "amx";
+  case GemmKernel::Avx512Bf16:
+    return "avx512bf16";
+  case GemmKernel::OneDnn:
+    break;
+  }
+  return "onednn";
 }
 
 std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name) {
   if (name == "amx")
     return GemmKernel::Amx;
+  if (name == "avx512bf16")
+    return GemmKernel::Avx512Bf16;
   if (name == "onednn")
     return GemmKernel::OneDnn;
   return std::nullopt;
 }
 
 struct GemmWeights::Storage {
-  // One of the two: AMX panels, or oneDNN's blocked layout.
+  // One of the two: bf16 panels (the AMX and AVX-512 BF16 kernels'), or
+  // oneDNN's blocked layout.
   AmxWeights amx;
   dnnl::memory::desc desc;
   dnnl::memory memory;
@@ -161,7 +173,7 @@ GemmWeights &GemmWeights::operator=(GemmWeights &&) noexcept = default;
 int64_t GemmWeights::sizeInBytes() const {
   if (!storage)
     return 0;
-  if (kernel == GemmKernel::Amx)
+  if (usesPanels(kernel))
     return storage->amx.sizeInBytes();
   return int64_t(storage->desc.get_size());
 }
@@ -195,9 +207,12 @@ struct GemmEngine::Impl {
 GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
     : impl((capOneDnnIsa(), std::make_unique<Impl>())),
       enginePrecision(precision), engineKernel(GemmKernel::OneDnn) {
-  if (preferred == GemmKernel::Amx && precision == GemmPrecision::Bf16 &&
-      amxBf16Usable())
+  if (preferred == GemmKernel::OneDnn || precision != GemmPrecision::Bf16)
+    return;
+  if (preferred == GemmKernel::Amx && amxBf16Usable())
     engineKernel = GemmKernel::Amx;
+  else if (cpuFeatures().avx512bf16)
+    engineKernel = GemmKernel::Avx512Bf16;
 }
 GemmEngine::~GemmEngine() = default;
 
@@ -214,7 +229,7 @@ GemmWeights GemmEngine::emptyWeights(int64_t rows, int64_t columns) const {
 llvm::Expected<GemmWeights>
 GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
   GemmWeights weights = emptyWeights(rows, columns);
-  if (engineKernel == GemmKernel::Amx) {
+  if (usesPanels(engineKernel)) {
     weights.storage->amx = packAmxWeights(matrix, rows, columns);
     return weights;
   }
@@ -253,13 +268,13 @@ llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
                                    "gated weights need an even number of rows "
                                    "(gate, then up), not %lld",
                                    static_cast<long long>(rows));
-  if (engineKernel == GemmKernel::Amx && rows % 32 == 0) {
+  if (usesPanels(engineKernel) && rows % 32 == 0) {
     GemmWeights weights = emptyWeights(rows, columns);
     weights.gated = true;
     weights.storage->amx = packAmxGatedWeights(matrix, rows, columns);
     return weights;
   }
-  // oneDNN, or AMX for widths its SwiGLU epilogue does not take: a plain
+  // oneDNN, or panels of widths the SwiGLU epilogue does not take: a plain
   // pack, the SwiGLU applied after the product.
   auto weights = packWeights(matrix, rows, columns);
   if (weights)
@@ -268,12 +283,12 @@ llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
 }
 
 bool GemmEngine::canBorrowQuantized() const {
-  return engineKernel == GemmKernel::Amx && cpuFeatures().avx512bf16;
+  return usesPanels(engineKernel) && cpuFeatures().avx512bf16;
 }
 
 GemmWeights GemmEngine::borrowQuantized(const PackedQuantMatrix &matrix,
                                         bool gated) {
-  assert(canBorrowQuantized() && "borrowed weights need the AMX kernel");
+  assert(canBorrowQuantized() && "borrowed weights need a panel kernel");
   GemmWeights weights = emptyWeights(matrix.rows, matrix.columns);
   weights.gated = gated;
   // The SwiGLU epilogue takes 32-row panels; other widths multiply plain
@@ -286,10 +301,10 @@ GemmWeights GemmEngine::borrowQuantized(const PackedQuantMatrix &matrix,
 llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
                                  int64_t m, float *y, GemmOutput output) {
   assert(!weights.gated && "gated weights go through multiplyGated");
-  if (weights.kernel == GemmKernel::Amx) {
-    amxGemm(weights.storage->amx, x, m, y, impl->amxScratch,
-            output == GemmOutput::Store ? AmxEpilogue::Store
-                                        : AmxEpilogue::Accumulate);
+  if (usesPanels(weights.kernel)) {
+    multiplyPanels(weights, x, m, y,
+                   output == GemmOutput::Store ? AmxEpilogue::Store
+                                               : AmxEpilogue::Accumulate);
     return llvm::Error::success();
   }
   if (output == GemmOutput::Store)
@@ -306,21 +321,27 @@ llvm::Error GemmEngine::multiplyGated(const GemmWeights &weights,
                                       const float *x, int64_t m, float *h) {
   assert(weights.gated && "multiplyGated needs packGatedWeights' weights");
   const int64_t n = weights.numRows, half = n / 2;
-  if (weights.kernel == GemmKernel::Amx && weights.storage->amx.gated) {
-    amxGemm(weights.storage->amx, x, m, h, impl->amxScratch,
-            AmxEpilogue::SwiGlu);
+  if (usesPanels(weights.kernel) && weights.storage->amx.gated) {
+    multiplyPanels(weights, x, m, h, AmxEpilogue::SwiGlu);
     return llvm::Error::success();
   }
   impl->products.resize(size_t(m * n));
-  if (weights.kernel == GemmKernel::Amx)
-    amxGemm(weights.storage->amx, x, m, impl->products.data(),
-            impl->amxScratch);
+  if (usesPanels(weights.kernel))
+    multiplyPanels(weights, x, m, impl->products.data(), AmxEpilogue::Store);
   else if (llvm::Error error =
                multiplyOneDnn(weights, x, m, impl->products.data()))
     return error;
   swiGlu(RowShape{m, half, n, half}, impl->products.data(),
          impl->products.data() + half, h);
   return llvm::Error::success();
+}
+
+void GemmEngine::multiplyPanels(const GemmWeights &weights, const float *x,
+                                int64_t m, float *y, AmxEpilogue epilogue) {
+  if (weights.kernel == GemmKernel::Amx)
+    amxGemm(weights.storage->amx, x, m, y, impl->amxScratch, epilogue);
+  else
+    avx512Bf16Gemm(weights.storage->amx, x, m, y, impl->amxScratch, epilogue);
 }
 
 llvm::Error GemmEngine::multiplyOneDnn(const GemmWeights &weights,
@@ -371,6 +392,8 @@ std::string GemmEngine::implementationName(const GemmWeights &weights,
                                            int64_t m) {
   if (weights.kernel == GemmKernel::Amx)
     return "spanc:amx_bf16";
+  if (weights.kernel == GemmKernel::Avx512Bf16)
+    return "spanc:avx512_bf16";
   try {
     return impl
         ->describe(weights.storage->desc, m, weights.numColumns,

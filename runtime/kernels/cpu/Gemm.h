@@ -15,6 +15,7 @@
 #ifndef SPANC_RUNTIME_KERNELS_CPU_GEMM_H
 #define SPANC_RUNTIME_KERNELS_CPU_GEMM_H
 
+#include "runtime/kernels/cpu/AmxGemm.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 
 #include "llvm/Support/Error.h"
@@ -28,12 +29,19 @@ namespace spanc::cpu {
 
 enum class GemmPrecision { F32, Bf16 };
 
-/// Who multiplies: spanc's AMX kernel (AmxGemm.h; bf16 on CPUs with AMX
-/// only) or oneDNN's matmul (every other case, or when asked for).
-enum class GemmKernel { Amx, OneDnn };
-const char *gemmKernelName(GemmKernel kernel); ///< "amx" or "onednn"
-/// "amx" or "onednn".
+/// Who multiplies: spanc's AMX kernel (AmxGemm.h; bf16 on CPUs with AMX),
+/// spanc's AVX-512 BF16 kernel over the same panels (Avx512Bf16Gemm.h; bf16
+/// on CPUs with AVX512_BF16), or oneDNN's matmul (f32, CPUs without native
+/// bf16, or when asked for).
+enum class GemmKernel { Amx, Avx512Bf16, OneDnn };
+/// "amx", "avx512bf16" or "onednn".
+const char *gemmKernelName(GemmKernel kernel);
+/// "amx", "avx512bf16" or "onednn".
 std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name);
+/// The kernels that multiply spanc's bf16 panels (AmxGemm.h).
+inline bool usesPanels(GemmKernel kernel) {
+  return kernel == GemmKernel::Amx || kernel == GemmKernel::Avx512Bf16;
+}
 
 /// bf16 where the CPU has native bf16 GEMM, else f32.
 GemmPrecision defaultGemmPrecision();
@@ -74,13 +82,15 @@ private:
   bool gated = false;
 };
 
-/// Packs weights for and runs the engine's kernel: the AMX kernel's
+/// Packs weights for and runs the engine's kernel: the panel kernels'
 /// scratch, or oneDNN's engine, stream, primitive cache and activation
 /// scratch.
 /// Not thread-safe: one forward pass at a time (it threads internally).
 class GemmEngine {
 public:
-  /// `preferred` Amx falls back to oneDNN where AMX cannot run `precision`.
+  /// `preferred` Amx falls back to Avx512Bf16 on a CPU without AMX, and
+  /// either falls back to oneDNN where the CPU cannot run it or `precision`
+  /// is f32.
   explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision(),
                       GemmKernel preferred = GemmKernel::Amx);
   ~GemmEngine();
@@ -99,8 +109,8 @@ public:
   llvm::Expected<GemmWeights> packGatedWeights(const float *matrix,
                                                int64_t rows, int64_t columns);
 
-  /// Whether borrowQuantized works: the AMX kernel, on a CPU with the bf16
-  /// conversions it unpacks with.
+  /// Whether borrowQuantized works: a panel kernel (usesPanels), on a CPU
+  /// with the bf16 conversions it unpacks with.
   bool canBorrowQuantized() const;
 
   /// Weights that multiply `matrix`'s 4/8-bit tiles, unpacked to bf16 per
@@ -117,7 +127,7 @@ public:
                        float *y, GemmOutput output = GemmOutput::Store);
 
   /// h[M][N/2] = silu(x * Wgate^T) * (x * Wup^T) (SwiGLU) for gated
-  /// weights. The AMX kernel computes it in the GEMM's epilogue; oneDNN
+  /// weights. The panel kernels compute it in the GEMM's epilogue; oneDNN
   /// through a scratch and the elementwise kernel, with the same bits.
   llvm::Error multiplyGated(const GemmWeights &weights, const float *x,
                             int64_t m, float *h);
@@ -129,7 +139,11 @@ private:
   /// Weights of this engine's precision and kernel with empty storage.
   GemmWeights emptyWeights(int64_t rows, int64_t columns) const;
 
-  /// y = x * W^T through oneDNN (weights of either kind but AMX).
+  /// The panel kernel of the weights (usesPanels) with its epilogue.
+  void multiplyPanels(const GemmWeights &weights, const float *x, int64_t m,
+                      float *y, AmxEpilogue epilogue);
+
+  /// y = x * W^T through oneDNN (oneDNN's weights).
   llvm::Error multiplyOneDnn(const GemmWeights &weights, const float *x,
                              int64_t m, float *y);
 

@@ -116,24 +116,43 @@ TEST(CpuGemm, OneDnnKernelMatchesReference) {
   checkGemm(defaultGemmPrecision(), 96, 576, {1, 40}, GemmKernel::OneDnn);
 }
 
-bool amxAvailable() {
-  return GemmEngine(GemmPrecision::Bf16).kernel() == GemmKernel::Amx;
+/// The bf16 panel kernels this CPU (and kernel path) runs: AMX's and
+/// AVX-512 BF16's, each asked for by name.
+std::vector<GemmKernel> panelKernels() {
+  std::vector<GemmKernel> kernels;
+  for (GemmKernel kernel : {GemmKernel::Amx, GemmKernel::Avx512Bf16})
+    if (GemmEngine(GemmPrecision::Bf16, kernel).kernel() == kernel)
+      kernels.push_back(kernel);
+  return kernels;
 }
 
-TEST(CpuGemm, AmxServesBf16WhereTheCpuHasIt) {
-  EXPECT_EQ(amxAvailable(), cpuFeatures().amxBf16);
+TEST(CpuGemm, PanelKernelsServeBf16WhereTheCpuHasThem) {
+  const GemmKernel expected = cpuFeatures().amxBf16 ? GemmKernel::Amx
+                              : cpuFeatures().avx512bf16
+                                  ? GemmKernel::Avx512Bf16
+                                  : GemmKernel::OneDnn;
+  EXPECT_EQ(GemmEngine(GemmPrecision::Bf16).kernel(), expected);
+  EXPECT_EQ(panelKernels().size(),
+            size_t(cpuFeatures().amxBf16) + size_t(cpuFeatures().avx512bf16));
   EXPECT_EQ(GemmEngine(GemmPrecision::F32).kernel(), GemmKernel::OneDnn);
   EXPECT_EQ(GemmEngine(GemmPrecision::Bf16, GemmKernel::OneDnn).kernel(),
             GemmKernel::OneDnn);
+  for (GemmKernel kernel : panelKernels())
+    EXPECT_TRUE(GemmEngine(GemmPrecision::Bf16, kernel).canBorrowQuantized())
+        << gemmKernelName(kernel);
 }
 
-TEST(CpuGemm, AmxPadsEveryDimension) {
-  if (!amxAvailable())
-    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
-  // N, K and M off the 32-multiples the tiles want, on both sides of them.
-  checkGemm(GemmPrecision::Bf16, 16, 32, {1, 31, 32, 33});
-  checkGemm(GemmPrecision::Bf16, 70, 100, {2, 64, 95});
-  checkGemm(GemmPrecision::Bf16, 1, 7, {3});
+TEST(CpuGemm, PanelKernelsPadEveryDimension) {
+  if (panelKernels().empty())
+    GTEST_SKIP() << "no bf16 panel kernel on this CPU ("
+                 << cpuFeatures().describe() << ")";
+  for (GemmKernel kernel : panelKernels()) {
+    // N, K and M off the 32-multiples the panels want, on both sides of
+    // them, and off the AVX-512 kernel's blocks of 12 rows.
+    checkGemm(GemmPrecision::Bf16, 16, 32, {1, 11, 12, 13, 31, 32, 33}, kernel);
+    checkGemm(GemmPrecision::Bf16, 70, 100, {2, 24, 64, 95}, kernel);
+    checkGemm(GemmPrecision::Bf16, 1, 7, {3}, kernel);
+  }
 }
 
 // The span cache's hit = miss contract: a row's products must not depend on
@@ -172,11 +191,14 @@ void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n, int64_t k) {
     }
 }
 
-TEST(CpuGemm, AmxRowResultsDoNotDependOnTheBatch) {
-  if (!amxAvailable())
-    GTEST_SKIP() << "no AMX on this CPU (" << cpuFeatures().describe() << ")";
-  GemmEngine engine(GemmPrecision::Bf16);
-  checkRowsDoNotDependOnTheBatch(engine, 96, 1536);
+TEST(CpuGemm, PanelKernelRowResultsDoNotDependOnTheBatch) {
+  if (panelKernels().empty())
+    GTEST_SKIP() << "no bf16 panel kernel on this CPU ("
+                 << cpuFeatures().describe() << ")";
+  for (GemmKernel kernel : panelKernels()) {
+    GemmEngine engine(GemmPrecision::Bf16, kernel);
+    checkRowsDoNotDependOnTheBatch(engine, 96, 1536);
+  }
 }
 
 TEST(CpuGemm, RowResultsDoNotDependOnTheBatchOnEveryPath) {
@@ -252,7 +274,8 @@ void checkEpilogues(GemmKernel kernel, int64_t ffn, int64_t k, int64_t m) {
 }
 
 TEST(CpuGemm, EpiloguesMatchTheUnfusedOps) {
-  for (GemmKernel kernel : {GemmKernel::Amx, GemmKernel::OneDnn}) {
+  for (GemmKernel kernel :
+       {GemmKernel::Amx, GemmKernel::Avx512Bf16, GemmKernel::OneDnn}) {
     SCOPED_TRACE(gemmKernelName(kernel));
     checkEpilogues(kernel, 64, 96, 45);
     checkEpilogues(kernel, 24, 40, 7); // 48 rows: no AMX SwiGLU epilogue
@@ -263,12 +286,13 @@ TEST(CpuGemm, EpiloguesMatchTheUnfusedOps) {
 /// dequantized values does: plain (Store and Accumulate) and gated, for
 /// rows past the last whole panel and group, odd block counts (unaligned
 /// Q8_0 tiles), and batches in one chunk of rows and across chunks.
-void checkBorrowedMatchesCopy(QuantFormat format, int64_t n, int64_t k,
-                              bool gated) {
+void checkBorrowedMatchesCopy(GemmKernel kernel, QuantFormat format, int64_t n,
+                              int64_t k, bool gated) {
   SCOPED_TRACE(testing::Message()
+               << gemmKernelName(kernel) << " "
                << (format == QuantFormat::Q4_1 ? "Q4_1" : "Q8_0") << " " << n
                << "x" << k << (gated ? " gated" : ""));
-  GemmEngine engine(GemmPrecision::Bf16);
+  GemmEngine engine(GemmPrecision::Bf16, kernel);
   TestMatrix matrix = makeMatrix(format, n, k, unsigned(n * 31 + k));
   PackedQuantMatrix quantized = packQuantMatrix(matrix.view);
   GemmWeights borrowed = engine.borrowQuantized(quantized, gated);
@@ -306,16 +330,20 @@ void checkBorrowedMatchesCopy(QuantFormat format, int64_t n, int64_t k,
 }
 
 TEST(CpuGemm, BorrowedQuantizedWeightsMultiplyAsTheirBf16Copy) {
-  if (!GemmEngine(GemmPrecision::Bf16).canBorrowQuantized())
-    GTEST_SKIP() << "no AMX-BF16 on this path (" << cpuFeatures().describe()
-                 << ", " << isaLevelName(isaLevel()) << ")";
-  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
-    checkBorrowedMatchesCopy(format, 64, 576, false);
-    checkBorrowedMatchesCopy(format, 70, 96, false); // partial group, panel
-    checkBorrowedMatchesCopy(format, 16, 32, false); // half a panel
-    checkBorrowedMatchesCopy(format, 128, 160, true);
-    checkBorrowedMatchesCopy(format, 48, 64, true); // SwiGLU after the GEMM
-  }
+  if (panelKernels().empty())
+    GTEST_SKIP() << "no bf16 panel kernel on this path ("
+                 << cpuFeatures().describe() << ", " << isaLevelName(isaLevel())
+                 << ")";
+  for (GemmKernel kernel : panelKernels())
+    for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+      checkBorrowedMatchesCopy(kernel, format, 64, 576, false);
+      // A partial group and panel.
+      checkBorrowedMatchesCopy(kernel, format, 70, 96, false);
+      checkBorrowedMatchesCopy(kernel, format, 16, 32, false); // half a panel
+      checkBorrowedMatchesCopy(kernel, format, 128, 160, true);
+      // SwiGLU after the GEMM.
+      checkBorrowedMatchesCopy(kernel, format, 48, 64, true);
+    }
 }
 
 TEST(CpuGemm, GatedWeightsNeedAnEvenNumberOfRows) {

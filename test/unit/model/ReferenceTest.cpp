@@ -11,8 +11,8 @@
 // only where llama.cpp's top-2 logits differ by less than 1e-3, and at
 // every step our margin between llama.cpp's top two within 1e-3 of its own
 // (the mode reproduces llama.cpp's arithmetic, so the margins agree to
-// float printing precision). The default numerics (bf16 AMX prefill, f32
-// attention) round differently; they are held to llama.cpp's own
+// float printing precision). The default numerics (bf16 prefill GEMMs, f32
+// or AMX attention) round differently; they are held to llama.cpp's own
 // cross-configuration noise (near-ties, see kNearTieMargin). A prompt's
 // comparison ends at its first divergence; each prompt's result is
 // printed. Perplexity must be within 1% in both modes. Skipped when the
@@ -52,10 +52,21 @@ using spanc::backend::SequenceRunner;
 // prompts, at top-2 margins up to 0.22, and the log-probabilities of its top
 // two differ by 0.069 on average (0.40 at most) (test/data/engine/README.md).
 // The 1e-3 tie-break rule cannot hold against that noise, so a divergence is
-// accepted where llama.cpp's margin is below kNearTieMargin and so is ours
-// between the two picks, and the mean log-probability difference stays at that
-// noise level. The counts of exact ties are printed too.
+// accepted where llama.cpp's margin is below kNearTieMargin and ours between
+// the two picks below kOurNearTieMargin, and the mean log-probability
+// difference stays at that noise level. The counts of exact ties are printed
+// too.
 constexpr double kNearTieMargin = 0.5;
+// Our margin at such a step is llama.cpp's (near 0) plus our own rounding
+// noise, which moves it by a few tenths between equally exact GEMM kernels:
+// on a Zen 4 host oneDNN's bf16 matmul and spanc's AVX-512 BF16 kernel, whose
+// products agree to ~1e-7 (both within 1e-7 of the exact sum of the bf16
+// operands, bench/kernels/gemm_bench), give 0.358 and 0.568 at the "math"
+// prompt's step 10, where llama.cpp's margin is 0.0098: a difference of 1e-7
+// flips an activation's bf16 or int8 rounding now and then, a step of 2^-8 or
+// 1/127 that the layers carry on. Per-token log-probability differences reach
+// 0.47-0.57 in the same runs.
+constexpr double kOurNearTieMargin = 0.75;
 
 // One thread: the results do not depend on it, and on a loaded shared
 // machine two spinning OpenMP threads slow decoding down many times.
@@ -88,7 +99,8 @@ enum class GreedyRule {
   /// kTieMargin (a tie-break); the rest of that prompt is then not
   /// comparable.
   TieBreakOnly,
-  /// Near-ties only (kNearTieMargin) and a mean log-probability difference
+  /// Near-ties only (kNearTieMargin, kOurNearTieMargin) and a mean
+  /// log-probability difference
   /// at llama.cpp's own cross-configuration noise: what the default
   /// numerics, which round differently from llama.cpp, can promise.
   NearTie,
@@ -178,7 +190,7 @@ void checkGreedyContinuations(const ModelOptions &options, GreedyRule rule,
           // A near-tie that llama.cpp itself resolves either way, for both
           // engines.
           EXPECT_LT(margin, kNearTieMargin) << name << ": " << divergence;
-          EXPECT_LT(ourMargin, kNearTieMargin) << name << ": " << divergence;
+          EXPECT_LT(ourMargin, kOurNearTieMargin) << name << ": " << divergence;
         }
         break;
       }

@@ -50,14 +50,15 @@ struct ModelOptions {
   /// Force f32 GEMMs (debugging, bit-closer comparisons); otherwise bf16
   /// where the CPU multiplies bf16 natively.
   bool forceF32 = false;
-  /// Who runs the bf16 GEMMs: spanc's AMX kernel where the CPU has AMX
-  /// (oneDNN otherwise), or oneDNN always (for comparisons).
+  /// Who runs the bf16 GEMMs: spanc's AMX kernel where the CPU has AMX,
+  /// its AVX-512 BF16 kernel where it has only that (oneDNN otherwise), or
+  /// either by name, or oneDNN always (for comparisons).
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
-  /// Keep a bf16 copy of every 4/8-bit projection for the AMX kernel's
+  /// Keep a bf16 copy of every 4/8-bit projection for the panel kernels'
   /// prompt GEMMs instead of unpacking the 4/8-bit tiles per call
   /// (GemmEngine::borrowQuantized): 2 bytes a weight resident (SmolLM2:
-  /// +221 MiB) for ~5 % faster 512-token prefill. Only the AMX kernel
-  /// borrows; oneDNN always packs its own copy.
+  /// +221 MiB) for about the same 512-token prefill. Only the panel
+  /// kernels (AMX, AVX-512 BF16) borrow; oneDNN always packs its own copy.
   bool gemmWeightCopy = false;
   /// Positions the RoPE table covers; 0 = the model's context length.
   int64_t maxPositions = 0;

@@ -121,20 +121,21 @@ void avx512Bf16Gemm(const AmxWeights &weights, const float *x, int64_t m,
   {
     const int64_t threads = omp_get_num_threads();
     const int64_t thread = omp_get_thread_num();
-    // Every thread reads every row: round them all first.
-    std::vector<uint32_t> row(size_t(paddedK / 2));
+    // Every thread reads every row: round them all first, a row at a time
+    // into `rounded`, then its pairs into their block.
+    std::vector<uint32_t> rounded(size_t(paddedK / 2));
     for (int64_t block = rowBlocks * thread / threads,
                  end = rowBlocks * (thread + 1) / threads;
          block < end; ++block) {
       uint32_t *pairs = reinterpret_cast<uint32_t *>(a + block * blockElements);
       for (int64_t r = 0; r < kMaxBlockRows; ++r) {
         const int64_t source = block * kMaxBlockRows + r;
-        std::fill(row.begin(), row.end(), 0u);
+        std::fill(rounded.begin(), rounded.end(), 0u);
         if (source < m)
           convertToBf16(x + source * k,
-                        reinterpret_cast<uint16_t *>(row.data()), k);
+                        reinterpret_cast<uint16_t *>(rounded.data()), k);
         for (int64_t pair = 0; pair < paddedK / 2; ++pair)
-          pairs[pair * kMaxBlockRows + r] = row[size_t(pair)];
+          pairs[pair * kMaxBlockRows + r] = rounded[size_t(pair)];
       }
     }
 #pragma omp barrier

@@ -5,9 +5,10 @@
 // what SmolLM2-135M Q4_1 reads a token: 63.3 MiB of Q4_1 layers and the
 // 28.7 MiB Q8_0 output head, `spanc model info`) with 1..threads threads,
 // each thread its own contiguous share as 1, 2 or 4 interleaved streams
-// (AVX-512 loads, a software prefetch 4 KiB ahead, as the GEMV does), and
-// prints the best of the repetitions per row as a markdown table, with the
-// time a token would take at that rate.
+// (AVX-512 loads, a software prefetch 4 KiB ahead into L1 or into L2, as
+// the GEMV does on Intel and AMD hosts), and prints the best of the
+// repetitions per row as a markdown table, with the time a token would
+// take at that rate.
 //
 //   read_bandwidth_bench [megabytes] [repetitions] [threads]
 //                                                 (defaults 96.5 15 2)
@@ -30,7 +31,9 @@ constexpr size_t kLine = 64;
 constexpr size_t kPrefetchBytes = 4096;
 
 /// Reads [begin, begin + bytes) as `streams` equal parts in turn, 128 bytes
-/// of each; returns a value that depends on every byte read.
+/// of each, prefetching with `Hint`; returns a value that depends on every
+/// byte read.
+template <auto Hint>
 __attribute__((target("avx512f"))) float
 readStreams(const char *begin, size_t bytes, int streams) {
   const size_t part = bytes / size_t(streams) / 128 * 128;
@@ -39,8 +42,8 @@ readStreams(const char *begin, size_t bytes, int streams) {
   for (size_t offset = 0; offset < part; offset += 128)
     for (int stream = 0; stream < streams; ++stream) {
       const char *at = begin + size_t(stream) * part + offset;
-      _mm_prefetch(at + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(at + kPrefetchBytes + kLine, _MM_HINT_T0);
+      _mm_prefetch(at + kPrefetchBytes, Hint);
+      _mm_prefetch(at + kPrefetchBytes + kLine, Hint);
       sums[stream] = _mm512_add_ps(
           sums[stream], _mm512_load_ps(reinterpret_cast<const float *>(at)));
       sums[stream] = _mm512_add_ps(
@@ -86,31 +89,34 @@ int main(int argc, char **argv) {
 
   std::printf("Reading %.1f MB, best of %d repetitions\n\n", bytes / 1e6,
               repetitions);
-  std::printf("| threads | streams a thread | GB/s | ms to read it once |\n");
-  std::printf("|---:|---:|---:|---:|\n");
+  std::printf("| threads | streams a thread | prefetch into | GB/s | ms to "
+              "read it once |\n");
+  std::printf("|---:|---:|---|---:|---:|\n");
   float sink = 0;
   for (int threads = 1; threads <= maxThreads; ++threads)
-    for (int streams : {1, 2, 4}) {
-      double best = 1e30;
-      for (int repetition = 0; repetition < repetitions; ++repetition) {
-        const auto start = std::chrono::steady_clock::now();
-        float total = 0;
+    for (int streams : {1, 2, 4})
+      for (bool toL2 : {false, true}) {
+        double best = 1e30;
+        for (int repetition = 0; repetition < repetitions; ++repetition) {
+          const auto start = std::chrono::steady_clock::now();
+          float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-        {
-          const size_t share =
-              bytes / size_t(omp_get_num_threads()) / 4096 * 4096;
-          total +=
-              readStreams(buffer.get() + size_t(omp_get_thread_num()) * share,
-                          share, streams);
+          {
+            const size_t share =
+                bytes / size_t(omp_get_num_threads()) / 4096 * 4096;
+            const char *begin =
+                buffer.get() + size_t(omp_get_thread_num()) * share;
+            total += toL2 ? readStreams<_MM_HINT_T1>(begin, share, streams)
+                          : readStreams<_MM_HINT_T0>(begin, share, streams);
+          }
+          best = std::min(best, std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count());
+          sink += total;
         }
-        best = std::min(best, std::chrono::duration<double>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count());
-        sink += total;
+        std::printf("| %d | %d | %s | %.1f | %.2f |\n", threads, streams,
+                    toL2 ? "L2" : "L1", bytes / best / 1e9, best * 1e3);
       }
-      std::printf("| %d | %d | %.1f | %.2f |\n", threads, streams,
-                  bytes / best / 1e9, best * 1e3);
-    }
   // Keeps the reads from being optimized away.
   return sink == 12345.0f ? 3 : 0;
 }

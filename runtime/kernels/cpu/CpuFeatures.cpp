@@ -6,6 +6,7 @@
 #include <cpuid.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,6 +30,13 @@ bool osSavesState(unsigned mask) {
 CpuFeatures probe() {
   CpuFeatures features;
   unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    char vendor[13] = {}; // leaf 0 spells it in EBX, EDX, ECX
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    features.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
+  }
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
     return features;
   unsigned leaf7ebx = ebx, leaf7ecx = ecx, leaf7edx = edx;

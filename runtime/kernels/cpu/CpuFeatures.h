@@ -28,6 +28,9 @@ struct CpuFeatures {
   bool avx512bf16 = false;
   bool amxTile = false;
   bool amxBf16 = false;
+  /// The vendor is AMD ("AuthenticAMD"): not an instruction set (no cap
+  /// changes it), but where the memory system wants other prefetches.
+  bool amd = false;
 
   /// Whether bf16 GEMM runs natively (AVX-512-BF16 or AMX); otherwise bf16
   /// is emulated and f32 is the faster choice.

@@ -148,6 +148,7 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
   }
   if (!byDim)
     return;
+  std::memset(tile.accumulatorByDim, 0, sizeof(float) * headDim * kMaxRows);
   const float *base = context.queries + firstQueryRow * shape.queryRowStride;
   if (offsetsFit) {
     gatherQueriesByDim(base, rowOffsets, tile.rows, headDim, scale,

@@ -11,8 +11,9 @@
 // token's few rows score one page at a time as chains of 64 dependent
 // FMAs, which wait out the FMA latency, while four pages' chains run side
 // by side (attention_bench, a decode over 4 096 keys: 0.12-0.13 -> 0.10-
-// 0.11 ms; docs/ARCHITECTURE.md, "CPU attention"). P.V runs over groups of
-// rows sharing each value load.
+// 0.11 ms; docs/ARCHITECTURE.md, "CPU attention"). Their P.V runs over
+// groups of rows sharing each value load; foldBlockByDim's accumulates the
+// transposed output from the weights where the softmax left them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -142,20 +143,15 @@ SPANC_AVX512 void scoreTile(const float *query, int rows, int headDim,
 /// blocks in turn: each value vector is loaded once for all rows, and the
 /// Rows x Chunks accumulator chains are independent (one row's chunks are
 /// too few chains to hide the FMA latency). Row r's weight of slot s of
-/// block b is weights[r * rowStep + (16 * b + s) * slotStep]. Every row
+/// block b is weights[r * rowStep + 16 * b + s]. Every row
 /// computes exactly
 ///   acc = acc * correction; for each block, slot: acc += w * v
 /// in that order, so its result does not depend on which rows share the
-/// group. Out of line: inlined into foldBlockByDim, GCC 12 kept three of
-/// the four value vectors on the stack and reloaded them for every row,
-/// each reload waiting on the store before it (attention_bench on Zen 4:
-/// a hit's 28 rows over 4 123 keys 2.7 -> 2.4 ms, 512 rows after 7 680
-/// keys 70 -> 61 ms); alone, the 16 sums, 4 values and the weight fit the
-/// 32 vector registers.
+/// group.
 template <int Rows, int Chunks, typename ValueElement>
-SPANC_AVX512 __attribute__((noinline)) void
+SPANC_AVX512 inline void
 accumulateRows(float *accumulator, int headDim, const float *corrections,
-               const float *weights, int rowStep, int slotStep,
+               const float *weights, int rowStep,
                const ValueElement *const *values, const int *counts, int blocks,
                int firstDim) {
   __m512 sums[Rows][Chunks];
@@ -167,14 +163,14 @@ accumulateRows(float *accumulator, int headDim, const float *corrections,
   }
   for (int block = 0; block < blocks; ++block) {
     const ValueElement *value = values[block] + firstDim;
-    const float *blockWeights = weights + block * 16 * slotStep;
+    const float *blockWeights = weights + block * 16;
     for (int slot = 0; slot < counts[block]; ++slot) {
       __m512 vectors[Chunks];
       for (int chunk = 0; chunk < Chunks; ++chunk)
         vectors[chunk] = load16(value + slot * headDim + chunk * 16);
       for (int row = 0; row < Rows; ++row) {
         const __m512 weight =
-            _mm512_set1_ps(blockWeights[row * rowStep + slot * slotStep]);
+            _mm512_set1_ps(blockWeights[row * rowStep + slot]);
         for (int chunk = 0; chunk < Chunks; ++chunk)
           sums[row][chunk] =
               _mm512_fmadd_ps(weight, vectors[chunk], sums[row][chunk]);
@@ -189,31 +185,31 @@ accumulateRows(float *accumulator, int headDim, const float *corrections,
 
 /// accumulateRows over all chunks of the head, four at a time.
 template <int Rows, typename ValueElement>
-SPANC_AVX512 inline void
-accumulateRowGroup(float *accumulator, int headDim, const float *corrections,
-                   const float *weights, int rowStep, int slotStep,
-                   const ValueElement *const *values, const int *counts,
-                   int blocks) {
+SPANC_AVX512 inline void accumulateRowGroup(float *accumulator, int headDim,
+                                            const float *corrections,
+                                            const float *weights, int rowStep,
+                                            const ValueElement *const *values,
+                                            const int *counts, int blocks) {
   const int chunks = headDim / 16;
   int chunk = 0;
   for (; chunk + 4 <= chunks; chunk += 4)
     accumulateRows<Rows, 4>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, values, counts, blocks,
+                            weights, rowStep, values, counts, blocks,
                             chunk * 16);
   switch (chunks - chunk) {
   case 3:
     accumulateRows<Rows, 3>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, values, counts, blocks,
+                            weights, rowStep, values, counts, blocks,
                             chunk * 16);
     break;
   case 2:
     accumulateRows<Rows, 2>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, values, counts, blocks,
+                            weights, rowStep, values, counts, blocks,
                             chunk * 16);
     break;
   case 1:
     accumulateRows<Rows, 1>(accumulator + chunk * 16, headDim, corrections,
-                            weights, rowStep, slotStep, values, counts, blocks,
+                            weights, rowStep, values, counts, blocks,
                             chunk * 16);
     break;
   default:
@@ -231,25 +227,25 @@ template <typename ValueElement>
 SPANC_AVX512 inline void
 accumulateGroupOf(int rows, float *accumulator, int headDim,
                   const float *corrections, const float *weights, int rowStep,
-                  int slotStep, const ValueElement *const *values,
-                  const int *counts, int blocks) {
+                  const ValueElement *const *values, const int *counts,
+                  int blocks) {
   static_assert(kRowsPerGroup == 4, "one case per group size");
   switch (rows) {
   case 4:
     accumulateRowGroup<4>(accumulator, headDim, corrections, weights, rowStep,
-                          slotStep, values, counts, blocks);
+                          values, counts, blocks);
     break;
   case 3:
     accumulateRowGroup<3>(accumulator, headDim, corrections, weights, rowStep,
-                          slotStep, values, counts, blocks);
+                          values, counts, blocks);
     break;
   case 2:
     accumulateRowGroup<2>(accumulator, headDim, corrections, weights, rowStep,
-                          slotStep, values, counts, blocks);
+                          values, counts, blocks);
     break;
   default:
     accumulateRowGroup<1>(accumulator, headDim, corrections, weights, rowStep,
-                          slotStep, values, counts, blocks);
+                          values, counts, blocks);
     break;
   }
 }
@@ -260,7 +256,7 @@ template <typename ValueElement>
 SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
                                  const int *counts, const float *corrections,
                                  const float *weights, int rowStep,
-                                 int slotStep, const ValueElement *valueBlock) {
+                                 const ValueElement *valueBlock) {
   for (int row = firstRow; row < tile.rows;) {
     int rows = 1;
     while (rows < kRowsPerGroup && row + rows < tile.rows &&
@@ -268,7 +264,7 @@ SPANC_AVX512 void accumulateTile(TileState &tile, int headDim, int firstRow,
       ++rows;
     accumulateGroupOf(rows, tile.accumulator + row * headDim, headDim,
                       corrections + row, weights + row * rowStep, rowStep,
-                      slotStep, &valueBlock, counts + row, 1);
+                      &valueBlock, counts + row, 1);
     row += rows;
   }
 }
@@ -315,7 +311,7 @@ SPANC_AVX512 void foldBlockByRow(const CallContext &context, TileState &tile,
     _mm512_store_ps(weights + row * 16, weightRow);
   }
   updateSums(tile, firstRow, corrections, _mm512_load_ps(blockSums));
-  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 16, 1,
+  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 16,
                  valueBlock);
 }
 
@@ -323,25 +319,33 @@ SPANC_AVX512 void foldBlockByRow(const CallContext &context, TileState &tile,
 /// lanes: scores are one vector of 16 rows per key slot (queries
 /// dimension-major, each key element broadcast), so the block max, the
 /// weights and their sums are lane-wise over rows instead of horizontal
-/// reductions per row. Each row's operations are exactly foldBlockByRow's:
+/// reductions per row, and P.V accumulates O^T (tile.accumulatorByDim: a
+/// vector of 16 rows per dim) from the weights where they are, each value
+/// element broadcast. Each row's operations are exactly foldBlockByRow's:
 /// the same FMA chain over dims per score, max (exact in any order), the
-/// same exp512 per lane and sumLanes' tree order for the block sum; so a
-/// row gives the same bits in a decode-size tile as in a full one. Keys and
-/// values are f32 (callers widen f16 blocks for tiles this large).
+/// same exp512 per lane, sumLanes' tree order for the block sum, and
+/// accumulateRows' P.V (acc * correction, then w * v + acc for each slot
+/// the row sees, in slot order; a lane whose row does not see a slot is
+/// left as it is, and a row that sees none of the block has correction 1,
+/// or 0 with nothing accumulated); so a row gives the same bits in a
+/// decode-size tile as in a full one. Keys and values are f32 (callers
+/// widen f16 blocks for tiles this large).
 SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
                                  const float *keyBlock, const float *valueBlock,
                                  int valid, int64_t logicalStart) {
   const int headDim = context.shape->headDim;
   alignas(64) int counts[kMaxRows];
   alignas(64) float corrections[kMaxRows];
-  alignas(64) float weights[16 * kMaxRows]; ///< [slot][row]
   const int firstRow = visibleRows(tile, valid, logicalStart, counts);
   if (firstRow == tile.rows)
     return;
   __m512 scores[16];
-  for (int slot = 0; slot < 16; ++slot)
-    scores[slot] = _mm512_setzero_ps();
-  for (int dim = 0; dim < headDim; ++dim) {
+  {
+    const __m512 query = _mm512_load_ps(tile.queryByDim);
+    for (int slot = 0; slot < 16; ++slot)
+      scores[slot] = _mm512_mul_ps(query, _mm512_set1_ps(keyBlock[slot]));
+  }
+  for (int dim = 1; dim < headDim; ++dim) {
     const __m512 query = _mm512_load_ps(tile.queryByDim + dim * kMaxRows);
     const float *keys = keyBlock + dim * 16;
     for (int slot = 0; slot < 16; ++slot)
@@ -350,27 +354,57 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
   }
   const __m512i rowCounts =
       _mm512_load_si512(reinterpret_cast<const void *>(counts));
-  __mmask16 sees[16]; ///< per slot: the rows that see it
   __m512 blockMax = _mm512_set1_ps(kNegativeInfinity);
-  for (int slot = 0; slot < 16; ++slot) {
-    sees[slot] = _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot));
-    blockMax = _mm512_mask_max_ps(blockMax, sees[slot], blockMax, scores[slot]);
-  }
+  for (int slot = 0; slot < 16; ++slot)
+    blockMax = _mm512_mask_max_ps(
+        blockMax, _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot)),
+        blockMax, scores[slot]);
   const __m512 newMax = updateMaxima(tile, firstRow, blockMax, corrections);
   for (int slot = 0; slot < 16; ++slot)
     scores[slot] = _mm512_maskz_mov_ps(
-        sees[slot], exp512(_mm512_sub_ps(scores[slot], newMax)));
-  for (int slot = 0; slot < 16; ++slot)
-    _mm512_store_ps(weights + slot * kMaxRows, scores[slot]);
-  for (int slot = 0; slot < 8; ++slot)
-    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 8]);
-  for (int slot = 0; slot < 4; ++slot)
-    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 4]);
-  for (int slot = 0; slot < 2; ++slot)
-    scores[slot] = _mm512_add_ps(scores[slot], scores[slot + 2]);
-  updateSums(tile, firstRow, corrections, _mm512_add_ps(scores[0], scores[1]));
-  accumulateTile(tile, headDim, firstRow, counts, corrections, weights, 1,
-                 kMaxRows, valueBlock);
+        _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot)),
+        exp512(_mm512_sub_ps(scores[slot], newMax)));
+  {
+    __m512 halves[8];
+    for (int slot = 0; slot < 8; ++slot)
+      halves[slot] = _mm512_add_ps(scores[slot], scores[slot + 8]);
+    for (int slot = 0; slot < 4; ++slot)
+      halves[slot] = _mm512_add_ps(halves[slot], halves[slot + 4]);
+    for (int slot = 0; slot < 2; ++slot)
+      halves[slot] = _mm512_add_ps(halves[slot], halves[slot + 2]);
+    updateSums(tile, firstRow, corrections,
+               _mm512_add_ps(halves[0], halves[1]));
+  }
+  // Off the diagonal every row sees every valid slot: no masks.
+  bool everyRowSeesAll = firstRow == 0;
+  for (int row = 0; row < tile.rows; ++row)
+    everyRowSeesAll &= counts[row] == valid;
+  const __m512 correction = _mm512_load_ps(corrections);
+  constexpr int kDims = 8; ///< O^T rows held across the slots
+  for (int dim = 0; dim < headDim; dim += kDims) {
+    float *out = tile.accumulatorByDim + dim * kMaxRows;
+    const float *value = valueBlock + dim;
+    __m512 sums[kDims];
+    for (int d = 0; d < kDims; ++d)
+      sums[d] = _mm512_mul_ps(_mm512_load_ps(out + d * kMaxRows), correction);
+    if (everyRowSeesAll) {
+      for (int slot = 0; slot < valid; ++slot)
+        for (int d = 0; d < kDims; ++d)
+          sums[d] = _mm512_fmadd_ps(
+              scores[slot], _mm512_set1_ps(value[slot * headDim + d]), sums[d]);
+    } else {
+      for (int slot = 0; slot < valid; ++slot) {
+        const __mmask16 sees =
+            _mm512_cmpgt_epi32_mask(rowCounts, _mm512_set1_epi32(slot));
+        for (int d = 0; d < kDims; ++d)
+          sums[d] = _mm512_mask3_fmadd_ps(
+              scores[slot], _mm512_set1_ps(value[slot * headDim + d]), sums[d],
+              sees);
+      }
+    }
+    for (int d = 0; d < kDims; ++d)
+      _mm512_store_ps(out + d * kMaxRows, sums[d]);
+  }
 }
 
 /// Scores of `Rows` decode rows against a step's kDecodeStepPages key
@@ -478,7 +512,7 @@ SPANC_AVX512 void foldDecodeStep(const CallContext &context, TileState &tile,
     accumulateGroupOf(std::min(kRowsPerGroup, tile.rows - row),
                       tile.accumulator + row * headDim, headDim,
                       corrections + row, weights + row * kStepSlots, kStepSlots,
-                      1, valueBlocks, valid, kDecodeStepPages);
+                      valueBlocks, valid, kDecodeStepPages);
 }
 
 } // namespace
@@ -554,6 +588,11 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
       foldBlockByRow(context, tile, keyBlock, valueBlock, valid, logicalStart);
     }
   }
+  if (tile.rows > kRowsToWidenBlock) // foldBlockByDim's O^T, back to rows
+    for (int row = 0; row < tile.rows; ++row)
+      for (int dim = 0; dim < headDim; ++dim)
+        tile.accumulator[row * headDim + dim] =
+            tile.accumulatorByDim[dim * kMaxRows + row];
 }
 
 template void foldPagesAvx512<float>(const CallContext &,

@@ -49,6 +49,10 @@ struct TileState {
   /// vector; rows past `rows` zero) for foldBlockByDim.
   alignas(64) float queryByDim[kernels::kMaxHeadDim * kMaxRows];
   alignas(64) float accumulator[kMaxRows * kernels::kMaxHeadDim];
+  /// foldBlockByDim's accumulator, dimension-major like queryByDim (the 16
+  /// rows of one dim are one vector); foldPagesAvx512 transposes it into
+  /// `accumulator` when the item's pages are folded.
+  alignas(64) float accumulatorByDim[kernels::kMaxHeadDim * kMaxRows];
 };
 
 /// Tiles of more rows than this widen f16 blocks to f32 once per block.

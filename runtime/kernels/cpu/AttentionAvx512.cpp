@@ -93,9 +93,13 @@ template <int Rows, typename KeyElement>
 SPANC_AVX512 inline void scoreRows(const float *query, int headDim,
                                    const KeyElement *keyBlock, float *out) {
   __m512 accumulators[Rows];
-  for (int row = 0; row < Rows; ++row)
-    accumulators[row] = _mm512_setzero_ps();
-  for (int dim = 0; dim < headDim; ++dim) {
+  {
+    const __m512 keys = load16(keyBlock);
+    for (int row = 0; row < Rows; ++row)
+      accumulators[row] =
+          _mm512_mul_ps(_mm512_set1_ps(query[row * headDim]), keys);
+  }
+  for (int dim = 1; dim < headDim; ++dim) {
     __m512 keys = load16(keyBlock + dim * 16);
     for (int row = 0; row < Rows; ++row)
       accumulators[row] = _mm512_fmadd_ps(
@@ -341,6 +345,8 @@ SPANC_AVX512 void foldBlockByDim(const CallContext &context, TileState &tile,
     return;
   __m512 scores[16];
   {
+    // The first dim's products start the chains, as in scoreRows (no
+    // array of zeros to clear first).
     const __m512 query = _mm512_load_ps(tile.queryByDim);
     for (int slot = 0; slot < 16; ++slot)
       scores[slot] = _mm512_mul_ps(query, _mm512_set1_ps(keyBlock[slot]));

@@ -508,6 +508,19 @@ bool foldsDecodeSteps(const PlannedCall &call, const AttentionWorkItem &item) {
   return call.useAvx512 && isDecode(*call.context.batch, item.sequence);
 }
 
+/// Whether `item` runs in one page pass with the other tiles of its
+/// sequence, KV head and key range: on AMX, where the pass packs each page
+/// once for all of them, and on AVX-512 with a block cache, where each
+/// thread rotates and widens a page once per KV head, so that the tiles of
+/// a chunk split between two threads cost two rotations of every page and
+/// on one thread one (a span hit's few tiles per chunk; attention_bench on
+/// Zen 4, 2 threads, alternating x3: the 16-row hit over 4 096 keys
+/// 1.26-1.54 -> 1.12-1.30 ms, the 56-row one over 7 691 7.0-7.7 -> 6.8-7.0).
+bool sharesPagePass(const PlannedCall &call, const AttentionWorkItem &item) {
+  return foldsOnAmx(call, item) ||
+         (call.blockCache && !foldsDecodeSteps(call, item));
+}
+
 /// Plans a call that `numThreads` threads will run.
 PlannedCall planCall(const PagedAttentionShape &shape,
                      const PagedAttentionBatch &batch, const PagedKvView &kv,
@@ -578,25 +591,25 @@ PlannedCall planCall(const PagedAttentionShape &shape,
     return std::tie(x.sequence, x.kvHead, x.pageBegin, y.pageEnd, a) <
            std::tie(y.sequence, y.kvHead, y.pageBegin, x.pageEnd, b);
   });
-  // Page passes: runs of `order` that one thread folds together. The AMX
-  // tiles of one sequence, KV head and first page share a pass (each of
-  // its pages is packed once for all of them), at most kMaxPassTiles, cut
-  // into even passes so that there are about two for each thread where
-  // the call has few; every other item is a pass of its own.
+  // Page passes: runs of `order` that one thread folds together. The
+  // tiles of one sequence, KV head and first page that share their pages
+  // (sharesPagePass) share a pass, at most kMaxPassTiles, cut into even
+  // passes so that there are about two for each thread where the call has
+  // few; every other item is a pass of its own.
   std::vector<int32_t> &passes = workspace.passes;
   passes.clear();
   {
     const int64_t target = std::max<int64_t>(1, 2 * numThreads);
-    int64_t amxTiles = 0;
+    int64_t sharingTiles = 0;
     for (const AttentionWorkItem &item : workspace.items)
-      amxTiles += foldsOnAmx(call, item);
-    const int64_t tilesPerPass =
-        std::clamp<int64_t>((amxTiles + target - 1) / target, 1, kMaxPassTiles);
+      sharingTiles += sharesPagePass(call, item);
+    const int64_t tilesPerPass = std::clamp<int64_t>(
+        (sharingTiles + target - 1) / target, 1, kMaxPassTiles);
     for (int64_t begin = 0; begin < numItems;) {
       const AttentionWorkItem &first =
           workspace.items[size_t(order[size_t(begin)])];
       int64_t end = begin + 1;
-      if (foldsOnAmx(call, first))
+      if (sharesPagePass(call, first))
         while (end < numItems) {
           const AttentionWorkItem &item =
               workspace.items[size_t(order[size_t(end)])];

@@ -12,9 +12,10 @@
 // split over (sequence, KV head, tile of query rows) and over ranges of
 // pages whose partial softmax states are merged after (a prompt tile's in
 // fixed chunks of its page list, so a row's result never depends on its
-// tile; a decode tile's by its length). On the AMX path the tiles of one
-// sequence, KV head and chunk run together in page passes that pack each
-// page once for all of them (a span hit's few rows over a long context).
+// tile; a decode tile's by its length). The prompt tiles of one sequence,
+// KV head and chunk run together in page passes that pack (AMX) or rotate
+// and widen (AVX-512) each page once for all of them (a span hit's few
+// rows over a long context).
 // Scores use an online softmax, so no row of the score matrix is ever held.
 // With f16 K/V on a CPU with AMX, Q.K and P.V of sequences of several
 // queries run on AMX tiles (Q.K from bf16 high and low parts, P.V from
@@ -150,8 +151,8 @@ struct AttentionWorkspace {
   /// stream the whole context from memory). Results do not depend on it.
   std::vector<int32_t> order;
   /// Page passes: where each run of `order` one thread folds together
-  /// starts (the AMX tiles of one sequence, KV head and key range share a
-  /// pass and pack each page once), then the end.
+  /// starts (the prompt tiles of one sequence, KV head and key range share
+  /// a pass and pack or rotate each page once), then the end.
   std::vector<int32_t> passes;
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Per thread and page of the call: that block's K and V for one KV head

@@ -143,8 +143,9 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
           context.queries + firstQueryRow * shape.queryRowStride + offset;
       for (int dim = 0; dim < headDim; ++dim)
         tile.query[row * headDim + dim] = query[dim] * scale;
+      // foldBlockByDim's tiles write their rows from accumulatorByDim.
+      std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
     }
-    std::memset(tile.accumulator + row * headDim, 0, sizeof(float) * headDim);
   }
   if (!byDim)
     return;

@@ -552,9 +552,11 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
     const bool manyRows = tile.rows > kRowsToWidenBlock;
     const bool widen = !std::is_same_v<Element, float> && manyRows;
     const int64_t blockElements = int64_t(headDim) * 16;
-    if (manyRows && blockCache) {
+    if (blockCache) {
       // The thread's f32 copy of this page for this KV head, made by the
-      // first of its tiles that reads the page.
+      // first of its tiles that reads the page; a few-row tile of the same
+      // pass (a hit's last rows of a KV head) reads it too rather than
+      // rotating the page once more.
       float *cachedKeys = blockCache + int64_t(page) * 2 * blockElements;
       float *cachedValues = cachedKeys + blockElements;
       if (blockCacheTags[page] != item.kvHead + 1) {
@@ -565,8 +567,12 @@ void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
         widenBlock(valueBlock, int64_t(valid) * headDim, cachedValues);
         blockCacheTags[page] = item.kvHead + 1;
       }
-      foldBlockByDim(context, tile, cachedKeys, cachedValues, valid,
-                     logicalStart);
+      if (manyRows)
+        foldBlockByDim(context, tile, cachedKeys, cachedValues, valid,
+                       logicalStart);
+      else
+        foldBlockByRow(context, tile, cachedKeys, cachedValues, valid,
+                       logicalStart);
       continue;
     }
     const float *keys = nullptr;

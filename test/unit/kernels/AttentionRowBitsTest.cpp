@@ -179,9 +179,10 @@ TEST(PagedAttention, RowResultsDoNotDependOnTheTile) {
             std::string(precision == KvPrecision::F16 ? "f16" : "f32") +
             (allowAmx ? ", amx allowed" : "") +
             (rope ? ", rope-in-kernel" : ", rotated K"));
-        // One call: the whole prompt, then tails of 1, 2, 5 and 7 tokens
-        // (3 to 21 rows per KV head) sharing the call with it.
-        const std::vector<int> counts = {length, 1, 2, 5, 7};
+        // One call: the whole prompt, then tails of 1, 2, 5, 7 and 28
+        // tokens (3 to 84 rows per KV head: 84 makes five 16-row tiles and
+        // a 4-row one, which share their page pass) sharing the call.
+        const std::vector<int> counts = {length, 1, 2, 5, 7, 28};
         auto together = runTails(precision, allowAmx, rope, pages, counts);
         // Folded without the block cache: the AMX path's page passes (up
         // to kMaxPassTiles tiles of one KV head, each ending at its own

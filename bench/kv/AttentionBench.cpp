@@ -9,8 +9,12 @@
 //   prefill: a fresh 512-token prompt, and 512 new tokens after 1 536
 //            cached (a 2k prompt's last chunk);
 //   hit:     a 16-token tail over 4 096 cached tokens (a span-cache hit),
-//            and the default span mode's hits of bench/rag at 8 and 15
-//            documents (28 and 56 rows after 4 123 and 7 691 keys);
+//            28 and 56 new tokens after 4 123 and 7 691 (the sizes of the
+//            default span mode's hits in bench/rag at 8 and 15 documents),
+//            and those hits as they are laid out: each 512-token document
+//            but the last recomputes its end block (1-4 tokens, 12 and 40
+//            in all) where it sits in the prompt, then the 16-token tail,
+//            as one sequence placed by queryIndices;
 //   decode:  1 token over 4 096 (batch 1) and 8 sequences x 1 over 2 048.
 // Prints medians with [min, max] of the kernel wall time per call and the
 // rope-in-kernel / rotated ratio; --threads=N (default 1) sets OpenMP
@@ -51,7 +55,35 @@ struct Shape {
   int numSequences;
   int contextTokens; ///< per sequence, new tokens included
   int newTokens;     ///< per sequence
+  /// Where set (one sequence): the new tokens are these end blocks, one
+  /// at the end of each 512-token document after the prompt's first
+  /// tokens, then the tail; else the last newTokens tokens.
+  std::vector<int> endBlocks = {};
 };
+
+constexpr int DocumentTokens = 512;
+
+/// The logical index of each new token of `shape` (one sequence).
+std::vector<int32_t> newTokenIndices(const Shape &shape) {
+  std::vector<int32_t> indices;
+  int endTokens = 0;
+  for (int size : shape.endBlocks)
+    endTokens += size;
+  const int tail = shape.newTokens - endTokens;
+  const int documents = int(shape.endBlocks.size()) + 1;
+  const int firstDocument =
+      shape.contextTokens - tail - documents * DocumentTokens;
+  for (int document = 0; document + 1 < documents; ++document) {
+    const int end = firstDocument + (document + 1) * DocumentTokens;
+    for (int token = end - shape.endBlocks[size_t(document)]; token < end;
+         ++token)
+      indices.push_back(token);
+  }
+  for (int token = shape.contextTokens - tail; token < shape.contextTokens;
+       ++token)
+    indices.push_back(token);
+  return indices;
+}
 
 double nowMs() {
   return std::chrono::duration<double, std::milli>(
@@ -101,6 +133,16 @@ int main(int argc, char **argv) {
                           {"hit: 28-token tail over 4123", 1, 4123 + 28, 28},
                           {"hit: 16-token tail over 7747", 1, 7747 + 16, 16},
                           {"hit: 56-token tail over 7691", 1, 7691 + 56, 56},
+                          {"hit: 8 documents' end blocks and tail",
+                           1,
+                           4151,
+                           28,
+                           {2, 2, 1, 2, 2, 1, 2}},
+                          {"hit: 15 documents' end blocks and tail",
+                           1,
+                           7747,
+                           56,
+                           {3, 3, 2, 3, 4, 3, 3, 2, 3, 3, 3, 3, 2, 3}},
                           {"decode 1 over 4096", 1, 4096, 1},
                           {"decode 8 x 1 over 2048", 8, 2048, 1}};
   int64_t maxBlocks = 0;
@@ -195,6 +237,11 @@ int main(int argc, char **argv) {
     batch.pageOffsets = pageOffsets.data();
     batch.blockIds = blockIds.data();
     batch.validTokens = validTokens.data();
+    std::vector<int32_t> indices;
+    if (!shape.endBlocks.empty()) {
+      indices = newTokenIndices(shape);
+      batch.queryIndices = indices.data();
+    }
     std::vector<double> times[4];
     for (int rep = 0; rep <= repetitions; ++rep)
       for (int index = 0; index < 4; ++index) {
@@ -221,7 +268,9 @@ int main(int argc, char **argv) {
     // seeing (context - new + i + 1) keys.
     double keysSeen = 0;
     for (int token = 0; token < shape.newTokens; ++token)
-      keysSeen += shape.contextTokens - shape.newTokens + token + 1;
+      keysSeen += indices.empty()
+                      ? shape.contextTokens - shape.newTokens + token + 1
+                      : indices[size_t(token)] + 1;
     const double flops =
         2.0 * 2 * keysSeen * NumQueryHeads * HeadDim * shape.numSequences;
     std::printf(" %.2fx | %.2fx | %.0f / %.0f |\n", medians[1] / medians[0],

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
@@ -169,23 +170,67 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
   }
 }
 
-/// Runs one work item: a tile of rows against a range of its pages.
+/// Runs one work item alone: a tile of rows against a range of its pages,
+/// in decode steps on AVX-512 or on the scalar path.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool useAvx512, bool decodeSteps, float *partial, float *output,
-             float *blockCache, int32_t *blockCacheTags) {
+             bool decodeSteps, float *partial, float *output) {
   TileState tile;
-  // foldBlockByDim reads only queryByDim, the other paths only query.
-  setUpTile(context, item,
-            useAvx512 && !decodeSteps && item.numRows > kRowsToWidenBlock,
-            tile);
+  setUpTile(context, item, /*byDim=*/false, tile);
   if (decodeSteps)
     foldDecodePagesAvx512<Element>(context, item, tile);
-  else if (useAvx512)
-    foldPagesAvx512<Element>(context, item, tile, blockCache, blockCacheTags);
   else
     foldPagesScalar<Element>(context, item, tile);
   finishItem(context, item, tile, partial, output);
+}
+
+/// This thread's tile states for an AVX-512 page pass (kMaxPassTiles of
+/// ~64 KiB: more than an OpenMP thread's stack should hold).
+TileState *passTileStates() {
+  thread_local std::unique_ptr<TileState[]> states(
+      new TileState[kMaxPassTiles]);
+  return states.get();
+}
+
+/// Runs the AVX-512 prompt items of one page pass (tiles of one sequence
+/// and KV head whose items start at one page) together; `blockCache`
+/// (null: none) keeps each page for the thread's later passes.
+template <typename Element>
+void runPassAvx512(const CallContext &context,
+                   const AttentionWorkItem *const *items, int count,
+                   float *partials, int64_t stateFloats, float *output,
+                   float *blockCache, int32_t *blockCacheTags) {
+  auto finish = [&](int index, const TileState &tile) {
+    const AttentionWorkItem &item = *items[index];
+    finishItem(context, item, tile,
+               item.partial >= 0 ? partials + item.partial * stateFloats
+                                 : nullptr,
+               output);
+  };
+  if (blockCache) {
+    // Tile by tile, each streaming the cached pages with its state in L1.
+    TileState tile;
+    TileState *const tilePointer = &tile;
+    for (int index = 0; index < count; ++index) {
+      setUpTile(context, *items[index],
+                items[index]->numRows > kRowsToWidenBlock, tile);
+      foldPassAvx512<Element>(context, items + index, &tilePointer, 1,
+                              blockCache, blockCacheTags);
+      finish(index, tile);
+    }
+    return;
+  }
+  TileState *states = passTileStates();
+  TileState *tiles[kMaxPassTiles];
+  for (int index = 0; index < count; ++index) {
+    tiles[index] = &states[index];
+    // foldBlockByDim reads only queryByDim, foldBlockByRow only query.
+    setUpTile(context, *items[index], items[index]->numRows > kRowsToWidenBlock,
+              *tiles[index]);
+  }
+  foldPassAvx512<Element>(context, items, tiles, count, nullptr, nullptr);
+  for (int index = 0; index < count; ++index)
+    finish(index, *tiles[index]);
 }
 
 /// The rows of an AMX tile: limits, query and output places (the tile
@@ -510,16 +555,12 @@ bool foldsDecodeSteps(const PlannedCall &call, const AttentionWorkItem &item) {
 }
 
 /// Whether `item` runs in one page pass with the other tiles of its
-/// sequence, KV head and key range: on AMX, where the pass packs each page
-/// once for all of them, and on AVX-512 with a block cache, where each
-/// thread rotates and widens a page once per KV head, so that the tiles of
-/// a chunk split between two threads cost two rotations of every page and
-/// on one thread one (a span hit's few tiles per chunk; attention_bench on
-/// Zen 4, 2 threads, alternating x3: the 16-row hit over 4 096 keys
-/// 1.26-1.54 -> 1.12-1.30 ms, the 56-row one over 7 691 7.0-7.7 -> 6.8-7.0).
+/// sequence, KV head and key range: every prompt tile on AMX or AVX-512,
+/// where the pass packs (AMX), or rotates and widens (AVX-512), each page
+/// once for all of its tiles and folds it into each while it is in L1.
 bool sharesPagePass(const PlannedCall &call, const AttentionWorkItem &item) {
   return foldsOnAmx(call, item) ||
-         (call.blockCache && !foldsDecodeSteps(call, item));
+         (call.useAvx512 && !foldsDecodeSteps(call, item));
 }
 
 /// Plans a call that `numThreads` threads will run.
@@ -546,11 +587,12 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   const int64_t numItems = int64_t(workspace.items.size());
   const int32_t totalPages = call.totalPages;
 
-  // The per-thread block cache, for rope-in-kernel prefill tiles (rotating
-  // a block costs about a tenth of folding it into a 16-row tile; merely
-  // widening f16 is cheap enough that the L1-resident per-tile copy wins)
-  // while it stays affordable (a big batch's pages would not fit the
-  // caches anyway).
+  // The per-thread block cache, for rope-in-kernel prefill tiles whose key
+  // range takes several passes (rotating a block costs about a tenth of
+  // folding it into a 16-row tile; merely widening f16 once per pass is
+  // cheap enough), while it stays affordable (a big batch's pages would
+  // not fit the caches anyway). runPass leaves it out of a range's only
+  // pass, which rotates each page once anyway.
   bool anyManyRows = false;
   for (const AttentionWorkItem &item : workspace.items)
     anyManyRows |=
@@ -653,6 +695,32 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     runPassAmx(context, items, end - begin, partials, output, cache, tags);
     return;
   }
+  const bool f16 = context.kv->precision == KvPrecision::F16;
+  if (sharesPagePass(call, first)) {
+    const AttentionWorkItem *items[kMaxPassTiles];
+    for (int32_t index = begin; index < end; ++index)
+      items[index - begin] = &workspace.items[size_t(order[size_t(index)])];
+    // A pass that is its key range's only one (a hit's few tiles) reads
+    // each page once: the block cache would only add its traffic.
+    auto sameRange = [&](int64_t other) {
+      if (other < 0 || other >= call.numPasses)
+        return false;
+      const AttentionWorkItem &item =
+          workspace
+              .items[size_t(order[size_t(workspace.passes[size_t(other)])])];
+      return item.sequence == first.sequence && item.kvHead == first.kvHead &&
+             item.pageBegin == first.pageBegin;
+    };
+    if (!sameRange(pass - 1) && !sameRange(pass + 1))
+      cache = nullptr, tags = nullptr;
+    if (f16)
+      runPassAvx512<uint16_t>(context, items, end - begin, partials,
+                              call.stateFloats, output, cache, tags);
+    else
+      runPassAvx512<float>(context, items, end - begin, partials,
+                           call.stateFloats, output, cache, tags);
+    return;
+  }
   for (int32_t index = begin; index < end; ++index) {
     const AttentionWorkItem &item =
         workspace.items[size_t(order[size_t(index)])];
@@ -660,12 +728,10 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
                          ? partials + item.partial * call.stateFloats
                          : nullptr;
     const bool decodeSteps = foldsDecodeSteps(call, item);
-    if (context.kv->precision == KvPrecision::F16)
-      runItem<uint16_t>(context, item, call.useAvx512, decodeSteps, partial,
-                        output, cache, tags);
+    if (f16)
+      runItem<uint16_t>(context, item, decodeSteps, partial, output);
     else
-      runItem<float>(context, item, call.useAvx512, decodeSteps, partial,
-                     output, cache, tags);
+      runItem<float>(context, item, decodeSteps, partial, output);
   }
 }
 

@@ -50,7 +50,7 @@ struct TileState {
   alignas(64) float queryByDim[kernels::kMaxHeadDim * kMaxRows];
   alignas(64) float accumulator[kMaxRows * kernels::kMaxHeadDim];
   /// foldBlockByDim's accumulator, dimension-major like queryByDim (the 16
-  /// rows of one dim are one vector); foldPagesAvx512 transposes it into
+  /// rows of one dim are one vector); foldPassAvx512 transposes it into
   /// `accumulator` when the item's pages are folded.
   alignas(64) float accumulatorByDim[kernels::kMaxHeadDim * kMaxRows];
 };
@@ -113,13 +113,18 @@ template <typename Element>
 void foldPagesScalar(const CallContext &context, const AttentionWorkItem &item,
                      TileState &tile);
 
-/// The AVX-512 path over the item's pages (blockSize 16, headDim % 16 ==
-/// 0): decode-size tiles fold block by row, larger ones block by dim over
-/// f32 copies (through the per-thread block cache when it is set).
+/// The AVX-512 path of a page pass's prompt tiles (blockSize 16, headDim
+/// % 16 == 0; items of one sequence and KV head starting at one page, set
+/// up in `tiles`): page by page, each page read, rotated and widened once
+/// (or taken from the per-thread block cache when it is set) and folded
+/// into every tile that sees it while it is in L1 — decode-size tiles
+/// block by row, larger ones block by dim. Each tile folds its pages in
+/// order, as alone.
 template <typename Element>
-void foldPagesAvx512(const CallContext &context, const AttentionWorkItem &item,
-                     TileState &tile, float *blockCache,
-                     int32_t *blockCacheTags);
+void foldPassAvx512(const CallContext &context,
+                    const AttentionWorkItem *const *items,
+                    TileState *const *tiles, int count, float *blockCache,
+                    int32_t *blockCacheTags);
 
 /// Pages per online-softmax step of a decode tile (foldDecodePagesAvx512).
 constexpr int kDecodeStepPages = 4;

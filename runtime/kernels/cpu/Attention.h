@@ -155,6 +155,10 @@ struct AttentionWorkspace {
   /// a pass and pack or rotate each page once), then the end.
   std::vector<int32_t> passes;
   std::vector<float> partials; ///< split states: max, sum, accumulator
+  /// Planning scratch: one sequence's tile cuts and the costs behind them.
+  std::vector<int32_t> tileCuts, tileFrom;
+  std::vector<double> tileCost;
+  std::vector<int64_t> tilePagesSeen;
   /// Per thread and page of the call: that block's K and V for one KV head
   /// as prefill tiles read them (f32, K rotated with rope-in-kernel; or on
   /// the AMX path bf16 high/low pairs), so a block is widened, rotated or

@@ -623,12 +623,13 @@ void foldPassAvx512(const CallContext &context,
       }
   } else {
     // Page by page: each page read, rotated and widened once, into L1,
-    // then folded into every tile that sees it (a hit's few tiles of a
-    // key range: attention_bench's hits 10-20 % faster than tile by tile
-    // over the block cache). Tiles of many rows read each K/V element
-    // many times, so the page is widened to f32 for them (two loads per
-    // element per tile are cheaper than a conversion per FMA); a pass of
-    // decode-size tiles alone converts as it loads.
+    // then folded into every tile that sees it (docs/ARCHITECTURE.md,
+    // "CPU attention": a hit's few tiles no longer stream a cached chunk
+    // back from L3, nor rotated-K tiles widen each page themselves).
+    // Tiles of many rows read each K/V element many times, so the page is
+    // widened to f32 for them (two loads per element per tile are cheaper
+    // than a conversion per FMA); a pass of decode-size tiles alone
+    // converts as it loads.
     const bool widen = anyManyRows && !std::is_same_v<Element, float>;
     alignas(64) float pageKeys[kernels::kMaxHeadDim * 16];
     alignas(64) float pageValues[kernels::kMaxHeadDim * 16];

@@ -512,8 +512,7 @@ int32_t planWorkItems(const PagedAttentionShape &shape,
       pagesSeen.resize(size_t(numQueries));
       int32_t seen = pageBegin;
       for (int64_t token = 0; token < numQueries; ++token) {
-        const int64_t limit =
-            queryIndices ? queryIndices[token] : length - numQueries + token;
+        const int64_t limit = queryIndices[token];
         while (seen < pageEnd && workspace.pageStarts[size_t(seen)] <= limit)
           ++seen;
         pagesSeen[size_t(token)] = seen - pageBegin;

@@ -47,6 +47,13 @@ namespace {
 /// a 16k-token prompt takes 8 MiB per thread with head dim 64).
 constexpr int64_t kMaxBlockCacheFloats = int64_t(64) << 20;
 
+/// Where `item` keeps its split state (`stateFloats` a state), or null
+/// when it is its group's only item.
+float *partialOf(float *partials, int64_t stateFloats,
+                 const AttentionWorkItem &item) {
+  return item.partial >= 0 ? partials + item.partial * stateFloats : nullptr;
+}
+
 /// Writes a finished tile: its split state (max, sum, accumulator per row)
 /// or, unsplit, its normalized output rows.
 void finishItem(const CallContext &context, const AttentionWorkItem &item,
@@ -201,11 +208,8 @@ void runPassAvx512(const CallContext &context,
                    float *partials, int64_t stateFloats, float *output,
                    float *blockCache, int32_t *blockCacheTags) {
   auto finish = [&](int index, const TileState &tile) {
-    const AttentionWorkItem &item = *items[index];
-    finishItem(context, item, tile,
-               item.partial >= 0 ? partials + item.partial * stateFloats
-                                 : nullptr,
-               output);
+    finishItem(context, *items[index], tile,
+               partialOf(partials, stateFloats, *items[index]), output);
   };
   if (blockCache) {
     // Tile by tile, each streaming the cached pages with its state in L1.
@@ -270,9 +274,7 @@ void runPassAmx(const CallContext &context,
   const AmxTileRows *tilePointers[kMaxPassTiles];
   for (int index = 0; index < count; ++index) {
     const AttentionWorkItem &item = *items[index];
-    describeAmxTile(context, item,
-                    item.partial >= 0 ? partials + item.partial * stateFloats
-                                      : nullptr,
+    describeAmxTile(context, item, partialOf(partials, stateFloats, item),
                     output, tiles[index]);
     tilePointers[index] = &tiles[index];
   }
@@ -786,9 +788,7 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
   for (int32_t index = begin; index < end; ++index) {
     const AttentionWorkItem &item =
         workspace.items[size_t(order[size_t(index)])];
-    float *partial = item.partial >= 0
-                         ? partials + item.partial * call.stateFloats
-                         : nullptr;
+    float *partial = partialOf(partials, call.stateFloats, item);
     const bool decodeSteps = foldsDecodeSteps(call, item);
     if (f16)
       runItem<uint16_t>(context, item, decodeSteps, partial, output);

@@ -154,6 +154,10 @@ struct AttentionWorkspace {
   /// starts (the prompt tiles of one sequence, KV head and key range share
   /// a pass and pack or rotate each page once), then the end.
   std::vector<int32_t> passes;
+  /// Per pass: whether it reads through the thread's block cache when the
+  /// call has one (every AMX pass; an AVX-512 pass whose key range is cut
+  /// into several).
+  std::vector<uint8_t> passUsesBlockCache;
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Planning scratch: one sequence's tile cuts and the costs behind them.
   std::vector<int32_t> tileCuts, tileFrom;

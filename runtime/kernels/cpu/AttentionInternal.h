@@ -1,8 +1,9 @@
 //===- AttentionInternal.h - What the attention files share ---------------===//
 //
 // The tile state, the call context and the softmax bookkeeping that the
-// driver (Attention.cpp) and its per-instruction-set tile steps
-// (AttentionScalar.cpp, AttentionAvx512.cpp, AttentionAmx.cpp) share.
+// driver (AttentionPlan.cpp plans a call, Attention.cpp runs it) and its
+// per-instruction-set tile steps (AttentionScalar.cpp, AttentionAvx512.cpp,
+// AttentionAmx.cpp) share.
 // Internal to runtime/kernels/cpu:attention; callers include Attention.h.
 //
 //===----------------------------------------------------------------------===//
@@ -137,7 +138,7 @@ template <typename Element>
 void foldDecodePagesAvx512(const CallContext &context,
                            const AttentionWorkItem &item, TileState &tile);
 
-/// The most tiles one page pass folds together (Attention.cpp).
+/// The most tiles one page pass folds together (AttentionPlan.cpp).
 constexpr int kMaxPassTiles = 16;
 
 /// An AMX tile's rows: each row's last visible logical key, where its
@@ -184,6 +185,54 @@ SPANC_AVX512 void gatherQueriesByDim(const float *base,
                                      const int32_t *rowOffsets, int rows,
                                      int headDim, float scale,
                                      float *queryByDim);
+
+/// Whether a sequence's rows are decode rows (f32 products, splits by its
+/// length): the batch says so, or else one query is a decode step.
+inline bool isDecode(const PagedAttentionBatch &batch, int sequence) {
+  return batch.decodeSequences ? batch.decodeSequences[sequence] != 0
+                               : batch.queryOffsets[sequence + 1] -
+                                         batch.queryOffsets[sequence] ==
+                                     1;
+}
+
+/// One call, planned (AttentionPlan.cpp): its work items, their order and page
+/// passes (in the workspace), what every pass needs and the call's context.
+/// Plain values, so a team can share one thread's plan (copyprivate).
+struct PlannedCall : PagedAttentionPlan {
+  CallContext context;
+};
+
+/// Whether a planned call folds `item` on AMX tiles. Decode steps keep f32
+/// products: packing each block into tiles for one query row would cost
+/// more than the products save. The choice depends on the sequence alone.
+inline bool foldsOnAmx(const PlannedCall &call, const AttentionWorkItem &item) {
+  return call.useAmx && !isDecode(*call.context.batch, item.sequence);
+}
+
+/// Whether a planned call folds `item` in decode steps of four pages
+/// (foldDecodePagesAvx512): a decode sequence's rows on the AVX-512 path.
+inline bool foldsDecodeSteps(const PlannedCall &call,
+                             const AttentionWorkItem &item) {
+  return call.useAvx512 && isDecode(*call.context.batch, item.sequence);
+}
+
+/// Whether `item` runs in one page pass with the other tiles of its
+/// sequence, KV head and key range: every prompt tile on AMX or AVX-512,
+/// where the pass packs (AMX), or rotates and widens (AVX-512), each page
+/// once for all of its tiles and folds it into each while it is in L1.
+inline bool sharesPagePass(const PlannedCall &call,
+                           const AttentionWorkItem &item) {
+  return foldsOnAmx(call, item) ||
+         (call.useAvx512 && !foldsDecodeSteps(call, item));
+}
+
+/// Plans a call that `numThreads` threads will run: fills the workspace's
+/// page starts, work items, split groups, order and page passes, and
+/// sizes the block cache where a pass reads through it.
+PlannedCall planCall(const PagedAttentionShape &shape,
+                     const PagedAttentionBatch &batch, const PagedKvView &kv,
+                     const float *queries, const PagedAttentionOptions &options,
+                     AttentionWorkspace &workspace, int numThreads);
 
 } // namespace spanc::cpu::attention
 

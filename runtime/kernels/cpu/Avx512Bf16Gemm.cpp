@@ -82,6 +82,59 @@ SPANC_AVX512BF16 void multiplyRows(const uint32_t *a, const uint16_t *panel,
   }
 }
 
+/// Rounds K values [first, first + 32) of a row block's rows (`rows` real
+/// ones, the rest zero; values past k zero) to bf16 and stores their 16
+/// pairs interleaved by row, pair p of row r at out[p * kMaxBlockRows + r]:
+/// a 16 x 16 transposition of the rows' pair vectors (rows 12-15 zero)
+/// instead of a scalar store a pair (~5 % of a 512-row call).
+SPANC_AVX512BF16 void roundChunk(const float *x, int64_t k, int64_t rows,
+                                 int64_t first, uint32_t *out) {
+  const int64_t valid = std::clamp<int64_t>(k - first, 0, 32);
+  const __mmask16 low = valid >= 16 ? 0xffff : (1u << valid) - 1;
+  const __mmask16 high = valid >= 32   ? 0xffff
+                         : valid <= 16 ? 0
+                                       : (1u << (valid - 16)) - 1;
+  __m512i v[16];
+  for (int r = 0; r < 16; ++r) {
+    if (r >= rows) {
+      v[r] = _mm512_setzero_si512();
+      continue;
+    }
+    const float *row = x + r * k + first;
+    v[r] = reinterpret_cast<__m512i>(
+        _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high, row + 16),
+                            _mm512_maskz_loadu_ps(low, row)));
+  }
+  // Rows 4i..4i+3, column 4L + j of them in lane L of b[4i + j].
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  __m512i b[16];
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // Column 4L + j gathers lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
+  for (int j = 0; j < 4; ++j) {
+    // Lanes 0-1 and 2-3 of rows 0-7 (head) and of rows 8-15 (tail).
+    const __m512i head01 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x44);
+    const __m512i head23 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xee);
+    const __m512i tail01 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x44);
+    const __m512i tail23 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xee);
+    const __m512i columns[4] = {_mm512_shuffle_i32x4(head01, tail01, 0x88),
+                                _mm512_shuffle_i32x4(head01, tail01, 0xdd),
+                                _mm512_shuffle_i32x4(head23, tail23, 0x88),
+                                _mm512_shuffle_i32x4(head23, tail23, 0xdd)};
+    for (int lane = 0; lane < 4; ++lane)
+      _mm512_mask_storeu_epi32(out + (4 * lane + j) * kMaxBlockRows, 0x0fff,
+                               columns[lane]);
+  }
+}
+
 using MultiplyRows = void (*)(const uint32_t *, const uint16_t *, int64_t,
                               AmxEpilogue, float *, int64_t, int64_t);
 
@@ -121,22 +174,22 @@ void avx512Bf16Gemm(const AmxWeights &weights, const float *x, int64_t m,
   {
     const int64_t threads = omp_get_num_threads();
     const int64_t thread = omp_get_thread_num();
-    // Every thread reads every row: round them all first, a row at a time
-    // into `rounded`, then its pairs into their block.
-    std::vector<uint32_t> rounded(size_t(paddedK / 2));
-    for (int64_t block = rowBlocks * thread / threads,
-                 end = rowBlocks * (thread + 1) / threads;
-         block < end; ++block) {
-      uint32_t *pairs = reinterpret_cast<uint32_t *>(a + block * blockElements);
-      for (int64_t r = 0; r < kMaxBlockRows; ++r) {
-        const int64_t source = block * kMaxBlockRows + r;
-        std::fill(rounded.begin(), rounded.end(), 0u);
-        if (source < m)
-          convertToBf16(x + source * k,
-                        reinterpret_cast<uint16_t *>(rounded.data()), k);
-        for (int64_t pair = 0; pair < paddedK / 2; ++pair)
-          pairs[pair * kMaxBlockRows + r] = rounded[size_t(pair)];
-      }
+    // Every thread reads every row: round them all first, each thread an
+    // even share of the blocks' 32-value K chunks (shared by blocks of
+    // rows, a 28-row call's three blocks gave one thread twice the
+    // other's work).
+    const int64_t chunksPerBlock = kBlocks; // paddedK / 32
+    const int64_t chunks = rowBlocks * chunksPerBlock;
+    for (int64_t chunk = chunks * thread / threads,
+                 end = chunks * (thread + 1) / threads;
+         chunk < end; ++chunk) {
+      const int64_t block = chunk / chunksPerBlock;
+      const int64_t first = chunk % chunksPerBlock * 32;
+      roundChunk(x + block * kMaxBlockRows * k, k,
+                 std::min<int64_t>(kMaxBlockRows, m - block * kMaxBlockRows),
+                 first,
+                 reinterpret_cast<uint32_t *>(a + block * blockElements) +
+                     first / 2 * kMaxBlockRows);
     }
 #pragma omp barrier
     uint16_t *buffer = weights.isBorrowed()

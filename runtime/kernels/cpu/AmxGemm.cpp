@@ -248,9 +248,8 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
   uint16_t *a = scratch.activations.data();
   const int64_t aRowBytes = paddedK * 2;
   const int64_t panelElements = kBlocks * 2 * kTileElements;
-  if (weights.isBorrowed() &&
-      scratch.panels.size() < size_t(2 * omp_get_max_threads() * panelElements))
-    scratch.panels.resize(size_t(2 * omp_get_max_threads() * panelElements));
+  if (weights.isBorrowed())
+    scratch.reservePanelThreads(omp_get_max_threads());
   // A borrowed panel is unpacked once per item: fewer, larger chunks (all
   // of a 512-row prompt's rows) unpack it fewer times, as long as the
   // chunk's activations stay well inside L2 (768 KiB: 512 rows at K = 576,
@@ -326,7 +325,7 @@ void amxGemm(const AmxWeights &weights, const float *x, int64_t m, float *y,
     // before. `claim` hands out the thread's items in order, -1 past them.
     uint16_t *buffers[2] = {nullptr, nullptr};
     if (weights.isBorrowed()) {
-      buffers[0] = scratch.panels.data() + 2 * thread * panelElements;
+      buffers[0] = scratch.threadPanels(int(thread), 2 * panelElements);
       buffers[1] = buffers[0] + panelElements;
     }
     auto runBorrowed = [&](auto claim, auto rowsOf) {

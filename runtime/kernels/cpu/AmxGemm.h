@@ -127,10 +127,30 @@ enum class AmxEpilogue {
 };
 
 /// Per-call scratch (the bf16 activations; the unpacked panels of
-/// borrowed weights, one per thread); reused across calls.
+/// borrowed weights, one buffer per thread); reused across calls.
 struct AmxScratch {
-  std::vector<uint16_t, AlignedAllocator<uint16_t>> activations;
-  std::vector<uint16_t, AlignedAllocator<uint16_t>> panels;
+  using Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
+  Buffer activations;
+  /// Each thread's own allocation, grown by that thread, whose address
+  /// does not move with the call's K. One array cut at thread x panel
+  /// size put thread 1's buffer at a K-dependent offset, where on a Zen 4
+  /// it ran each 28-row call ~15 % slower than thread 0's (both ~100 us
+  /// with their own; docs/ARCHITECTURE.md, "CPU GEMMs").
+  std::vector<Buffer> panels;
+
+  /// Makes room for a buffer a thread (before the threads start).
+  void reservePanelThreads(int threads) {
+    if (panels.size() < size_t(threads))
+      panels.resize(size_t(threads));
+  }
+  /// Thread `thread`'s buffer of at least `elements` (called by that
+  /// thread, after reservePanelThreads).
+  uint16_t *threadPanels(int thread, int64_t elements) {
+    Buffer &buffer = panels[size_t(thread)];
+    if (buffer.size() < size_t(elements))
+      buffer.resize(size_t(elements));
+    return buffer.data();
+  }
 };
 
 /// y[M][N] = x[M][K] * W^T (or the epilogue's function of it); x has K

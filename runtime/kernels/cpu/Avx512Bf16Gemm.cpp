@@ -166,9 +166,8 @@ void avx512Bf16Gemm(const AmxWeights &weights, const float *x, int64_t m,
   if (scratch.activations.size() < size_t(rowBlocks * blockElements))
     scratch.activations.resize(size_t(rowBlocks * blockElements));
   uint16_t *a = scratch.activations.data();
-  if (weights.isBorrowed() &&
-      scratch.panels.size() < size_t(omp_get_max_threads() * panelElements))
-    scratch.panels.resize(size_t(omp_get_max_threads() * panelElements));
+  if (weights.isBorrowed())
+    scratch.reservePanelThreads(omp_get_max_threads());
 
 #pragma omp parallel
   {
@@ -193,7 +192,7 @@ void avx512Bf16Gemm(const AmxWeights &weights, const float *x, int64_t m,
     }
 #pragma omp barrier
     uint16_t *buffer = weights.isBorrowed()
-                           ? scratch.panels.data() + thread * panelElements
+                           ? scratch.threadPanels(int(thread), panelElements)
                            : nullptr;
     for (int64_t panel = panels * thread / threads,
                  end = panels * (thread + 1) / threads;

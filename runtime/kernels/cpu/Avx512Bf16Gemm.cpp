@@ -2,7 +2,6 @@
 
 #include "runtime/kernels/cpu/Avx512Bf16Gemm.h"
 
-#include "runtime/kernels/cpu/Gemm.h"
 #include "runtime/kernels/cpu/PanelUnpacker.h"
 #include "runtime/kernels/cpu/VectorMath.h"
 
@@ -12,9 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
-#include <cstring>
 #include <utility>
-#include <vector>
 
 namespace spanc::cpu {
 
@@ -86,7 +83,10 @@ SPANC_AVX512BF16 void multiplyRows(const uint32_t *a, const uint16_t *panel,
 /// ones, the rest zero; values past k zero) to bf16 and stores their 16
 /// pairs interleaved by row, pair p of row r at out[p * kMaxBlockRows + r]:
 /// a 16 x 16 transposition of the rows' pair vectors (rows 12-15 zero)
-/// instead of a scalar store a pair (~5 % of a 512-row call).
+/// instead of a scalar store a pair (~5 % of a 512-row call). The bits of
+/// convertToBf16 (VCVTNE2PS2BF16 rounds as its VCVTNEPS2BF16), except that
+/// the last K % 16 values of a row, which it rounded in integer
+/// arithmetic, now round in the instruction too (a denormal becomes 0).
 SPANC_AVX512BF16 void roundChunk(const float *x, int64_t k, int64_t rows,
                                  int64_t first, uint32_t *out) {
   const int64_t valid = std::clamp<int64_t>(k - first, 0, 32);

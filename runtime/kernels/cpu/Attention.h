@@ -155,8 +155,8 @@ struct AttentionWorkspace {
   /// a pass and pack or rotate each page once), then the end.
   std::vector<int32_t> passes;
   /// Per pass: whether it reads through the thread's block cache when the
-  /// call has one (every AMX pass; an AVX-512 pass whose key range is cut
-  /// into several).
+  /// call has one (every AMX pass; a rope-in-kernel AVX-512 pass whose key
+  /// range is cut into several).
   std::vector<uint8_t> passUsesBlockCache;
   std::vector<float> partials; ///< split states: max, sum, accumulator
   /// Planning scratch: one sequence's tile cuts and the costs behind them.

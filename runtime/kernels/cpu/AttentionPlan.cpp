@@ -297,10 +297,12 @@ PlannedCall planCall(const PagedAttentionShape &shape,
           ++end;
         }
       const int64_t runPasses = (end - begin + tilesPerPass - 1) / tilesPerPass;
-      // The block cache serves every AMX pass, and the AVX-512 passes of
-      // a range cut into several.
-      const bool cached = sharesPagePass(call, first) &&
-                          (foldsOnAmx(call, first) || runPasses > 1);
+      // The block cache serves every AMX pass (packed pairs, rotated or
+      // not), and the rope-in-kernel AVX-512 passes of a range cut into
+      // several.
+      const bool cached =
+          foldsOnAmx(call, first) ||
+          (sharesPagePass(call, first) && options.keyRope && runPasses > 1);
       for (int64_t pass = 0; pass < runPasses; ++pass) {
         passes.push_back(int32_t(begin + (end - begin) * pass / runPasses));
         cachedPasses.push_back(cached);
@@ -327,9 +329,8 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   const int64_t entryFloats = int64_t(2) * shape.headDim * 16;
   const int64_t cacheFloats = int64_t(totalPages) * entryFloats;
   call.cacheFloats = cacheFloats;
-  // AMX tiles keep packed pairs there, rotated or not.
   const bool useCache = options.useBlockCache && useAvx512 && anyManyRows &&
-                        anyCachedPass && (options.keyRope || useAmx) &&
+                        anyCachedPass &&
                         cacheFloats * numThreads <= kMaxBlockCacheFloats;
   if (useCache) {
     // + 16: room to start the entries on a cache line.

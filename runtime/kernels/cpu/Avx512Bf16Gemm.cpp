@@ -177,13 +177,12 @@ void avx512Bf16Gemm(const AmxWeights &weights, const float *x, int64_t m,
     // even share of the blocks' 32-value K chunks (shared by blocks of
     // rows, a 28-row call's three blocks gave one thread twice the
     // other's work).
-    const int64_t chunksPerBlock = kBlocks; // paddedK / 32
-    const int64_t chunks = rowBlocks * chunksPerBlock;
+    const int64_t chunks = rowBlocks * kBlocks; // kBlocks: K chunks of 32
     for (int64_t chunk = chunks * thread / threads,
                  end = chunks * (thread + 1) / threads;
          chunk < end; ++chunk) {
-      const int64_t block = chunk / chunksPerBlock;
-      const int64_t first = chunk % chunksPerBlock * 32;
+      const int64_t block = chunk / kBlocks;
+      const int64_t first = chunk % kBlocks * kPanelColumns;
       roundChunk(x + block * kMaxBlockRows * k, k,
                  std::min<int64_t>(kMaxBlockRows, m - block * kMaxBlockRows),
                  first,

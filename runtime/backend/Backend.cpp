@@ -27,6 +27,8 @@ ForwardProfile &ForwardProfile::operator+=(const ForwardProfile &other) {
   passesInOneRegion += other.passesInOneRegion;
   tokenLayers += other.tokenLayers;
   attentionPairs += other.attentionPairs;
+  kvOnlyRows += other.kvOnlyRows;
+  kvOnlyPairs += other.kvOnlyPairs;
   return *this;
 }
 

@@ -37,14 +37,22 @@ struct ForwardProfile {
   /// page list). With ModelConfig's FLOPs per unit they give the GEMMs'
   /// and attention's FLOP rates (`spanc bench rag`, `spanc bench device`).
   int64_t tokenLayers = 0, attentionPairs = 0;
+  /// Of those, the work a pass's last layer did not do for rows whose
+  /// logits it does not return: their rows past the QKV projection (CPU:
+  /// runtime/backend/cpu/ForwardPass.cpp, keepLogitRows) and their
+  /// query-key pairs.
+  int64_t kvOnlyRows = 0, kvOnlyPairs = 0;
 
   /// The FLOPs behind attentionSeconds and gemmSeconds(), at `config`'s
   /// FLOPs per query-key pair and per token row.
   double attentionFlops(const model::ModelConfig &config) const {
-    return double(attentionPairs) * config.attentionFlopsPerPair();
+    return double(attentionPairs - kvOnlyPairs) *
+           config.attentionFlopsPerPair();
   }
   double gemmFlops(const model::ModelConfig &config) const {
-    return double(tokenLayers) * config.projectionFlopsPerLayer();
+    return double(tokenLayers) * config.projectionFlopsPerLayer() -
+           double(kvOnlyRows) * (config.projectionFlopsPerLayer() -
+                                 config.queryKeyValueFlopsPerRow());
   }
 
   ForwardProfile &operator+=(const ForwardProfile &other);

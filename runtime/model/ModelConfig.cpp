@@ -304,6 +304,12 @@ double ModelConfig::projectionFlopsPerLayer() const {
   return 2 * (dim * (queryDim + 2 * kvDim) + queryDim * dim + 3 * dim * ffn);
 }
 
+double ModelConfig::queryKeyValueFlopsPerRow() const {
+  const double queryDim = double(numHeads) * headDim;
+  const double kvDim = double(numKvHeads) * headDim;
+  return 2 * double(embeddingDim) * (queryDim + 2 * kvDim);
+}
+
 double ModelConfig::attentionFlopsPerPair() const {
   return 4.0 * double(numHeads) * headDim;
 }
@@ -315,11 +321,18 @@ double ModelConfig::outputHeadFlopsPerRow() const {
 double ModelConfig::prefillFlops(int64_t tokens) const {
   if (tokens <= 0)
     return 0;
+  if (numLayers == 0)
+    return outputHeadFlopsPerRow();
   const double n = double(tokens);
   const double pairs = n * (n + 1) / 2;
-  return numLayers *
+  // The last layer: every token's QKV, the last token's row after it.
+  const double lastLayer =
+      n * queryKeyValueFlopsPerRow() +
+      (projectionFlopsPerLayer() - queryKeyValueFlopsPerRow()) +
+      n * attentionFlopsPerPair();
+  return double(numLayers - 1) *
              (n * projectionFlopsPerLayer() + pairs * attentionFlopsPerPair()) +
-         outputHeadFlopsPerRow();
+         lastLayer + outputHeadFlopsPerRow();
 }
 
 } // namespace spanc::model

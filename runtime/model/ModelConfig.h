@@ -61,13 +61,18 @@ struct ModelConfig {
   /// FLOPs (a multiply-add is two) of one token through one layer's
   /// weight multiplications: QKV, attention output, gate|up and down.
   double projectionFlopsPerLayer() const;
+  /// FLOPs of one row through one layer's QKV projection alone.
+  double queryKeyValueFlopsPerRow() const;
   /// FLOPs of one query token attending to one key in one layer: QK^T
   /// and PV over every query head.
   double attentionFlopsPerPair() const;
   /// FLOPs of one row of logits.
   double outputHeadFlopsPerRow() const;
   /// FLOPs of a causal prefill of `tokens` fresh tokens (token i sees i + 1
-  /// keys): every layer's projections and attention, and one row of logits.
+  /// keys) that returns the last token's logits: every layer's projections
+  /// and attention, but in the last layer only the last token's past the
+  /// QKV projection (the others' outputs are not read), and one row of
+  /// logits.
   /// Norms, RoPE and softmax are left out: linear in the length and small.
   double prefillFlops(int64_t tokens) const;
 };

@@ -1,9 +1,11 @@
 //===- ForwardAttention.cpp - The CPU pass's attention block --------------===//
 //
-// One layer's attention half: RMS norm, the QKV projection (and bias),
-// RoPE, the K/V write into the step's slots, paged attention over each
-// sequence's page list, a repair's key-mass probe, and the output
-// projection added into the residual stream.
+// One layer's attention half, in two: its inputs (RMS norm, the QKV
+// projection and bias, RoPE, the K/V write into the step's slots, a
+// repair's key-mass probe) and its outputs (paged attention over each
+// sequence's page list, the output projection added into the residual
+// stream). The last layer of a pass keeps only its logit rows between the
+// two (ForwardPass.cpp, keepLogitRows).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,10 +19,10 @@
 
 namespace spanc::backend {
 
-llvm::Error CpuForwardPass::attentionBlock(const model::LayerWeights &layer,
-                                           uint32_t layerIndex,
-                                           const StepLayout &step,
-                                           KvStorage &storage) {
+llvm::Error CpuForwardPass::attentionInputs(const model::LayerWeights &layer,
+                                            uint32_t layerIndex,
+                                            const StepLayout &step,
+                                            KvStorage &storage) {
   const model::ModelConfig &config = model.config();
   const bool llamaNumerics = model.numerics() == model::Numerics::LlamaCpp;
   const int64_t dim = config.embeddingDim;
@@ -70,18 +72,6 @@ llvm::Error CpuForwardPass::attentionBlock(const model::LayerWeights &layer,
                         queryKeyValue.data() + queryDim,
                         queryKeyValue.data() + queryDim + kvDim, qkvDim);
   }
-  {
-    OpTimer timer(profiling, opProfile.attentionSeconds);
-    if (llamaNumerics)
-      cpu::halfAccumulatingAttention(attentionShape, attentionBatch,
-                                     storage.layerView(int(layerIndex)),
-                                     queryKeyValue.data(), attention.data());
-    else
-      cpu::pagedAttention(attentionShape, attentionBatch,
-                          storage.layerView(int(layerIndex)),
-                          queryKeyValue.data(), attention.data(),
-                          attentionOptions, attentionWorkspace);
-  }
   // A repair's probe: the attention each key receives at this layer.
   for (size_t index = 0; index < step.sequences.size(); ++index) {
     const model::ForwardSequence &sequence = step.sequences[index];
@@ -98,6 +88,24 @@ llvm::Error CpuForwardPass::attentionBlock(const model::LayerWeights &layer,
                       storage.layerView(int(layerIndex)),
                       ropeInKernel ? &model.rope() : nullptr,
                       sequence.keyMass.data(), massScores, massQueries);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error CpuForwardPass::attentionOutputs(const model::LayerWeights &layer,
+                                             uint32_t layerIndex,
+                                             KvStorage &storage) {
+  {
+    OpTimer timer(profiling, opProfile.attentionSeconds);
+    if (model.numerics() == model::Numerics::LlamaCpp)
+      cpu::halfAccumulatingAttention(attentionShape, attentionBatch,
+                                     storage.layerView(int(layerIndex)),
+                                     queryKeyValue.data(), attention.data());
+    else
+      cpu::pagedAttention(attentionShape, attentionBatch,
+                          storage.layerView(int(layerIndex)),
+                          queryKeyValue.data(), attention.data(),
+                          attentionOptions, attentionWorkspace);
   }
   // The packed GEMMs add their products into the residual stream in their
   // epilogue; the 4/8-bit GEMV writes `projected`, added after.

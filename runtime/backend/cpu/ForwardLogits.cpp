@@ -19,10 +19,14 @@ llvm::Error CpuForwardPass::logits(const StepLayout &step,
   const model::ModelConfig &config = model.config();
   const int64_t dim = config.embeddingDim;
   const int64_t numRows = step.numLogitRows();
-  for (int64_t row = 0; row < numRows; ++row)
-    std::memcpy(selected.data() + row * dim,
-                hidden.data() + int64_t(step.logitTokens[size_t(row)]) * dim,
+  // Row r of `hidden`, if the last layer kept only these rows in this
+  // order (keepLogitRows).
+  for (int64_t row = 0; row < numRows; ++row) {
+    const int64_t token =
+        logitRowsKept ? row : int64_t(step.logitTokens[size_t(row)]);
+    std::memcpy(selected.data() + row * dim, hidden.data() + token * dim,
                 sizeof(float) * size_t(dim));
+  }
   normalize(cpu::RowShape{numRows, dim, dim, dim}, selected.data(),
             model.weights().outputNorm().data(), selected.data());
   const cpu::PackedQuantMatrix *head = model.weights().quantizedOutput();

@@ -7,6 +7,7 @@
 #include "runtime/kernels/cpu/LlamaCppNumerics.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace spanc::backend {
 
@@ -97,6 +98,50 @@ llvm::Error CpuForwardPass::project(const cpu::GemmWeights &packed,
                                      y + firstPacked * width, mode);
 }
 
+void CpuForwardPass::keepLogitRows(const StepLayout &step, bool withLogits) {
+  const int64_t dim = model.config().embeddingDim;
+  const int64_t qkvDim = attentionShape.queryRowStride;
+  int64_t kept = 0, keptQuantized = 0, keptPairs = 0;
+  keptQueryOffsets.assign(1, 0);
+  keptQueryIndices.clear();
+  for (int sequence = 0; sequence < step.numSequences(); ++sequence) {
+    const int32_t begin = step.queryOffsets[size_t(sequence)];
+    const int32_t end = step.queryOffsets[size_t(sequence) + 1];
+    const int64_t logitRows = withLogits
+                                  ? step.rowOffsets[size_t(sequence) + 1] -
+                                        step.rowOffsets[size_t(sequence)]
+                                  : 0;
+    const int64_t firstIndex =
+        int64_t(step.contextLengths[size_t(sequence)]) - (end - begin);
+    // Rows move only forwards (kept <= token), one row at a time.
+    for (int64_t token = end - logitRows; token < end; ++token, ++kept) {
+      if (token != kept) {
+        std::memmove(hidden.data() + kept * dim, hidden.data() + token * dim,
+                     sizeof(float) * size_t(dim));
+        std::memmove(queryKeyValue.data() + kept * qkvDim,
+                     queryKeyValue.data() + token * qkvDim,
+                     sizeof(float) * size_t(qkvDim));
+      }
+      const int64_t index = step.anyQueryIndices
+                                ? step.queryIndices[size_t(token)]
+                                : firstIndex + (token - begin);
+      if (step.anyQueryIndices)
+        keptQueryIndices.push_back(int32_t(index));
+      keptPairs += index + 1;
+      keptQuantized += token < quantizedRows;
+    }
+    keptQueryOffsets.push_back(int32_t(kept));
+  }
+  opProfile.kvOnlyRows += numTokens - kept;
+  opProfile.kvOnlyPairs += step.attentionPairs() - keptPairs;
+  numTokens = kept;
+  quantizedRows = keptQuantized;
+  attentionBatch.queryOffsets = keptQueryOffsets.data();
+  attentionBatch.queryIndices =
+      step.anyQueryIndices ? keptQueryIndices.data() : nullptr;
+  logitRowsKept = withLogits;
+}
+
 llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
                                 model::ForwardOutput *output,
                                 uint32_t numLayers) {
@@ -174,12 +219,24 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
     cpu::embeddingLookup(model.weights().tokenEmbedding(), step.tokenIds.data(),
                          numTokens, hidden.data(), config.embeddingDim);
   }
-  if (canRunLayersInTeam(step, numLayers))
+  // Past the last layer's K/V write, only the rows whose logits the pass
+  // returns are read again (a pass of fewer layers returns none).
+  const bool withLogits = output && numLayers == config.numLayers;
+  logitRowsKept = false;
+  if (canRunLayersInTeam(step, numLayers) &&
+      (!pruneLastLayer || (withLogits && step.numLogitRows() == numTokens)))
     runLayersInTeam(step, storage, numLayers);
   else
     for (uint32_t layerIndex = 0; layerIndex < numLayers; ++layerIndex) {
       const model::LayerWeights &layer = model.weights().layers()[layerIndex];
-      if (llvm::Error error = attentionBlock(layer, layerIndex, step, storage))
+      if (llvm::Error error = attentionInputs(layer, layerIndex, step, storage))
+        return error;
+      if (pruneLastLayer && layerIndex + 1 == numLayers) {
+        keepLogitRows(step, withLogits);
+        if (numTokens == 0)
+          break;
+      }
+      if (llvm::Error error = attentionOutputs(layer, layerIndex, storage))
         return error;
       if (llvm::Error error = feedForwardBlock(layer))
         return error;

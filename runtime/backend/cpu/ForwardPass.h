@@ -5,10 +5,11 @@
 // in a KvStorage. Per layer an attention block (norm, QKV, RoPE, the K/V
 // write, paged attention, a repair's key-mass probe, the output projection:
 // ForwardAttention.cpp) and a feed-forward block (ForwardFeedForward.cpp),
-// then the logits of the rows the step asks for (ForwardLogits.cpp); a
-// step of a few decode rows runs its layers in one parallel region
-// (ForwardDecodeTeam.cpp, the same bits). Every numerics rule
-// (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows multiply the
+// then the logits of the rows the step asks for (ForwardLogits.cpp). The
+// last layer a pass runs carries only those rows past its K/V write (the
+// others' outputs would go unread); a step of a few decode rows runs its layers
+// in one parallel region (ForwardDecodeTeam.cpp, the same bits). Every numerics
+// rule (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows multiply the
 // 4/8-bit weights in place with int8 activations, prompt rows the packed
 // bf16/f32 weights; llama.cpp numerics take the file's blocks everywhere.
 // The model (runtime/model) only describes and packs weights.
@@ -60,6 +61,9 @@ public:
   /// false: every step runs kernel by kernel, each its own parallel region
   /// (the reference the one-region decode path is tested against).
   void enableLayersInTeam(bool enabled) { layersInTeam = enabled; }
+  /// false: the last layer carries every row to its end (the reference
+  /// the pruned last layer is tested against: the same bits).
+  void enableLastLayerPruning(bool enabled) { pruneLastLayer = enabled; }
 
 private:
   /// Sizes the activations for a step of `numTokens` rows.
@@ -79,10 +83,21 @@ private:
                       bool hasQuantized, const float *x, float *y,
                       cpu::GemmOutput mode);
 
-  /// ForwardAttention.cpp: from `hidden` through attention back into it.
-  llvm::Error attentionBlock(const model::LayerWeights &layer,
-                             uint32_t layerIndex, const StepLayout &step,
-                             KvStorage &storage);
+  /// ForwardAttention.cpp, the attention block's first half: from
+  /// `hidden` to the step's K/V in `storage` and each row's rotated Q in
+  /// `queryKeyValue` (and a repair's key-mass probe, which reads them).
+  llvm::Error attentionInputs(const model::LayerWeights &layer,
+                              uint32_t layerIndex, const StepLayout &step,
+                              KvStorage &storage);
+  /// Its second half: paged attention of the rows over their page lists,
+  /// projected and added back into `hidden`.
+  llvm::Error attentionOutputs(const model::LayerWeights &layer,
+                               uint32_t layerIndex, KvStorage &storage);
+  /// Before the last layer's second half: moves the rows whose logits the
+  /// pass returns (`withLogits`; each sequence's are a suffix of its rows)
+  /// to the front of `hidden` and `queryKeyValue`, and the step's row
+  /// count, quantized rows and attention batch to them.
+  void keepLogitRows(const StepLayout &step, bool withLogits);
   /// ForwardFeedForward.cpp: from `hidden` through the MLP back into it.
   llvm::Error feedForwardBlock(const model::LayerWeights &layer);
   /// gate|up, SwiGLU and down of one layer for a decode-size step (int8
@@ -119,6 +134,12 @@ private:
   cpu::PagedAttentionBatch attentionBatch;
   cpu::PagedAttentionOptions attentionOptions;
   std::vector<cpu::SpanScaling> spanScalings; ///< per sequence
+  /// keepLogitRows' attention batch: each sequence's kept rows and, when
+  /// the step places its rows, their logical indices.
+  std::vector<int32_t> keptQueryOffsets, keptQueryIndices;
+  /// Row r of `hidden` holds logit row r (keepLogitRows ran), not token
+  /// row step.logitTokens[r].
+  bool logitRowsKept = false;
 
   // Scratch and activations, sized for the largest step so far.
   cpu::QuantizedActivations quantizedActivations, feedForwardActivations;
@@ -145,6 +166,7 @@ private:
   bool profiling = false;
   ForwardProfile opProfile;
   bool layersInTeam = true;
+  bool pruneLastLayer = true;
 };
 
 } // namespace spanc::backend

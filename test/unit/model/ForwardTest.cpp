@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 namespace {
 
@@ -364,6 +365,164 @@ TEST(Forward, DecodeInOneRegionGivesTheKernelPathsBits) {
     EXPECT_EQ(kernels->pass().profile().passesInOneRegion, 0);
   }
   omp_set_num_threads(savedThreads);
+}
+
+// The last layer carries only the rows whose logits the step returns past
+// its K/V write (runtime/backend/cpu/ForwardPass.cpp, keepLogitRows): on
+// the default numerics, with K stored rotated and rope-in-kernel, every
+// logit, key-mass sum and K/V element keeps the bits of the pass that
+// carries all rows. The step mixes a decode row, prompts asking for the
+// last row's logits (with a key-mass probe over the last two layers), for
+// every row's and for none, and a request's rows placed by queryIndices;
+// a decode step then reads everything written, and a pass of two layers
+// (which carries no row past its second K/V write) writes more.
+TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
+  if (!llvm::sys::fs::exists(modelPath()))
+    GTEST_SKIP() << "model not found at " << modelPath();
+  auto loaded = Model::load(modelPath(), ModelOptions());
+  ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+  Model &model = **loaded;
+  const uint32_t layers = model.config().numLayers;
+  for (bool keysRotated : {true, false}) {
+    std::unique_ptr<backend::CpuBackend> pruned =
+        makeStorage(model, keysRotated);
+    std::unique_ptr<backend::CpuBackend> whole =
+        makeStorage(model, keysRotated);
+    whole->pass().enableLastLayerPruning(false);
+    pruned->setProfiling(true);
+    const std::vector<int32_t> decodeTokens = someTokens(21, 1),
+                               lastTokens = someTokens(37, 2),
+                               allTokens = someTokens(19, 3),
+                               noneTokens = someTokens(26, 4),
+                               placedTokens = someTokens(48, 5);
+    // Sequence 0 decodes its 21st token after a 20-token prompt.
+    Pages decodePages(0, 21), lastPages(8, 37), allPages(16, 19),
+        nonePages(24, 26), placedPages(32, 48);
+    const std::vector<int32_t> decodePositions = iota(0, 21),
+                               lastPositions = iota(0, 37),
+                               allPositions = iota(0, 19),
+                               nonePositions = iota(0, 26),
+                               placedPositions = iota(0, 48);
+    Pages prefixPages(0, 20);
+    ForwardSequence prefix{llvm::ArrayRef(decodeTokens).take_front(20),
+                           llvm::ArrayRef(decodePositions).take_front(20),
+                           prefixPages.blockIds, prefixPages.validTokens,
+                           LogitsRequest::None};
+    ASSERT_FALSE(bool(pruned->forwardLayers(prefix, layers)));
+    ASSERT_FALSE(bool(whole->forwardLayers(prefix, layers)));
+    // The placed sequence: its first 40 tokens written, then the rows at
+    // 13-15, 30-31 and 40-47 recomputed in one sequence (a span hit's end
+    // blocks and tail).
+    Pages placedPrefixPages(32, 40);
+    ForwardSequence placedPrefix{llvm::ArrayRef(placedTokens).take_front(40),
+                                 llvm::ArrayRef(placedPositions).take_front(40),
+                                 placedPrefixPages.blockIds,
+                                 placedPrefixPages.validTokens,
+                                 LogitsRequest::None};
+    ASSERT_FALSE(bool(pruned->forwardLayers(placedPrefix, layers)));
+    ASSERT_FALSE(bool(whole->forwardLayers(placedPrefix, layers)));
+    std::vector<int32_t> placedIndices = {13, 14, 15, 30, 31};
+    for (int32_t index = 40; index < 48; ++index)
+      placedIndices.push_back(index);
+    std::vector<int32_t> placedRows, placedRowPositions;
+    for (int32_t index : placedIndices) {
+      placedRows.push_back(placedTokens[size_t(index)]);
+      placedRowPositions.push_back(index);
+    }
+
+    auto run = [&](backend::CpuBackend &backend, std::vector<float> &mass,
+                   ForwardOutput &output) {
+      mass.assign(37, 0.0f);
+      std::vector<ForwardSequence> batch;
+      batch.push_back({llvm::ArrayRef(decodeTokens).take_back(1),
+                       llvm::ArrayRef(decodePositions).take_back(1),
+                       decodePages.blockIds, decodePages.validTokens,
+                       LogitsRequest::Last});
+      ForwardSequence probed{lastTokens, lastPositions, lastPages.blockIds,
+                             lastPages.validTokens, LogitsRequest::Last};
+      probed.keyMass = mass;
+      probed.massFirstLayer = layers - 2;
+      probed.massEndLayer = layers;
+      batch.push_back(probed);
+      batch.push_back({allTokens, allPositions, allPages.blockIds,
+                       allPages.validTokens, LogitsRequest::All});
+      batch.push_back({noneTokens, nonePositions, nonePages.blockIds,
+                       nonePages.validTokens, LogitsRequest::None});
+      ForwardSequence placed{placedRows, placedRowPositions,
+                             placedPages.blockIds, placedPages.validTokens,
+                             LogitsRequest::Last};
+      placed.queryIndices = placedIndices;
+      batch.push_back(placed);
+      return backend.forward(batch, output);
+    };
+    std::vector<float> prunedMass, wholeMass;
+    ForwardOutput prunedOutput, wholeOutput;
+    for (auto [backend, mass, output] :
+         {std::tuple(pruned.get(), &prunedMass, &prunedOutput),
+          std::tuple(whole.get(), &wholeMass, &wholeOutput)})
+      if (llvm::Error error = run(*backend, *mass, *output))
+        FAIL() << llvm::toString(std::move(error));
+    ASSERT_EQ(prunedOutput.rowOffsets, wholeOutput.rowOffsets);
+    ASSERT_EQ(prunedOutput.logits.size(),
+              size_t(1 + 1 + 19 + 0 + 1) * model.config().vocabSize);
+    EXPECT_EQ(std::memcmp(prunedOutput.logits.data(), wholeOutput.logits.data(),
+                          prunedOutput.logits.size() * sizeof(float)),
+              0)
+        << "keys rotated " << keysRotated;
+    EXPECT_EQ(std::memcmp(prunedMass.data(), wholeMass.data(),
+                          prunedMass.size() * sizeof(float)),
+              0)
+        << "keys rotated " << keysRotated;
+    // Of that step's 1 + 37 + 19 + 26 + 13 rows, 22 carried on.
+    EXPECT_EQ(pruned->profile().kvOnlyRows, (20 + 40) + (96 - 22));
+
+    // One decode step of every sequence, rewriting its last token: it
+    // reads every K/V the steps wrote.
+    auto decode = [&](backend::CpuBackend &backend, ForwardOutput &output) {
+      std::vector<ForwardSequence> batch;
+      for (const Pages *pages :
+           {&decodePages, &lastPages, &allPages, &nonePages, &placedPages}) {
+        const size_t length = pages->blockIds.size() * 16 -
+                              size_t(16 - pages->validTokens.back());
+        batch.push_back({llvm::ArrayRef(placedTokens).take_front(1),
+                         llvm::ArrayRef(placedPositions).slice(length - 1, 1),
+                         pages->blockIds, pages->validTokens,
+                         LogitsRequest::Last});
+      }
+      return backend.forward(batch, output);
+    };
+    ASSERT_FALSE(bool(decode(*pruned, prunedOutput)));
+    ASSERT_FALSE(bool(decode(*whole, wholeOutput)));
+    EXPECT_EQ(std::memcmp(prunedOutput.logits.data(), wholeOutput.logits.data(),
+                          prunedOutput.logits.size() * sizeof(float)),
+              0)
+        << "keys rotated " << keysRotated << ", decoding after";
+
+    // A pass of two layers (a repair's selection pass) carries no row past
+    // its second layer's K/V write; every K/V written so far is the same.
+    Pages longerPages(24, 27);
+    const std::vector<int32_t> longerTokens = someTokens(27, 4),
+                               longerPositions = iota(0, 27);
+    ForwardSequence twoLayers{llvm::ArrayRef(longerTokens).take_back(1),
+                              llvm::ArrayRef(longerPositions).take_back(1),
+                              longerPages.blockIds, longerPages.validTokens,
+                              LogitsRequest::None};
+    ASSERT_FALSE(bool(pruned->forwardLayers(twoLayers, 2)));
+    ASSERT_FALSE(bool(whole->forwardLayers(twoLayers, 2)));
+    const backend::KvStorage &a = *pruned->hostStorage(),
+                             &b = *whole->hostStorage();
+    int64_t differing = 0;
+    for (int layer = 0; layer < int(layers); ++layer)
+      for (int64_t block = 0; block < 36; ++block)
+        for (int head = 0; head < int(model.config().numKvHeads); ++head)
+          for (int slot = 0; slot < 16; ++slot)
+            for (int dim = 0; dim < int(model.config().headDim); ++dim)
+              differing += a.key(layer, block, head, slot, dim) !=
+                               b.key(layer, block, head, slot, dim) ||
+                           a.value(layer, block, head, slot, dim) !=
+                               b.value(layer, block, head, slot, dim);
+    EXPECT_EQ(differing, 0) << "keys rotated " << keysRotated;
+  }
 }
 
 TEST(Forward, BadBatchesAreErrorsNotCrashes) {

@@ -184,7 +184,13 @@ TEST(ModelConfig, CountsTheFlopsOfAPrefill) {
   // One token: its projections, one pair per layer and one row of logits.
   EXPECT_EQ(config.prefillFlops(1),
             30 * (2.0 * 3538944 + 2304) + 2.0 * 576 * 49152);
-  EXPECT_EQ(config.prefillFlops(512), 117850374144.0);
+  // 512 tokens: the last layer's rows but the last stop after their QKV.
+  EXPECT_EQ(config.queryKeyValueFlopsPerRow(), 2.0 * 576 * 960);
+  EXPECT_EQ(
+      config.prefillFlops(512),
+      29 * (512 * 2.0 * 3538944 + 512 * 513 / 2 * 2304.0) +
+          (512 * 2.0 * 576 * 960 + 2.0 * (3538944 - 576 * 960) + 512 * 2304.0) +
+          2.0 * 576 * 49152);
 }
 
 TEST(ModelConfig, AVocabularyOtherThanTheEmbeddingRowsIsAnError) {

@@ -91,8 +91,9 @@ void printPhaseProfile(llvm::raw_ostream &os, const PhaseProfile &profile,
       gemmRate = rate(forward.gemmFlops(*config), forward.gemmSeconds());
     }
     char pairs[64];
+    // The pairs attended: a pass's last layer skips its non-logit rows'.
     std::snprintf(pairs, sizeof pairs, ", %lld query-key pairs in all",
-                  (long long)forward.attentionPairs);
+                  (long long)(forward.attentionPairs - forward.kvOnlyPairs));
     line(2, "attention", forward.attentionSeconds,
          perLayer(forward.attentionSeconds) + pairs + attentionRate);
     line(2, "GEMMs (qkv,out,ffn)", forward.gemmSeconds(),

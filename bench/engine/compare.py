@@ -346,8 +346,11 @@ def main():
         lines += ["## Long prompts at the pace of their FLOPs", "",
                   "FLOPs of a pass: the GEMMs per token, causal attention's "
                   "QK^T and PV (growing with the square of the length) and "
-                  "the last token's output head (`spanc bench engine`'s "
-                  "count, the same for both engines).", ""]
+                  "the last token's output head, the last layer past its "
+                  "QKV projection for the last token alone (neither engine "
+                  "computes the rows no logits are read from there; "
+                  "`spanc bench engine`'s count, the same for both "
+                  "engines).", ""]
         lines += pace_table(args, stats, flops) + [""]
     if fix_note:
         lines += [fix_note, ""]

@@ -58,6 +58,23 @@ Model *sharedModel() {
   return model.get();
 }
 
+/// One model with the default options (bf16 GEMMs, int8 decode rows, f16
+/// K/V), for the checks that hold bit for bit on those numerics.
+Model *defaultModel() {
+  static std::unique_ptr<Model> model = [] {
+    std::unique_ptr<Model> loaded;
+    if (!llvm::sys::fs::exists(modelPath()))
+      return loaded;
+    auto result = Model::load(modelPath(), ModelOptions());
+    if (!result) {
+      ADD_FAILURE() << llvm::toString(result.takeError());
+      return loaded;
+    }
+    return std::move(*result);
+  }();
+  return model.get();
+}
+
 #define REQUIRE_MODEL()                                                        \
   Model *model = sharedModel();                                                \
   if (!model)                                                                  \
@@ -303,11 +320,10 @@ TEST(Forward, RopeInKernelMatchesRotatedKeys) {
 // f16 K/V), with K stored rotated and rope-in-kernel, for one, two and
 // four decode rows and a step past the limit of rows (kernel path in both).
 TEST(Forward, DecodeInOneRegionGivesTheKernelPathsBits) {
-  if (!llvm::sys::fs::exists(modelPath()))
+  Model *loaded = defaultModel();
+  if (!loaded)
     GTEST_SKIP() << "model not found at " << modelPath();
-  auto loaded = Model::load(modelPath(), ModelOptions());
-  ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
-  Model &model = **loaded;
+  Model &model = *loaded;
   if (!model.quantizedDecodeRows())
     GTEST_SKIP() << "this kernel path multiplies decode rows on the packed "
                     "weights (no int8 GEMV), so no step runs in one region";
@@ -371,17 +387,17 @@ TEST(Forward, DecodeInOneRegionGivesTheKernelPathsBits) {
 // its K/V write (runtime/backend/cpu/ForwardPass.cpp, keepLogitRows): on
 // the default numerics, with K stored rotated and rope-in-kernel, every
 // logit, key-mass sum and K/V element keeps the bits of the pass that
-// carries all rows. The step mixes a decode row, prompts asking for the
-// last row's logits (with a key-mass probe over the last two layers), for
-// every row's and for none, and a request's rows placed by queryIndices;
-// a decode step then reads everything written, and a pass of two layers
-// (which carries no row past its second K/V write) writes more.
+// carries all rows. The step mixes decode rows asking for logits and for
+// none, prompts asking for the last row's logits (with a key-mass probe
+// over the last two layers), for every row's and for none, and a
+// request's rows placed by queryIndices; a decode step then reads
+// everything written, and a pass of two layers (which carries no row past
+// its second K/V write) writes more.
 TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
-  if (!llvm::sys::fs::exists(modelPath()))
+  Model *loaded = defaultModel();
+  if (!loaded)
     GTEST_SKIP() << "model not found at " << modelPath();
-  auto loaded = Model::load(modelPath(), ModelOptions());
-  ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
-  Model &model = **loaded;
+  Model &model = *loaded;
   const uint32_t layers = model.config().numLayers;
   for (bool keysRotated : {true, false}) {
     std::unique_ptr<backend::CpuBackend> pruned =
@@ -395,21 +411,24 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
                                allTokens = someTokens(19, 3),
                                noneTokens = someTokens(26, 4),
                                placedTokens = someTokens(48, 5);
-    // Sequence 0 decodes its 21st token after a 20-token prompt.
-    Pages decodePages(0, 21), lastPages(8, 37), allPages(16, 19),
-        nonePages(24, 26), placedPages(32, 48);
+    // Sequences 0 and 1 decode their 21st token after a 20-token prompt
+    // (the same tokens; sequence 1 asks for no logits).
+    Pages decodePages(0, 21), silentPages(40, 21), lastPages(8, 37),
+        allPages(16, 19), nonePages(24, 26), placedPages(32, 48);
     const std::vector<int32_t> decodePositions = iota(0, 21),
                                lastPositions = iota(0, 37),
                                allPositions = iota(0, 19),
                                nonePositions = iota(0, 26),
                                placedPositions = iota(0, 48);
-    Pages prefixPages(0, 20);
-    ForwardSequence prefix{llvm::ArrayRef(decodeTokens).take_front(20),
-                           llvm::ArrayRef(decodePositions).take_front(20),
-                           prefixPages.blockIds, prefixPages.validTokens,
-                           LogitsRequest::None};
-    ASSERT_FALSE(bool(pruned->forwardLayers(prefix, layers)));
-    ASSERT_FALSE(bool(whole->forwardLayers(prefix, layers)));
+    for (int32_t firstBlock : {0, 40}) {
+      Pages prefixPages(firstBlock, 20);
+      ForwardSequence prefix{llvm::ArrayRef(decodeTokens).take_front(20),
+                             llvm::ArrayRef(decodePositions).take_front(20),
+                             prefixPages.blockIds, prefixPages.validTokens,
+                             LogitsRequest::None};
+      ASSERT_FALSE(bool(pruned->forwardLayers(prefix, layers)));
+      ASSERT_FALSE(bool(whole->forwardLayers(prefix, layers)));
+    }
     // The placed sequence: its first 40 tokens written, then the rows at
     // 13-15, 30-31 and 40-47 recomputed in one sequence (a span hit's end
     // blocks and tail).
@@ -438,6 +457,10 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
                        llvm::ArrayRef(decodePositions).take_back(1),
                        decodePages.blockIds, decodePages.validTokens,
                        LogitsRequest::Last});
+      batch.push_back({llvm::ArrayRef(decodeTokens).take_back(1),
+                       llvm::ArrayRef(decodePositions).take_back(1),
+                       silentPages.blockIds, silentPages.validTokens,
+                       LogitsRequest::None});
       ForwardSequence probed{lastTokens, lastPositions, lastPages.blockIds,
                              lastPages.validTokens, LogitsRequest::Last};
       probed.keyMass = mass;
@@ -464,7 +487,7 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
         FAIL() << llvm::toString(std::move(error));
     ASSERT_EQ(prunedOutput.rowOffsets, wholeOutput.rowOffsets);
     ASSERT_EQ(prunedOutput.logits.size(),
-              size_t(1 + 1 + 19 + 0 + 1) * model.config().vocabSize);
+              size_t(1 + 0 + 1 + 19 + 0 + 1) * model.config().vocabSize);
     EXPECT_EQ(std::memcmp(prunedOutput.logits.data(), wholeOutput.logits.data(),
                           prunedOutput.logits.size() * sizeof(float)),
               0)
@@ -473,15 +496,16 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
                           prunedMass.size() * sizeof(float)),
               0)
         << "keys rotated " << keysRotated;
-    // Of that step's 1 + 37 + 19 + 26 + 13 rows, 22 carried on.
-    EXPECT_EQ(pruned->profile().kvOnlyRows, (20 + 40) + (96 - 22));
+    // The prefixes' last layers carried no row; of that step's 1 + 1 + 37
+    // + 19 + 26 + 13 rows, 22 carried on.
+    EXPECT_EQ(pruned->profile().kvOnlyRows, (20 + 20 + 40) + (97 - 22));
 
     // One decode step of every sequence, rewriting its last token: it
     // reads every K/V the steps wrote.
     auto decode = [&](backend::CpuBackend &backend, ForwardOutput &output) {
       std::vector<ForwardSequence> batch;
-      for (const Pages *pages :
-           {&decodePages, &lastPages, &allPages, &nonePages, &placedPages}) {
+      for (const Pages *pages : {&decodePages, &silentPages, &lastPages,
+                                 &allPages, &nonePages, &placedPages}) {
         const size_t length = pages->blockIds.size() * 16 -
                               size_t(16 - pages->validTokens.back());
         batch.push_back({llvm::ArrayRef(placedTokens).take_front(1),
@@ -513,7 +537,7 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
                              &b = *whole->hostStorage();
     int64_t differing = 0;
     for (int layer = 0; layer < int(layers); ++layer)
-      for (int64_t block = 0; block < 36; ++block)
+      for (int64_t block = 0; block < 42; ++block)
         for (int head = 0; head < int(model.config().numKvHeads); ++head)
           for (int slot = 0; slot < 16; ++slot)
             for (int dim = 0; dim < int(model.config().headDim); ++dim)

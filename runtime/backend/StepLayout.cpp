@@ -112,15 +112,10 @@ llvm::Error buildStepLayout(llvm::ArrayRef<model::ForwardSequence> batch,
 
 int64_t StepLayout::attentionPairs() const {
   int64_t pairs = 0;
-  for (int sequence = 0; sequence < numSequences(); ++sequence) {
-    const int32_t begin = queryOffsets[size_t(sequence)];
-    const int32_t end = queryOffsets[size_t(sequence) + 1];
-    const int64_t firstIndex =
-        int64_t(contextLengths[size_t(sequence)]) - (end - begin);
-    for (int32_t row = begin; row < end; ++row)
-      pairs += 1 + (anyQueryIndices ? queryIndices[size_t(row)]
-                                    : firstIndex + (row - begin));
-  }
+  for (int sequence = 0; sequence < numSequences(); ++sequence)
+    for (int32_t token = queryOffsets[size_t(sequence)];
+         token < queryOffsets[size_t(sequence) + 1]; ++token)
+      pairs += 1 + queryIndex(sequence, token);
   return pairs;
 }
 

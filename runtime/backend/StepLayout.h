@@ -79,6 +79,14 @@ struct StepLayout {
   int numSequences() const { return int(contextLengths.size()); }
   int64_t numPages() const { return int64_t(blockIds.size()); }
   int64_t numLogitRows() const { return int64_t(logitTokens.size()); }
+  /// New token `token` (of sequence `sequence`)'s logical index in its
+  /// page list: the last key it sees.
+  int64_t queryIndex(int sequence, int64_t token) const {
+    if (anyQueryIndices)
+      return queryIndices[size_t(token)];
+    return int64_t(contextLengths[size_t(sequence)]) -
+           queryOffsets[size_t(sequence) + 1] + token;
+  }
   /// The query-key pairs of one layer's attention: each new token sees the
   /// keys of its page list up to its logical index (ForwardProfile's count
   /// of the work behind attention's time).

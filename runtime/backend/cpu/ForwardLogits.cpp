@@ -13,13 +13,13 @@
 
 namespace spanc::backend {
 
-llvm::Error CpuForwardPass::logits(const StepLayout &step,
+llvm::Error CpuForwardPass::logits(const StepLayout &step, bool logitRowsKept,
                                    model::ForwardOutput &output) {
   OpTimer timer(profiling, opProfile.outputHeadSeconds);
   const model::ModelConfig &config = model.config();
   const int64_t dim = config.embeddingDim;
   const int64_t numRows = step.numLogitRows();
-  // Row r of `hidden`, if the last layer kept only these rows in this
+  // Row r of `hidden` if the last layer kept only these rows, in this
   // order (keepLogitRows).
   for (int64_t row = 0; row < numRows; ++row) {
     const int64_t token =

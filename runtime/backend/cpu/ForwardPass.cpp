@@ -101,20 +101,23 @@ llvm::Error CpuForwardPass::project(const cpu::GemmWeights &packed,
 void CpuForwardPass::keepLogitRows(const StepLayout &step, bool withLogits) {
   const int64_t dim = model.config().embeddingDim;
   const int64_t qkvDim = attentionShape.queryRowStride;
-  int64_t kept = 0, keptQuantized = 0, keptPairs = 0;
+  int64_t kept = 0, keptQuantized = 0, droppedPairs = 0;
   keptQueryOffsets.assign(1, 0);
   keptQueryIndices.clear();
   for (int sequence = 0; sequence < step.numSequences(); ++sequence) {
-    const int32_t begin = step.queryOffsets[size_t(sequence)];
     const int32_t end = step.queryOffsets[size_t(sequence) + 1];
-    const int64_t logitRows = withLogits
-                                  ? step.rowOffsets[size_t(sequence) + 1] -
-                                        step.rowOffsets[size_t(sequence)]
-                                  : 0;
-    const int64_t firstIndex =
-        int64_t(step.contextLengths[size_t(sequence)]) - (end - begin);
-    // Rows move only forwards (kept <= token), one row at a time.
-    for (int64_t token = end - logitRows; token < end; ++token, ++kept) {
+    const int64_t firstKept =
+        withLogits ? end - (step.rowOffsets[size_t(sequence) + 1] -
+                            step.rowOffsets[size_t(sequence)])
+                   : end;
+    for (int64_t token = step.queryOffsets[size_t(sequence)]; token < end;
+         ++token) {
+      const int64_t index = step.queryIndex(sequence, token);
+      if (token < firstKept) {
+        droppedPairs += index + 1;
+        continue;
+      }
+      // Rows move only forwards (kept <= token), one row at a time.
       if (token != kept) {
         std::memmove(hidden.data() + kept * dim, hidden.data() + token * dim,
                      sizeof(float) * size_t(dim));
@@ -122,24 +125,20 @@ void CpuForwardPass::keepLogitRows(const StepLayout &step, bool withLogits) {
                      queryKeyValue.data() + token * qkvDim,
                      sizeof(float) * size_t(qkvDim));
       }
-      const int64_t index = step.anyQueryIndices
-                                ? step.queryIndices[size_t(token)]
-                                : firstIndex + (token - begin);
       if (step.anyQueryIndices)
         keptQueryIndices.push_back(int32_t(index));
-      keptPairs += index + 1;
       keptQuantized += token < quantizedRows;
+      ++kept;
     }
     keptQueryOffsets.push_back(int32_t(kept));
   }
   opProfile.kvOnlyRows += numTokens - kept;
-  opProfile.kvOnlyPairs += step.attentionPairs() - keptPairs;
+  opProfile.kvOnlyPairs += droppedPairs;
   numTokens = kept;
   quantizedRows = keptQuantized;
   attentionBatch.queryOffsets = keptQueryOffsets.data();
   attentionBatch.queryIndices =
       step.anyQueryIndices ? keptQueryIndices.data() : nullptr;
-  logitRowsKept = withLogits;
 }
 
 llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
@@ -222,7 +221,7 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
   // Past the last layer's K/V write, only the rows whose logits the pass
   // returns are read again (a pass of fewer layers returns none).
   const bool withLogits = output && numLayers == config.numLayers;
-  logitRowsKept = false;
+  bool logitRowsKept = false;
   if (canRunLayersInTeam(step, numLayers) &&
       (!pruneLastLayer || (withLogits && step.numLogitRows() == numTokens)))
     runLayersInTeam(step, storage, numLayers);
@@ -233,6 +232,7 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
         return error;
       if (pruneLastLayer && layerIndex + 1 == numLayers) {
         keepLogitRows(step, withLogits);
+        logitRowsKept = withLogits;
         if (numTokens == 0)
           break;
       }
@@ -248,7 +248,7 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
   output->logits.resize(size_t(step.numLogitRows() * config.vocabSize));
   if (step.numLogitRows() == 0 || numLayers < config.numLayers)
     return llvm::Error::success();
-  return logits(step, *output);
+  return logits(step, logitRowsKept, *output);
 }
 
 } // namespace spanc::backend

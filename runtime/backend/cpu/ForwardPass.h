@@ -120,8 +120,11 @@ private:
   void layerInTeam(const model::LayerWeights &layer, uint32_t layerIndex,
                    const StepLayout &step, KvStorage &storage, int thread,
                    int threads);
-  /// ForwardLogits.cpp: the output norm and head over the wanted rows.
-  llvm::Error logits(const StepLayout &step, model::ForwardOutput &output);
+  /// ForwardLogits.cpp: the output norm and head over the wanted rows
+  /// (`logitRowsKept`: rows [0, n) of `hidden`, keepLogitRows ran; else
+  /// step.logitTokens' rows).
+  llvm::Error logits(const StepLayout &step, bool logitRowsKept,
+                     model::ForwardOutput &output);
 
   model::Model &model;
 
@@ -137,9 +140,6 @@ private:
   /// keepLogitRows' attention batch: each sequence's kept rows and, when
   /// the step places its rows, their logical indices.
   std::vector<int32_t> keptQueryOffsets, keptQueryIndices;
-  /// Row r of `hidden` holds logit row r (keepLogitRows ran), not token
-  /// row step.logitTokens[r].
-  bool logitRowsKept = false;
 
   // Scratch and activations, sized for the largest step so far.
   cpu::QuantizedActivations quantizedActivations, feedForwardActivations;

@@ -499,6 +499,13 @@ TEST(Forward, TheLastLayerKeepsOnlyLogitRowsWithTheSameBits) {
     // The prefixes' last layers carried no row; of that step's 1 + 1 + 37
     // + 19 + 26 + 13 rows, 22 carried on.
     EXPECT_EQ(pruned->profile().kvOnlyRows, (20 + 20 + 40) + (97 - 22));
+    // Their query-key pairs (a row at logical index i sees i + 1 keys):
+    // the prefixes' 20 + 20 + 40 rows; the silent decode row (index 20),
+    // 36 of the probed prompt's, all 26 of the one without logits and the
+    // placed rows but the last (13-15, 30-31, 40-46).
+    EXPECT_EQ(pruned->profile().kvOnlyPairs,
+              (210 + 210 + 820) + 21 + 666 + 351 +
+                  (14 + 15 + 16 + 31 + 32 + 41 + 42 + 43 + 44 + 45 + 46 + 47));
 
     // One decode step of every sequence, rewriting its last token: it
     // reads every K/V the steps wrote.

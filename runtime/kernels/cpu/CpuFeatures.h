@@ -44,11 +44,11 @@ struct CpuFeatures {
 /// The instruction-set levels the kernels are written for, in order; each
 /// includes the ones before it. A level is a kernel *path*: what every
 /// kernel runs when the process is capped there.
-///   Scalar      portable C++ kernels; oneDNN's GEMM at SSE4.1, f32
-///   Avx2        oneDNN's GEMM at AVX2+FMA, f32 (spanc's own kernels have
-///               no AVX2 code: they run their portable path)
+///   Scalar      portable C++ kernels; spanc's f32 GEMM on SSE2 vectors
+///   Avx2        spanc's f32 GEMM on AVX2+FMA (F32Gemm.h); the other
+///               kernels run their portable path
 ///   Avx512      spanc's AVX-512 kernels (attention, int8 GEMV, RoPE,
-///               elementwise, f16 K/V); GEMMs in f32
+///               elementwise, f16 K/V); oneDNN's f32 GEMMs
 ///   Avx512Bf16  + bf16 weight GEMMs through oneDNN (AVX-512-BF16)
 ///   Amx         + spanc's AMX GEMM and AMX attention tiles
 enum class IsaLevel { Scalar, Avx2, Avx512, Avx512Bf16, Amx };

@@ -30,23 +30,6 @@ using DataType = dnnl::memory::data_type;
 /// copy of each weight serves prefill and decode.
 constexpr int64_t kLayoutRows = 256;
 
-/// The rows oneDNN must multiply for each of `m` rows to get the bits any
-/// other batch gives it. Below AVX-512 its f32 GEMM (oneDNN 2.6) cuts the
-/// rows into blocks of six and sums a remainder of one to three rows (at
-/// SSE4.1: a batch of one) with another kernel, in another order, so a row
-/// would round differently alone than among others (a span hit's short
-/// tail against the miss's full prompt; a solo call against a bulk).
-/// Padding the batch with zero rows to a multiple of six gives every row
-/// the full kernel. At AVX-512 and above a row's bits do not depend on the
-/// batch. GemmTest's RowResultsDoNotDependOnTheBatchOnEveryPath checks
-/// both on every kernel path.
-int64_t oneDnnRows(int64_t m) {
-  if (isaLevel() >= IsaLevel::Avx512)
-    return m;
-  constexpr int64_t kRowBlock = 6;
-  return (m + kRowBlock - 1) / kRowBlock * kRowBlock;
-}
-
 DataType dataType(GemmPrecision precision) {
   return precision == GemmPrecision::Bf16 ? DataType::bf16 : DataType::f32;
 }
@@ -141,6 +124,8 @@ const char *gemmKernelName(GemmKernel kernel) {
     return "amx";
   case GemmKernel::Avx512Bf16:
     return "avx512bf16";
+  case GemmKernel::F32:
+    return "f32";
   case GemmKernel::OneDnn:
     break;
   }
@@ -158,9 +143,10 @@ std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name) {
 }
 
 struct GemmWeights::Storage {
-  // One of the two: bf16 panels (the AMX and AVX-512 BF16 kernels'), or
-  // oneDNN's blocked layout.
+  // One of the three: bf16 panels (the AMX and AVX-512 BF16 kernels'),
+  // f32 panels (spanc's f32 kernel), or oneDNN's blocked layout.
   AmxWeights amx;
+  F32Panels f32;
   dnnl::memory::desc desc;
   dnnl::memory memory;
 };
@@ -175,6 +161,8 @@ int64_t GemmWeights::sizeInBytes() const {
     return 0;
   if (usesPanels(kernel))
     return storage->amx.sizeInBytes();
+  if (kernel == GemmKernel::F32)
+    return storage->f32.sizeInBytes();
   return int64_t(storage->desc.get_size());
 }
 
@@ -191,8 +179,6 @@ struct GemmEngine::Impl {
   std::vector<uint16_t> activations; ///< bf16 copy of x
   AmxScratch amxScratch;
   std::vector<float> products; ///< oneDNN's P before an epilogue
-  /// A batch padded with zero rows (oneDnnRows), and its P.
-  std::vector<float> paddedInput, paddedOutput;
 
   dnnl::matmul::primitive_desc describe(const dnnl::memory::desc &weights,
                                         int64_t m, int64_t k, int64_t n,
@@ -207,8 +193,13 @@ struct GemmEngine::Impl {
 GemmEngine::GemmEngine(GemmPrecision precision, GemmKernel preferred)
     : impl((capOneDnnIsa(), std::make_unique<Impl>())),
       enginePrecision(precision), engineKernel(GemmKernel::OneDnn) {
-  if (preferred == GemmKernel::OneDnn || precision != GemmPrecision::Bf16)
+  if (preferred == GemmKernel::OneDnn)
     return;
+  if (precision != GemmPrecision::Bf16) {
+    if (isaLevel() < IsaLevel::Avx512)
+      engineKernel = GemmKernel::F32;
+    return;
+  }
   if (preferred == GemmKernel::Amx && amxBf16Usable())
     engineKernel = GemmKernel::Amx;
   else if (cpuFeatures().avx512bf16)
@@ -231,6 +222,10 @@ GemmEngine::packWeights(const float *matrix, int64_t rows, int64_t columns) {
   GemmWeights weights = emptyWeights(rows, columns);
   if (usesPanels(engineKernel)) {
     weights.storage->amx = packAmxWeights(matrix, rows, columns);
+    return weights;
+  }
+  if (engineKernel == GemmKernel::F32) {
+    weights.storage->f32 = packF32Panels(matrix, rows, columns);
     return weights;
   }
   try {
@@ -307,6 +302,11 @@ llvm::Error GemmEngine::multiply(const GemmWeights &weights, const float *x,
                                                : AmxEpilogue::Accumulate);
     return llvm::Error::success();
   }
+  if (weights.kernel == GemmKernel::F32) {
+    f32PanelGemm(weights.storage->f32, x, m, y,
+                 output == GemmOutput::Accumulate);
+    return llvm::Error::success();
+  }
   if (output == GemmOutput::Store)
     return multiplyOneDnn(weights, x, m, y);
   const int64_t n = weights.numRows;
@@ -328,6 +328,8 @@ llvm::Error GemmEngine::multiplyGated(const GemmWeights &weights,
   impl->products.resize(size_t(m * n));
   if (usesPanels(weights.kernel))
     multiplyPanels(weights, x, m, impl->products.data(), AmxEpilogue::Store);
+  else if (weights.kernel == GemmKernel::F32)
+    f32PanelGemm(weights.storage->f32, x, m, impl->products.data(), false);
   else if (llvm::Error error =
                multiplyOneDnn(weights, x, m, impl->products.data()))
     return error;
@@ -347,17 +349,6 @@ void GemmEngine::multiplyPanels(const GemmWeights &weights, const float *x,
 llvm::Error GemmEngine::multiplyOneDnn(const GemmWeights &weights,
                                        const float *x, int64_t m, float *y) {
   const int64_t n = weights.numRows, k = weights.numColumns;
-  if (const int64_t rows = oneDnnRows(m); rows != m) {
-    impl->paddedInput.assign(size_t(rows * k), 0.0f);
-    std::copy(x, x + m * k, impl->paddedInput.begin());
-    impl->paddedOutput.resize(size_t(rows * n));
-    if (llvm::Error error = multiplyOneDnn(weights, impl->paddedInput.data(),
-                                           rows, impl->paddedOutput.data()))
-      return error;
-    std::copy(impl->paddedOutput.begin(), impl->paddedOutput.begin() + m * n,
-              y);
-    return llvm::Error::success();
-  }
   try {
     auto key = std::make_tuple(m, n, k);
     auto found = impl->primitives.find(key);
@@ -394,6 +385,8 @@ std::string GemmEngine::implementationName(const GemmWeights &weights,
     return "spanc:amx_bf16";
   if (weights.kernel == GemmKernel::Avx512Bf16)
     return "spanc:avx512_bf16";
+  if (weights.kernel == GemmKernel::F32)
+    return "spanc:f32";
   try {
     return impl
         ->describe(weights.storage->desc, m, weights.numColumns,

@@ -7,7 +7,8 @@
 // (AmxGemm.h: bf16 with f32 sums, the SwiGLU and the residual add in its
 // epilogue; or no copy at all: borrowQuantized unpacks 4/8-bit tiles per
 // call), else into the blocked layout oneDNN picks, whose matmul
-// primitives are created once per (M, N, K) and cached. Activations are
+// primitives are created once per (M, N, K) and cached, or, below AVX-512,
+// into spanc's f32 panels (F32Gemm.h). Activations are
 // converted to bf16 per call when the weights are bf16. oneDNN is hidden
 // behind this header.
 //
@@ -16,6 +17,7 @@
 #define SPANC_RUNTIME_KERNELS_CPU_GEMM_H
 
 #include "runtime/kernels/cpu/AmxGemm.h"
+#include "runtime/kernels/cpu/F32Gemm.h"
 #include "runtime/kernels/cpu/QuantGemv.h"
 
 #include "llvm/Support/Error.h"
@@ -31,10 +33,11 @@ enum class GemmPrecision { F32, Bf16 };
 
 /// Who multiplies: spanc's AMX kernel (AmxGemm.h; bf16 on CPUs with AMX),
 /// spanc's AVX-512 BF16 kernel over the same panels (Avx512Bf16Gemm.h; bf16
-/// on CPUs with AVX512_BF16), or oneDNN's matmul (f32, CPUs without native
-/// bf16, or when asked for).
-enum class GemmKernel { Amx, Avx512Bf16, OneDnn };
-/// "amx", "avx512bf16" or "onednn".
+/// on CPUs with AVX512_BF16), oneDNN's matmul (f32 on AVX-512 CPUs without
+/// native bf16, or when asked for), or spanc's f32 kernel (F32Gemm.h: f32
+/// below AVX-512, where oneDNN's sums depend on the batch).
+enum class GemmKernel { Amx, Avx512Bf16, OneDnn, F32 };
+/// "amx", "avx512bf16", "onednn" or "f32".
 const char *gemmKernelName(GemmKernel kernel);
 /// "amx", "avx512bf16" or "onednn".
 std::optional<GemmKernel> parseGemmKernel(llvm::StringRef name);
@@ -90,7 +93,8 @@ class GemmEngine {
 public:
   /// `preferred` Amx falls back to Avx512Bf16 on a CPU without AMX, and
   /// either falls back to oneDNN where the CPU cannot run it or `precision`
-  /// is f32.
+  /// is f32; f32 below AVX-512 takes spanc's f32 kernel instead, unless
+  /// oneDNN is `preferred`.
   explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision(),
                       GemmKernel preferred = GemmKernel::Amx);
   ~GemmEngine();

@@ -15,10 +15,12 @@
 #include "test/unit/kernels/QuantTestMatrix.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -134,7 +136,12 @@ TEST(CpuGemm, PanelKernelsServeBf16WhereTheCpuHasThem) {
   EXPECT_EQ(GemmEngine(GemmPrecision::Bf16).kernel(), expected);
   EXPECT_EQ(panelKernels().size(),
             size_t(cpuFeatures().amxBf16) + size_t(cpuFeatures().avx512bf16));
-  EXPECT_EQ(GemmEngine(GemmPrecision::F32).kernel(), GemmKernel::OneDnn);
+  // f32: oneDNN at AVX-512 (its brgemm), spanc's own below (F32Gemm.h).
+  EXPECT_EQ(GemmEngine(GemmPrecision::F32).kernel(),
+            isaLevel() >= IsaLevel::Avx512 ? GemmKernel::OneDnn
+                                           : GemmKernel::F32);
+  EXPECT_EQ(GemmEngine(GemmPrecision::F32, GemmKernel::OneDnn).kernel(),
+            GemmKernel::OneDnn);
   EXPECT_EQ(GemmEngine(GemmPrecision::Bf16, GemmKernel::OneDnn).kernel(),
             GemmKernel::OneDnn);
   for (GemmKernel kernel : panelKernels())
@@ -175,7 +182,7 @@ void checkRowsDoNotDependOnTheBatch(GemmEngine &engine, int64_t n, int64_t k) {
   ASSERT_TRUE(bool(packed)) << llvm::toString(packed.takeError());
   std::vector<float> alone(static_cast<size_t>(n));
   ASSERT_FALSE(bool(engine.multiply(*packed, probe.data(), 1, alone.data())));
-  for (int64_t m : {2, 3, 8, 15, 16, 17, 32, 33, 64, 215, 300})
+  for (int64_t m : {2, 3, 8, 15, 16, 17, 32, 33, 64, 215, 300, 512})
     for (int64_t position : {int64_t(0), m / 2, m - 1}) {
       std::vector<float> x(size_t(m * k)), y(size_t(m * n));
       for (float &value : x)
@@ -202,14 +209,30 @@ TEST(CpuGemm, PanelKernelRowResultsDoNotDependOnTheBatch) {
 }
 
 TEST(CpuGemm, RowResultsDoNotDependOnTheBatchOnEveryPath) {
-  // The engine the model makes on this kernel path (bf16 or f32, AMX or
-  // oneDNN), and f32 GEMMs (--batch-invariant) everywhere, at SmolLM2's
-  // widths.
-  for (GemmPrecision precision : {defaultGemmPrecision(), GemmPrecision::F32})
-    for (int64_t k : {576, 1536}) {
-      GemmEngine engine(precision);
-      checkRowsDoNotDependOnTheBatch(engine, 96, k);
-    }
+  // The engine the model makes on this kernel path (bf16 or f32; AMX,
+  // AVX-512 BF16, oneDNN, or spanc's f32 kernel below AVX-512), and f32
+  // GEMMs (--batch-invariant) everywhere, at SmolLM2's widths (N: 96 a
+  // head group, 960 QKV, 3 072 gate|up), on several thread counts: below
+  // AVX-512 oneDNN's f32 GEMM summed a row in another order from ~300
+  // rows of 3 072 columns on 2 threads, and from 8 rows on 16.
+  std::vector<GemmPrecision> precisions = {defaultGemmPrecision()};
+  if (precisions[0] != GemmPrecision::F32)
+    precisions.push_back(GemmPrecision::F32);
+  const int threadsBefore = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    for (GemmPrecision precision : precisions)
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{96, 576},
+                          {96, 1536},
+                          {960, 576},
+                          {3072, 576}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << threads << " threads, N " << n << ", K " << k);
+        GemmEngine engine(precision);
+        checkRowsDoNotDependOnTheBatch(engine, n, k);
+      }
+  }
+  omp_set_num_threads(threadsBefore);
 }
 
 TEST(CpuGemm, Bf16ConversionRoundsToNearestEven) {

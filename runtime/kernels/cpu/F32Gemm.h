@@ -1,0 +1,70 @@
+//===- F32Gemm.h - spanc's f32 weight GEMM below AVX-512 ------------------===//
+//
+// y[M][N] = x[M][K] * W^T in f32 on CPUs without AVX-512, where the
+// weights stay f32 (no native bf16). oneDNN's f32 GEMM there (its gemm:jit,
+// not the brgemm it runs at AVX-512) chooses its blocking and its split of
+// K from M, N and the thread count, so a row's sum came out in another
+// order alone than among 300 rows, or on 4 threads than on 2: a span hit's
+// short tail did not give the miss's bits, and a call's answer could
+// depend on what shared its step (docs/ARCHITECTURE.md, "Numerics"). Here
+// every output element is one chain of multiply-adds over K in order,
+// computed by one thread, whatever the batch, the row's place in it or the
+// thread count.
+//
+// Weights are packed once into panels of 16 output columns, K-major (a
+// panel's 16 weights of one k are two AVX2 vectors); a panel past N is
+// padded with zeros. Rows are taken six at a time (twelve AVX2 sums and the
+// panel's two vectors fill the sixteen registers). The AVX2+FMA micro-
+// kernel is in F32GemmAvx2.cpp; the portable one (the scalar kernel path)
+// in F32Gemm.cpp. Their bits differ (fused or separate multiply-add), as
+// the kernel paths' bits do; each is invariant on its own path.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_F32GEMM_H
+#define SPANC_RUNTIME_KERNELS_CPU_F32GEMM_H
+
+#include "runtime/kernels/cpu/AlignedAllocator.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace spanc::cpu {
+
+/// Output columns per panel.
+constexpr int kF32PanelColumns = 16;
+/// Rows one micro-kernel call multiplies.
+constexpr int kF32GemmRowBlock = 6;
+
+/// A weight W of `rows` (N) x `columns` (K) as panels: panel p holds W's
+/// rows [16p, 16p + 16) as data[(p * K + k) * 16 + j] = W[16p + j][k].
+struct F32Panels {
+  int64_t rows = 0, columns = 0;
+  std::vector<float, AlignedAllocator<float>> data;
+
+  int64_t numPanels() const {
+    return (rows + kF32PanelColumns - 1) / kF32PanelColumns;
+  }
+  int64_t sizeInBytes() const { return int64_t(data.size() * sizeof(float)); }
+};
+
+/// Packs a row-major [rows][columns] f32 matrix.
+F32Panels packF32Panels(const float *matrix, int64_t rows, int64_t columns);
+
+/// y = x * W^T, or y += x * W^T when `accumulate` (each element y + p, as
+/// addInPlace adds); x has K floats a row, y N. Panels are split between
+/// the OpenMP threads (on the calling thread inside a parallel region).
+void f32PanelGemm(const F32Panels &weights, const float *x, int64_t m, float *y,
+                  bool accumulate);
+
+namespace f32gemm {
+/// One micro-kernel call: `rows` (1..6) rows of x (stride xStride) against
+/// one panel over `depth` (K) values, into the first `columns` (1..16)
+/// columns of y (stride yStride). Internal to F32Gemm*.cpp.
+void panelRowsAvx2(const float *x, int64_t xStride, int rows,
+                   const float *panel, int64_t depth, float *y, int64_t yStride,
+                   int columns, bool accumulate);
+} // namespace f32gemm
+
+} // namespace spanc::cpu
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_F32GEMM_H

@@ -14,6 +14,8 @@
 // instruction set, fold blocks into the tile state:
 //   AttentionScalar.cpp  any shape; the reference the others are tested
 //                        against;
+//   AttentionAvx2.cpp    CPUs with AVX2 but no AVX-512: blockSize 16 and
+//                        headDim % 8 == 0;
 //   AttentionAvx512.cpp  blockSize 16 and headDim % 16 == 0;
 //   AttentionAmx.cpp     f16 K/V on a CPU with AMX: every tile of a
 //                        sequence of prompt rows (decode rows stay in f32).
@@ -171,15 +173,20 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
   }
 }
 
+/// How runItem folds an item's pages.
+enum class ItemStep { Scalar, Avx2, DecodeAvx512 };
+
 /// Runs one work item alone: a tile of rows against a range of its pages,
-/// in decode steps on AVX-512 or on the scalar path.
+/// in decode steps on AVX-512, on the AVX2 path or on the scalar path.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             bool decodeSteps, float *partial, float *output) {
+             ItemStep step, float *partial, float *output) {
   TileState tile;
   setUpTile(context, item, /*byDim=*/false, tile);
-  if (decodeSteps)
+  if (step == ItemStep::DecodeAvx512)
     foldDecodePagesAvx512<Element>(context, item, tile);
+  else if (step == ItemStep::Avx2)
+    foldPagesAvx2<Element>(context, item, tile);
   else
     foldPagesScalar<Element>(context, item, tile);
   finishItem(context, item, tile, partial, output);
@@ -429,11 +436,13 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     const AttentionWorkItem &item =
         workspace.items[size_t(order[size_t(index)])];
     float *partial = partialOf(partials, call.stateFloats, item);
-    const bool decodeSteps = foldsDecodeSteps(call, item);
+    const ItemStep step = foldsDecodeSteps(call, item) ? ItemStep::DecodeAvx512
+                          : call.useAvx2               ? ItemStep::Avx2
+                                                       : ItemStep::Scalar;
     if (f16)
-      runItem<uint16_t>(context, item, decodeSteps, partial, output);
+      runItem<uint16_t>(context, item, step, partial, output);
     else
-      runItem<float>(context, item, decodeSteps, partial, output);
+      runItem<float>(context, item, step, partial, output);
   }
 }
 

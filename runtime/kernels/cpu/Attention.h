@@ -180,6 +180,7 @@ struct AttentionWorkspace {
 /// handing the plan to the others at every layer.
 struct PagedAttentionPlan {
   bool useAvx512 = false, useAmx = false;
+  bool useAvx2 = false; ///< AttentionAvx2.cpp, where AVX-512 is not used
   int32_t numPartials = 0;
   int32_t totalPages = 0;
   int64_t stateFloats = 0;

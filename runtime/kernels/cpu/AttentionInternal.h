@@ -127,6 +127,13 @@ void foldPassAvx512(const CallContext &context,
                     TileState *const *tiles, int count, float *blockCache,
                     int32_t *blockCacheTags);
 
+/// The AVX2 path of CPUs without AVX-512 (blockSize 16, headDim % 8 == 0):
+/// each page widened (or rotated) once into f32, then folded into the
+/// tile's rows, every row's arithmetic its own (AttentionAvx2.cpp).
+template <typename Element>
+void foldPagesAvx2(const CallContext &context, const AttentionWorkItem &item,
+                   TileState &tile);
+
 /// Pages per online-softmax step of a decode tile (foldDecodePagesAvx512).
 constexpr int kDecodeStepPages = 4;
 

@@ -236,6 +236,10 @@ PlannedCall planCall(const PagedAttentionShape &shape,
   call.useAmx = call.useAvx512 && options.allowAmx &&
                 kv.precision == KvPrecision::F16 && shape.headDim % 32 == 0 &&
                 shape.headDim <= kMaxAmxHeadDim && amxBf16Usable();
+  const CpuFeatures &features = cpuFeatures();
+  call.useAvx2 = !call.useAvx512 && !options.forceScalar && features.avx2 &&
+                 features.fma && features.f16c && kv.blockSize == 16 &&
+                 shape.headDim % 8 == 0;
   const bool useAvx512 = call.useAvx512, useAmx = call.useAmx;
   call.numPartials =
       planWorkItems(shape, batch, options, useAvx512 && !useAmx, workspace);

@@ -1,8 +1,8 @@
 //===- AttentionScalar.cpp - The portable attention tile step -------------===//
 //
 // Any block size and head dim, every product in f32 with loads converted
-// element by element: the reference the AVX-512 and AMX paths are tested
-// against (AttentionTest), and the path of CPUs without AVX-512.
+// element by element: the reference the AVX2, AVX-512 and AMX paths are
+// tested against (AttentionTest), and the path of CPUs without AVX2.
 //
 //===----------------------------------------------------------------------===//
 

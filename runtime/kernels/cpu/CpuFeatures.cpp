@@ -44,6 +44,7 @@ CpuFeatures probe() {
   bool avxState = osSavesState(0x6);
   bool avx512State = osSavesState(0xe6);
   features.fma = avxState && (ecx & (1u << 12));
+  features.f16c = avxState && (ecx & (1u << 29));
   features.avx2 = avxState && (leaf7ebx & (1u << 5));
   features.avx512f = avx512State && (leaf7ebx & (1u << 16));
   features.avx512bw = avx512State && (leaf7ebx & (1u << 30));
@@ -87,7 +88,7 @@ CpuFeatures capFeatures(CpuFeatures features, IsaLevel level) {
     features.avx512f = features.avx512bw = features.avx512vl =
         features.avx512vnni = false;
   if (level < IsaLevel::Avx2)
-    features.avx2 = features.fma = false;
+    features.avx2 = features.fma = features.f16c = false;
   return features;
 }
 

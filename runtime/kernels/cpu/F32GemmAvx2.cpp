@@ -1,8 +1,8 @@
 //===- F32GemmAvx2.cpp - The f32 GEMM's AVX2+FMA micro-kernel -------------===//
 //
-// Rows x 16 columns of y: per row two 8-wide sums, each the FMA chain over
-// K in order (F32Gemm.h says why). Built for AVX2+FMA by a target
-// attribute; F32Gemm.cpp calls it only where the CPU (under its cap) has
+// Six rows (or one) x 16 columns of y: per row two 8-wide sums, each the
+// FMA chain over K in order (F32Gemm.h says why). Built for AVX2+FMA by a
+// target attribute; F32Gemm.cpp calls it only where the CPU (under its cap) has
 // both.
 //
 //===----------------------------------------------------------------------===//
@@ -17,39 +17,77 @@ namespace {
 
 #define SPANC_AVX2_FMA __attribute__((target("avx2,fma")))
 
-template <int Rows>
-SPANC_AVX2_FMA void panelRows(const float *x, int64_t xStride,
-                              const float *panel, int64_t depth, float *y,
-                              int64_t yStride, int columns, bool accumulate) {
-  __m256 sums[Rows][2];
-  for (int row = 0; row < Rows; ++row)
-    sums[row][0] = sums[row][1] = _mm256_setzero_ps();
+/// Writes one row's 16 sums to the first `columns` columns of out.
+SPANC_AVX2_FMA inline void writeRow(__m256 low, __m256 high, float *out,
+                                    int columns, bool accumulate) {
+  if (columns == kF32PanelColumns) {
+    if (accumulate) {
+      low = _mm256_add_ps(_mm256_loadu_ps(out), low);
+      high = _mm256_add_ps(_mm256_loadu_ps(out + 8), high);
+    }
+    _mm256_storeu_ps(out, low);
+    _mm256_storeu_ps(out + 8, high);
+    return;
+  }
+  alignas(32) float lanes[kF32PanelColumns];
+  _mm256_store_ps(lanes, low);
+  _mm256_store_ps(lanes + 8, high);
+  for (int column = 0; column < columns; ++column)
+    out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+}
+
+/// Six rows, their twelve sums named: kept as arrays indexed by row, GCC
+/// 12 at -O3 stored every sum to the stack in every step of the K loop.
+SPANC_AVX2_FMA void sixRows(const float *x, int64_t xStride, const float *panel,
+                            int64_t depth, float *y, int64_t yStride,
+                            int columns, bool accumulate) {
+  __m256 low0 = _mm256_setzero_ps(), high0 = low0, low1 = low0, high1 = low0,
+         low2 = low0, high2 = low0, low3 = low0, high3 = low0, low4 = low0,
+         high4 = low0, low5 = low0, high5 = low0;
+  const float *x0 = x, *x1 = x0 + xStride, *x2 = x1 + xStride,
+              *x3 = x2 + xStride, *x4 = x3 + xStride, *x5 = x4 + xStride;
   for (int64_t k = 0; k < depth; ++k) {
-    const __m256 low = _mm256_load_ps(panel + k * kF32PanelColumns);
-    const __m256 high = _mm256_load_ps(panel + k * kF32PanelColumns + 8);
-    for (int row = 0; row < Rows; ++row) {
-      const __m256 value = _mm256_broadcast_ss(x + row * xStride + k);
-      sums[row][0] = _mm256_fmadd_ps(value, low, sums[row][0]);
-      sums[row][1] = _mm256_fmadd_ps(value, high, sums[row][1]);
-    }
+    const __m256 weightsLow = _mm256_load_ps(panel + k * kF32PanelColumns);
+    const __m256 weightsHigh = _mm256_load_ps(panel + k * kF32PanelColumns + 8);
+    __m256 value = _mm256_broadcast_ss(x0 + k);
+    low0 = _mm256_fmadd_ps(value, weightsLow, low0);
+    high0 = _mm256_fmadd_ps(value, weightsHigh, high0);
+    value = _mm256_broadcast_ss(x1 + k);
+    low1 = _mm256_fmadd_ps(value, weightsLow, low1);
+    high1 = _mm256_fmadd_ps(value, weightsHigh, high1);
+    value = _mm256_broadcast_ss(x2 + k);
+    low2 = _mm256_fmadd_ps(value, weightsLow, low2);
+    high2 = _mm256_fmadd_ps(value, weightsHigh, high2);
+    value = _mm256_broadcast_ss(x3 + k);
+    low3 = _mm256_fmadd_ps(value, weightsLow, low3);
+    high3 = _mm256_fmadd_ps(value, weightsHigh, high3);
+    value = _mm256_broadcast_ss(x4 + k);
+    low4 = _mm256_fmadd_ps(value, weightsLow, low4);
+    high4 = _mm256_fmadd_ps(value, weightsHigh, high4);
+    value = _mm256_broadcast_ss(x5 + k);
+    low5 = _mm256_fmadd_ps(value, weightsLow, low5);
+    high5 = _mm256_fmadd_ps(value, weightsHigh, high5);
   }
-  for (int row = 0; row < Rows; ++row) {
-    float *out = y + row * yStride;
-    if (columns == kF32PanelColumns) {
-      if (accumulate) {
-        sums[row][0] = _mm256_add_ps(_mm256_loadu_ps(out), sums[row][0]);
-        sums[row][1] = _mm256_add_ps(_mm256_loadu_ps(out + 8), sums[row][1]);
-      }
-      _mm256_storeu_ps(out, sums[row][0]);
-      _mm256_storeu_ps(out + 8, sums[row][1]);
-      continue;
-    }
-    alignas(32) float lanes[kF32PanelColumns];
-    _mm256_store_ps(lanes, sums[row][0]);
-    _mm256_store_ps(lanes + 8, sums[row][1]);
-    for (int column = 0; column < columns; ++column)
-      out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+  writeRow(low0, high0, y, columns, accumulate);
+  writeRow(low1, high1, y + yStride, columns, accumulate);
+  writeRow(low2, high2, y + 2 * yStride, columns, accumulate);
+  writeRow(low3, high3, y + 3 * yStride, columns, accumulate);
+  writeRow(low4, high4, y + 4 * yStride, columns, accumulate);
+  writeRow(low5, high5, y + 5 * yStride, columns, accumulate);
+}
+
+/// One row: the same chain of FMAs as each row of sixRows.
+SPANC_AVX2_FMA void oneRow(const float *x, const float *panel, int64_t depth,
+                           float *y, int columns, bool accumulate) {
+  __m256 low = _mm256_setzero_ps(), high = low;
+  for (int64_t k = 0; k < depth; ++k) {
+    const __m256 value = _mm256_broadcast_ss(x + k);
+    low = _mm256_fmadd_ps(value, _mm256_load_ps(panel + k * kF32PanelColumns),
+                          low);
+    high = _mm256_fmadd_ps(
+        value, _mm256_load_ps(panel + k * kF32PanelColumns + 8), high);
   }
+  writeRow(low, high, y, columns, accumulate);
 }
 
 } // namespace
@@ -57,26 +95,11 @@ SPANC_AVX2_FMA void panelRows(const float *x, int64_t xStride,
 void panelRowsAvx2(const float *x, int64_t xStride, int rows,
                    const float *panel, int64_t depth, float *y, int64_t yStride,
                    int columns, bool accumulate) {
-  switch (rows) {
-  case 6:
-    return panelRows<6>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  case 5:
-    return panelRows<5>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  case 4:
-    return panelRows<4>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  case 3:
-    return panelRows<3>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  case 2:
-    return panelRows<2>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  default:
-    return panelRows<1>(x, xStride, panel, depth, y, yStride, columns,
-                        accumulate);
-  }
+  if (rows == kF32GemmRowBlock)
+    return sixRows(x, xStride, panel, depth, y, yStride, columns, accumulate);
+  for (int row = 0; row < rows; ++row)
+    oneRow(x + row * xStride, panel, depth, y + row * yStride, columns,
+           accumulate);
 }
 
 } // namespace spanc::cpu::f32gemm

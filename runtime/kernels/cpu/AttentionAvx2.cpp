@@ -2,8 +2,8 @@
 //
 // CPUs with AVX2, FMA and F16C but no AVX-512 (AMD before Zen 4, Intel
 // client parts and servers before Skylake-SP): blockSize 16, headDim % 8 ==
-// 0. Before it such CPUs ran the scalar reference, ~0.3 GFLOP/s a core
-// (docs/ARCHITECTURE.md, "Kernel paths"). Each page is widened from f16
+// 0. Before it such CPUs ran the scalar reference, ~1 GFLOP/s a core
+// (docs/ARCHITECTURE.md, "CPU attention"). Each page is widened from f16
 // (and, rope-in-kernel, rotated) once per tile into f32 in L1; a row's
 // scores are two 8-slot vectors, each an FMA chain over the head's dims;
 // its softmax runs lane-wise; its P.V is one FMA chain per 8 dims over the

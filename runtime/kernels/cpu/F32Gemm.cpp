@@ -26,29 +26,48 @@ constexpr int64_t kParallelWork = int64_t(1) << 16;
 /// Four lanes: the baseline x86-64 target's SSE2 register.
 typedef float Lanes __attribute__((vector_size(16)));
 
-/// Up to three rows (twelve sums of four lanes, with the panel's four
-/// weight vectors, fill SSE2's sixteen registers).
-template <int Rows>
-void panelRowsPortable(const float *x, int64_t xStride, const float *panel,
-                       int64_t depth, float *y, int64_t yStride, int columns,
-                       bool accumulate) {
-  constexpr int kVectors = kF32PanelColumns / 4;
-  Lanes sums[Rows][kVectors] = {};
+/// Writes one row's 16 sums to the first `columns` columns of out.
+void writeRow(const Lanes (&sums)[4], float *out, int columns,
+              bool accumulate) {
+  float lanes[kF32PanelColumns];
+  std::memcpy(lanes, sums, sizeof(lanes));
+  for (int column = 0; column < columns; ++column)
+    out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+}
+
+/// Two rows (or one: `second` null), their eight sums of four lanes named,
+/// so that with the panel's four weight vectors they stay in SSE2's sixteen
+/// registers (an array of them GCC 12 at -O3 stored to the stack at every
+/// K step, as in F32GemmAvx2.cpp).
+void twoRowsPortable(const float *first, const float *second,
+                     const float *panel, int64_t depth, float *y,
+                     int64_t yStride, int columns, bool accumulate) {
+  Lanes a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
   for (int64_t k = 0; k < depth; ++k) {
-    Lanes weights[kVectors];
-    std::memcpy(weights, panel + k * kF32PanelColumns, sizeof(weights));
-    for (int row = 0; row < Rows; ++row) {
-      const float value = x[row * xStride + k];
-      for (int vector = 0; vector < kVectors; ++vector)
-        sums[row][vector] += value * weights[vector];
+    Lanes w0, w1, w2, w3;
+    const float *weights = panel + k * kF32PanelColumns;
+    std::memcpy(&w0, weights, sizeof(w0));
+    std::memcpy(&w1, weights + 4, sizeof(w1));
+    std::memcpy(&w2, weights + 8, sizeof(w2));
+    std::memcpy(&w3, weights + 12, sizeof(w3));
+    const float value = first[k];
+    a0 += value * w0;
+    a1 += value * w1;
+    a2 += value * w2;
+    a3 += value * w3;
+    if (second) {
+      const float other = second[k];
+      b0 += other * w0;
+      b1 += other * w1;
+      b2 += other * w2;
+      b3 += other * w3;
     }
   }
-  for (int row = 0; row < Rows; ++row) {
-    float lanes[kF32PanelColumns];
-    std::memcpy(lanes, sums[row], sizeof(lanes));
-    float *out = y + row * yStride;
-    for (int column = 0; column < columns; ++column)
-      out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+  const Lanes rowA[4] = {a0, a1, a2, a3};
+  writeRow(rowA, y, columns, accumulate);
+  if (second) {
+    const Lanes rowB[4] = {b0, b1, b2, b3};
+    writeRow(rowB, y + yStride, columns, accumulate);
   }
 }
 
@@ -58,26 +77,12 @@ void panelRows(bool avx2, const float *x, int64_t xStride, int rows,
   if (avx2)
     return f32gemm::panelRowsAvx2(x, xStride, rows, panel, depth, y, yStride,
                                   columns, accumulate);
-  // Three rows at a time: each row's sums are its own, so the split does
+  // Two rows at a time: each row's sums are its own, so the split does
   // not change them.
-  for (int first = 0; first < rows; first += 3) {
-    const float *rowX = x + first * xStride;
-    float *rowY = y + first * yStride;
-    switch (std::min(3, rows - first)) {
-    case 3:
-      panelRowsPortable<3>(rowX, xStride, panel, depth, rowY, yStride, columns,
-                           accumulate);
-      break;
-    case 2:
-      panelRowsPortable<2>(rowX, xStride, panel, depth, rowY, yStride, columns,
-                           accumulate);
-      break;
-    default:
-      panelRowsPortable<1>(rowX, xStride, panel, depth, rowY, yStride, columns,
-                           accumulate);
-      break;
-    }
-  }
+  for (int row = 0; row < rows; row += 2)
+    twoRowsPortable(x + row * xStride,
+                    row + 1 < rows ? x + (row + 1) * xStride : nullptr, panel,
+                    depth, y + row * yStride, yStride, columns, accumulate);
 }
 
 } // namespace

@@ -31,8 +31,7 @@ void writeRow(const Lanes (&sums)[4], float *out, int columns,
               bool accumulate) {
   float lanes[kF32PanelColumns];
   std::memcpy(lanes, sums, sizeof(lanes));
-  for (int column = 0; column < columns; ++column)
-    out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+  f32gemm::writeColumns(lanes, out, columns, accumulate);
 }
 
 /// Two rows (or one: `second` null), their eight sums of four lanes named,

@@ -57,6 +57,14 @@ void f32PanelGemm(const F32Panels &weights, const float *x, int64_t m, float *y,
                   bool accumulate);
 
 namespace f32gemm {
+/// The first `columns` of a row's 16 sums into out (added to it when
+/// `accumulate`): a panel's last columns past N, for both micro-kernels.
+inline void writeColumns(const float *sums, float *out, int columns,
+                         bool accumulate) {
+  for (int column = 0; column < columns; ++column)
+    out[column] = accumulate ? out[column] + sums[column] : sums[column];
+}
+
 /// One micro-kernel call: `rows` (1..6) rows of x (stride xStride) against
 /// one panel over `depth` (K) values, into the first `columns` (1..16)
 /// columns of y (stride yStride). Internal to F32Gemm*.cpp.

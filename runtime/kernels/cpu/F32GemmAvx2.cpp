@@ -32,8 +32,7 @@ SPANC_AVX2_FMA inline void writeRow(__m256 low, __m256 high, float *out,
   alignas(32) float lanes[kF32PanelColumns];
   _mm256_store_ps(lanes, low);
   _mm256_store_ps(lanes + 8, high);
-  for (int column = 0; column < columns; ++column)
-    out[column] = accumulate ? out[column] + lanes[column] : lanes[column];
+  writeColumns(lanes, out, columns, accumulate);
 }
 
 /// Six rows, their twelve sums named: kept as arrays indexed by row, GCC

@@ -94,7 +94,8 @@ public:
   /// `preferred` Amx falls back to Avx512Bf16 on a CPU without AMX, and
   /// either falls back to oneDNN where the CPU cannot run it or `precision`
   /// is f32; f32 below AVX-512 takes spanc's f32 kernel instead, unless
-  /// oneDNN is `preferred`.
+  /// oneDNN is `preferred` (whose rows there depend on the batch and the
+  /// thread count: F32Gemm.h).
   explicit GemmEngine(GemmPrecision precision = defaultGemmPrecision(),
                       GemmKernel preferred = GemmKernel::Amx);
   ~GemmEngine();

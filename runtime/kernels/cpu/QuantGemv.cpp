@@ -2,6 +2,8 @@
 
 #include "runtime/kernels/cpu/QuantGemv.h"
 
+#include "runtime/kernels/cpu/QuantGemvInternal.h"
+
 #include "runtime/kernels/FloatBits.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
@@ -16,27 +18,45 @@
 
 namespace spanc::cpu {
 
-namespace {
+namespace quantgemv {
 
-constexpr int kBlock = 32;
-constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
-constexpr int kMaxTileRows = 4;
-/// How far ahead of its tile a group's loop asks for the weights: two
-/// threads decoding SmolLM2 ran 410 / 424 / 419 / 419 tok/s at 4 / 8 / 12
-/// / 16 KiB (alternating, median of 5; 2 KiB: 423 against 4 KiB's 441 in
-/// another run).
-constexpr int64_t kPrefetchBytes = 8192;
-
-/// Where the prefetches put the weights: L1 on Intel hosts (where they
-/// were measured, above), L2 on AMD. On a Zen 4 a stream prefetched into
-/// L1 read slower than one left to the hardware, and one prefetched into
-/// L2 faster still: tg128 with two threads 208-234 (L1) against 230-265
-/// (none) and 239-284 tok/s (L2), 6 alternating rounds (gemv_bench: a
-/// token's products 18 % faster in L2 than in L1).
 bool prefetchWeightsToL2() {
   static const bool toL2 = cpuFeatures().amd;
   return toL2;
 }
+
+bool avx2Handles(const PackedQuantMatrix &weights) {
+  return !weights.hasLowestQ80Value;
+}
+
+} // namespace quantgemv
+
+namespace {
+
+using namespace quantgemv;
+
+/// Which kernel multiplies a matrix: VNNI where AVX-512 has it, else AVX2
+/// (which a Q8_0 weight of -128 sends to the portable path), else the
+/// portable reference. All three give the same bits.
+enum class GemvPath { Portable, Avx2, Vnni };
+
+bool hasAvx2Kernel() {
+  const CpuFeatures &features = cpuFeatures();
+  return features.avx2 && features.fma && features.f16c;
+}
+
+GemvPath gemvPath(const PackedQuantMatrix &weights) {
+  const CpuFeatures &features = cpuFeatures();
+  if (features.hasAvx512() && features.avx512vnni)
+    return GemvPath::Vnni;
+  if (hasAvx2Kernel() && avx2Handles(weights))
+    return GemvPath::Avx2;
+  return GemvPath::Portable;
+}
+
+constexpr int kBlock = 32;
+constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
+constexpr int kMaxTileRows = 4;
 
 using namespace quantlayout;
 
@@ -243,7 +263,7 @@ void gemvVnni(const PackedQuantMatrix &weights, const QuantizedActivations &x,
 
 bool hasQuantGemvKernel() {
   const CpuFeatures &features = cpuFeatures();
-  return features.hasAvx512() && features.avx512vnni;
+  return (features.hasAvx512() && features.avx512vnni) || hasAvx2Kernel();
 }
 
 PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
@@ -265,7 +285,8 @@ PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
       sources[size_t(row++)] = parts[part].data + index * parts[part].rowBytes;
   const int64_t blockBytes = quantBlockBytes(packed.format);
   const bool q41 = packed.format == QuantFormat::Q4_1;
-#pragma omp parallel for schedule(static)
+  bool lowestQ80Value = false;
+#pragma omp parallel for schedule(static) reduction(|| : lowestQ80Value)
   for (int64_t stacked = 0; stacked < packed.rows; ++stacked) {
     const int64_t group = stacked / kGroupRows;
     const int lane = int(stacked % kGroupRows);
@@ -284,13 +305,16 @@ PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
         }
         std::memcpy(tile + kQ41Minimums + 2 * lane, in + 2, 2);
       } else {
-        for (int index = 0; index < kBlock; ++index)
-          tile[q80Position(lane, index)] =
-              uint8_t(int(int8_t(in[2 + index])) + 128);
+        for (int index = 0; index < kBlock; ++index) {
+          const int8_t value = int8_t(in[2 + index]);
+          lowestQ80Value = lowestQ80Value || value == -128;
+          tile[q80Position(lane, index)] = uint8_t(int(value) + 128);
+        }
       }
       std::memcpy(scales + 2 * lane, in, 2);
     }
   }
+  packed.hasLowestQ80Value = lowestQ80Value;
   return packed;
 }
 
@@ -419,16 +443,20 @@ void quantizeActivationBlocks(const float *x, int64_t stride,
                               int64_t firstBlock, int64_t endBlock,
                               QuantizedActivations &out, bool forceScalar) {
   const bool roundSum = out.format == QuantFormat::Q4_1;
-  const bool vector = !forceScalar && cpuFeatures().hasAvx512();
+  const bool avx512 = !forceScalar && cpuFeatures().hasAvx512();
+  const bool avx2 = !forceScalar && !avx512 && hasAvx2Kernel();
   const int64_t blocks = out.blocks;
   for (int64_t row = 0; row < out.rows; ++row)
     for (int64_t block = firstBlock; block < endBlock; ++block) {
       const float *source = x + row * stride + block * kBlock;
       uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
       const size_t index = size_t(row * blocks + block);
-      if (vector)
+      if (avx512)
         quantizeBlockAvx512(source, values, roundSum, out.scales[index],
                             out.scaledSums[index], out.sums[index]);
+      else if (avx2)
+        quantizeBlockAvx2(source, values, roundSum, out.scales[index],
+                          out.scaledSums[index], out.sums[index]);
       else
         quantizeBlockScalar(source, values, roundSum, out.scales[index],
                             out.scaledSums[index], out.sums[index]);
@@ -446,28 +474,43 @@ void quantGemvGroups(const PackedQuantMatrix &weights,
                      const QuantizedActivations &x, float *y,
                      int64_t outputStride, int64_t firstGroup,
                      int64_t endGroup) {
-  if (!hasQuantGemvKernel()) {
+  switch (gemvPath(weights)) {
+  case GemvPath::Portable:
     gemvScalarRows(weights, x, y, outputStride, firstGroup * kGroupRows,
                    std::min(endGroup * kGroupRows, weights.rows));
     return;
+  case GemvPath::Avx2:
+    gemvGroupsAvx2(weights, x, y, outputStride, firstGroup, endGroup);
+    return;
+  case GemvPath::Vnni:
+    for (int64_t group = firstGroup; group < endGroup; ++group)
+      if (weights.format == QuantFormat::Q4_1)
+        gemvVnniGroup<QuantFormat::Q4_1>(weights, x, y, outputStride, group);
+      else
+        gemvVnniGroup<QuantFormat::Q8_0>(weights, x, y, outputStride, group);
+    return;
   }
-  for (int64_t group = firstGroup; group < endGroup; ++group)
-    if (weights.format == QuantFormat::Q4_1)
-      gemvVnniGroup<QuantFormat::Q4_1>(weights, x, y, outputStride, group);
-    else
-      gemvVnniGroup<QuantFormat::Q8_0>(weights, x, y, outputStride, group);
 }
 
 void quantGemv(const PackedQuantMatrix &weights, const QuantizedActivations &x,
                float *y, int64_t outputStride, bool forceScalar) {
-  if (forceScalar || !hasQuantGemvKernel()) {
+  const GemvPath path = forceScalar ? GemvPath::Portable : gemvPath(weights);
+  switch (path) {
+  case GemvPath::Portable:
     gemvScalar(weights, x, y, outputStride);
     return;
+  case GemvPath::Avx2:
+#pragma omp parallel for schedule(static)
+    for (int64_t group = 0; group < weights.groups; ++group)
+      gemvGroupsAvx2(weights, x, y, outputStride, group, group + 1);
+    return;
+  case GemvPath::Vnni:
+    if (weights.format == QuantFormat::Q4_1)
+      gemvVnni<QuantFormat::Q4_1>(weights, x, y, outputStride);
+    else
+      gemvVnni<QuantFormat::Q8_0>(weights, x, y, outputStride);
+    return;
   }
-  if (weights.format == QuantFormat::Q4_1)
-    gemvVnni<QuantFormat::Q4_1>(weights, x, y, outputStride);
-  else
-    gemvVnni<QuantFormat::Q8_0>(weights, x, y, outputStride);
 }
 
 } // namespace spanc::cpu

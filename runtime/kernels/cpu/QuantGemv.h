@@ -27,9 +27,10 @@
 // group is exactly as many bytes as its GGUF blocks (34 per row and block)
 // and its value vectors stay 64-byte aligned (for an even number of blocks
 // per row, as in every model we run). The kernel prefetches the weight
-// stream a few KiB ahead: decode is bound by memory latency. A scalar path
-// computes the same operations in the same order (tests, CPUs without
-// VNNI): both give the same bits.
+// stream a few KiB ahead: decode is bound by memory latency. CPUs with
+// AVX2 but no AVX-512 VNNI run the same tiles through vpmaddubsw
+// (QuantGemvAvx2.cpp), and a portable path computes the same operations in
+// the same order (tests, CPUs without AVX2): all give the same bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H
@@ -69,6 +70,10 @@ struct PackedQuantMatrix {
   int64_t blocks = 0; ///< blocks of 32 per row
   int64_t groups = 0; ///< ceil(rows / 16); missing rows are zero
   std::vector<uint8_t, AlignedAllocator<uint8_t>> bytes;
+  /// Whether a Q8_0 weight is -128, which GGUF quantizers never write
+  /// (they round to -127..127) and the AVX2 kernel cannot multiply exactly
+  /// (QuantGemvAvx2.cpp): such a matrix takes the portable path there.
+  bool hasLowestQ80Value = false;
   /// Bytes per group and block. Q4_1 tiles: 256 bytes of nibbles, 16 f16
   /// scales, 16 f16 minimums (320). Q8_0: 512 values w + 128 per tile, and
   /// after the group's `blocks` tiles their 16 f16 scales each (32 bytes).
@@ -166,7 +171,7 @@ void quantGemvGroups(const PackedQuantMatrix &weights,
                      int64_t outputStride, int64_t firstGroup,
                      int64_t endGroup);
 
-/// Whether the VNNI path runs on this CPU.
+/// Whether a vector path (AVX-512 VNNI or AVX2) runs on this CPU.
 bool hasQuantGemvKernel();
 
 } // namespace spanc::cpu

@@ -223,6 +223,73 @@ TEST(QuantGemv, FoldsBlocksInLlamaCppOrderBitForBit) {
   checkLlamaCppFold(QuantFormat::Q8_0, 19, 256, 5);
 }
 
+/// quantGemv on the host's path against the portable path, bit for bit.
+void expectPathsAgree(const PackedQuantMatrix &packed,
+                      const QuantizedActivations &quantized) {
+  std::vector<float> fast(size_t(quantized.rows * packed.rows)),
+      portable(fast.size());
+  quantGemv(packed, quantized, fast.data(), packed.rows);
+  quantGemv(packed, quantized, portable.data(), packed.rows, true);
+  for (size_t i = 0; i < fast.size(); ++i)
+    ASSERT_EQ(fast[i], portable[i]) << "output " << i;
+}
+
+TEST(QuantGemv, ExtremeValuesStayExactOnEveryPath) {
+  // The largest integer dots each format allows: every Q4_1 nibble 15,
+  // Q8_0 weights of +-127, activations at +-127 and -128 (a NaN's
+  // saturated value). The AVX2 kernel sums them in 16-bit lanes
+  // (QuantGemvAvx2.cpp), which must not saturate.
+  const int64_t rows = 19, columns = 128;
+  std::vector<float> x(size_t(2 * columns));
+  for (int64_t i = 0; i < columns; ++i) {
+    x[size_t(i)] = 3.0f;                           // all +127
+    x[size_t(columns + i)] = i % 2 ? -3.0f : 3.0f; // +-127
+  }
+  x[size_t(columns + 5)] = std::numeric_limits<float>::quiet_NaN(); // -128
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    TestMatrix matrix = makeMatrix(format, rows, columns, 21);
+    const int64_t blockBytes = quantBlockBytes(format);
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t block = 0; block < columns / 32; ++block) {
+        uint8_t *data =
+            matrix.bytes.data() + (row * columns / 32 + block) * blockBytes;
+        for (int i = 0; i < 32; ++i)
+          if (format == QuantFormat::Q4_1)
+            data[4 + i % 16] = row % 2 ? 0xff : 0xf0;
+          else
+            data[2 + i] = uint8_t(int8_t(row % 3 == 0   ? 127
+                                         : row % 3 == 1 ? -127
+                                         : i % 2        ? 127
+                                                        : -127));
+      }
+    QuantizedActivations quantized;
+    quantizeActivations(x.data(), 2, columns, columns, format, quantized);
+    EXPECT_EQ(quantized.value(0, 0), 127);
+    EXPECT_EQ(quantized.value(1, 5), -128);
+    PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+    EXPECT_FALSE(packed.hasLowestQ80Value);
+    expectPathsAgree(packed, quantized);
+  }
+}
+
+TEST(QuantGemv, AQ80WeightOfMinus128IsMultipliedExactly) {
+  // GGUF quantizers never write -128, but a file may hold it: the AVX2
+  // kernel's sign trick cannot negate it, so such a matrix is marked and
+  // takes the portable path there; every path gives the same bits.
+  TestMatrix matrix = makeMatrix(QuantFormat::Q8_0, 21, 96, 22);
+  matrix.bytes[2 + 7] = 0x80;
+  matrix.bytes[5 * 3 * 34 + 34 + 2 + 30] = 0x80;
+  PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+  EXPECT_TRUE(packed.hasLowestQ80Value);
+  std::vector<float> x(size_t(96), -1.0f);
+  x[7] = std::numeric_limits<float>::quiet_NaN(); // -128 times -128
+  QuantizedActivations quantized;
+  quantizeActivations(x.data(), 1, 96, 96, QuantFormat::Q8_0, quantized);
+  expectPathsAgree(packed, quantized);
+  EXPECT_FALSE(packQuantMatrix(makeMatrix(QuantFormat::Q8_0, 21, 96, 22).view)
+                   .hasLowestQ80Value);
+}
+
 TEST(QuantGemv, ActivationQuantizationKeepsSumsAndScales) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i)

@@ -1,6 +1,7 @@
 //===- QuantTestMatrix.h - Random 4/8-bit GGUF matrices for kernel tests --===//
 //
-// Q4_1 and Q8_0 matrices of random blocks in the GGUF layout, with their
+// Q4_1 and Q8_0 matrices of random blocks in the GGUF layout (Q8_0 values
+// in -127..127, as GGUF quantizers write them), with their
 // dequantized values computed as the GGUF reader does (the multiply and the
 // add of q * d + m rounded separately): for QuantGemv's tests and the AMX
 // GEMM's borrowed weights.
@@ -37,7 +38,7 @@ struct TestMatrix {
 inline TestMatrix makeMatrix(cpu::QuantFormat format, int64_t rows,
                              int64_t columns, unsigned seed) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> byte(0, 255), q80Value(-127, 127);
   // Scales 2^-9 .. 2^-4, signs on the Q4_1 minimum only.
   std::uniform_int_distribution<int> halfBits(0x1800, 0x2c00);
   TestMatrix matrix;
@@ -64,7 +65,7 @@ inline TestMatrix makeMatrix(cpu::QuantFormat format, int64_t rows,
         }
       } else {
         for (int i = 0; i < 32; ++i) {
-          data[2 + i] = uint8_t(byte(rng));
+          data[2 + i] = uint8_t(int8_t(q80Value(rng)));
           out[i] = scale * float(int8_t(data[2 + i]));
         }
       }

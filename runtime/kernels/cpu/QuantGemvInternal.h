@@ -1,0 +1,50 @@
+//===- QuantGemvInternal.h - What QuantGemv's per-ISA files share ---------===//
+//
+// QuantGemv.cpp holds the reference and the AVX-512 VNNI kernel and picks a
+// path; QuantGemvAvx2.cpp holds the AVX2 kernel and quantizer (one
+// instruction set a file). Every path folds the same terms in the same
+// order, so all give the same bits (QuantGemv.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMVINTERNAL_H
+#define SPANC_RUNTIME_KERNELS_CPU_QUANTGEMVINTERNAL_H
+
+#include "runtime/kernels/cpu/QuantGemv.h"
+
+#include <cstdint>
+
+namespace spanc::cpu::quantgemv {
+
+/// How far ahead of its tile a group's loop asks for the weights: two
+/// threads decoding SmolLM2 ran 410 / 424 / 419 / 419 tok/s at 4 / 8 / 12
+/// / 16 KiB (alternating, median of 5; 2 KiB: 423 against 4 KiB's 441 in
+/// another run).
+constexpr int64_t kPrefetchBytes = 8192;
+
+/// Where the prefetches put the weights: L1 on Intel hosts (where they
+/// were measured, above), L2 on AMD. On a Zen 4 a stream prefetched into
+/// L1 read slower than one left to the hardware, and one prefetched into
+/// L2 faster still: tg128 with two threads 208-234 (L1) against 230-265
+/// (none) and 239-284 tok/s (L2), 6 alternating rounds (gemv_bench: a
+/// token's products 18 % faster in L2 than in L1).
+bool prefetchWeightsToL2();
+
+/// Whether the AVX2 kernel multiplies `weights` exactly: it cannot when a
+/// Q8_0 weight is -128 (PackedQuantMatrix::hasLowestQ80Value).
+bool avx2Handles(const PackedQuantMatrix &weights);
+
+/// Every activation row against the weight rows of groups [firstGroup,
+/// endGroup), on AVX2 + FMA + F16C (QuantGemvAvx2.cpp); avx2Handles must
+/// hold.
+void gemvGroupsAvx2(const PackedQuantMatrix &weights,
+                    const QuantizedActivations &x, float *y,
+                    int64_t outputStride, int64_t firstGroup, int64_t endGroup);
+
+/// One block of 32 activations quantized as quantizeBlockScalar does, on
+/// AVX2 (same bits).
+void quantizeBlockAvx2(const float *source, uint8_t *values, bool roundSum,
+                       float &scale, float &scaledSum, int32_t &blockSum);
+
+} // namespace spanc::cpu::quantgemv
+
+#endif // SPANC_RUNTIME_KERNELS_CPU_QUANTGEMVINTERNAL_H

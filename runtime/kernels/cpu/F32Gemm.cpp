@@ -13,6 +13,7 @@
 #include "runtime/kernels/cpu/RowLoop.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace spanc::cpu {
@@ -103,24 +104,49 @@ F32Panels packF32Panels(const float *matrix, int64_t rows, int64_t columns) {
   return panels;
 }
 
+bool canBorrowF32Panels() {
+  const CpuFeatures &features = cpuFeatures();
+  return features.avx2 && features.fma && features.f16c;
+}
+
+F32Panels borrowF32Panels(const PackedQuantMatrix &matrix) {
+  assert(canBorrowF32Panels() && "the unpacking is AVX2 code");
+  F32Panels panels;
+  panels.rows = matrix.rows;
+  panels.columns = matrix.columns;
+  panels.quantBytes = matrix.bytes.data();
+  panels.quantFormat = matrix.format;
+  return panels;
+}
+
 void f32PanelGemm(const F32Panels &weights, const float *x, int64_t m, float *y,
                   bool accumulate) {
   const int64_t n = weights.rows, depth = weights.columns;
   const CpuFeatures &features = cpuFeatures();
   const bool avx2 = features.avx2 && features.fma;
   const float *data = weights.data.data();
-  forEachRow(weights.numPanels(), m * n * depth >= kParallelWork,
-             [&](int64_t panel) {
-               const float *panelData = data + panel * depth * kF32PanelColumns;
-               const int64_t firstColumn = panel * kF32PanelColumns;
-               const int columns =
-                   int(std::min<int64_t>(kF32PanelColumns, n - firstColumn));
-               for (int64_t row = 0; row < m; row += kF32GemmRowBlock)
-                 panelRows(avx2, x + row * depth, depth,
-                           int(std::min<int64_t>(kF32GemmRowBlock, m - row)),
-                           panelData, depth, y + row * n + firstColumn, n,
-                           columns, accumulate);
-             });
+  forEachRow(
+      weights.numPanels(), m * n * depth >= kParallelWork, [&](int64_t panel) {
+        const float *panelData;
+        if (weights.isBorrowed()) {
+          // One panel at a time per thread: K x 16 floats, in L2.
+          thread_local std::vector<float, AlignedAllocator<float>> unpacked;
+          if (unpacked.size() < size_t(depth * kF32PanelColumns))
+            unpacked.resize(size_t(depth * kF32PanelColumns));
+          f32gemm::unpackPanelAvx2(weights, panel, unpacked.data());
+          panelData = unpacked.data();
+        } else {
+          panelData = data + panel * depth * kF32PanelColumns;
+        }
+        const int64_t firstColumn = panel * kF32PanelColumns;
+        const int columns =
+            int(std::min<int64_t>(kF32PanelColumns, n - firstColumn));
+        for (int64_t row = 0; row < m; row += kF32GemmRowBlock)
+          panelRows(avx2, x + row * depth, depth,
+                    int(std::min<int64_t>(kF32GemmRowBlock, m - row)),
+                    panelData, depth, y + row * n + firstColumn, n, columns,
+                    accumulate);
+      });
 }
 
 } // namespace spanc::cpu

@@ -19,11 +19,19 @@
 // in F32Gemm.cpp. Their bits differ (fused or separate multiply-add), as
 // the kernel paths' bits do; each is invariant on its own path.
 //
+// Borrowed weights (borrowF32Panels, on the AVX2 path) keep no f32 copy,
+// which would cost 4 bytes a weight resident: a panel's 16 rows are one
+// tile group of the 4/8-bit PackedQuantMatrix that decode reads, unpacked
+// into a per-thread panel per call. The values are those packF32Panels
+// holds for the dequantized matrix (q * d + m or q * d: q * d is exact in
+// f32, as PanelUnpacker.h explains), so the products keep their bits.
+//
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_F32GEMM_H
 #define SPANC_RUNTIME_KERNELS_CPU_F32GEMM_H
 
 #include "runtime/kernels/cpu/AlignedAllocator.h"
+#include "runtime/kernels/cpu/QuantGemv.h"
 
 #include <cstdint>
 #include <vector>
@@ -39,7 +47,12 @@ constexpr int kF32GemmRowBlock = 6;
 /// rows [16p, 16p + 16) as data[(p * K + k) * 16 + j] = W[16p + j][k].
 struct F32Panels {
   int64_t rows = 0, columns = 0;
-  std::vector<float, AlignedAllocator<float>> data;
+  std::vector<float, AlignedAllocator<float>> data; ///< empty when borrowed
+  /// Borrowed: PackedQuantMatrix::bytes (tile group p is panel p).
+  const uint8_t *quantBytes = nullptr;
+  QuantFormat quantFormat = QuantFormat::Q4_1;
+
+  bool isBorrowed() const { return quantBytes != nullptr; }
 
   int64_t numPanels() const {
     return (rows + kF32PanelColumns - 1) / kF32PanelColumns;
@@ -49,6 +62,14 @@ struct F32Panels {
 
 /// Packs a row-major [rows][columns] f32 matrix.
 F32Panels packF32Panels(const float *matrix, int64_t rows, int64_t columns);
+
+/// Whether borrowF32Panels' weights can be multiplied here: the unpacking
+/// is AVX2 code.
+bool canBorrowF32Panels();
+
+/// Panels that unpack `matrix`'s tiles per call (matrix.bytes must outlive
+/// them; moving the matrix keeps them). Requires canBorrowF32Panels().
+F32Panels borrowF32Panels(const PackedQuantMatrix &matrix);
 
 /// y = x * W^T, or y += x * W^T when `accumulate` (each element y + p, as
 /// addInPlace adds); x has K floats a row, y N. Panels are split between
@@ -71,6 +92,10 @@ inline void writeColumns(const float *sums, float *out, int columns,
 void panelRowsAvx2(const float *x, int64_t xStride, int rows,
                    const float *panel, int64_t depth, float *y, int64_t yStride,
                    int columns, bool accumulate);
+
+/// Panel `panel` of borrowed weights unpacked into out (K x 16 floats,
+/// 32-byte aligned), in packF32Panels' layout. Internal to F32Gemm*.cpp.
+void unpackPanelAvx2(const F32Panels &weights, int64_t panel, float *out);
 } // namespace f32gemm
 
 } // namespace spanc::cpu

@@ -1,9 +1,10 @@
 //===- F32GemmAvx2.cpp - The f32 GEMM's AVX2+FMA micro-kernel -------------===//
 //
 // Six rows (or one) x 16 columns of y: per row two 8-wide sums, each the
-// FMA chain over K in order (F32Gemm.h says why). Built for AVX2+FMA by a
-// target attribute; F32Gemm.cpp calls it only where the CPU (under its cap) has
-// both.
+// FMA chain over K in order (F32Gemm.h says why); and the unpacking of a
+// borrowed panel from its 4/8-bit tiles. Built for AVX2+FMA(+F16C) by
+// target attributes; F32Gemm.cpp calls them only where the CPU (under its
+// cap) has them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -90,6 +91,61 @@ SPANC_AVX2_FMA void oneRow(const float *x, const float *panel, int64_t depth,
 }
 
 } // namespace
+
+/// A tile of 16 rows x 32 values (QuantGemv.h's layout: lane j of each
+/// 64-byte vector holds 4 or 8 consecutive values of row j) becomes 32
+/// panel rows of 16 floats; each 256-bit load covers 8 of the lanes.
+__attribute__((target("avx2,fma,f16c"))) void
+unpackPanelAvx2(const F32Panels &weights, int64_t panel, float *out) {
+  using namespace quantlayout;
+  const QuantFormat format = weights.quantFormat;
+  const int64_t blocks = weights.columns / 32;
+  for (int64_t block = 0; block < blocks; ++block) {
+    const uint8_t *values =
+        weights.quantBytes + valuesOffset(format, blocks, panel, block);
+    const uint8_t *scales =
+        weights.quantBytes + scalesOffset(format, blocks, panel, block);
+    float *to = out + block * 32 * kF32PanelColumns;
+    for (int half = 0; half < 2; ++half) {
+      const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(
+          reinterpret_cast<const __m128i *>(scales + 16 * half)));
+      if (format == QuantFormat::Q4_1) {
+        const __m256 minimum =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(
+                values + kQ41Minimums + 16 * half)));
+        const __m256i nibble = _mm256_set1_epi32(0xf);
+        for (int p = 0; p < 4; ++p) {
+          const __m256i packed = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i *>(values + 64 * p + 32 * half));
+          // Value 8p + t: byte t % 4 of the lane, its high nibble from 4 on.
+          for (int t = 0; t < 8; ++t) {
+            const __m256i level = _mm256_and_si256(
+                _mm256_srli_epi32(packed, 8 * (t % 4) + (t < 4 ? 0 : 4)),
+                nibble);
+            _mm256_store_ps(
+                to + (8 * p + t) * kF32PanelColumns + 8 * half,
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(level), scale, minimum));
+          }
+        }
+      } else {
+        const __m256i byte = _mm256_set1_epi32(0xff);
+        const __m256i offset = _mm256_set1_epi32(128);
+        for (int v = 0; v < 8; ++v) {
+          const __m256i packed = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i *>(values + 64 * v + 32 * half));
+          // Value 4v + t: byte t of the lane, stored w + 128.
+          for (int t = 0; t < 4; ++t) {
+            const __m256i level = _mm256_sub_epi32(
+                _mm256_and_si256(_mm256_srli_epi32(packed, 8 * t), byte),
+                offset);
+            _mm256_store_ps(to + (4 * v + t) * kF32PanelColumns + 8 * half,
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(level), scale));
+          }
+        }
+      }
+    }
+  }
+}
 
 void panelRowsAvx2(const float *x, int64_t xStride, int rows,
                    const float *panel, int64_t depth, float *y, int64_t yStride,

@@ -278,6 +278,8 @@ llvm::Expected<GemmWeights> GemmEngine::packGatedWeights(const float *matrix,
 }
 
 bool GemmEngine::canBorrowQuantized() const {
+  if (engineKernel == GemmKernel::F32)
+    return canBorrowF32Panels();
   return usesPanels(engineKernel) && cpuFeatures().avx512bf16;
 }
 
@@ -286,6 +288,10 @@ GemmWeights GemmEngine::borrowQuantized(const PackedQuantMatrix &matrix,
   assert(canBorrowQuantized() && "borrowed weights need a panel kernel");
   GemmWeights weights = emptyWeights(matrix.rows, matrix.columns);
   weights.gated = gated;
+  if (engineKernel == GemmKernel::F32) { // SwiGLU after the product
+    weights.storage->f32 = borrowF32Panels(matrix);
+    return weights;
+  }
   // The SwiGLU epilogue takes 32-row panels; other widths multiply plain
   // and apply SwiGLU after (multiplyGated).
   weights.storage->amx =

@@ -115,15 +115,16 @@ public:
                                                int64_t rows, int64_t columns);
 
   /// Whether borrowQuantized works: a panel kernel (usesPanels), on a CPU
-  /// with the bf16 conversions it unpacks with.
+  /// with the bf16 conversions it unpacks with, or spanc's f32 kernel on
+  /// AVX2 (F32Gemm.h, borrowF32Panels).
   bool canBorrowQuantized() const;
 
-  /// Weights that multiply `matrix`'s 4/8-bit tiles, unpacked to bf16 per
-  /// call, instead of a bf16 copy (AmxGemm.h, "Borrowed weights"): the same
-  /// products as packWeights of its dequantized values, without 2 bytes a
-  /// weight resident. matrix.bytes must outlive the weights (moving the
-  /// matrix keeps them). `gated`: for multiplyGated, as packGatedWeights.
-  /// Requires canBorrowQuantized().
+  /// Weights that multiply `matrix`'s 4/8-bit tiles, unpacked to bf16 (or
+  /// f32) per call, instead of a bf16 (or f32) copy (AmxGemm.h, "Borrowed
+  /// weights"): the same products as packWeights of its dequantized values,
+  /// without 2 bytes a weight resident. matrix.bytes must outlive the weights
+  /// (moving the matrix keeps them). `gated`: for multiplyGated, as
+  /// packGatedWeights. Requires canBorrowQuantized().
   GemmWeights borrowQuantized(const PackedQuantMatrix &matrix, bool gated);
 
   /// y[M][N] = x[M][K] * W^T (or y += with Accumulate); x and y are dense

@@ -147,6 +147,9 @@ TEST(CpuGemm, PanelKernelsServeBf16WhereTheCpuHasThem) {
   for (GemmKernel kernel : panelKernels())
     EXPECT_TRUE(GemmEngine(GemmPrecision::Bf16, kernel).canBorrowQuantized())
         << gemmKernelName(kernel);
+  // spanc's f32 kernel borrows where it unpacks with AVX2 (F32Gemm.h).
+  EXPECT_EQ(GemmEngine(GemmPrecision::F32).canBorrowQuantized(),
+            isaLevel() == IsaLevel::Avx2);
 }
 
 TEST(CpuGemm, PanelKernelsPadEveryDimension) {
@@ -305,17 +308,20 @@ TEST(CpuGemm, EpiloguesMatchTheUnfusedOps) {
   }
 }
 
-/// Borrowed 4/8-bit weights must multiply exactly as a bf16 copy of their
-/// dequantized values does: plain (Store and Accumulate) and gated, for
-/// rows past the last whole panel and group, odd block counts (unaligned
-/// Q8_0 tiles), and batches in one chunk of rows and across chunks.
+/// Borrowed 4/8-bit weights must multiply exactly as a bf16 (or f32) copy
+/// of their dequantized values does: plain (Store and Accumulate) and
+/// gated, for rows past the last whole panel and group, odd block counts
+/// (unaligned Q8_0 tiles), and batches in one chunk of rows and across
+/// chunks.
 void checkBorrowedMatchesCopy(GemmKernel kernel, QuantFormat format, int64_t n,
-                              int64_t k, bool gated) {
+                              int64_t k, bool gated,
+                              GemmPrecision precision = GemmPrecision::Bf16) {
   SCOPED_TRACE(testing::Message()
                << gemmKernelName(kernel) << " "
                << (format == QuantFormat::Q4_1 ? "Q4_1" : "Q8_0") << " " << n
                << "x" << k << (gated ? " gated" : ""));
-  GemmEngine engine(GemmPrecision::Bf16, kernel);
+  GemmEngine engine(precision, kernel);
+  ASSERT_EQ(engine.kernel(), kernel);
   TestMatrix matrix = makeMatrix(format, n, k, unsigned(n * 31 + k));
   PackedQuantMatrix quantized = packQuantMatrix(matrix.view);
   GemmWeights borrowed = engine.borrowQuantized(quantized, gated);
@@ -367,6 +373,22 @@ TEST(CpuGemm, BorrowedQuantizedWeightsMultiplyAsTheirBf16Copy) {
       // SwiGLU after the GEMM.
       checkBorrowedMatchesCopy(kernel, format, 48, 64, true);
     }
+}
+
+TEST(CpuGemm, BorrowedQuantizedWeightsMultiplyAsTheirF32Copy) {
+  if (!GemmEngine(GemmPrecision::F32).canBorrowQuantized())
+    GTEST_SKIP() << "spanc's f32 kernel borrows on the avx2 path only (this: "
+                 << isaLevelName(isaLevel()) << ")";
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    checkBorrowedMatchesCopy(GemmKernel::F32, format, 64, 576, false,
+                             GemmPrecision::F32);
+    checkBorrowedMatchesCopy(GemmKernel::F32, format, 70, 96, false,
+                             GemmPrecision::F32);
+    checkBorrowedMatchesCopy(GemmKernel::F32, format, 16, 32, false,
+                             GemmPrecision::F32);
+    checkBorrowedMatchesCopy(GemmKernel::F32, format, 48, 64, true,
+                             GemmPrecision::F32);
+  }
 }
 
 TEST(CpuGemm, GatedWeightsNeedAnEvenNumberOfRows) {

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/VectorMath.h"
+#include "runtime/kernels/cpu/VectorMathAvx2.h"
 
 #include <cmath>
 #include <cstring>
@@ -41,6 +42,35 @@ SPANC_AVX512 void rmsNormRowAvx512(const float *in, const float *weight,
     out[col] = in[col] * scale * weight[col];
 }
 
+/// rmsNormRowAvx512 on 8 lanes (AVX2 + FMA).
+SPANC_AVX2 void rmsNormRowAvx2(const float *in, const float *weight,
+                               int64_t cols, float epsilon, float *out) {
+  __m256 squares = _mm256_setzero_ps();
+  int64_t col = 0;
+  for (; col + 8 <= cols; col += 8) {
+    const __m256 values = _mm256_loadu_ps(in + col);
+    squares = _mm256_fmadd_ps(values, values, squares);
+  }
+  float sum = sumLanes(squares);
+  for (; col < cols; ++col)
+    sum = std::fma(in[col], in[col], sum);
+  const float scale = 1.0f / std::sqrt(sum / float(cols) + epsilon);
+  const __m256 scales = _mm256_set1_ps(scale);
+  col = 0;
+  for (; col + 8 <= cols; col += 8)
+    _mm256_storeu_ps(
+        out + col,
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(in + col), scales),
+                      _mm256_loadu_ps(weight + col)));
+  for (; col < cols; ++col)
+    out[col] = in[col] * scale * weight[col];
+}
+
+bool hasAvx2Path() {
+  const CpuFeatures &features = cpuFeatures();
+  return features.avx2 && features.fma;
+}
+
 } // namespace
 
 void rmsNorm(const RowShape &shape, const float *x, const float *weight,
@@ -50,6 +80,13 @@ void rmsNorm(const RowShape &shape, const float *x, const float *weight,
     forEachRow(shape.rows, true, [&](int64_t row) {
       rmsNormRowAvx512(x + row * shape.inputStride, weight, cols, epsilon,
                        out + row * shape.outputStride);
+    });
+    return;
+  }
+  if (hasAvx2Path()) {
+    forEachRow(shape.rows, true, [&](int64_t row) {
+      rmsNormRowAvx2(x + row * shape.inputStride, weight, cols, epsilon,
+                     out + row * shape.outputStride);
     });
     return;
   }
@@ -97,6 +134,17 @@ SPANC_AVX512 void swiGluRowAvx512(const float *gate, const float *up,
     out[col] = gate[col] / (1.0f + std::exp(-gate[col])) * up[col];
 }
 
+/// swiGluRowAvx512 on 8 lanes: each lane's bits are the AVX-512 path's.
+SPANC_AVX2 void swiGluRowAvx2(const float *gate, const float *up, float *out,
+                              int64_t cols) {
+  int64_t col = 0;
+  for (; col + 8 <= cols; col += 8)
+    _mm256_storeu_ps(out + col, swiGlu256(_mm256_loadu_ps(gate + col),
+                                          _mm256_loadu_ps(up + col)));
+  for (; col < cols; ++col)
+    out[col] = gate[col] / (1.0f + std::exp(-gate[col])) * up[col];
+}
+
 } // namespace
 
 void swiGlu(const RowShape &shape, const float *gate, const float *up,
@@ -107,6 +155,14 @@ void swiGlu(const RowShape &shape, const float *gate, const float *up,
       swiGluRowAvx512(gate + row * shape.inputStride,
                       up + row * shape.inputStride,
                       out + row * shape.outputStride, cols);
+    });
+    return;
+  }
+  if (hasAvx2Path()) {
+    forEachRow(shape.rows, true, [&](int64_t row) {
+      swiGluRowAvx2(gate + row * shape.inputStride,
+                    up + row * shape.inputStride,
+                    out + row * shape.outputStride, cols);
     });
     return;
   }

@@ -252,6 +252,9 @@ def main():
     parser = argparse.ArgumentParser()
     for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
         parser.add_argument("--" + name, required=True)
+    parser.add_argument("--peer-isa", default="native",
+                        help="what llama.cpp was built for (native, or avx2 "
+                        "beside spanc under SPANC_ISA=avx2)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
@@ -280,9 +283,12 @@ def main():
     with open("/proc/cpuinfo") as f:
         cpuinfo = f.read().splitlines()
     flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    has_amx = " amx_tile" in flags
+    # The kernel spanc's prompt GEMMs ran (its path may be capped below the
+    # CPU's: SPANC_ISA).
+    gemm = spanc_info.get("gemm", "")
+    has_amx = gemm == "amx"
     # spanc's bf16 panel GEMMs: AMX tiles, else AVX-512 BF16 (Gemm.h).
-    has_panels = has_amx or " avx512_bf16" in flags
+    has_panels = gemm in ("amx", "avx512bf16")
     weights = (weights_table(args, args.threads, args.weights_rounds)
                if has_panels and args.weights_rounds > 0 else None)
     profiles = [(threads, profile(args, threads))
@@ -294,10 +300,15 @@ def main():
                 if line.startswith("model name")), platform.processor())
     # The panel GEMMs unpack the 4/8-bit decode weights per call
     # (--gemm-weights=borrowed, the default), not a bf16 copy.
-    prefill_gemms = ("spanc's AMX tiles on the borrowed Q4_1/Q8_0 weights"
-                     if has_amx else
-                     "spanc's AVX-512 BF16 kernel on the borrowed Q4_1/Q8_0 "
-                     "weights" if has_panels else "oneDNN")
+    prefill_gemms = {
+        "amx": "spanc's AMX tiles on the borrowed Q4_1/Q8_0 weights",
+        "avx512bf16": "spanc's AVX-512 BF16 kernel on the borrowed Q4_1/Q8_0 "
+                      "weights",
+        "f32": "spanc's f32 kernel on the borrowed Q4_1/Q8_0 weights",
+    }.get(gemm, "oneDNN")
+    isa = spanc_info.get("isa", "")
+    decode_gemv = ("AVX2" if isa == "avx2" else
+                   "portable" if isa == "scalar" else "VNNI")
     fix_note = ""
     source_mmq = os.path.join(os.path.dirname(args.peer_dir), "ggml", "src",
                               "ggml-cpu", "amx", "mmq.cpp")
@@ -320,11 +331,14 @@ def main():
            if len(args.pp) > 1 else "") +
         f": {cpu}, {os.cpu_count()} cores, {args.threads} threads each.",
         f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
-        f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}); "
-        f"spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
+        f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}"
+        + ("; built for AVX2 only: `LLAMA_CPP_ISA=avx2 "
+           "bench/peers/build_llama_cpp.sh`" if args.peer_isa == "avx2"
+           else "") +
+        f"); spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
         f"for prefill ({prefill_gemms}), "
-        f"VNNI Q4_1/Q8_0 GEMV for decode; CPU "
-        f"features: {spanc_info.get('cpu')}).",
+        f"{decode_gemv} int8 Q4_1/Q8_0 GEMV for decode; kernel path "
+        f"`{isa}`, CPU features: {spanc_info.get('cpu')}).",
         "",
     ]
     lines += table(args, stats)

@@ -14,6 +14,10 @@
 #                       [--weights-rounds=N] (default 3; 0: no weights table)
 #                       [--depth=N] (default 4096: tg128 @ d4096 in the long
 #                                    rounds, llama-bench's -d; 0: none)
+#                       [--isa=avx2] (spanc capped at the AVX2 kernel path
+#                                    beside llama.cpp built for AVX2 only:
+#                                    what an AVX2 host runs; writes
+#                                    engine-avx2.md)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -30,6 +34,7 @@ long_rounds=2
 weights_rounds=3
 depth=4096
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+isa=
 for arg in "$@"; do
   case "$arg" in
     --rounds=*) rounds="${arg#*=}" ;;
@@ -41,11 +46,18 @@ for arg in "$@"; do
     --long-rounds=*) long_rounds="${arg#*=}" ;;
     --weights-rounds=*) weights_rounds="${arg#*=}" ;;
     --depth=*) depth="${arg#*=}" ;;
+    --isa=avx2) isa=avx2 ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
 done
 [[ -f $model ]] || { echo "run.sh: model not found: $model" >&2; exit 1; }
 
+out=bench/results/engine
+if [[ -n $isa ]]; then
+  # Every spanc this script starts runs capped there (CpuFeatures.h).
+  export SPANC_ISA=$isa LLAMA_CPP_ISA=$isa
+  out=bench/results/engine-$isa
+fi
 peer_dir="$(bench/peers/build_llama_cpp.sh | tail -n 1)"
 llama_bench="$peer_dir/bin/llama-bench"
 [[ -x $llama_bench ]] || { echo "run.sh: no $llama_bench" >&2; exit 1; }
@@ -65,11 +77,11 @@ python=/usr/bin/python3
   --model="$model" --threads="$threads" --rounds="$rounds" --reps="$reps" \
   --single-thread-rounds="$single" --pp="$pp" --long-rounds="$long_rounds" \
   --weights-rounds="$weights_rounds" --depth="$depth" \
-  --peer-dir="$peer_dir" --out=bench/results/engine
+  --peer-dir="$peer_dir" --peer-isa="${isa:-native}" --out="$out"
 # Decode cost in CPU time (robust to the shared machine's load).
 {
   echo
   echo "## Decode cost in CPU time, one thread (bench/engine/cpu_per_token.sh)"
   echo
   bench/engine/cpu_per_token.sh "$spanc" "$llama_bench" "$model" 3
-} | tee -a bench/results/engine.md
+} | tee -a "$out.md"

@@ -4,6 +4,9 @@
 #
 #   bench/peers/build_llama_cpp.sh            # build (or reuse) the peer
 #   LLAMA_CPP_PYTHON_VERSION=0.3.36 ...       # pin another sdist version
+#   LLAMA_CPP_ISA=avx2 ...                    # llama-bench built for AVX2
+#                                             # only (beside spanc --isa=avx2:
+#                                             # what an AVX2 host runs)
 #
 # Prints the build folder (holding bin/llama-*) on its last line of stdout.
 # See ../../../shared/PEERS.md for why each flag is here. Nothing built here
@@ -16,6 +19,22 @@ source_dir="$cache/llama.cpp"
 build_dir="$source_dir/build"
 jobs="${JOBS:-2}"
 targets=(llama-tokenize llama-bench llama-server llama-perplexity)
+isa_flags=(-DGGML_NATIVE=ON)
+case "${LLAMA_CPP_ISA:-native}" in
+  native) ;;
+  avx2)
+    # ggml's x86 variant for AVX2 hosts: no AVX-512, VNNI or AMX code at all.
+    build_dir="$source_dir/build-avx2"
+    targets=(llama-bench)
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
+      -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+  *)
+    echo "build_llama_cpp.sh: LLAMA_CPP_ISA must be native or avx2, not" \
+      "'$LLAMA_CPP_ISA'" >&2
+    exit 1 ;;
+esac
 
 mkdir -p "$cache"
 
@@ -63,7 +82,7 @@ fi
 # 3. Configure offline and build only what the benchmarks and tests use.
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    "${isa_flags[@]}" -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF >&2
 fi

@@ -100,8 +100,8 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->quantizedDecode =
       !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
   if (options.numerics == Numerics::LlamaCpp) {
-    // Every step multiplies the file's blocks (the scalar GEMV computes the
-    // same integer sums where VNNI is missing).
+    // Every step multiplies the file's blocks (where VNNI is missing, the
+    // AVX2 and portable GEMVs compute the same integer sums).
     if (!cpu::hasLlamaCppNumerics() || !cpu::hasHalfAccumulatingAttention())
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),

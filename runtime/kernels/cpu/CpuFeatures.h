@@ -46,9 +46,9 @@ struct CpuFeatures {
 /// includes the ones before it. A level is a kernel *path*: what every
 /// kernel runs when the process is capped there.
 ///   Scalar      portable C++ kernels; spanc's f32 GEMM on SSE2 vectors
-///   Avx2        spanc's f32 GEMM on AVX2+FMA (F32Gemm.h) and AVX2
-///               attention (with F16C); the other kernels run their
-///               portable path
+///   Avx2        spanc's f32 GEMM on AVX2+FMA (F32Gemm.h), AVX2
+///               attention, int8 GEMV, RMSNorm and SwiGLU (with F16C);
+///               the other kernels run their portable path
 ///   Avx512      spanc's AVX-512 kernels (attention, int8 GEMV, RoPE,
 ///               elementwise, f16 K/V); oneDNN's f32 GEMMs
 ///   Avx512Bf16  + bf16 weight GEMMs through oneDNN (AVX-512-BF16)

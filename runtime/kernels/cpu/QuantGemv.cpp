@@ -143,10 +143,8 @@ SPANC_VNNI inline void
 gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
           int64_t group, int64_t firstRow, float *y, int64_t outputStride) {
   constexpr bool q41 = Format == QuantFormat::Q4_1;
-  // Q4_1 tiles hold their scales; Q8_0 scales follow the group's values.
-  constexpr int64_t valueStride =
-      q41 ? PackedQuantMatrix::tileBytes(Format) : kQ80ValueBytes;
-  constexpr int64_t scaleStride = q41 ? valueStride : kQ80ScaleBytes;
+  constexpr int64_t valuesApart = valueStride(Format);
+  constexpr int64_t scalesApart = scaleStride(Format);
   const int64_t blocks = weights.blocks;
   const uint8_t *tile =
       weights.bytes.data() + valuesOffset(Format, blocks, group, 0);
@@ -161,18 +159,8 @@ gemvGroup(const PackedQuantMatrix &weights, const QuantizedActivations &x,
     accumulators[r] = _mm512_setzero_ps();
   const bool toL2 = prefetchWeightsToL2();
   for (int64_t block = 0; block < blocks;
-       ++block, tile += valueStride, tileScales += scaleStride) {
-    // The weights stream from L3/memory once per token: ask for the lines
-    // a few tiles ahead so more misses are in flight than the hardware
-    // prefetcher keeps.
-    for (int64_t line = 0; line < valueStride; line += 64) {
-      const char *ahead =
-          reinterpret_cast<const char *>(tile + kPrefetchBytes + line);
-      if (toL2)
-        _mm_prefetch(ahead, _MM_HINT_T1);
-      else
-        _mm_prefetch(ahead, _MM_HINT_T0);
-    }
+       ++block, tile += valuesApart, tileScales += scalesApart) {
+    prefetchAhead(tile, valuesApart, toL2);
     __m512i values[8];
     __m512 minimums;
     if constexpr (q41) {

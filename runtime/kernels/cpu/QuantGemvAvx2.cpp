@@ -175,10 +175,8 @@ SPANC_AVX2 void gemvGroup(const PackedQuantMatrix &weights,
                           const QuantizedActivations &x, int64_t group,
                           int64_t firstRow, float *y, int64_t outputStride) {
   constexpr bool q41 = Format == QuantFormat::Q4_1;
-  // Q4_1 tiles hold their scales; Q8_0 scales follow the group's values.
-  constexpr int64_t valueStride =
-      q41 ? PackedQuantMatrix::tileBytes(Format) : kQ80ValueBytes;
-  constexpr int64_t scaleStride = q41 ? valueStride : kQ80ScaleBytes;
+  constexpr int64_t valuesApart = valueStride(Format);
+  constexpr int64_t scalesApart = scaleStride(Format);
   const int64_t blocks = weights.blocks;
   const uint8_t *tile =
       weights.bytes.data() + valuesOffset(Format, blocks, group, 0);
@@ -193,15 +191,8 @@ SPANC_AVX2 void gemvGroup(const PackedQuantMatrix &weights,
          lowSecond = lowFirst, highSecond = lowFirst;
   const bool toL2 = prefetchWeightsToL2();
   for (int64_t block = 0; block < blocks;
-       ++block, tile += valueStride, tileScales += scaleStride) {
-    for (int64_t line = 0; line < valueStride; line += 64) {
-      const char *ahead =
-          reinterpret_cast<const char *>(tile + kPrefetchBytes + line);
-      if (toL2)
-        _mm_prefetch(ahead, _MM_HINT_T1);
-      else
-        _mm_prefetch(ahead, _MM_HINT_T0);
-    }
+       ++block, tile += valuesApart, tileScales += scalesApart) {
+    prefetchAhead(tile, valuesApart, toL2);
     int32_t first[8], second[8];
     std::memcpy(first, firstValues + block * kBlock, sizeof(first));
     if constexpr (TwoRows)

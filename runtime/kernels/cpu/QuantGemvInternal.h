@@ -11,6 +11,8 @@
 
 #include "runtime/kernels/cpu/QuantGemv.h"
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 namespace spanc::cpu::quantgemv {
@@ -28,6 +30,32 @@ constexpr int64_t kPrefetchBytes = 8192;
 /// (none) and 239-284 tok/s (L2), 6 alternating rounds (gemv_bench: a
 /// token's products 18 % faster in L2 than in L1).
 bool prefetchWeightsToL2();
+
+/// Bytes from one block's values to the next's within a group, and from
+/// one block's 16 scales to the next's: Q4_1 tiles hold their scales, Q8_0
+/// scales follow the group's values (quantlayout).
+constexpr int64_t valueStride(QuantFormat format) {
+  return format == QuantFormat::Q4_1 ? PackedQuantMatrix::tileBytes(format)
+                                     : quantlayout::kQ80ValueBytes;
+}
+constexpr int64_t scaleStride(QuantFormat format) {
+  return format == QuantFormat::Q4_1 ? PackedQuantMatrix::tileBytes(format)
+                                     : quantlayout::kQ80ScaleBytes;
+}
+
+/// The weights stream from L3 or memory once per token: a group's loop
+/// asks for the lines kPrefetchBytes ahead of the `bytes` of its tile, so
+/// that more misses are in flight than the hardware prefetcher keeps.
+inline void prefetchAhead(const uint8_t *tile, int64_t bytes, bool toL2) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    const char *ahead =
+        reinterpret_cast<const char *>(tile + kPrefetchBytes + line);
+    if (toL2)
+      _mm_prefetch(ahead, _MM_HINT_T1);
+    else
+      _mm_prefetch(ahead, _MM_HINT_T0);
+  }
+}
 
 /// Whether the AVX2 kernel multiplies `weights` exactly: it cannot when a
 /// Q8_0 weight is -128 (PackedQuantMatrix::hasLowestQ80Value).

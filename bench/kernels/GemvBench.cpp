@@ -51,6 +51,12 @@ std::vector<uint8_t> randomBlocks(QuantFormat format, int64_t rows,
     uint8_t *at = bytes.data() + block * blockBytes;
     for (int64_t i = 0; i < blockBytes; ++i)
       at[i] = uint8_t(byte(random));
+    // Q8_0 values in -127..127, as GGUF quantizers write them (a -128 sends
+    // a matrix to the portable path on AVX2: QuantGemv.h).
+    if (format == QuantFormat::Q8_0)
+      for (int64_t i = 2; i < blockBytes; ++i)
+        if (at[i] == 0x80)
+          at[i] = 0x81;
     const uint16_t scale = 0x2000 + uint16_t(byte(random)); // ~2^-7
     std::memcpy(at, &scale, 2);
     if (format == QuantFormat::Q4_1)
@@ -75,7 +81,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!hasQuantGemvKernel())
-    std::fprintf(stderr, "note: no AVX-512 VNNI: the scalar path runs\n");
+    std::fprintf(stderr, "note: neither AVX-512 VNNI nor AVX2: the portable "
+                         "path runs\n");
   omp_set_num_threads(threads);
   const Product products[] = {
       {"qkv (Q4_1)", QuantFormat::Q4_1, kDim + 2 * kKvDim, kDim, kLayers},

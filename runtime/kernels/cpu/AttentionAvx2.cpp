@@ -35,14 +35,6 @@ SPANC_AVX2 inline float maxLanes(__m256 values) {
   return _mm_cvtss_f32(_mm_max_ss(twos, _mm_movehdup_ps(twos)));
 }
 
-SPANC_AVX2 inline __m256 load8(const float *pointer) {
-  return _mm256_loadu_ps(pointer);
-}
-SPANC_AVX2 inline __m256 load8(const uint16_t *pointer) {
-  return _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i *>(pointer)));
-}
-
 /// count (a multiple of 8) elements as f32.
 template <typename Element>
 SPANC_AVX2 void widen(const Element *in, int64_t count, float *out) {

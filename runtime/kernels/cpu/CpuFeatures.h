@@ -47,8 +47,8 @@ struct CpuFeatures {
 /// kernel runs when the process is capped there.
 ///   Scalar      portable C++ kernels; spanc's f32 GEMM on SSE2 vectors
 ///   Avx2        spanc's f32 GEMM on AVX2+FMA (F32Gemm.h), AVX2
-///               attention, int8 GEMV, RMSNorm and SwiGLU (with F16C);
-///               the other kernels run their portable path
+///               attention, int8 GEMV, RMSNorm, SwiGLU and K/V writes
+///               (with F16C); RoPE and relocation run their portable path
 ///   Avx512      spanc's AVX-512 kernels (attention, int8 GEMV, RoPE,
 ///               elementwise, f16 K/V); oneDNN's f32 GEMMs
 ///   Avx512Bf16  + bf16 weight GEMMs through oneDNN (AVX-512-BF16)

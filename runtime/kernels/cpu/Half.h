@@ -4,10 +4,10 @@
 // llama.cpp's default f16 cache holds): half the bytes of f32 for every
 // attention read, relocation and copy-on-write. Kernels convert on the fly:
 // 16 lanes at a time with the AVX-512 conversions (F16C, implied by
-// AVX-512F), one value at a time with the portable routines of
-// runtime/kernels/FloatBits.h (scalar reference paths; the build targets
-// generic x86-64, so no F16C there).
-// Both round to nearest, ties to even, so every path stores the same bits.
+// AVX-512F), 8 with F16C on the AVX2 path, one value at a time with the
+// portable routines of runtime/kernels/FloatBits.h (scalar reference paths; the
+// build targets generic x86-64, so no F16C there). Both round to nearest, ties
+// to even, so every path stores the same bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_HALF_H
@@ -15,6 +15,7 @@
 
 #include "runtime/kernels/FloatBits.h"
 #include "runtime/kernels/cpu/VectorMath.h"
+#include "runtime/kernels/cpu/VectorMathAvx2.h"
 
 #include <cstdint>
 
@@ -74,6 +75,22 @@ SPANC_AVX512 inline void store16(__mmask16 mask, uint16_t *pointer,
   _mm256_mask_storeu_epi16(
       pointer, mask,
       _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/// Eight elements as f32 lanes, and back (the AVX2 path: F16C).
+SPANC_AVX2 inline __m256 load8(const float *pointer) {
+  return _mm256_loadu_ps(pointer);
+}
+SPANC_AVX2 inline __m256 load8(const uint16_t *pointer) {
+  return _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(pointer)));
+}
+SPANC_AVX2 inline void store8(float *pointer, __m256 value) {
+  _mm256_storeu_ps(pointer, value);
+}
+SPANC_AVX2 inline void store8(uint16_t *pointer, __m256 value) {
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(pointer),
+                   _mm256_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT));
 }
 
 } // namespace spanc::cpu

@@ -1,10 +1,12 @@
 //===- KvStorageTest.cpp - K/V writes land where attention reads them -----===//
 //
 // writeTokens transposes K into the dimension-major block layout 16 tokens
-// at a time (AVX-512) and converts to the storage precision: every element
-// must read back (key()/value()) as the written float rounded to that
-// precision, at its own block and slot, for runs that start mid-block, end
-// mid-block, change block, and skip slots; and no other slot may change.
+// at a time (AVX-512; AVX2 converts a row 8 lanes at a time, the scalar
+// path element by element) and converts to the storage precision: every
+// element must read back (key()/value()) as the written float rounded to
+// that precision, at its own block and slot, for runs that start
+// mid-block, end mid-block, change block, and skip slots; and no other slot
+// may change.
 // copyBlock copies every layer bit for bit.
 //
 //===----------------------------------------------------------------------===//

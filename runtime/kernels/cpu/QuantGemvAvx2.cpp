@@ -19,13 +19,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/kernels/cpu/QuantGemvInternal.h"
+#include "runtime/kernels/cpu/VectorMathAvx2.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
-
-#define SPANC_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace spanc::cpu::quantgemv {
 
@@ -168,8 +167,8 @@ SPANC_AVX2 inline __m256 loadHalves(const uint8_t *halves) {
       _mm_loadu_si128(reinterpret_cast<const __m128i *>(halves)));
 }
 
-/// Activation row `firstRow` (and the next, `twoRows`) against one group of
-/// 16 weight rows.
+/// Activation row `firstRow` (and the next, with TwoRows) against one
+/// group of 16 weight rows.
 template <QuantFormat Format, bool TwoRows>
 SPANC_AVX2 void gemvGroup(const PackedQuantMatrix &weights,
                           const QuantizedActivations &x, int64_t group,
@@ -240,8 +239,9 @@ template <QuantFormat Format>
 SPANC_AVX2 void gemvGroupAllRows(const PackedQuantMatrix &weights,
                                  const QuantizedActivations &x, float *y,
                                  int64_t outputStride, int64_t group) {
-  // Two rows at a time keep their four accumulators, two dot vectors and
-  // the weights in the 16 registers.
+  // Two rows at a time: each weight load and nibble mask serves both rows
+  // (their four f32 accumulators go to the stack and back once a block;
+  // the integer work stays in registers).
   int64_t row = 0;
   for (; row + 2 <= x.rows; row += 2)
     gemvGroup<Format, true>(weights, x, group, row, y, outputStride);

@@ -44,7 +44,8 @@ SPANC_AVX2 void widen(const Element *in, int64_t count, float *out) {
 
 /// The block's K for one head as f32 (dimension-major), each slot rotated
 /// to its logical index: rotateKeyBlockAvx512's formula on two 8-slot
-/// halves.
+/// halves, with fused multiply-adds (its bits are this path's own, as every
+/// path's are).
 template <typename Element>
 SPANC_AVX2 void rotateKeyBlock(const CallContext &context,
                                const Element *keyBlock, int64_t logicalStart,
@@ -53,10 +54,9 @@ SPANC_AVX2 void rotateKeyBlock(const CallContext &context,
   const int headDim = context.shape->headDim;
   const int rotaryDim = table.config().rotaryDim;
   const int half = rotaryDim / 2;
-  const bool normal = table.config().order == RopeOrder::Normal;
+  const RopeOrder order = table.config().order;
   for (int pair = 0; pair < half; ++pair) {
-    const int first = normal ? 2 * pair : pair;
-    const int second = normal ? 2 * pair + 1 : pair + half;
+    const auto [first, second] = ropePairDims(order, rotaryDim, pair);
     for (int lane = 0; lane < kSlots; lane += 8) {
       const __m256 c =
           _mm256_loadu_ps(table.cosByPosition(pair) + logicalStart + lane);

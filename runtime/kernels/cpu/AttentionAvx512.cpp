@@ -40,10 +40,9 @@ SPANC_AVX512 void rotateKeyBlockAvx512(const CallContext &context,
   const int headDim = context.shape->headDim;
   const int rotaryDim = table.config().rotaryDim;
   const int half = rotaryDim / 2;
-  const bool normal = table.config().order == RopeOrder::Normal;
+  const RopeOrder order = table.config().order;
   for (int pair = 0; pair < half; ++pair) {
-    const int first = normal ? 2 * pair : pair;
-    const int second = normal ? 2 * pair + 1 : pair + half;
+    const auto [first, second] = ropePairDims(order, rotaryDim, pair);
     const __m512 c = _mm512_loadu_ps(table.cosByPosition(pair) + logicalStart);
     const __m512 s = _mm512_loadu_ps(table.sinByPosition(pair) + logicalStart);
     const __m512 a = load16(keyBlock + first * 16);

@@ -33,6 +33,17 @@ struct RopeConfig {
   std::vector<float> freqFactors; ///< per pair divisor (Llama 3.1), or empty
 };
 
+/// The two dimensions that rotate together as pair `pair` (of rotaryDim /
+/// 2): (2 pair, 2 pair + 1) in the normal order, (pair, pair + rotaryDim /
+/// 2) in NeoX's.
+struct RopePairDims {
+  int first, second;
+};
+inline RopePairDims ropePairDims(RopeOrder order, int rotaryDim, int pair) {
+  return order == RopeOrder::Normal ? RopePairDims{2 * pair, 2 * pair + 1}
+                                    : RopePairDims{pair, pair + rotaryDim / 2};
+}
+
 /// cos and sin of every rotating pair for one position: writes
 /// rotaryDim/2 values to each of `cosOut` and `sinOut`. Any position,
 /// negative ones included (for rotating by a delta).

@@ -134,7 +134,8 @@ SPANC_AVX512 void swiGluRowAvx512(const float *gate, const float *up,
     out[col] = gate[col] / (1.0f + std::exp(-gate[col])) * up[col];
 }
 
-/// swiGluRowAvx512 on 8 lanes: each lane's bits are the AVX-512 path's.
+/// swiGluRowAvx512 on 8 lanes (swiGlu256: swiGlu512's operations); the
+/// columns past the last whole vector take std::exp, as there.
 SPANC_AVX2 void swiGluRowAvx2(const float *gate, const float *up, float *out,
                               int64_t cols) {
   int64_t col = 0;

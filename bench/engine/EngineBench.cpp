@@ -54,6 +54,7 @@ runEngineBench(const EngineBenchOptions &options) {
   modelOptions.forceF32 = options.forceF32;
   modelOptions.gemmKernel = options.gemmKernel;
   modelOptions.gemmWeightCopy = options.gemmWeightCopy;
+  modelOptions.quantizedPrompt = options.quantizedPrompt;
   modelOptions.numerics = options.numerics;
   auto model = model::Model::load(options.modelPath, modelOptions);
   if (!model)
@@ -61,6 +62,7 @@ runEngineBench(const EngineBenchOptions &options) {
   result.loadSeconds = secondsSince(loadStart);
   result.precision = cpu::gemmPrecisionName((*model)->gemmPrecision());
   result.gemmKernel = cpu::gemmKernelName((*model)->gemmKernel());
+  result.quantizedPrompt = (*model)->quantizedPromptRows();
   result.prefillFlops = (*model)->config().prefillFlops(options.promptTokens);
   const int64_t context = (*model)->config().contextLength;
   if (context > 0 && options.promptTokens > context)

@@ -33,6 +33,7 @@ struct EngineBenchOptions {
   bool forceF32 = false;
   cpu::GemmKernel gemmKernel = cpu::GemmKernel::Amx;
   bool gemmWeightCopy = false; ///< ModelOptions::gemmWeightCopy
+  bool quantizedPrompt = true; ///< ModelOptions::quantizedPrompt
   model::Numerics numerics = model::Numerics::Default;
   bool profile = false;
 };
@@ -44,6 +45,8 @@ struct EngineBenchResult {
   int64_t peakRssBytes = 0;
   std::string precision;
   std::string gemmKernel; ///< "amx" or "onednn"
+  /// Prompt rows took int8 activations (Model::quantizedPromptRows).
+  bool quantizedPrompt = false;
   /// Floating-point operations of one ppN pass (ModelConfig::prefillFlops:
   /// the output head for the last token only, as llama-bench's ppN and
   /// spanc's prefill compute it).

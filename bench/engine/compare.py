@@ -306,6 +306,9 @@ def main():
                       "weights",
         "f32": "spanc's f32 kernel on the borrowed Q4_1/Q8_0 weights",
     }.get(gemm, "oneDNN")
+    if spanc_info.get("prompt_int8"):
+        prefill_gemms = ("int8 rows on the Q4_1 tiles, as decode's (spanc's "
+                         "AVX2 kernel, four rows at a time)")
     isa = spanc_info.get("isa", "")
     decode_gemv = ("AVX2" if isa == "avx2" else
                    "portable" if isa == "scalar" else "VNNI")

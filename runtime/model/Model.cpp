@@ -36,6 +36,19 @@ cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
   return rope;
 }
 
+/// Whether every layer's projections are Q4_1 tiles, the format of the
+/// AVX2 many-row kernel (QuantGemmAvx2.cpp).
+bool allProjectionsQ4_1(const ModelWeights &weights) {
+  for (const LayerWeights &layer : weights.layers())
+    if (!layer.hasQuantized ||
+        layer.queryKeyValueQuantized.format != cpu::QuantFormat::Q4_1 ||
+        layer.attentionOutputQuantized.format != cpu::QuantFormat::Q4_1 ||
+        layer.gateUpQuantized.format != cpu::QuantFormat::Q4_1 ||
+        layer.downQuantized.format != cpu::QuantFormat::Q4_1)
+      return false;
+  return !weights.layers().empty();
+}
+
 } // namespace
 
 llvm::StringRef numericsName(Numerics numerics) {
@@ -99,6 +112,9 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
   model->modelWeights = std::move(*weights);
   model->quantizedDecode =
       !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
+  model->quantizedPrompt = model->quantizedDecode && options.quantizedPrompt &&
+                           model->gemm->kernel() == cpu::GemmKernel::F32 &&
+                           allProjectionsQ4_1(*model->modelWeights);
   if (options.numerics == Numerics::LlamaCpp) {
     // Every step multiplies the file's blocks (where VNNI is missing, the
     // AVX2 and portable GEMVs compute the same integer sums).

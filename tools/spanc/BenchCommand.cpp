@@ -10,7 +10,7 @@
 
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
-#include "tools/spanc/GemmWeightsOption.h"
+#include "tools/spanc/GemmOptions.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/LimitsHelp.h"
 #include "tools/spanc/ThreadsOption.h"
@@ -84,10 +84,11 @@ int runEngineBenchmark(const po::variables_map &values) {
     return reportError("bench",
                        "engine: --gemm must be amx, avx512bf16 or onednn");
   options.gemmKernel = *gemmKernel;
-  std::optional<bool> gemmWeightCopy = readGemmWeightsOption("bench", values);
-  if (!gemmWeightCopy)
+  std::optional<GemmChoices> gemmChoices = readGemmOptions("bench", values);
+  if (!gemmChoices)
     return 1;
-  options.gemmWeightCopy = *gemmWeightCopy;
+  options.gemmWeightCopy = gemmChoices->weightCopy;
+  options.quantizedPrompt = gemmChoices->quantizedPrompt;
   std::optional<model::Numerics> numerics =
       model::parseNumerics(values["numerics"].as<std::string>());
   if (!numerics)
@@ -124,7 +125,8 @@ int runEngineBenchmark(const po::variables_map &values) {
     };
     out << "{\"engine\": \"spanc\", \"threads\": " << threads
         << ", \"precision\": \"" << result->precision << "\", \"gemm\": \""
-        << result->gemmKernel << "\", \"isa\": \""
+        << result->gemmKernel << "\", \"prompt_int8\": "
+        << (result->quantizedPrompt ? "true" : "false") << ", \"isa\": \""
         << cpu::isaLevelName(cpu::isaLevel()) << "\", \"cpu\": \""
         << cpu::cpuFeatures().describe()
         << "\", \"pp_tokens\": " << options.promptTokens
@@ -138,7 +140,11 @@ int runEngineBenchmark(const po::variables_map &values) {
     return 0;
   }
   out << "spanc engine: " << options.modelPath << ", " << threads
-      << " threads, " << result->precision << " GEMMs on " << result->gemmKernel
+      << " threads, "
+      << (result->quantizedPrompt
+              ? std::string("int8 prompt rows on the 4-bit weights")
+              : std::string(result->precision) + " GEMMs on " +
+                    result->gemmKernel)
       << " (" << cpu::isaLevelName(cpu::isaLevel())
       << " path: " << cpu::cpuFeatures().describe() << "), load "
       << llvm::format("%.2f", result->loadSeconds) << " s\n";
@@ -282,7 +288,7 @@ int runBench(const std::vector<std::string> &args) {
       ("profile", "engine: time every op and print where time goes")     //
       ("json", "engine: print one JSON object instead of a table");
   addThreadsOption(options);
-  addGemmWeightsOption(options);
+  addGemmOptions(options);
   addIsaOption(options);
   addDeviceOption(options);
   po::positional_options_description positional;

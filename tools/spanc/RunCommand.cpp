@@ -24,7 +24,7 @@
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/CompileOptions.h"
 #include "tools/spanc/DeviceOption.h"
-#include "tools/spanc/GemmWeightsOption.h"
+#include "tools/spanc/GemmOptions.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/KvCacheCapacity.h"
@@ -530,7 +530,7 @@ int runRun(const std::vector<std::string> &args) {
   addDeviceOption(options);
   addMaxCallsOption(options);
   addThreadsOption(options);
-  addGemmWeightsOption(options);
+  addGemmOptions(options);
   addIsaOption(options);
   addFileAccessOptions(options);
   po::positional_options_description positional;
@@ -593,10 +593,11 @@ int runRun(const std::vector<std::string> &args) {
                               : defaultModelPath();
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("batch-invariant") != 0;
-  std::optional<bool> gemmWeightCopy = readGemmWeightsOption("run", values);
-  if (!gemmWeightCopy)
+  std::optional<GemmChoices> gemmChoices = readGemmOptions("run", values);
+  if (!gemmChoices)
     return 1;
-  modelOptions.gemmWeightCopy = *gemmWeightCopy;
+  modelOptions.gemmWeightCopy = gemmChoices->weightCopy;
+  modelOptions.quantizedPrompt = gemmChoices->quantizedPrompt;
   const std::string kvPrecision = values["kv-precision"].as<std::string>();
   if (kvPrecision != "f16" && kvPrecision != "f32")
     return reportError("run", "--kv-precision '" + kvPrecision +

@@ -26,7 +26,7 @@
 #include "server/ModelNames.h"
 #include "tools/spanc/CommandLine.h"
 #include "tools/spanc/DeviceOption.h"
-#include "tools/spanc/GemmWeightsOption.h"
+#include "tools/spanc/GemmOptions.h"
 #include "tools/spanc/Interrupt.h"
 #include "tools/spanc/IsaOption.h"
 #include "tools/spanc/KvCacheCapacity.h"
@@ -396,10 +396,11 @@ std::optional<ServedModel> loadServedModel(const po::variables_map &values,
                                            const std::string &modelPath) {
   model::ModelOptions modelOptions;
   modelOptions.forceF32 = values.count("batch-invariant") != 0;
-  std::optional<bool> gemmWeightCopy = readGemmWeightsOption("serve", values);
-  if (!gemmWeightCopy)
+  std::optional<GemmChoices> gemmChoices = readGemmOptions("serve", values);
+  if (!gemmChoices)
     return std::nullopt;
-  modelOptions.gemmWeightCopy = *gemmWeightCopy;
+  modelOptions.gemmWeightCopy = gemmChoices->weightCopy;
+  modelOptions.quantizedPrompt = gemmChoices->quantizedPrompt;
   const std::string kvPrecision = values["kv-precision"].as<std::string>();
   if (kvPrecision != "f16" && kvPrecision != "f32") {
     reportError("serve",
@@ -480,7 +481,7 @@ int runServe(const std::vector<std::string> &args) {
   addSpanModeOptions(options);
   addDeviceOption(options);
   addThreadsOption(options);
-  addGemmWeightsOption(options);
+  addGemmOptions(options);
   addIsaOption(options);
   addKvEventsOptions(options);
   const std::string about = serveDescription();

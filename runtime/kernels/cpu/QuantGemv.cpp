@@ -12,6 +12,8 @@
 // start from an "undefined" vector on purpose) as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -427,14 +429,18 @@ void prepareActivations(int64_t m, int64_t k, QuantFormat format,
   out.sums.resize(size_t(m * blocks));
 }
 
-void quantizeActivationBlocks(const float *x, int64_t stride,
-                              int64_t firstBlock, int64_t endBlock,
-                              QuantizedActivations &out, bool forceScalar) {
+namespace {
+
+/// Blocks [firstBlock, endBlock) of rows [firstRow, endRow).
+void quantizeActivationRows(const float *x, int64_t stride, int64_t firstRow,
+                            int64_t endRow, int64_t firstBlock,
+                            int64_t endBlock, QuantizedActivations &out,
+                            bool forceScalar) {
   const bool roundSum = out.format == QuantFormat::Q4_1;
   const bool avx512 = !forceScalar && cpuFeatures().hasAvx512();
   const bool avx2 = !forceScalar && !avx512 && hasAvx2Kernel();
   const int64_t blocks = out.blocks;
-  for (int64_t row = 0; row < out.rows; ++row)
+  for (int64_t row = firstRow; row < endRow; ++row)
     for (int64_t block = firstBlock; block < endBlock; ++block) {
       const float *source = x + row * stride + block * kBlock;
       uint8_t *values = out.values.data() + (row * blocks + block) * kBlock;
@@ -451,11 +457,34 @@ void quantizeActivationBlocks(const float *x, int64_t stride,
     }
 }
 
+} // namespace
+
+void quantizeActivationBlocks(const float *x, int64_t stride,
+                              int64_t firstBlock, int64_t endBlock,
+                              QuantizedActivations &out, bool forceScalar) {
+  quantizeActivationRows(x, stride, 0, out.rows, firstBlock, endBlock, out,
+                         forceScalar);
+}
+
 void quantizeActivations(const float *x, int64_t m, int64_t k, int64_t stride,
                          QuantFormat format, QuantizedActivations &out,
                          bool forceScalar) {
   prepareActivations(m, k, format, out);
-  quantizeActivationBlocks(x, stride, 0, out.blocks, out, forceScalar);
+  // A prompt's rows are split between the threads (a block's bits do not
+  // depend on who quantizes it); a few decode rows are not worth a fork.
+  constexpr int64_t kRowsPerThread = 16;
+  if (m < 2 * kRowsPerThread || omp_in_parallel()) {
+    quantizeActivationRows(x, stride, 0, m, 0, out.blocks, out, forceScalar);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(),
+                  thread = omp_get_thread_num();
+    quantizeActivationRows(x, stride, m * thread / threads,
+                           m * (thread + 1) / threads, 0, out.blocks, out,
+                           forceScalar);
+  }
 }
 
 void quantGemvGroups(const PackedQuantMatrix &weights,

@@ -34,6 +34,9 @@ using namespace quantlayout;
 
 constexpr int kBlock = 32;
 constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
+/// From how many activation rows a Q4_1 group takes the four-row kernel
+/// (its unpacking of the group then costs less than the GEMV's per pair).
+constexpr int64_t kGemmMinRows = 4;
 /// An empty asm the value passes through: integer sums may be reordered,
 /// and GCC 12 at -O3 otherwise hoists a whole block's products ahead of
 /// their adds and spills them; here each step's sums are done in order.
@@ -239,10 +242,15 @@ template <QuantFormat Format>
 SPANC_AVX2 void gemvGroupAllRows(const PackedQuantMatrix &weights,
                                  const QuantizedActivations &x, float *y,
                                  int64_t outputStride, int64_t group) {
-  // Two rows at a time: each weight load and nibble mask serves both rows
-  // (their four f32 accumulators go to the stack and back once a block;
-  // the integer work stays in registers).
+  // Q4_1 rows in fours on the group's unpacked tiles (QuantGemmAvx2.cpp),
+  // the rest two at a time: each weight load and nibble mask serves both
+  // rows (their four f32 accumulators go to the stack and back once a
+  // block; the integer work stays in registers).
   int64_t row = 0;
+  if (Format == QuantFormat::Q4_1 && x.rows >= kGemmMinRows) {
+    row = x.rows - x.rows % 4;
+    gemmGroupAvx2(weights, x, y, outputStride, group, row);
+  }
   for (; row + 2 <= x.rows; row += 2)
     gemvGroup<Format, true>(weights, x, group, row, y, outputStride);
   if (row < x.rows)

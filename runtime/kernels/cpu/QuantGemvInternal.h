@@ -68,6 +68,13 @@ void gemvGroupsAvx2(const PackedQuantMatrix &weights,
                     const QuantizedActivations &x, float *y,
                     int64_t outputStride, int64_t firstGroup, int64_t endGroup);
 
+/// Activation rows [0, endRow) (a multiple of 4) against the Q4_1 weight
+/// rows of `group`, four rows at a time on the group's unpacked tiles
+/// (QuantGemmAvx2.cpp): gemvGroupsAvx2's bits, for many rows at a time.
+void gemmGroupAvx2(const PackedQuantMatrix &weights,
+                   const QuantizedActivations &x, float *y,
+                   int64_t outputStride, int64_t group, int64_t endRow);
+
 /// One block of 32 activations quantized as quantizeBlockScalar does, on
 /// AVX2 (same bits).
 void quantizeBlockAvx2(const float *source, uint8_t *values, bool roundSum,

@@ -239,13 +239,23 @@ TEST(QuantGemv, ExtremeValuesStayExactOnEveryPath) {
   // Q8_0 weights of +-127, activations at +-127 and -128 (a NaN's
   // saturated value). The AVX2 kernel sums them in 16-bit lanes
   // (QuantGemvAvx2.cpp), which must not saturate.
-  const int64_t rows = 19, columns = 128;
-  std::vector<float> x(size_t(2 * columns));
+  // Six activation rows: four through the AVX2 four-row kernel
+  // (QuantGemmAvx2.cpp), two through the GEMV.
+  const int64_t rows = 19, columns = 128, activationRows = 6;
+  std::vector<float> x(size_t(activationRows * columns));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < columns; ++i) {
     x[size_t(i)] = 3.0f;                           // all +127
     x[size_t(columns + i)] = i % 2 ? -3.0f : 3.0f; // +-127
+    x[size_t(2 * columns + i)] = -3.0f;            // all -127
+    x[size_t(3 * columns + i)] = -3.0f;            // all -127
+    x[size_t(4 * columns + i)] = i % 2 ? 3.0f : -3.0f;
+    x[size_t(5 * columns + i)] = 3.0f;
   }
-  x[size_t(columns + 5)] = std::numeric_limits<float>::quiet_NaN(); // -128
+  // A NaN in rows 1 and 2 (a -128; NaN-heavy blocks' scales differ between the
+  // quantizers, which this test is not about).
+  x[size_t(columns + 5)] = nan;
+  x[size_t(2 * columns + 9)] = nan;
   for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
     TestMatrix matrix = makeMatrix(format, rows, columns, 21);
     const int64_t blockBytes = quantBlockBytes(format);
@@ -263,9 +273,11 @@ TEST(QuantGemv, ExtremeValuesStayExactOnEveryPath) {
                                                         : -127));
       }
     QuantizedActivations quantized;
-    quantizeActivations(x.data(), 2, columns, columns, format, quantized);
+    quantizeActivations(x.data(), activationRows, columns, columns, format,
+                        quantized);
     EXPECT_EQ(quantized.value(0, 0), 127);
     EXPECT_EQ(quantized.value(1, 5), -128);
+    EXPECT_EQ(quantized.value(2, 9), -128);
     PackedQuantMatrix packed = packQuantMatrix(matrix.view);
     EXPECT_FALSE(packed.hasLowestQ80Value);
     expectPathsAgree(packed, quantized);
@@ -393,6 +405,48 @@ TEST(QuantGemv, GroupRangesAndBlockRangesComposeToTheWhole) {
     quantGemvGroups(packed, pieces, split.data(), 100, 3, packed.groups);
     quantGemvGroups(packed, pieces, split.data(), 100, 0, 3);
     EXPECT_EQ(split, expected);
+  }
+}
+
+TEST(QuantGemv, EveryRowHasItsOwnBitsWhateverTheRowCount) {
+  // A prompt's rows (four at a time on AVX2: QuantGemmAvx2.cpp, the rest
+  // through the GEMV) each give the bits that row gives alone, as a decode
+  // row: a span hit's rows and a miss's agree, whatever the batch. 35
+  // weight rows leave a group of 3 valid lanes; a prompt of 70 rows is
+  // quantized by both threads.
+  for (QuantFormat format : {QuantFormat::Q4_1, QuantFormat::Q8_0}) {
+    TestMatrix matrix = makeMatrix(format, 35, 576, 14);
+    PackedQuantMatrix packed = packQuantMatrix(matrix.view);
+    std::mt19937 rng(15);
+    std::normal_distribution<float> normal;
+    const int64_t maxRows = 70, columns = 576;
+    std::vector<float> x(size_t(maxRows * columns));
+    for (float &value : x)
+      value = normal(rng);
+    QuantizedActivations all, serial;
+    quantizeActivations(x.data(), maxRows, columns, columns, format, all);
+    prepareActivations(maxRows, columns, format, serial);
+    quantizeActivationBlocks(x.data(), columns, 0, columns / 32, serial);
+    EXPECT_EQ(all.values, serial.values);
+    EXPECT_EQ(all.scales, serial.scales);
+    EXPECT_EQ(all.scaledSums, serial.scaledSums);
+    std::vector<float> alone(size_t(maxRows * 35));
+    QuantizedActivations one;
+    for (int64_t row = 0; row < maxRows; ++row) {
+      quantizeActivations(x.data() + row * columns, 1, columns, columns, format,
+                          one);
+      quantGemv(packed, one, alone.data() + row * 35, 35);
+    }
+    for (int64_t count : {4, 5, 7, 8, 13, 70}) {
+      QuantizedActivations batch;
+      quantizeActivations(x.data(), count, columns, columns, format, batch);
+      std::vector<float> y(size_t(count * 35));
+      quantGemv(packed, batch, y.data(), 35);
+      for (int64_t i = 0; i < count * 35; ++i)
+        ASSERT_EQ(y[size_t(i)], alone[size_t(i)])
+            << count << " rows: row " << i / 35 << ", output " << i % 35;
+      expectPathsAgree(packed, batch);
+    }
   }
 }
 

@@ -180,7 +180,11 @@ SPANC_AVX2 void foldBlock(TileState &tile, int headDim, const float *keys,
         negativeInfinity, _mm256_load_ps(scores + row * kSlots + 8), seenHigh);
     const float blockMax = maxLanes(_mm256_max_ps(low, high));
     const float newMax = std::max(tile.maxScore[row], blockMax);
-    const float correction = std::exp(tile.maxScore[row] - newMax);
+    // exp(0) is exactly 1: most blocks past the first few do not raise a
+    // row's finite max, and skip the call (the same bits).
+    const bool maxKept = newMax == tile.maxScore[row] && std::isfinite(newMax);
+    const float correction =
+        maxKept ? 1.0f : std::exp(tile.maxScore[row] - newMax);
     const __m256 shift = _mm256_set1_ps(newMax);
     alignas(32) float weights[kSlots];
     const __m256 weightLow =

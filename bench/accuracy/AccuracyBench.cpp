@@ -651,7 +651,7 @@ llvm::Error runAccuracy(const BenchArgs &args) {
     return corpora.takeError();
 
   LoadSampler load;
-  auto session = ModelSession::load(args.modelPath, args.device);
+  auto session = ModelSession::load(args);
   if (!session)
     return session.takeError();
   double proseTokens = 0;

@@ -260,7 +260,7 @@ llvm::Error runBulk(const BenchArgs &args) {
           sizesSetting.c_str());
   }
 
-  auto session = ModelSession::load(args.modelPath, args.device);
+  auto session = ModelSession::load(args);
   if (!session)
     return session.takeError();
   ModelSession &model = **session;

@@ -42,6 +42,11 @@ struct BenchArgs {
   /// Where the model runs (--device): executors of a ModelSession loaded
   /// with it run on that backend.
   backend::Device device = backend::Device::Cpu;
+  /// How prompt rows multiply 4/8-bit weights (--gemm-weights,
+  /// --prompt-int8): model::ModelOptions::gemmWeightCopy and
+  /// quantizedPrompt, which ModelSession::load applies.
+  bool gemmWeightCopy = false;
+  bool quantizedPrompt = true;
   /// Benchmark-specific settings from `--set KEY=VALUE`.
   std::map<std::string, std::string> settings;
 

@@ -13,11 +13,11 @@
 namespace spanc::bench {
 
 llvm::Expected<std::unique_ptr<ModelSession>>
-ModelSession::load(llvm::StringRef modelPath, backend::Device device) {
+ModelSession::load(llvm::StringRef modelPath, backend::Device device,
+                   model::ModelOptions modelOptions) {
   std::unique_ptr<ModelSession> session(new ModelSession());
   session->path = modelPath.str();
   session->device = device;
-  model::ModelOptions modelOptions;
   modelOptions.hostWeights = device == backend::Device::Cpu;
   auto model = model::Model::load(modelPath, modelOptions);
   if (!model)
@@ -35,6 +35,14 @@ ModelSession::load(llvm::StringRef modelPath, backend::Device device) {
   session->encoder = std::make_unique<model::ChatTemplateEncoder>(
       *session->loadedTemplate, *session->loadedTokenizer);
   return session;
+}
+
+llvm::Expected<std::unique_ptr<ModelSession>>
+ModelSession::load(const BenchArgs &args) {
+  model::ModelOptions options;
+  options.gemmWeightCopy = args.gemmWeightCopy;
+  options.quantizedPrompt = args.quantizedPrompt;
+  return load(args.modelPath, args.device, options);
 }
 
 RunTotals &RunTotals::operator+=(const RunTotals &other) {

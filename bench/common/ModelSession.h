@@ -56,8 +56,11 @@ public:
   /// Loads the model for `device`: the CPU packs its weights, the CUDA
   /// backend uploads them itself when an executor is made.
   static llvm::Expected<std::unique_ptr<ModelSession>>
-  load(llvm::StringRef modelPath,
-       backend::Device device = backend::Device::Cpu);
+  load(llvm::StringRef modelPath, backend::Device device = backend::Device::Cpu,
+       model::ModelOptions options = {});
+  /// The model, device and GEMM choices of a benchmark's arguments.
+  static llvm::Expected<std::unique_ptr<ModelSession>>
+  load(const BenchArgs &args);
 
   /// A fresh executor (an empty KV cache) over the loaded model, on the
   /// session's device whatever `options.device` says.

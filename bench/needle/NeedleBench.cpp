@@ -157,7 +157,7 @@ llvm::Error runNeedle(const BenchArgs &args) {
                                    "1 and chunk_tokens >= 16");
 
   LoadSampler load;
-  auto session = ModelSession::load(args.modelPath, args.device);
+  auto session = ModelSession::load(args);
   if (!session)
     return session.takeError();
   const model::Tokenizer &tokenizer = (*session)->tokenizer();

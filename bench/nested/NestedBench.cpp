@@ -135,7 +135,7 @@ llvm::Error runNested(const BenchArgs &args) {
   if (!budgetSeconds)
     return budgetSeconds.takeError();
 
-  auto session = ModelSession::load(args.modelPath, args.device);
+  auto session = ModelSession::load(args);
   if (!session)
     return session.takeError();
   ModelSession &model = **session;

@@ -735,7 +735,7 @@ llvm::Error runRag(const BenchArgs &args) {
   auto settings = readRagSettings(args);
   if (!settings)
     return settings.takeError();
-  auto session = ModelSession::load(args.modelPath, args.device);
+  auto session = ModelSession::load(args);
   if (!session)
     return session.takeError();
   ModelSession &model = **session;

@@ -213,6 +213,11 @@ int runRegisteredBenchmark(const bench::BenchInfo &info,
   if (!device)
     return 1;
   args.device = *device;
+  std::optional<GemmChoices> gemmChoices = readGemmOptions("bench", values);
+  if (!gemmChoices)
+    return 1;
+  args.gemmWeightCopy = gemmChoices->weightCopy;
+  args.quantizedPrompt = gemmChoices->quantizedPrompt;
   args.repoRoot = findRepoRoot();
   args.modelPath = values.count("model") ? values["model"].as<std::string>()
                                          : defaultModelPath();

@@ -29,8 +29,10 @@
 // per row, as in every model we run). The kernel prefetches the weight
 // stream a few KiB ahead: decode is bound by memory latency. CPUs with
 // AVX2 but no AVX-512 VNNI run the same tiles through vpmaddubsw
-// (QuantGemvAvx2.cpp), and a portable path computes the same operations in
-// the same order (tests, CPUs without AVX2): all give the same bits.
+// (QuantGemvAvx2.cpp; Q4_1 rows four at a time on a group's unpacked
+// tiles, QuantGemmAvx2.cpp: an AVX2 host's prompt rows take this path
+// too), and a portable path computes the same operations in the same
+// order (tests, CPUs without AVX2): all give the same bits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H

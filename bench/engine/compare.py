@@ -306,9 +306,11 @@ def main():
                       "weights",
         "f32": "spanc's f32 kernel on the borrowed Q4_1/Q8_0 weights",
     }.get(gemm, "oneDNN")
+    prefill = (f"{spanc_info.get('precision')} GEMMs for prefill "
+               f"({prefill_gemms})")
     if spanc_info.get("prompt_int8"):
-        prefill_gemms = ("int8 rows on the Q4_1 tiles, as decode's (spanc's "
-                         "AVX2 kernel, four rows at a time)")
+        prefill = ("int8 prompt rows on the Q4_1 tiles, as decode's (spanc's "
+                   "AVX2 kernel, four rows at a time; `--prompt-int8=auto`)")
     isa = spanc_info.get("isa", "")
     decode_gemv = ("AVX2" if isa == "avx2" else
                    "portable" if isa == "scalar" else "VNNI")
@@ -338,8 +340,7 @@ def main():
         + ("; built for AVX2 only: `LLAMA_CPP_ISA=avx2 "
            "bench/peers/build_llama_cpp.sh`" if args.peer_isa == "avx2"
            else "") +
-        f"); spanc: `spanc bench engine` ({spanc_info.get('precision')} GEMMs "
-        f"for prefill ({prefill_gemms}), "
+        f"); spanc: `spanc bench engine` ({prefill}, "
         f"{decode_gemv} int8 Q4_1/Q8_0 GEMV for decode; kernel path "
         f"`{isa}`, CPU features: {spanc_info.get('cpu')}).",
         "",

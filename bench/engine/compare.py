@@ -253,8 +253,8 @@ def main():
     for name in ("spanc", "llama-bench", "model", "out", "peer-dir"):
         parser.add_argument("--" + name, required=True)
     parser.add_argument("--peer-isa", default="native",
-                        help="what llama.cpp was built for (native, or avx2 "
-                        "beside spanc under SPANC_ISA=avx2)")
+                        help="what llama.cpp was built for (native, or "
+                        "avx2 / avx512 beside spanc under that SPANC_ISA)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
@@ -308,10 +308,12 @@ def main():
     }.get(gemm, "oneDNN")
     prefill = (f"{spanc_info.get('precision')} GEMMs for prefill "
                f"({prefill_gemms})")
-    if spanc_info.get("prompt_int8"):
-        prefill = ("int8 prompt rows on the Q4_1 tiles, as decode's (spanc's "
-                   "AVX2 kernel, four rows at a time; `--prompt-int8=auto`)")
     isa = spanc_info.get("isa", "")
+    if spanc_info.get("prompt_int8"):
+        prefill = ("int8 prompt rows on the 4/8-bit tiles, as decode's "
+                   + ("(spanc's AVX2 kernel, four rows at a time"
+                      if isa == "avx2" else "(VNNI")
+                   + "; `--prompt-int8=auto`)")
     decode_gemv = ("AVX2" if isa == "avx2" else
                    "portable" if isa == "scalar" else "VNNI")
     fix_note = ""
@@ -337,9 +339,11 @@ def main():
         f": {cpu}, {os.cpu_count()} cores, {args.threads} threads each.",
         f"Model: `{os.path.basename(args.model)}`. llama.cpp: llama-bench "
         f"(build {llama_info.get('build', '?')}, {llama_info.get('backends', '')}"
-        + ("; built for AVX2 only: `LLAMA_CPP_ISA=avx2 "
-           "bench/peers/build_llama_cpp.sh`" if args.peer_isa == "avx2"
-           else "") +
+        + ({"avx2": "; built for AVX2 only: `LLAMA_CPP_ISA=avx2 "
+                    "bench/peers/build_llama_cpp.sh`",
+            "avx512": "; built for AVX-512 with VNNI, no BF16 or AMX: "
+                      "`LLAMA_CPP_ISA=avx512 bench/peers/build_llama_cpp.sh`",
+            }.get(args.peer_isa, "")) +
         f"); spanc: `spanc bench engine` ({prefill}, "
         f"{decode_gemv} int8 Q4_1/Q8_0 GEMV for decode; kernel path "
         f"`{isa}`, CPU features: {spanc_info.get('cpu')}).",

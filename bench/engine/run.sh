@@ -14,10 +14,11 @@
 #                       [--weights-rounds=N] (default 3; 0: no weights table)
 #                       [--depth=N] (default 4096: tg128 @ d4096 in the long
 #                                    rounds, llama-bench's -d; 0: none)
-#                       [--isa=avx2] (spanc capped at the AVX2 kernel path
-#                                    beside llama.cpp built for AVX2 only:
-#                                    what an AVX2 host runs; writes
-#                                    engine-avx2.md)
+#                       [--isa=avx2|avx512] (spanc capped at that kernel
+#                                    path beside llama.cpp built for it:
+#                                    what an AVX2 host, or an AVX-512 host
+#                                    without BF16 (Cascade/Ice Lake), runs;
+#                                    writes engine-avx2.md / engine-avx512.md)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -46,7 +47,7 @@ for arg in "$@"; do
     --long-rounds=*) long_rounds="${arg#*=}" ;;
     --weights-rounds=*) weights_rounds="${arg#*=}" ;;
     --depth=*) depth="${arg#*=}" ;;
-    --isa=avx2) isa=avx2 ;;
+    --isa=avx2 | --isa=avx512) isa="${arg#*=}" ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
 done

@@ -7,6 +7,9 @@
 #   LLAMA_CPP_ISA=avx2 ...                    # llama-bench built for AVX2
 #                                             # only (beside spanc --isa=avx2:
 #                                             # what an AVX2 host runs)
+#   LLAMA_CPP_ISA=avx512 ...                  # AVX-512 with VNNI, no BF16 or
+#                                             # AMX (beside spanc --isa=avx512:
+#                                             # a Cascade/Ice Lake Xeon)
 #
 # Prints the build folder (holding bin/llama-*) on its last line of stdout.
 # See ../../../shared/PEERS.md for why each flag is here. Nothing built here
@@ -30,8 +33,18 @@ case "${LLAMA_CPP_ISA:-native}" in
       -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
       -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+  avx512)
+    # ggml's variant for AVX-512 hosts without BF16 or AMX (Intel Cascade
+    # Lake, Ice Lake): AVX-512 F/BW/DQ/VL and VNNI.
+    build_dir="$source_dir/build-avx512"
+    targets=(llama-bench)
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=ON
+      -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=OFF
+      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
   *)
-    echo "build_llama_cpp.sh: LLAMA_CPP_ISA must be native or avx2, not" \
+    echo "build_llama_cpp.sh: LLAMA_CPP_ISA must be native, avx2 or avx512," \
+      "not" \
       "'$LLAMA_CPP_ISA'" >&2
     exit 1 ;;
 esac

@@ -36,15 +36,9 @@ cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
   return rope;
 }
 
-/// Whether every layer's projections are Q4_1 tiles, the format of the
-/// AVX2 many-row kernel (QuantGemmAvx2.cpp).
-bool allProjectionsQ4_1(const ModelWeights &weights) {
+bool allLayersQuantizedOnly(const ModelWeights &weights) {
   for (const LayerWeights &layer : weights.layers())
-    if (!layer.hasQuantized ||
-        layer.queryKeyValueQuantized.format != cpu::QuantFormat::Q4_1 ||
-        layer.attentionOutputQuantized.format != cpu::QuantFormat::Q4_1 ||
-        layer.gateUpQuantized.format != cpu::QuantFormat::Q4_1 ||
-        layer.downQuantized.format != cpu::QuantFormat::Q4_1)
+    if (!layer.quantizedOnly)
       return false;
   return !weights.layers().empty();
 }
@@ -102,19 +96,25 @@ Model::load(llvm::StringRef path, const ModelOptions &options) {
         cpu::RopeTable(ropeConfigOf(modelConfig, *factors), positions);
     return model;
   }
+  model->quantizedDecode =
+      !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
+  // Where the prompt GEMMs would be f32 (no native bf16), a layer whose
+  // 4/8-bit tiles the CPU multiplies many rows of in int8 keeps only those
+  // (ModelOptions::quantizedPrompt).
+  const bool quantizedOnlyLayers =
+      model->quantizedDecode && options.quantizedPrompt &&
+      options.numerics == Numerics::Default &&
+      model->gemm->precision() == cpu::GemmPrecision::F32;
   // llama.cpp numerics apply their own SwiGLU to separate gate|up products.
   auto weights = ModelWeights::load(
       *model->gguf, modelConfig, *model->gemm,
       /*gatedFeedForward=*/options.numerics != Numerics::LlamaCpp,
-      /*borrowQuantized=*/!options.gemmWeightCopy);
+      /*borrowQuantized=*/!options.gemmWeightCopy, quantizedOnlyLayers);
   if (!weights)
     return weights.takeError();
   model->modelWeights = std::move(*weights);
-  model->quantizedDecode =
-      !options.forceF32 && cpu::hasQuantGemvKernel() && options.quantizedDecode;
-  model->quantizedPrompt = model->quantizedDecode && options.quantizedPrompt &&
-                           model->gemm->kernel() == cpu::GemmKernel::F32 &&
-                           allProjectionsQ4_1(*model->modelWeights);
+  model->quantizedPrompt =
+      quantizedOnlyLayers && allLayersQuantizedOnly(*model->modelWeights);
   if (options.numerics == Numerics::LlamaCpp) {
     // Every step multiplies the file's blocks (where VNNI is missing, the
     // AVX2 and portable GEMVs compute the same integer sums).

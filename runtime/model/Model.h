@@ -66,12 +66,14 @@ struct ModelOptions {
   /// activations) instead of the packed bf16/f32 copy; false sends them
   /// through the packed GEMMs too. Ignored with forceF32.
   bool quantizedDecode = true;
-  /// Prompt rows multiply the 4-bit weights in place with int8 activations
-  /// too, as decode rows and llama.cpp's CPU backend do, where that beats
-  /// the packed GEMM: spanc's f32 kernel (CPUs with AVX2 and no AVX-512)
-  /// and every projection Q4_1 (QuantGemmAvx2.cpp, about 1.6x the f32
-  /// kernel's rate). Each row's products are then the decode rows' bits.
-  /// false keeps prompt rows on the f32 GEMM. Needs quantizedDecode.
+  /// Prompt rows multiply the 4/8-bit weights in place with int8
+  /// activations too, as decode rows and llama.cpp's CPU backend do, where
+  /// the prompt GEMMs would be f32 (CPUs without native bf16) and the CPU
+  /// multiplies many int8 rows faster (cpu::hasQuantGemmKernel: AVX-512
+  /// VNNI, or AVX2 for Q4_1): such layers then keep no f32 copy of their
+  /// weights, and each row's products are the decode rows' bits. false
+  /// keeps prompt rows on the f32 GEMM. Needs quantizedDecode and the
+  /// default numerics.
   bool quantizedPrompt = true;
   /// Store K and V as f16, as llama.cpp's default KV cache does
   /// (backend::kvStorageConfigFor); false keeps them exact in f32.
@@ -109,8 +111,9 @@ public:
   /// Whether decode rows multiply the 4/8-bit weights in place
   /// (ModelOptions::quantizedDecode, where the CPU has the kernel).
   bool quantizedDecodeRows() const { return quantizedDecode; }
-  /// Whether prompt rows do too (ModelOptions::quantizedPrompt, where it
-  /// applies).
+  /// Whether prompt rows do too, in every layer (ModelOptions::
+  /// quantizedPrompt, where it applies; in a model of mixed formats only
+  /// the layers marked LayerWeights::quantizedOnly do).
   bool quantizedPromptRows() const { return quantizedPrompt; }
   /// Whether K/V are stored as f16 (ModelOptions::halfPrecisionKv).
   bool halfPrecisionKv() const { return halfKv; }

@@ -212,7 +212,8 @@ struct StackedProjection {
 /// dequantized and packed.
 llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
                             llvm::ArrayRef<StackedProjection> projections,
-                            bool borrow, LayerWeights &layer) {
+                            bool borrow, bool quantizedOnly,
+                            LayerWeights &layer) {
   cpu::GemmWeights *packed[] = {&layer.queryKeyValue, &layer.attentionOutput,
                                 &layer.gateUp, &layer.down};
   cpu::PackedQuantMatrix *quantized[] = {
@@ -241,13 +242,23 @@ llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
           cpu::packQuantMatrices(views[index].data(), views[index].size());
   };
 
-  if (borrow && layer.hasQuantized && engine.canBorrowQuantized()) {
+  auto int8Rows = [&] {
+    for (size_t index = 0; index < 4; ++index)
+      if (!cpu::hasQuantGemmKernel(views[index].front().format))
+        return false;
+    return true;
+  };
+  layer.quantizedOnly = quantizedOnly && layer.hasQuantized && int8Rows();
+  if (layer.quantizedOnly ||
+      (borrow && layer.hasQuantized && engine.canBorrowQuantized())) {
     // The values are checked as dequantizing them would have.
     for (const auto &stacked : tensors)
       for (const GgufTensor *tensor : stacked)
         if (llvm::Error error = checkFinite(file, *tensor))
           return error;
     packQuantizedViews();
+    if (layer.quantizedOnly)
+      return llvm::Error::success();
     for (size_t index = 0; index < 4; ++index)
       *packed[index] =
           engine.borrowQuantized(*quantized[index], projections[index].gated);
@@ -356,7 +367,7 @@ void decodeGgmlRow(const void *row, float *out, int64_t count,
 llvm::Expected<std::unique_ptr<ModelWeights>>
 ModelWeights::load(const GgufFile &file, const ModelConfig &config,
                    cpu::GemmEngine &engine, bool gatedFeedForward,
-                   bool borrowQuantized) {
+                   bool borrowQuantized, bool quantizedOnly) {
   if (llvm::Error error = checkDeclaredSizes(file, config))
     return error;
   std::unique_ptr<ModelWeights> weights(new ModelWeights());
@@ -405,8 +416,9 @@ ModelWeights::load(const GgufFile &file, const ModelConfig &config,
         {outputName, outputRows, queryDim},
         {gateUpNames, gateUpRows, dim, gatedFeedForward},
         {downName, downRows, ffnDim}};
-    if (llvm::Error error = loadProjections(file, engine, projections,
-                                            borrowQuantized, layerWeights))
+    if (llvm::Error error =
+            loadProjections(file, engine, projections, borrowQuantized,
+                            quantizedOnly, layerWeights))
       return error;
     if (config.qkvBias) {
       const char *biasNames[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};

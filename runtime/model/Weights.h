@@ -49,6 +49,11 @@ struct LayerWeights {
   /// only when every one is Q4_1 or Q8_0. The GEMM weights point into
   /// these matrices' bytes: they move together.
   bool hasQuantized = false;
+  /// Set with hasQuantized where ModelWeights::load was asked for
+  /// quantized-only layers: the GEMM weights above are empty, and every
+  /// row of the layer multiplies the 4/8-bit tiles (Model::
+  /// quantizedPromptRows).
+  bool quantizedOnly = false;
   /// Rows stacked as in the packed GEMM weights above.
   cpu::PackedQuantMatrix queryKeyValueQuantized, attentionOutputQuantized,
       gateUpQuantized, downQuantized;
@@ -62,9 +67,13 @@ public:
   /// SwiGLU); without it gate|up is a plain GEMM weight. `borrowQuantized`:
   /// 4/8-bit projections lend their tiles to the GEMMs where the engine can
   /// (GemmEngine::borrowQuantized); false packs a copy of each.
+  /// `quantizedOnly`: a layer whose four projections are in formats the CPU
+  /// multiplies many rows of in int8 (cpu::hasQuantGemmKernel) keeps only
+  /// the 4/8-bit tiles (LayerWeights::quantizedOnly), no GEMM weights.
   static llvm::Expected<std::unique_ptr<ModelWeights>>
   load(const GgufFile &file, const ModelConfig &config, cpu::GemmEngine &engine,
-       bool gatedFeedForward = true, bool borrowQuantized = true);
+       bool gatedFeedForward = true, bool borrowQuantized = true,
+       bool quantizedOnly = false);
 
   const cpu::EmbeddingTable &tokenEmbedding() const { return embedding; }
   llvm::ArrayRef<LayerWeights> layers() const { return layerWeights; }

@@ -39,7 +39,7 @@ llvm::Error CpuForwardPass::attentionInputs(const model::LayerWeights &layer,
     OpTimer timer(profiling, opProfile.qkvSeconds);
     if (llvm::Error error =
             project(layer.queryKeyValue, layer.queryKeyValueQuantized,
-                    layer.hasQuantized, normed.data(), queryKeyValue.data(),
+                    rowsOnQuantized(layer), normed.data(), queryKeyValue.data(),
                     cpu::GemmOutput::Store))
       return error;
     if (!layer.queryKeyValueBias.empty())
@@ -111,7 +111,7 @@ llvm::Error CpuForwardPass::attentionOutputs(const model::LayerWeights &layer,
   // epilogue; the 4/8-bit GEMV writes `projected`, added after.
   OpTimer timer(profiling, opProfile.attentionOutputSeconds);
   return project(layer.attentionOutput, layer.attentionOutputQuantized,
-                 layer.hasQuantized, attention.data(), hidden.data(),
+                 rowsOnQuantized(layer), attention.data(), hidden.data(),
                  cpu::GemmOutput::Accumulate);
 }
 

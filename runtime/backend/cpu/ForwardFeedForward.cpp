@@ -113,7 +113,7 @@ llvm::Error CpuForwardPass::feedForwardBlock(const model::LayerWeights &layer) {
   // Quantized rows: gate|up, SwiGLU and down on the 4/8-bit weights (fused
   // in one parallel region where the width allows), into `projected`, then
   // added to the residual stream.
-  const int64_t firstPacked = layer.hasQuantized ? quantizedRows : 0;
+  const int64_t firstPacked = rowsOnQuantized(layer);
   if (firstPacked > 0) {
     if (ffnDim % 32 == 0) {
       if (llvm::Error error = feedForwardFused(layer, firstPacked))
@@ -121,13 +121,13 @@ llvm::Error CpuForwardPass::feedForwardBlock(const model::LayerWeights &layer) {
     } else {
       {
         OpTimer timer(profiling, opProfile.gateUpSeconds);
-        multiplyQuantized(layer.gateUp, layer.gateUpQuantized, normed.data(),
-                          firstPacked, gateUp.data());
+        multiplyQuantized(layer.gateUpQuantized, normed.data(), firstPacked,
+                          gateUp.data());
       }
       swiGluRows(firstPacked, gateUp.data(), feedForward.data());
       OpTimer timer(profiling, opProfile.downSeconds);
-      multiplyQuantized(layer.down, layer.downQuantized, feedForward.data(),
-                        firstPacked, projected.data());
+      multiplyQuantized(layer.downQuantized, feedForward.data(), firstPacked,
+                        projected.data());
     }
     OpTimer timer(profiling, opProfile.residualSeconds);
     cpu::addInPlace(cpu::RowShape{firstPacked, dim, dim, dim}, hidden.data(),

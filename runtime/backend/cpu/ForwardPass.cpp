@@ -68,31 +68,31 @@ void CpuForwardPass::normalize(const cpu::RowShape &shape, const float *x,
     cpu::rmsNorm(shape, x, weight, model.config().rmsEpsilon, out);
 }
 
-void CpuForwardPass::multiplyQuantized(const cpu::GemmWeights &packed,
-                                       const cpu::PackedQuantMatrix &quantized,
+void CpuForwardPass::multiplyQuantized(const cpu::PackedQuantMatrix &quantized,
                                        const float *x, int64_t rows, float *y) {
-  cpu::quantizeActivations(x, rows, packed.columns(), packed.columns(),
+  cpu::quantizeActivations(x, rows, quantized.columns, quantized.columns,
                            quantized.format, quantizedActivations);
-  cpu::quantGemv(quantized, quantizedActivations, y, packed.rows());
+  cpu::quantGemv(quantized, quantizedActivations, y, quantized.rows);
 }
 
 llvm::Error CpuForwardPass::project(const cpu::GemmWeights &packed,
                                     const cpu::PackedQuantMatrix &quantized,
-                                    bool hasQuantized, const float *x, float *y,
-                                    cpu::GemmOutput mode) {
-  const int64_t firstPacked = hasQuantized ? quantizedRows : 0;
-  const int64_t width = packed.rows();
+                                    int64_t onQuantized, const float *x,
+                                    float *y, cpu::GemmOutput mode) {
+  const int64_t firstPacked = onQuantized;
   if (firstPacked > 0) {
+    const int64_t width = quantized.rows;
     if (mode == cpu::GemmOutput::Accumulate) {
-      multiplyQuantized(packed, quantized, x, firstPacked, projected.data());
+      multiplyQuantized(quantized, x, firstPacked, projected.data());
       cpu::addInPlace(cpu::RowShape{firstPacked, width, width, width}, y,
                       projected.data());
     } else {
-      multiplyQuantized(packed, quantized, x, firstPacked, y);
+      multiplyQuantized(quantized, x, firstPacked, y);
     }
   }
   if (firstPacked == numTokens)
     return llvm::Error::success();
+  const int64_t width = packed.rows();
   return model.gemmEngine().multiply(packed, x + firstPacked * packed.columns(),
                                      numTokens - firstPacked,
                                      y + firstPacked * width, mode);

@@ -11,7 +11,9 @@
 // in one parallel region (ForwardDecodeTeam.cpp, the same bits). Every numerics
 // rule (docs/ARCHITECTURE.md, "Numerics") lives here: decode rows multiply the
 // 4/8-bit weights in place with int8 activations, prompt rows the packed
-// bf16/f32 weights; llama.cpp numerics take the file's blocks everywhere.
+// bf16/f32 weights (or, where those would be f32, the 4/8-bit ones too:
+// Model::quantizedPromptRows); llama.cpp numerics take the file's blocks
+// everywhere.
 // The model (runtime/model) only describes and packs weights.
 //
 //===----------------------------------------------------------------------===//
@@ -72,15 +74,22 @@ private:
   void normalize(const cpu::RowShape &shape, const float *x,
                  const float *weight, float *out);
   /// Rows [0, rows) of x times the 4/8-bit weights, int8 activations.
-  void multiplyQuantized(const cpu::GemmWeights &packed,
-                         const cpu::PackedQuantMatrix &quantized,
+  void multiplyQuantized(const cpu::PackedQuantMatrix &quantized,
                          const float *x, int64_t rows, float *y);
-  /// A projection of every row of the step: the quantized rows into `y`
-  /// (or, to accumulate, through `projected`), the others through the
-  /// packed GEMM.
+  /// How many of the step's first rows multiply `layer`'s 4/8-bit weights:
+  /// every row in a quantized-only layer, else the quantized rows where
+  /// the layer has the tiles.
+  int64_t rowsOnQuantized(const model::LayerWeights &layer) const {
+    return layer.quantizedOnly  ? numTokens
+           : layer.hasQuantized ? quantizedRows
+                                : 0;
+  }
+  /// A projection of every row of the step: rows [0, onQuantized) on the
+  /// 4/8-bit weights into `y` (or, to accumulate, through `projected`), the
+  /// others through the packed GEMM.
   llvm::Error project(const cpu::GemmWeights &packed,
                       const cpu::PackedQuantMatrix &quantized,
-                      bool hasQuantized, const float *x, float *y,
+                      int64_t onQuantized, const float *x, float *y,
                       cpu::GemmOutput mode);
 
   /// ForwardAttention.cpp, the attention block's first half: from

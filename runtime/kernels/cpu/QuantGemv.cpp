@@ -256,6 +256,13 @@ bool hasQuantGemvKernel() {
   return (features.hasAvx512() && features.avx512vnni) || hasAvx2Kernel();
 }
 
+bool hasQuantGemmKernel(QuantFormat format) {
+  const CpuFeatures &features = cpuFeatures();
+  if (features.hasAvx512() && features.avx512vnni)
+    return true;
+  return hasAvx2Kernel() && format == QuantFormat::Q4_1;
+}
+
 PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {
   PackedQuantMatrix packed;
   packed.format = parts[0].format;

@@ -176,6 +176,11 @@ void quantGemvGroups(const PackedQuantMatrix &weights,
 /// Whether a vector path (AVX-512 VNNI or AVX2) runs on this CPU.
 bool hasQuantGemvKernel();
 
+/// Whether many activation rows (a prompt) of weights in `format` multiply
+/// here faster than an f32 GEMM: AVX-512 VNNI (either format), or AVX2's
+/// four-row Q4_1 kernel (QuantGemmAvx2.cpp).
+bool hasQuantGemmKernel(QuantFormat format);
+
 } // namespace spanc::cpu
 
 #endif // SPANC_RUNTIME_KERNELS_CPU_QUANTGEMV_H

@@ -36,6 +36,7 @@ cpu::RopeConfig ropeConfigOf(const ModelConfig &config,
   return rope;
 }
 
+/// Whether every layer's rows all take its 4/8-bit tiles.
 bool allLayersQuantizedOnly(const ModelWeights &weights) {
   for (const LayerWeights &layer : weights.layers())
     if (!layer.quantizedOnly)

@@ -209,7 +209,8 @@ struct StackedProjection {
 /// are repacked for decode rows (QuantGemv), and where the engine can and
 /// `borrow` asks, the prompt GEMMs borrow those tiles (unpacked per call)
 /// rather than keep a bf16 copy of their own; otherwise each is
-/// dequantized and packed.
+/// dequantized and packed. With `quantizedOnly`, a layer whose formats the
+/// CPU multiplies prompt rows of in int8 keeps the tiles alone.
 llvm::Error loadProjections(const GgufFile &file, cpu::GemmEngine &engine,
                             llvm::ArrayRef<StackedProjection> projections,
                             bool borrow, bool quantizedOnly,

@@ -17,10 +17,11 @@ void addGemmOptions(po::options_description &options) {
       "of each projection: 2 bytes a weight more memory, about the same "
       "prefill speed; same answers)")(
       "prompt-int8", po::value<std::string>()->default_value("auto"),
-      "whether prompt rows multiply the 4-bit weights with int8 activations "
-      "as decode rows do: auto (where the prompt GEMM would be f32, i.e. "
-      "AVX2 without AVX-512, and every projection is Q4_1: ~1.4x the "
-      "prefill) or off (the f32 GEMM)");
+      "whether prompt rows multiply the 4/8-bit weights with int8 "
+      "activations as decode rows do: auto (where the prompt GEMMs would be "
+      "f32: AVX-512 without BF16 (VNNI, Q4_1/Q8_0) and AVX2 without AVX-512 "
+      "(Q4_1); faster prefill, and no f32 copy of the weights) or off (the "
+      "f32 GEMMs)");
 }
 
 std::optional<GemmChoices> readGemmOptions(const char *command,

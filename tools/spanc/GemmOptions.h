@@ -6,10 +6,11 @@
 // (AmxGemm.h, "Borrowed weights"), by default; `copy` keeps a bf16 copy of
 // every projection instead: 2 bytes a weight more resident, for about the
 // same prefill speed (bench/results/engine-amx.md). Both give the same
-// bits. --prompt-int8: on hosts whose prompt GEMM is f32 (AVX2 without
-// AVX-512), prompt rows of a Q4_1 model take int8 activations as decode
-// rows do, by default (model::ModelOptions::quantizedPrompt); `off` keeps
-// them on the f32 GEMM (slower; other bits).
+// bits. --prompt-int8: on hosts whose prompt GEMMs would be f32 (AVX-512
+// without BF16, AVX2 without AVX-512), prompt rows of a Q4_1/Q8_0 model
+// take int8 activations as decode rows do, by default (model::
+// ModelOptions::quantizedPrompt); `off` keeps them on the f32 GEMMs
+// (slower, an f32 copy of the weights on AVX-512; other bits).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SPANC_TOOLS_SPANC_GEMMOPTIONS_H

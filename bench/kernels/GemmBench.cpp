@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/kernels/PrefillShapes.h"
 #include "runtime/kernels/cpu/AlignedAllocator.h"
 #include "runtime/kernels/cpu/Gemm.h"
 
@@ -31,18 +32,11 @@
 #include <vector>
 
 using namespace spanc::cpu;
+using spanc::bench::kPrefillShapes;
+using spanc::bench::median;
+using spanc::bench::PrefillShape;
 
 namespace {
-
-struct Shape {
-  const char *name;
-  int64_t n, k;
-};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 /// Quantizes w[n][k] to GGUF Q4_1 blocks (d = (max - min) / 15, m = min,
 /// in f16) and replaces w by the blocks' dequantized values, so that every
@@ -82,10 +76,6 @@ int main(int argc, char **argv) {
   const int repetitions = argc > 2 ? std::atoi(argv[2]) : 20;
   if (argc > 3)
     omp_set_num_threads(std::atoi(argv[3]));
-  const Shape shapes[] = {{"qkv", 960, 576},
-                          {"attn-out", 576, 576},
-                          {"gate|up", 3072, 576},
-                          {"down", 576, 1536}};
   std::optional<GemmKernel> wanted =
       parseGemmKernel(argc > 4 ? argv[4] : "amx");
   GemmEngine amx(GemmPrecision::Bf16, wanted.value_or(GemmKernel::OneDnn));
@@ -104,7 +94,7 @@ int main(int argc, char **argv) {
               kernel, kernel, kernel);
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const Shape &shape : shapes) {
+  for (const PrefillShape &shape : kPrefillShapes) {
     std::vector<float> w(size_t(shape.n * shape.k)), x(size_t(m * shape.k));
     for (float &value : w)
       value = normal(random) * 0.05f;

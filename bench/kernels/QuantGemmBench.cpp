@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/kernels/PrefillShapes.h"
 #include "runtime/kernels/cpu/AlignedAllocator.h"
 #include "runtime/kernels/cpu/CpuFeatures.h"
 #include "runtime/kernels/cpu/Gemm.h"
@@ -31,18 +32,11 @@
 #include <vector>
 
 using namespace spanc::cpu;
+using spanc::bench::kPrefillShapes;
+using spanc::bench::median;
+using spanc::bench::PrefillShape;
 
 namespace {
-
-struct Shape {
-  const char *name;
-  int64_t n, k;
-};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 /// n x k random Q4_1 blocks with small finite f16 scales and minimums.
 std::vector<uint8_t> randomQ4_1(int64_t n, int64_t k, std::mt19937 &random) {
@@ -83,10 +77,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   GemmEngine engine(GemmPrecision::F32, GemmKernel::Amx);
-  const Shape shapes[] = {{"qkv", 960, 576},
-                          {"attn-out", 576, 576},
-                          {"gate|up", 3072, 576},
-                          {"down", 576, 1536}};
   std::printf("M = %lld, %d threads, %d repetitions (median), kernel path "
               "%s, f32 GEMM %s\n\n",
               (long long)m, omp_get_max_threads(), repetitions,
@@ -97,7 +87,7 @@ int main(int argc, char **argv) {
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   double f32Total = 0, int8Total = 0;
-  for (const Shape &shape : shapes) {
+  for (const PrefillShape &shape : kPrefillShapes) {
     std::vector<uint8_t> blocks = randomQ4_1(shape.n, shape.k, random);
     PackedQuantMatrix quantized =
         packQuantMatrix({QuantFormat::Q4_1, blocks.data(), shape.n, shape.k,

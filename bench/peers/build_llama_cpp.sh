@@ -23,29 +23,27 @@ build_dir="$source_dir/build"
 jobs="${JOBS:-2}"
 targets=(llama-tokenize llama-bench llama-server llama-perplexity)
 isa_flags=(-DGGML_NATIVE=ON)
+# ggml's x86 variants below name every extension: nothing past the level.
+fixed_isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+  -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512_VBMI=OFF
+  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+  -DGGML_AMX_BF16=OFF)
 case "${LLAMA_CPP_ISA:-native}" in
   native) ;;
   avx2)
-    # ggml's x86 variant for AVX2 hosts: no AVX-512, VNNI or AMX code at all.
+    # AVX2 hosts: no AVX-512, VNNI or AMX code at all.
     build_dir="$source_dir/build-avx2"
     targets=(llama-bench)
-    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
-      -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
-      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+    isa_flags=("${fixed_isa[@]}" -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF) ;;
   avx512)
-    # ggml's variant for AVX-512 hosts without BF16 or AMX (Intel Cascade
-    # Lake, Ice Lake): AVX-512 F/BW/DQ/VL and VNNI.
+    # AVX-512 hosts without BF16 or AMX (Intel Cascade Lake, Ice Lake):
+    # AVX-512 F/BW/DQ/VL and VNNI.
     build_dir="$source_dir/build-avx512"
     targets=(llama-bench)
-    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-      -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=ON
-      -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=OFF
-      -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+    isa_flags=("${fixed_isa[@]}" -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON) ;;
   *)
     echo "build_llama_cpp.sh: LLAMA_CPP_ISA must be native, avx2 or avx512," \
-      "not" \
-      "'$LLAMA_CPP_ISA'" >&2
+      "not '$LLAMA_CPP_ISA'" >&2
     exit 1 ;;
 esac
 

@@ -38,10 +38,6 @@ constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 /// 0-7's values 8p..8p+3 and 8p+4..8p+7, then lanes 8-15's.
 constexpr int kBlockVectors = 16;
 
-/// As QuantGemvAvx2.cpp's: keeps GCC 12 from hoisting a block's products
-/// ahead of their adds and spilling them.
-SPANC_AVX2 inline void sequencePoint(__m256i &value) { asm("" : "+x"(value)); }
-
 /// A group's Q4_1 nibbles as u8 vectors, `kBlockVectors` a block.
 SPANC_AVX2 void unpackGroup(const uint8_t *tile, int64_t blocks, __m256i *out) {
   const __m256i nibbles = _mm256_set1_epi8(0x0f);
@@ -56,11 +52,6 @@ SPANC_AVX2 void unpackGroup(const uint8_t *tile, int64_t blocks, __m256i *out) {
         _mm256_store_si256(
             to + 1, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibbles));
       }
-}
-
-SPANC_AVX2 inline __m256 loadHalves(const uint8_t *halves) {
-  return _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i *>(halves)));
 }
 
 /// One row's step: its 8 dwords' p-th pair (`words`) against the four

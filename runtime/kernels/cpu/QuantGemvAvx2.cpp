@@ -37,10 +37,6 @@ constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 /// From how many activation rows a Q4_1 group takes the four-row kernel
 /// (its unpacking of the group then costs less than the GEMV's per pair).
 constexpr int64_t kGemmMinRows = 4;
-/// An empty asm the value passes through: integer sums may be reordered,
-/// and GCC 12 at -O3 otherwise hoists a whole block's products ahead of
-/// their adds and spills them; here each step's sums are done in order.
-SPANC_AVX2 inline void sequencePoint(__m256i &value) { asm("" : "+x"(value)); }
 
 /// The integer dots of one block (the tile at `values`) for its 16 row
 /// lanes, low (0-7) and high (8-15), with one or two activation rows
@@ -163,11 +159,6 @@ SPANC_AVX2 inline __m256 fold(__m256 accumulator, __m256i dot, __m256 scales,
     accumulator =
         _mm256_fmadd_ps(minimums, _mm256_set1_ps(activationSum), accumulator);
   return accumulator;
-}
-
-SPANC_AVX2 inline __m256 loadHalves(const uint8_t *halves) {
-  return _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i *>(halves)));
 }
 
 /// Activation row `firstRow` (and the next, with TwoRows) against one

@@ -10,6 +10,7 @@
 #define SPANC_RUNTIME_KERNELS_CPU_QUANTGEMVINTERNAL_H
 
 #include "runtime/kernels/cpu/QuantGemv.h"
+#include "runtime/kernels/cpu/VectorMathAvx2.h"
 
 #include <immintrin.h>
 
@@ -55,6 +56,12 @@ inline void prefetchAhead(const uint8_t *tile, int64_t bytes, bool toL2) {
     else
       _mm_prefetch(ahead, _MM_HINT_T0);
   }
+}
+
+/// 8 f16 values of a tile (its scales or minimums) as f32, on F16C.
+SPANC_AVX2 inline __m256 loadHalves(const uint8_t *halves) {
+  return _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(halves)));
 }
 
 /// Whether the AVX2 kernel multiplies `weights` exactly: it cannot when a

@@ -16,6 +16,13 @@
 
 namespace spanc::cpu {
 
+/// An empty asm the value passes through, so that the compiler keeps an
+/// integer vector in a register at this point: GCC 12 at -O3 otherwise
+/// hoists a block's vpmaddubsw products ahead of their adds (integer sums
+/// may be reordered) and spills them (QuantGemvAvx2.cpp,
+/// QuantGemmAvx2.cpp).
+SPANC_AVX2 inline void sequencePoint(__m256i &value) { asm("" : "+x"(value)); }
+
 /// e^x on 8 lanes: exp512's range reduction and polynomial (VectorMath.h),
 /// 2^n built in the exponent bits.
 SPANC_AVX2 inline __m256 exp256(__m256 x) {

@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace spanc::cpu::quantgemv {
@@ -54,12 +55,15 @@ SPANC_AVX2 void unpackGroup(const uint8_t *tile, int64_t blocks, __m256i *out) {
       }
 }
 
-/// One row's step: its 8 dwords' p-th pair (`words`) against the four
-/// unpacked vectors of the step, into its low and high lane sums.
-SPANC_AVX2 inline void rowStep(const int32_t *words, __m256i lowEarly,
+/// One row's step: its block's p-th pair of 4-value words (the 8 bytes at
+/// `pair`) against the four unpacked vectors of the step, into its low and
+/// high lane sums.
+SPANC_AVX2 inline void rowStep(const uint8_t *pair, __m256i lowEarly,
                                __m256i lowLate, __m256i highEarly,
                                __m256i highLate, __m256i &pairsLow,
                                __m256i &pairsHigh) {
+  int32_t words[2];
+  std::memcpy(words, pair, sizeof(words)); // one vpbroadcastd load each
   const __m256i early = _mm256_set1_epi32(words[0]),
                 late = _mm256_set1_epi32(words[1]);
   pairsLow = _mm256_add_epi16(
@@ -98,29 +102,28 @@ SPANC_AVX2 void fourRows(const __m256i *unpacked, const uint8_t *tile,
                          const QuantizedActivations &x, int64_t firstRow,
                          float *accumulators) {
   const int64_t blocks = x.blocks;
-  const int64_t rowWords = blocks * kBlock / 4;
-  const int32_t *words =
-      reinterpret_cast<const int32_t *>(x.values.data()) + firstRow * rowWords;
+  const int64_t rowBytes = blocks * kBlock;
+  const uint8_t *values = x.values.data() + firstRow * rowBytes;
   const float *scales = x.scales.data() + firstRow * blocks;
   const float *sums = x.scaledSums.data() + firstRow * blocks;
   for (int64_t block = 0; block < blocks; ++block, unpacked += kBlockVectors,
                tile += PackedQuantMatrix::tileBytes(QuantFormat::Q4_1)) {
     __m256i low0 = _mm256_setzero_si256(), high0 = low0, low1 = low0,
             high1 = low0, low2 = low0, high2 = low0, low3 = low0, high3 = low0;
-    const int32_t *blockWords = words + block * (kBlock / 4);
+    const uint8_t *blockValues = values + block * kBlock;
     for (int p = 0; p < 4; ++p) {
       const __m256i *step = unpacked + 4 * p;
       const __m256i lowEarly = _mm256_load_si256(step),
                     lowLate = _mm256_load_si256(step + 1),
                     highEarly = _mm256_load_si256(step + 2),
                     highLate = _mm256_load_si256(step + 3);
-      const int32_t *pair = blockWords + 2 * p;
+      const uint8_t *pair = blockValues + 8 * p;
       rowStep(pair, lowEarly, lowLate, highEarly, highLate, low0, high0);
-      rowStep(pair + rowWords, lowEarly, lowLate, highEarly, highLate, low1,
+      rowStep(pair + rowBytes, lowEarly, lowLate, highEarly, highLate, low1,
               high1);
-      rowStep(pair + 2 * rowWords, lowEarly, lowLate, highEarly, highLate, low2,
+      rowStep(pair + 2 * rowBytes, lowEarly, lowLate, highEarly, highLate, low2,
               high2);
-      rowStep(pair + 3 * rowWords, lowEarly, lowLate, highEarly, highLate, low3,
+      rowStep(pair + 3 * rowBytes, lowEarly, lowLate, highEarly, highLate, low3,
               high3);
     }
     const __m256 lowScales = loadHalves(tile + kQ41Scales),

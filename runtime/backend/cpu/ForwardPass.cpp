@@ -176,8 +176,9 @@ llvm::Error CpuForwardPass::run(const StepLayout &step, KvStorage &storage,
   // Rows [0, quantizedRows) multiply the 4/8-bit weights in place with
   // int8 activations (decode rows), the rest the packed bf16/f32 copy
   // (prompt rows): each row's path is its own (RowKind). llama.cpp
-  // numerics, and the int8 prompt rows of AVX2 hosts
-  // (Model::quantizedPromptRows), multiply every row on the file's blocks.
+  // numerics, and hosts without native bf16 GEMMs (Model::
+  // quantizedPromptRows), multiply every row on the file's blocks; in a
+  // model of mixed formats a quantized-only layer does (rowsOnQuantized).
   quantizedRows = llamaNumerics || model.quantizedPromptRows() ? numTokens
                   : model.quantizedDecodeRows() ? step.numDecodeRows
                                                 : 0;

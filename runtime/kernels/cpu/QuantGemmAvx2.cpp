@@ -33,8 +33,6 @@ namespace {
 
 using namespace quantlayout;
 
-constexpr int kBlock = 32;
-constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 /// u8 vectors of one unpacked block: for each of its 4 dword pairs, lanes
 /// 0-7's values 8p..8p+3 and 8p+4..8p+7, then lanes 8-15's.
 constexpr int kBlockVectors = 16;
@@ -159,24 +157,15 @@ SPANC_AVX2 void gemmGroupAvx2(const PackedQuantMatrix &weights,
       weights.bytes.data() + valuesOffset(QuantFormat::Q4_1, blocks, group, 0);
   unpackGroup(tile, blocks, unpacked);
 
-  const int64_t firstColumn = group * kGroupRows;
-  const int valid =
-      int(std::min<int64_t>(kGroupRows, weights.rows - firstColumn));
-  const __m256i laneIndex = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i lowMask =
-                    _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), laneIndex),
-                highMask =
-                    _mm256_cmpgt_epi32(_mm256_set1_epi32(valid - 8), laneIndex);
+  const GroupLaneMasks masks = groupLaneMasks(weights, group);
   alignas(32) float accumulators[4 * kGroupRows];
   for (int64_t row = 0; row + 4 <= endRow; row += 4) {
     std::fill(std::begin(accumulators), std::end(accumulators), 0.0f);
     fourRows(unpacked, tile, x, row, accumulators);
-    for (int r = 0; r < 4; ++r) {
-      float *out = y + (row + r) * outputStride + firstColumn;
-      _mm256_maskstore_ps(out, lowMask, _mm256_load_ps(accumulators + 16 * r));
-      _mm256_maskstore_ps(out + 8, highMask,
-                          _mm256_load_ps(accumulators + 16 * r + 8));
-    }
+    for (int r = 0; r < 4; ++r)
+      storeGroupRow(y + (row + r) * outputStride + group * kGroupRows, masks,
+                    _mm256_load_ps(accumulators + 16 * r),
+                    _mm256_load_ps(accumulators + 16 * r + 8));
   }
 }
 

@@ -56,8 +56,6 @@ GemvPath gemvPath(const PackedQuantMatrix &weights) {
   return GemvPath::Portable;
 }
 
-constexpr int kBlock = 32;
-constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 constexpr int kMaxTileRows = 4;
 
 using namespace quantlayout;

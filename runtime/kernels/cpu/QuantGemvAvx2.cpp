@@ -32,8 +32,6 @@ namespace {
 
 using namespace quantlayout;
 
-constexpr int kBlock = 32;
-constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 /// From how many activation rows a Q4_1 group takes the four-row kernel
 /// (its unpacking of the group then costs less than the GEMV's per pair).
 constexpr int64_t kGemmMinRows = 4;
@@ -212,21 +210,11 @@ SPANC_AVX2 void gemvGroup(const PackedQuantMatrix &weights,
                        scales[blocks + block], sums[blocks + block]);
     }
   }
-  const int64_t firstColumn = group * kGroupRows;
-  const int valid =
-      int(std::min<int64_t>(kGroupRows, weights.rows - firstColumn));
-  const __m256i laneIndex = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i lowMask =
-                    _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), laneIndex),
-                highMask =
-                    _mm256_cmpgt_epi32(_mm256_set1_epi32(valid - 8), laneIndex);
-  float *out = y + firstRow * outputStride + firstColumn;
-  _mm256_maskstore_ps(out, lowMask, lowFirst);
-  _mm256_maskstore_ps(out + 8, highMask, highFirst);
-  if constexpr (TwoRows) {
-    _mm256_maskstore_ps(out + outputStride, lowMask, lowSecond);
-    _mm256_maskstore_ps(out + outputStride + 8, highMask, highSecond);
-  }
+  const GroupLaneMasks masks = groupLaneMasks(weights, group);
+  float *out = y + firstRow * outputStride + group * kGroupRows;
+  storeGroupRow(out, masks, lowFirst, highFirst);
+  if constexpr (TwoRows)
+    storeGroupRow(out + outputStride, masks, lowSecond, highSecond);
 }
 
 template <QuantFormat Format>

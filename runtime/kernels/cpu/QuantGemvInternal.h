@@ -14,9 +14,13 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace spanc::cpu::quantgemv {
+
+constexpr int kBlock = 32; ///< values per quantization block
+constexpr int64_t kGroupRows = PackedQuantMatrix::kGroupRows;
 
 /// How far ahead of its tile a group's loop asks for the weights: two
 /// threads decoding SmolLM2 ran 410 / 424 / 419 / 419 tok/s at 4 / 8 / 12
@@ -62,6 +66,28 @@ inline void prefetchAhead(const uint8_t *tile, int64_t bytes, bool toL2) {
 SPANC_AVX2 inline __m256 loadHalves(const uint8_t *halves) {
   return _mm256_cvtph_ps(
       _mm_loadu_si128(reinterpret_cast<const __m128i *>(halves)));
+}
+
+/// Group `group`'s output lanes that are weight rows (a matrix's last
+/// group may be short), as masks of its low (0-7) and high (8-15) lanes.
+struct GroupLaneMasks {
+  __m256i low, high;
+};
+SPANC_AVX2 inline GroupLaneMasks
+groupLaneMasks(const PackedQuantMatrix &weights, int64_t group) {
+  const int valid =
+      int(std::min<int64_t>(kGroupRows, weights.rows - group * kGroupRows));
+  const __m256i laneIndex = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return {_mm256_cmpgt_epi32(_mm256_set1_epi32(valid), laneIndex),
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(valid - 8), laneIndex)};
+}
+
+/// One activation row's 16 outputs of a group, its valid lanes only, at
+/// `out` (the row's output at the group's first column).
+SPANC_AVX2 inline void storeGroupRow(float *out, const GroupLaneMasks &masks,
+                                     __m256 low, __m256 high) {
+  _mm256_maskstore_ps(out, masks.low, low);
+  _mm256_maskstore_ps(out + 8, masks.high, high);
 }
 
 /// Whether the AVX2 kernel multiplies `weights` exactly: it cannot when a

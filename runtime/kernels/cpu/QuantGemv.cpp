@@ -42,14 +42,18 @@ using namespace quantgemv;
 /// portable reference. All three give the same bits.
 enum class GemvPath { Portable, Avx2, Vnni };
 
+bool hasVnniKernel() {
+  const CpuFeatures &features = cpuFeatures();
+  return features.hasAvx512() && features.avx512vnni;
+}
+
 bool hasAvx2Kernel() {
   const CpuFeatures &features = cpuFeatures();
   return features.avx2 && features.fma && features.f16c;
 }
 
 GemvPath gemvPath(const PackedQuantMatrix &weights) {
-  const CpuFeatures &features = cpuFeatures();
-  if (features.hasAvx512() && features.avx512vnni)
+  if (hasVnniKernel())
     return GemvPath::Vnni;
   if (hasAvx2Kernel() && avx2Handles(weights))
     return GemvPath::Avx2;
@@ -249,16 +253,10 @@ void gemvVnni(const PackedQuantMatrix &weights, const QuantizedActivations &x,
 
 } // namespace
 
-bool hasQuantGemvKernel() {
-  const CpuFeatures &features = cpuFeatures();
-  return (features.hasAvx512() && features.avx512vnni) || hasAvx2Kernel();
-}
+bool hasQuantGemvKernel() { return hasVnniKernel() || hasAvx2Kernel(); }
 
 bool hasQuantGemmKernel(QuantFormat format) {
-  const CpuFeatures &features = cpuFeatures();
-  if (features.hasAvx512() && features.avx512vnni)
-    return true;
-  return hasAvx2Kernel() && format == QuantFormat::Q4_1;
+  return hasVnniKernel() || (hasAvx2Kernel() && format == QuantFormat::Q4_1);
 }
 
 PackedQuantMatrix packQuantMatrices(const QuantMatrix *parts, size_t count) {

@@ -19,6 +19,10 @@
 #                                    what an AVX2 host, or an AVX-512 host
 #                                    without BF16 (Cascade/Ice Lake), runs;
 #                                    writes engine-avx2.md / engine-avx512.md)
+#                       [--out=NAME] (results bench/results/NAME.md and
+#                                    NAME.png: one per host class, e.g.
+#                                    engine-zen3; default engine, or
+#                                    engine-ISA with --isa)
 #
 # llama.cpp is built (or reused) by bench/peers/build_llama_cpp.sh in a cache
 # outside the repository. BAZEL_OUTPUT_BASE / BAZEL_SYMLINK_PREFIX select a
@@ -36,6 +40,7 @@ weights_rounds=3
 depth=4096
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 isa=
+out=
 for arg in "$@"; do
   case "$arg" in
     --rounds=*) rounds="${arg#*=}" ;;
@@ -48,17 +53,20 @@ for arg in "$@"; do
     --weights-rounds=*) weights_rounds="${arg#*=}" ;;
     --depth=*) depth="${arg#*=}" ;;
     --isa=avx2 | --isa=avx512) isa="${arg#*=}" ;;
+    --out=*) out="bench/results/${arg#*=}" ;;
     *) echo "run.sh: unknown argument $arg" >&2; exit 1 ;;
   esac
 done
 [[ -f $model ]] || { echo "run.sh: model not found: $model" >&2; exit 1; }
 
-out=bench/results/engine
 if [[ -n $isa ]]; then
   # Every spanc this script starts runs capped there (CpuFeatures.h).
   export SPANC_ISA=$isa LLAMA_CPP_ISA=$isa
-  out=bench/results/engine-$isa
+  out="${out:-bench/results/engine-$isa}"
 fi
+out="${out:-bench/results/engine}"
+[[ $out =~ ^bench/results/[A-Za-z0-9_-]+$ ]] ||
+  { echo "run.sh: --out takes a name of letters, digits, - and _" >&2; exit 1; }
 peer_dir="$(bench/peers/build_llama_cpp.sh | tail -n 1)"
 llama_bench="$peer_dir/bin/llama-bench"
 [[ -x $llama_bench ]] || { echo "run.sh: no $llama_bench" >&2; exit 1; }

@@ -173,26 +173,21 @@ void setUpTile(const CallContext &context, const AttentionWorkItem &item,
   }
 }
 
-/// How runItem folds an item's pages.
-enum class ItemStep { Scalar, Avx2, DecodeAvx512 };
-
 /// Runs one work item alone: a tile of rows against a range of its pages,
-/// in decode steps on AVX-512, on the AVX2 path or on the scalar path.
+/// in decode steps on AVX-512 or on the scalar path.
 template <typename Element>
 void runItem(const CallContext &context, const AttentionWorkItem &item,
-             ItemStep step, float *partial, float *output) {
+             bool decodeAvx512, float *partial, float *output) {
   TileState tile;
   setUpTile(context, item, /*byDim=*/false, tile);
-  if (step == ItemStep::DecodeAvx512)
+  if (decodeAvx512)
     foldDecodePagesAvx512<Element>(context, item, tile);
-  else if (step == ItemStep::Avx2)
-    foldPagesAvx2<Element>(context, item, tile);
   else
     foldPagesScalar<Element>(context, item, tile);
   finishItem(context, item, tile, partial, output);
 }
 
-/// This thread's tile states for an AVX-512 page pass (kMaxPassTiles of
+/// This thread's tile states for an AVX-512 or AVX2 page pass (kMaxPassTiles of
 /// ~64 KiB: more than an OpenMP thread's stack should hold).
 TileState *passTileStates() {
   thread_local std::unique_ptr<TileState[]> states(
@@ -236,6 +231,23 @@ void runPassAvx512(const CallContext &context,
   foldPassAvx512<Element>(context, items, tiles, count, nullptr, nullptr);
   for (int index = 0; index < count; ++index)
     finish(index, *tiles[index]);
+}
+
+/// Runs the AVX2 items of one page pass together (foldPassAvx2).
+template <typename Element>
+void runPassAvx2(const CallContext &context,
+                 const AttentionWorkItem *const *items, int count,
+                 float *partials, int64_t stateFloats, float *output) {
+  TileState *states = passTileStates();
+  TileState *tiles[kMaxPassTiles];
+  for (int index = 0; index < count; ++index) {
+    tiles[index] = &states[index];
+    setUpTile(context, *items[index], /*byDim=*/false, *tiles[index]);
+  }
+  foldPassAvx2<Element>(context, items, tiles, count);
+  for (int index = 0; index < count; ++index)
+    finishItem(context, *items[index], *tiles[index],
+               partialOf(partials, stateFloats, *items[index]), output);
 }
 
 /// The rows of an AMX tile: limits, query and output places (the tile
@@ -424,7 +436,13 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     const AttentionWorkItem *items[kMaxPassTiles];
     for (int32_t index = begin; index < end; ++index)
       items[index - begin] = &workspace.items[size_t(order[size_t(index)])];
-    if (f16)
+    if (call.useAvx2 && f16)
+      runPassAvx2<uint16_t>(context, items, end - begin, partials,
+                            call.stateFloats, output);
+    else if (call.useAvx2)
+      runPassAvx2<float>(context, items, end - begin, partials,
+                         call.stateFloats, output);
+    else if (f16)
       runPassAvx512<uint16_t>(context, items, end - begin, partials,
                               call.stateFloats, output, cache, tags);
     else
@@ -436,13 +454,11 @@ void runPass(const PlannedCall &call, AttentionWorkspace &workspace,
     const AttentionWorkItem &item =
         workspace.items[size_t(order[size_t(index)])];
     float *partial = partialOf(partials, call.stateFloats, item);
-    const ItemStep step = foldsDecodeSteps(call, item) ? ItemStep::DecodeAvx512
-                          : call.useAvx2               ? ItemStep::Avx2
-                                                       : ItemStep::Scalar;
+    const bool decodeAvx512 = foldsDecodeSteps(call, item);
     if (f16)
-      runItem<uint16_t>(context, item, step, partial, output);
+      runItem<uint16_t>(context, item, decodeAvx512, partial, output);
     else
-      runItem<float>(context, item, step, partial, output);
+      runItem<float>(context, item, decodeAvx512, partial, output);
   }
 }
 

@@ -1,10 +1,12 @@
-//===- AttentionAvx2.cpp - The AVX2 attention tile step -------------------===//
+//===- AttentionAvx2.cpp - The AVX2 attention page pass
+//--------------------===//
 //
 // CPUs with AVX2, FMA and F16C but no AVX-512 (AMD before Zen 4, Intel
 // client parts and servers before Skylake-SP): blockSize 16, headDim % 8 ==
 // 0. Before it such CPUs ran the scalar reference, ~1 GFLOP/s a core
-// (docs/ARCHITECTURE.md, "CPU attention"). Each page is widened from f16
-// (and, rope-in-kernel, rotated) once per tile into f32 in L1; a row's
+// (docs/ARCHITECTURE.md, "CPU attention"). A page pass widens each page
+// from f16 (and, rope-in-kernel, rotates it) once into f32 in L1 and
+// folds it into every tile of the pass that sees it; a row's
 // scores are two 8-slot vectors, each an FMA chain over the head's dims;
 // its softmax runs lane-wise; its P.V is one FMA chain per 8 dims over the
 // visible slots in order. Rows are scored four at a time only to share each
@@ -20,6 +22,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 namespace spanc::cpu::attention {
@@ -217,23 +220,40 @@ SPANC_AVX2 void foldBlock(TileState &tile, int headDim, const float *keys,
 } // namespace
 
 template <typename Element>
-SPANC_AVX2 void foldPagesAvx2(const CallContext &context,
-                              const AttentionWorkItem &item, TileState &tile) {
+SPANC_AVX2 void foldPassAvx2(const CallContext &context,
+                             const AttentionWorkItem *const *items,
+                             TileState *const *tiles, int count) {
   const PagedAttentionBatch &batch = *context.batch;
   const PagedKvView &kv = *context.kv;
   const int headDim = context.shape->headDim;
-  const int64_t lastLimit = tile.limit[tile.rows - 1];
+  const int kvHead = items[0]->kvHead;
+  const int32_t pageBegin = items[0]->pageBegin;
+  int32_t pageEnd = pageBegin;
+  for (int index = 0; index < count; ++index) {
+    assert(items[index]->pageBegin == pageBegin &&
+           items[index]->kvHead == kvHead && "one pass: one key range");
+    pageEnd = std::max(pageEnd, items[index]->pageEnd);
+  }
+  // A tile sees its range's pages up to its last row's limit (page starts
+  // only grow along a sequence), so each folds the pages it folded alone,
+  // in the same order, from the same f32 copies: the same bits.
+  auto sees = [&](int index, int32_t page) {
+    const TileState &tile = *tiles[index];
+    return page < items[index]->pageEnd &&
+           context.pageStarts[page] <= tile.limit[tile.rows - 1];
+  };
   alignas(32) float keys[kernels::kMaxHeadDim * kSlots];
   alignas(32) float values[kernels::kMaxHeadDim * kSlots];
-  for (int32_t page = item.pageBegin; page < item.pageEnd; ++page) {
+  for (int32_t page = pageBegin; page < pageEnd; ++page) {
     const int valid = batch.validTokens[page];
-    const int64_t logicalStart = context.pageStarts[page];
-    if (logicalStart > lastLimit)
-      break;
-    if (valid == 0)
+    bool seen = false;
+    for (int index = 0; index < count; ++index)
+      seen |= sees(index, page);
+    if (!seen || valid == 0)
       continue;
-    const int64_t offset = int64_t(batch.blockIds[page]) * kv.blockStride +
-                           item.kvHead * kv.headStride;
+    const int64_t logicalStart = context.pageStarts[page];
+    const int64_t offset =
+        int64_t(batch.blockIds[page]) * kv.blockStride + kvHead * kv.headStride;
     const Element *keyBlock = static_cast<const Element *>(kv.keys) + offset;
     const Element *valueBlock =
         static_cast<const Element *>(kv.values) + offset;
@@ -243,13 +263,17 @@ SPANC_AVX2 void foldPagesAvx2(const CallContext &context,
       widen(keyBlock, int64_t(headDim) * kSlots, keys);
     // Only the valid slots' values: the others may be unwritten memory.
     widen(valueBlock, int64_t(valid) * headDim, values);
-    foldBlock(tile, headDim, keys, values, valid, logicalStart);
+    for (int index = 0; index < count; ++index)
+      if (sees(index, page))
+        foldBlock(*tiles[index], headDim, keys, values, valid, logicalStart);
   }
 }
 
-template void foldPagesAvx2<float>(const CallContext &,
-                                   const AttentionWorkItem &, TileState &);
-template void foldPagesAvx2<uint16_t>(const CallContext &,
-                                      const AttentionWorkItem &, TileState &);
+template void foldPassAvx2<float>(const CallContext &,
+                                  const AttentionWorkItem *const *,
+                                  TileState *const *, int);
+template void foldPassAvx2<uint16_t>(const CallContext &,
+                                     const AttentionWorkItem *const *,
+                                     TileState *const *, int);
 
 } // namespace spanc::cpu::attention

@@ -127,12 +127,15 @@ void foldPassAvx512(const CallContext &context,
                     TileState *const *tiles, int count, float *blockCache,
                     int32_t *blockCacheTags);
 
-/// The AVX2 path of CPUs without AVX-512 (blockSize 16, headDim % 8 == 0):
-/// each page widened (or rotated) once into f32, then folded into the
-/// tile's rows, every row's arithmetic its own (AttentionAvx2.cpp).
+/// The AVX2 path of CPUs without AVX-512 (blockSize 16, headDim % 8 == 0)
+/// over a page pass's tiles (items of one sequence and KV head starting
+/// at one page, set up in `tiles`, row-major): each page widened (or
+/// rotated) once into f32, then folded into every tile that sees it,
+/// every row's arithmetic its own (AttentionAvx2.cpp).
 template <typename Element>
-void foldPagesAvx2(const CallContext &context, const AttentionWorkItem &item,
-                   TileState &tile);
+void foldPassAvx2(const CallContext &context,
+                  const AttentionWorkItem *const *items,
+                  TileState *const *tiles, int count);
 
 /// Pages per online-softmax step of a decode tile (foldDecodePagesAvx512).
 constexpr int kDecodeStepPages = 4;
@@ -225,12 +228,13 @@ inline bool foldsDecodeSteps(const PlannedCall &call,
 
 /// Whether `item` runs in one page pass with the other tiles of its
 /// sequence, KV head and key range: every prompt tile on AMX or AVX-512,
-/// where the pass packs (AMX), or rotates and widens (AVX-512), each page
-/// once for all of its tiles and folds it into each while it is in L1.
+/// and every tile on AVX2, where the pass packs (AMX), or rotates and
+/// widens (AVX-512, AVX2), each page once for all of its tiles and folds
+/// it into each while it is in L1.
 inline bool sharesPagePass(const PlannedCall &call,
                            const AttentionWorkItem &item) {
   return foldsOnAmx(call, item) ||
-         (call.useAvx512 && !foldsDecodeSteps(call, item));
+         (call.useAvx512 && !foldsDecodeSteps(call, item)) || call.useAvx2;
 }
 
 /// Plans a call that `numThreads` threads will run: fills the workspace's

@@ -187,8 +187,9 @@ void runItem(const CallContext &context, const AttentionWorkItem &item,
   finishItem(context, item, tile, partial, output);
 }
 
-/// This thread's tile states for an AVX-512 or AVX2 page pass (kMaxPassTiles of
-/// ~64 KiB: more than an OpenMP thread's stack should hold).
+/// This thread's tile states for an AVX-512 or AVX2 page pass
+/// (kMaxPassTiles of ~64 KiB: more than an OpenMP thread's stack should
+/// hold).
 TileState *passTileStates() {
   thread_local std::unique_ptr<TileState[]> states(
       new TileState[kMaxPassTiles]);

@@ -1,5 +1,4 @@
-//===- AttentionAvx2.cpp - The AVX2 attention page pass
-//--------------------===//
+//===- AttentionAvx2.cpp - The AVX2 attention page pass -------------------===//
 //
 // CPUs with AVX2, FMA and F16C but no AVX-512 (AMD before Zen 4, Intel
 // client parts and servers before Skylake-SP): blockSize 16, headDim % 8 ==
